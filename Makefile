@@ -1,0 +1,16 @@
+.PHONY: setup test dev proto bench
+
+setup:
+	bash scripts/setup.sh
+
+test:
+	bash scripts/test.sh
+
+dev:
+	bash scripts/dev.sh
+
+proto:
+	uv run --frozen python -m hostaffinity.schema.proto proto
+
+bench:
+	bash scripts/bench.sh

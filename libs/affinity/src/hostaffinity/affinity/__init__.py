@@ -1,0 +1,1 @@
+"""Pure affinity engine: decides what kube-scheduler decides, with ESXi hosts as a domain."""

@@ -1,0 +1,1 @@
+"""Adapters every service shares: bus, telemetry, config, health, informers, leases, vCenter."""

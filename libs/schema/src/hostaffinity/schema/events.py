@@ -1,0 +1,82 @@
+"""Events on the `HOSTAFFINITY_EVENTS` stream: a tagged union decoded by one decoder."""
+
+import hashlib
+from typing import Final
+
+import msgspec
+
+from hostaffinity.schema.version import SCHEMA_VERSION
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Fields every event carries. `id` is deterministic and doubles as `Nats-Msg-Id`."""
+
+    id: str
+    schema_version: int = SCHEMA_VERSION
+    occurred_at: str
+    source: str
+
+
+class VmMoved(Event, frozen=True, kw_only=True, tag="vm.moved"):
+    """A node's VM now runs on another ESXi host (vMotion, manual or by DRS)."""
+
+    node: str
+    vm_moid: str
+    from_host_moid: str
+    from_host_name: str
+    to_host_moid: str
+    to_host_name: str
+    version: int
+
+
+class NodePlaced(Event, frozen=True, kw_only=True, tag="node.placed"):
+    """A node was matched to its VM for the first time (a node joined, or a restart found it)."""
+
+    node: str
+    vm_moid: str
+    host_moid: str
+    host_name: str
+    cluster_name: str
+    datacenter: str
+    matched_by: str
+    version: int
+
+
+class NodeLabelled(Event, frozen=True, kw_only=True, tag="node.labelled"):
+    """The node's labels were patched to match its placement."""
+
+    node: str
+    labels: dict[str, str]
+    version: int
+
+
+class NodeUnmatched(Event, frozen=True, kw_only=True, tag="node.unmatched"):
+    """A node could not be matched to exactly one VM; `reason` says why in words."""
+
+    node: str
+    reason: str
+    candidates: list[str] = []
+
+
+TopologyEvent = VmMoved | NodePlaced | NodeLabelled | NodeUnmatched
+
+EVENT_TYPES: Final[tuple[str, ...]] = ("vm.moved", "node.placed", "node.labelled", "node.unmatched")
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[TopologyEvent] = msgspec.json.Decoder(TopologyEvent)
+
+
+def encode_event(event: Event) -> bytes:
+    """JSON bytes of an event, with its `type` tag."""
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes) -> TopologyEvent:
+    """Decode any known event; raises msgspec.ValidationError or DecodeError on bad input."""
+    return _decoder.decode(data)
+
+
+def event_id(event_type: str, *parts: object) -> str:
+    """A deterministic id: the same fact always gets the same id, so JetStream drops repeats."""
+    text = "\x1f".join([event_type, *(str(p) for p in parts)])
+    return f"{event_type}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:24]}"

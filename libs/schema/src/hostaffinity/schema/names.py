@@ -1,0 +1,45 @@
+"""Subjects, buckets, streams, label and annotation keys: fixed so all parties agree."""
+
+# Node labels the node-labeller owns. LABEL_LEGACY_HOST is the archived VMware plugin's key,
+# kept so that manifests written for that plugin keep working.
+LABEL_ESXI_HOST = "hostaffinity.io/esxi-host"
+LABEL_VSPHERE_CLUSTER = "hostaffinity.io/vsphere-cluster"
+LABEL_DATACENTER = "hostaffinity.io/datacenter"
+LABEL_LEGACY_HOST = "alpha.cna.vmware.com/host"
+
+# Node annotations: the full host name when the label value had to be derived, and the VM moid.
+ANNOTATION_ESXI_HOST_NAME = "hostaffinity.io/esxi-host-name"
+ANNOTATION_VM = "hostaffinity.io/vm"
+
+# Pod annotation that opts a pod into reading kubernetes.io/hostname anti-affinity as ESXi-host
+# anti-affinity.
+POD_PHYSICAL_ANTI_AFFINITY = "hostaffinity.io/physical-anti-affinity"
+
+TOPOLOGY_BUCKET = "hostaffinity-topology"
+EVENTS_STREAM = "HOSTAFFINITY_EVENTS"
+EVENTS_SUBJECT_PREFIX = "hostaffinity.events"
+DLQ_STREAM = "HOSTAFFINITY_DLQ"
+DLQ_SUBJECT_PREFIX = "hostaffinity.dlq"
+
+NODE_KEY_PREFIX = "node."
+HOST_KEY_PREFIX = "host."
+
+
+def node_key(node_name: str) -> str:
+    """KV key of a node's placement. Node names contain dots: watch `node.>`, never `node.*`."""
+    return NODE_KEY_PREFIX + node_name
+
+
+def host_key(host_moid: str) -> str:
+    """KV key of an ESXi host's record."""
+    return HOST_KEY_PREFIX + host_moid
+
+
+def event_subject(event_type: str) -> str:
+    """Subject an event of this type is published on."""
+    return f"{EVENTS_SUBJECT_PREFIX}.{event_type}"
+
+
+def dlq_subject(service: str) -> str:
+    """Subject where a service parks the messages it could not decode."""
+    return f"{DLQ_SUBJECT_PREFIX}.{service}"

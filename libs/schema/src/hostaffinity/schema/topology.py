@@ -1,0 +1,48 @@
+"""Values of the `hostaffinity-topology` KV bucket, and the dead-letter record."""
+
+import msgspec
+
+
+class NodePlacement(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a Kubernetes node's VM runs now: the value of `node.<node-name>`.
+
+    `version` grows with every change the node-labeller observes in one vCenter, so a reader can
+    tell which of two placements is newer.
+    """
+
+    node: str
+    vm_moid: str
+    bios_uuid: str
+    instance_uuid: str
+    host_moid: str
+    host_name: str
+    host_label: str
+    cluster_moid: str
+    cluster_name: str
+    datacenter: str
+    vcenter: str
+    observed_at: str
+    version: int
+
+
+class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
+    """An ESXi host as vCenter last described it: the value of `host.<host-moid>`."""
+
+    moid: str
+    name: str
+    label: str
+    cluster_moid: str
+    cluster_name: str
+    datacenter: str
+    connection_state: str
+    in_maintenance_mode: bool
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """A message a service could not decode, kept with the reason in `HOSTAFFINITY_DLQ`."""
+
+    service: str
+    subject: str
+    reason: str
+    payload: bytes
+    received_at: str

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh Debian machine: a pinned uv (with pip), the
+# Python dependencies from uv.lock, and our vcsim build (which installs its Debian packages).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+UV_VERSION=0.13.9
+if ! command -v uv >/dev/null || [ "$(uv --version | awk '{print $2}')" != "$UV_VERSION" ]; then
+  echo "setup: installing uv $UV_VERSION"
+  python3 -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+fi
+uv sync --all-packages --frozen --quiet
+bash scripts/build-vcsim.sh

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The project's one test command (`make test`): set-up, lint, type-check, layer contracts, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "== ruff"
+uv run --frozen ruff check .
+uv run --frozen ruff format --check libs services tests bench
+echo "== mypy --strict (libs)"
+uv run --frozen mypy --strict libs/schema/src libs/affinity/src libs/runtime/src
+echo "== import-linter"
+uv run --frozen lint-imports
+echo "== pytest"
+uv run --frozen pytest "$@"

@@ -1,0 +1,3 @@
+"""Fixtures shared by integration and end-to-end tests; the platform itself is in tests/platform."""
+
+pytest_plugins: list[str] = []
