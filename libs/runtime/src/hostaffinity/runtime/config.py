@@ -1,0 +1,162 @@
+"""Typed configuration: YAML files overlaid by `HOSTAFFINITY_*` environment variables.
+
+A key nobody declared is an error, in a file or in the environment, because a typo in a setting
+that silently does nothing is worse than a service that refuses to start.
+"""
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_origin
+
+import msgspec
+import yaml
+
+ENV_PREFIX = "HOSTAFFINITY_"
+ENV_NESTING = "__"
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be loaded; the message says which key and why."""
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every config record: immutable, and strict about unknown keys."""
+
+
+class SharedSettings(Settings, frozen=True):
+    """Settings every service must agree on; all services read them from one ConfigMap."""
+
+    # Also write the archived VMware plugin's label, so manifests written for it keep working.
+    legacy_host_label: bool = True
+    # "opt-in": a pod annotation turns kubernetes.io/hostname anti-affinity into ESXi-host
+    # anti-affinity; "cluster-wide": every pod is read that way; "disabled": never. (Not "off":
+    # YAML reads a bare off as a boolean.)
+    physical_anti_affinity: Literal["opt-in", "cluster-wide", "disabled"] = "opt-in"
+    # A node whose placement is unknown fails host-level required terms ("fail") or passes them.
+    unknown_placement: Literal["fail", "pass"] = "fail"
+
+
+class NatsSettings(Settings, frozen=True):
+    """How to reach NATS. Production uses a cluster with credentials and TLS."""
+
+    servers: list[str] = msgspec.field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    creds_file: str | None = None
+    nkey_seed_file: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    events_max_age_seconds: float = 7 * 24 * 3600
+
+
+class HealthSettings(Settings, frozen=True):
+    """Where /healthz, /readyz and /metrics are served."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+
+
+class KubernetesSettings(Settings, frozen=True):
+    """Kubernetes API access: in-cluster when no kubeconfig is given and one is available."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str = "hostaffinity"
+
+
+S = TypeVar("S", bound=Settings)
+
+
+def load_config(
+    record: type[S],
+    paths: Sequence[str | Path] = (),
+    environ: Mapping[str, str] | None = None,
+) -> S:
+    """Build `record` from YAML files (later files override earlier ones), then the environment.
+
+    `HOSTAFFINITY_NATS__SERVERS='["nats://a:4222"]'` sets `nats.servers`. A value for a text
+    field is taken as it is; any other value is read as JSON (numbers, booleans, lists), so `off`
+    or `no` never turn into booleans by surprise.
+    """
+    data: dict[str, Any] = {}
+    for path in paths:
+        _deep_merge(data, _read_yaml(Path(path)))
+    env = os.environ if environ is None else environ
+    for name, raw in sorted(env.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        keys = [part.lower() for part in name[len(ENV_PREFIX) :].split(ENV_NESTING)]
+        _set_path(data, keys, _parse_env_value(record, keys, raw), origin=name)
+    try:
+        return msgspec.convert(data, record, strict=False)
+    except msgspec.ValidationError as error:
+        raise ConfigError(f"invalid configuration for {record.__name__}: {error}") from error
+
+
+def env_names(record: type[Settings]) -> set[str]:
+    """Every leaf setting's environment variable name for `record` (for docs and tests)."""
+    names: set[str] = set()
+    for field in msgspec.structs.fields(record):
+        name = ENV_PREFIX + field.name.upper()
+        if isinstance(field.type, type) and issubclass(field.type, Settings):
+            names.update(
+                name + ENV_NESTING + inner[len(ENV_PREFIX) :] for inner in env_names(field.type)
+            )
+        else:
+            names.add(name)
+    return names
+
+
+def _parse_env_value(record: type[Settings], keys: list[str], raw: str) -> Any:
+    if _is_text_field(record, keys):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _is_text_field(record: type[Settings], keys: list[str]) -> bool:
+    """True when the field `keys` names in `record` holds a string (or an optional one)."""
+    fields = {field.name: field.type for field in msgspec.structs.fields(record)}
+    kind = fields.get(keys[0])
+    if kind is None:
+        return False
+    if len(keys) > 1:
+        return (
+            isinstance(kind, type) and issubclass(kind, Settings) and _is_text_field(kind, keys[1:])
+        )
+    return kind is str or kind == (str | None) or get_origin(kind) is Literal
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path} is not valid YAML: {error}") from error
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, not {type(loaded).__name__}")
+    return loaded
+
+
+def _deep_merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _set_path(data: dict[str, Any], keys: list[str], value: Any, *, origin: str) -> None:
+    node = data
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{origin}: {key} is not a section")
+        node = child
+    node[keys[-1]] = value
