@@ -65,6 +65,15 @@ class KubernetesSettings(Settings, frozen=True):
     namespace: str = "hostaffinity"
 
 
+class ServiceSettings(Settings, frozen=True):
+    """The sections every service's config record has; a service subclasses it with its own."""
+
+    shared: SharedSettings = SharedSettings()
+    nats: NatsSettings = NatsSettings()
+    health: HealthSettings = HealthSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()
+
+
 S = TypeVar("S", bound=Settings)
 
 
