@@ -1,0 +1,187 @@
+"""The node-labeller's copy of the vCenter inventory, fed by PropertyCollector updates.
+
+It holds only the properties placement needs, keeps indexes for matching nodes to VMs, and says
+which VMs an update affects so that only their nodes are re-examined.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+VM = "VirtualMachine"
+HOST = "HostSystem"
+DATACENTER = "Datacenter"
+COMPUTE_TYPES = ("ClusterComputeResource", "ComputeResource")
+
+# The properties the vCenter watcher asks for, per managed object type.
+WATCHED_PROPERTIES: dict[str, tuple[str, ...]] = {
+    VM: ("name", "config.uuid", "config.instanceUuid", "runtime.host", "guest.hostName"),
+    HOST: ("name", "parent", "runtime.connectionState", "runtime.inMaintenanceMode"),
+    "ClusterComputeResource": ("name", "parent"),
+    "ComputeResource": ("name", "parent"),
+    "Folder": ("name", "parent"),
+    DATACENTER: ("name", "parent"),
+}
+
+PropertyValue = str | bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectUpdate:
+    """One object's change as PropertyCollector reports it, with references as moid strings."""
+
+    kind: Literal["enter", "modify", "leave"]
+    obj_type: str
+    moid: str
+    props: dict[str, PropertyValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VmFacts:
+    moid: str
+    name: str
+    bios_uuid: str
+    instance_uuid: str
+    host_moid: str | None
+    guest_hostname: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """An ESXi host with the cluster and datacenter it belongs to, resolved through parents."""
+
+    moid: str
+    name: str
+    cluster_moid: str
+    cluster_name: str
+    datacenter: str
+    connection_state: str
+    in_maintenance_mode: bool
+
+
+@dataclass(slots=True)
+class _Object:
+    obj_type: str
+    props: dict[str, PropertyValue]
+
+
+class Inventory:
+    """Objects by moid plus the indexes node matching needs (BIOS UUID, VM name, guest name)."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, _Object] = {}
+        self._vms_by_uuid: dict[str, set[str]] = defaultdict(set)
+        self._vms_by_name: dict[str, set[str]] = defaultdict(set)
+        self._vms_by_guest_hostname: dict[str, set[str]] = defaultdict(set)
+        self._vms_by_host: dict[str, set[str]] = defaultdict(set)
+
+    def apply(self, update: ObjectUpdate) -> set[str] | None:
+        """Apply one update; return the VM moids whose placement may have changed (None: all)."""
+        if update.obj_type == VM:
+            self._unindex_vm(update.moid)
+        if update.kind == "leave":
+            self._objects.pop(update.moid, None)
+        else:
+            current = self._objects.setdefault(update.moid, _Object(update.obj_type, {}))
+            current.props.update(update.props)
+        if update.obj_type == VM:
+            if update.kind != "leave":
+                self._index_vm(update.moid)
+            return {update.moid}
+        if update.obj_type == HOST:
+            return set(self._vms_by_host.get(update.moid, ()))
+        return None
+
+    def vm_moids(self) -> list[str]:
+        return [moid for moid, obj in self._objects.items() if obj.obj_type == VM]
+
+    def vm(self, moid: str) -> VmFacts | None:
+        obj = self._objects.get(moid)
+        if obj is None or obj.obj_type != VM:
+            return None
+        props = obj.props
+        return VmFacts(
+            moid=moid,
+            name=_text(props.get("name")),
+            bios_uuid=_text(props.get("config.uuid")).lower(),
+            instance_uuid=_text(props.get("config.instanceUuid")).lower(),
+            host_moid=_optional_text(props.get("runtime.host")),
+            guest_hostname=_optional_text(props.get("guest.hostName")),
+        )
+
+    def host(self, moid: str) -> HostFacts | None:
+        obj = self._objects.get(moid)
+        if obj is None or obj.obj_type != HOST:
+            return None
+        cluster_moid = _text(obj.props.get("parent"))
+        cluster = self._objects.get(cluster_moid)
+        return HostFacts(
+            moid=moid,
+            name=_text(obj.props.get("name")),
+            cluster_moid=cluster_moid,
+            cluster_name=_text(cluster.props.get("name")) if cluster else "",
+            datacenter=self._datacenter_name(cluster_moid),
+            connection_state=_text(obj.props.get("runtime.connectionState")),
+            in_maintenance_mode=obj.props.get("runtime.inMaintenanceMode") is True,
+        )
+
+    def host_moids(self) -> list[str]:
+        return [moid for moid, obj in self._objects.items() if obj.obj_type == HOST]
+
+    def vms_with_uuid(self, uuid: str) -> set[str]:
+        return set(self._vms_by_uuid.get(uuid.lower(), ()))
+
+    def vms_named(self, name: str) -> set[str]:
+        return set(self._vms_by_name.get(name, ()))
+
+    def vms_with_guest_hostname(self, hostname: str) -> set[str]:
+        return set(self._vms_by_guest_hostname.get(hostname, ()))
+
+    def _datacenter_name(self, moid: str) -> str:
+        """Walk parents (clusters sit in host folders, possibly nested) up to the datacenter."""
+        seen: set[str] = set()
+        while moid and moid not in seen:
+            seen.add(moid)
+            obj = self._objects.get(moid)
+            if obj is None:
+                return ""
+            if obj.obj_type == DATACENTER:
+                return _text(obj.props.get("name"))
+            moid = _text(obj.props.get("parent"))
+        return ""
+
+    def _index_vm(self, moid: str) -> None:
+        facts = self.vm(moid)
+        if facts is None:
+            return
+        if facts.bios_uuid:
+            self._vms_by_uuid[facts.bios_uuid].add(moid)
+        if facts.name:
+            self._vms_by_name[facts.name].add(moid)
+        if facts.guest_hostname:
+            self._vms_by_guest_hostname[facts.guest_hostname].add(moid)
+        if facts.host_moid:
+            self._vms_by_host[facts.host_moid].add(moid)
+
+    def _unindex_vm(self, moid: str) -> None:
+        facts = self.vm(moid)
+        if facts is None:
+            return
+        for index, key in (
+            (self._vms_by_uuid, facts.bios_uuid),
+            (self._vms_by_name, facts.name),
+            (self._vms_by_guest_hostname, facts.guest_hostname),
+            (self._vms_by_host, facts.host_moid),
+        ):
+            if key and key in index:
+                index[key].discard(moid)
+                if not index[key]:
+                    del index[key]
+
+
+def _text(value: PropertyValue) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _optional_text(value: PropertyValue) -> str | None:
+    return value if isinstance(value, str) and value else None

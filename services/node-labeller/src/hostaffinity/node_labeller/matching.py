@@ -1,0 +1,81 @@
+"""Matching a Kubernetes Node to its vCenter VM: providerID, then systemUUID, then a fallback.
+
+Two VMs with the same BIOS UUID (a clone that kept it) make a match ambiguous: we report the
+candidates and never guess.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hostaffinity.node_labeller.inventory import Inventory
+from hostaffinity.node_labeller.nodes import Node
+
+PROVIDER_PREFIX = "vsphere://"
+Fallback = Literal["vm-name", "guest-hostname", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Matched:
+    vm_moid: str
+    matched_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unmatched:
+    reason: str
+    candidates: tuple[str, ...] = ()
+
+
+def swap_uuid_byte_order(uuid: str) -> str:
+    """The other-endian form of a UUID's first three fields.
+
+    Older VM hardware versions report the SMBIOS system UUID with the first three fields
+    byte-swapped relative to vCenter's `config.uuid`; the node's `systemUUID` can be either form.
+    """
+    parts = uuid.lower().split("-")
+    if len(parts) != 5 or [len(p) for p in parts] != [8, 4, 4, 4, 12]:
+        return uuid.lower()
+    swapped = ["".join(reversed([p[i : i + 2] for i in range(0, len(p), 2)])) for p in parts[:3]]
+    return "-".join([*swapped, *parts[3:]])
+
+
+def match_node(node: Node, inventory: Inventory, fallback: Fallback) -> Matched | Unmatched:
+    """Find the one VM this node runs in, or say precisely why there is not exactly one."""
+    provider_id = node.spec.provider_id
+    if provider_id.startswith(PROVIDER_PREFIX):
+        uuid = provider_id[len(PROVIDER_PREFIX) :].strip("/").lower()
+        found = _exactly_one(inventory.vms_with_uuid(uuid), "providerID", f"BIOS UUID {uuid}")
+        if found is not None:
+            return found
+    system_uuid = node.status.node_info.system_uuid.lower()
+    if system_uuid:
+        candidates = inventory.vms_with_uuid(system_uuid) | inventory.vms_with_uuid(
+            swap_uuid_byte_order(system_uuid)
+        )
+        found = _exactly_one(candidates, "systemUUID", f"BIOS UUID {system_uuid}")
+        if found is not None:
+            return found
+    if fallback == "vm-name":
+        found = _exactly_one(inventory.vms_named(node.name), "vm-name", f"VM name {node.name}")
+    elif fallback == "guest-hostname":
+        by_hostname = inventory.vms_with_guest_hostname(node.name)
+        found = _exactly_one(by_hostname, "guest-hostname", f"guest hostname {node.name}")
+    else:
+        found = None
+    if found is not None:
+        return found
+    tried = ["providerID", "systemUUID"] + ([fallback] if fallback != "none" else [])
+    return Unmatched(reason=f"no VM in vCenter matches this node (tried {', '.join(tried)})")
+
+
+def _exactly_one(candidates: set[str], how: str, what: str) -> Matched | Unmatched | None:
+    if not candidates:
+        return None
+    if len(candidates) > 1:
+        listed = tuple(sorted(candidates))
+        return Unmatched(
+            reason=f"{len(listed)} VMs share the {what} ({', '.join(listed)}); "
+            "a cloned VM probably kept its BIOS UUID, so the node is left unlabelled",
+            candidates=listed,
+        )
+    return Matched(vm_moid=next(iter(candidates)), matched_by=how)

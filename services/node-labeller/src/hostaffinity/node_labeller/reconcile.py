@@ -1,0 +1,258 @@
+"""What to do for one node: compare where its VM is now with the KV and the node's labels.
+
+A pure function of (node, inventory, previous placement); the service applies the actions it
+returns in order: KV first, then the label patch, then events, so a reader of the KV is never
+behind the labels and an event always describes a state that is already stored.
+"""
+
+from dataclasses import dataclass, field
+
+from hostaffinity.node_labeller.inventory import HostFacts, Inventory
+from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
+from hostaffinity.node_labeller.nodes import Node
+from hostaffinity.schema import (
+    ANNOTATION_ESXI_HOST_NAME,
+    ANNOTATION_VM,
+    LABEL_DATACENTER,
+    LABEL_ESXI_HOST,
+    LABEL_LEGACY_HOST,
+    LABEL_VSPHERE_CLUSTER,
+    Event,
+    NodeLabelled,
+    NodePlaced,
+    NodePlacement,
+    NodeUnmatched,
+    VmMoved,
+    event_id,
+    label_value,
+)
+
+SOURCE = "node-labeller"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    vcenter: str
+    fallback: Fallback = "vm-name"
+    legacy_host_label: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWarning:
+    """A Kubernetes Event to put on the node: something an operator should look at."""
+
+    reason: str
+    message: str
+
+
+@dataclass(slots=True)
+class NodeActions:
+    """Everything to do for one node, in the order it must be done."""
+
+    node: str
+    placement: NodePlacement | None = None
+    delete_placement: bool = False
+    label_patch: dict[str, dict[str, str | None]] | None = None
+    events: list[Event] = field(default_factory=list)
+    warnings: list[NodeWarning] = field(default_factory=list)
+
+
+def owned_label_keys(settings: Settings) -> tuple[str, ...]:
+    keys = (LABEL_ESXI_HOST, LABEL_VSPHERE_CLUSTER, LABEL_DATACENTER)
+    return (*keys, LABEL_LEGACY_HOST) if settings.legacy_host_label else keys
+
+
+def reconcile_node(
+    node: Node,
+    inventory: Inventory,
+    previous: NodePlacement | None,
+    settings: Settings,
+    *,
+    now: str,
+    version: int,
+) -> NodeActions:
+    """Decide the KV write, label patch, events and warnings that bring `node` up to date.
+
+    `version` is the number the new placement gets if it differs from `previous`.
+    """
+    actions = NodeActions(node=node.name)
+    match = match_node(node, inventory, settings.fallback)
+    host = _host_of(match, inventory, actions)
+    if isinstance(match, Unmatched) or host is None:
+        if isinstance(match, Unmatched):
+            actions.warnings.append(NodeWarning("NodeUnmatched", match.reason))
+            actions.events.append(_unmatched_event(node.name, match, now))
+        actions.delete_placement = previous is not None
+        actions.label_patch = _patch(node, {}, settings)
+        return actions
+
+    vm = inventory.vm(match.vm_moid)
+    assert vm is not None  # match_node only returns VMs the inventory holds
+    placement = NodePlacement(
+        node=node.name,
+        vm_moid=vm.moid,
+        bios_uuid=vm.bios_uuid,
+        instance_uuid=vm.instance_uuid,
+        host_moid=host.moid,
+        host_name=host.name,
+        host_label=label_value(host.name),
+        cluster_moid=host.cluster_moid,
+        cluster_name=host.cluster_name,
+        datacenter=host.datacenter,
+        vcenter=settings.vcenter,
+        observed_at=now,
+        version=version,
+    )
+    if previous is not None and _same_place(previous, placement):
+        placement = previous
+    else:
+        actions.placement = placement
+        actions.events.extend(_placement_events(previous, placement, match, now))
+    if host.in_maintenance_mode:
+        actions.warnings.append(
+            NodeWarning(
+                "EsxiHostInMaintenance",
+                f"ESXi host {host.name} is in maintenance mode; this node's VM {vm.name} "
+                "is expected to move",
+            )
+        )
+    desired = desired_labels(placement, settings)
+    if placement.host_label != placement.host_name:
+        actions.warnings.append(
+            NodeWarning(
+                "EsxiHostNameNotALabelValue",
+                f"ESXi host name {placement.host_name!r} is not a valid label value; labelled "
+                f"{placement.host_label!r}, full name in annotation {ANNOTATION_ESXI_HOST_NAME}",
+            )
+        )
+    actions.label_patch = _patch(node, desired, settings)
+    if actions.label_patch is not None:
+        labels = {k: v for k, v in desired.items() if k in owned_label_keys(settings)}
+        actions.events.append(
+            NodeLabelled(
+                id=event_id("node.labelled", node.name, placement.version, sorted(labels.items())),
+                occurred_at=now,
+                source=SOURCE,
+                node=node.name,
+                labels=labels,
+                version=placement.version,
+            )
+        )
+    return actions
+
+
+def desired_labels(placement: NodePlacement, settings: Settings) -> dict[str, str]:
+    """Our labels and annotations for a placed node (one map; keys never collide)."""
+    desired = {
+        LABEL_ESXI_HOST: placement.host_label,
+        LABEL_VSPHERE_CLUSTER: label_value(placement.cluster_name),
+        LABEL_DATACENTER: label_value(placement.datacenter),
+        ANNOTATION_VM: placement.vm_moid,
+    }
+    if settings.legacy_host_label:
+        desired[LABEL_LEGACY_HOST] = placement.host_label
+    if placement.host_label != placement.host_name:
+        desired[ANNOTATION_ESXI_HOST_NAME] = placement.host_name
+    return desired
+
+
+def _host_of(
+    match: Matched | Unmatched, inventory: Inventory, actions: NodeActions
+) -> HostFacts | None:
+    if isinstance(match, Unmatched):
+        return None
+    vm = inventory.vm(match.vm_moid)
+    host = inventory.host(vm.host_moid) if vm is not None and vm.host_moid else None
+    if host is None:
+        name = vm.name if vm is not None else match.vm_moid
+        actions.warnings.append(
+            NodeWarning("VmHasNoHost", f"VM {name} has no ESXi host in vCenter; labels removed")
+        )
+    return host
+
+
+def _same_place(a: NodePlacement, b: NodePlacement) -> bool:
+    """Equal placements apart from when they were observed and their version."""
+    return (a.vm_moid, a.host_moid, a.host_name, a.cluster_moid, a.cluster_name, a.datacenter) == (
+        b.vm_moid,
+        b.host_moid,
+        b.host_name,
+        b.cluster_moid,
+        b.cluster_name,
+        b.datacenter,
+    ) and (a.bios_uuid, a.instance_uuid, a.vcenter) == (b.bios_uuid, b.instance_uuid, b.vcenter)
+
+
+def _placement_events(
+    previous: NodePlacement | None, placement: NodePlacement, match: Matched, now: str
+) -> list[Event]:
+    if previous is None or previous.vm_moid != placement.vm_moid:
+        return [
+            NodePlaced(
+                id=event_id("node.placed", placement.node, placement.vm_moid, placement.version),
+                occurred_at=now,
+                source=SOURCE,
+                node=placement.node,
+                vm_moid=placement.vm_moid,
+                host_moid=placement.host_moid,
+                host_name=placement.host_name,
+                cluster_name=placement.cluster_name,
+                datacenter=placement.datacenter,
+                matched_by=match.matched_by,
+                version=placement.version,
+            )
+        ]
+    if previous.host_moid != placement.host_moid:
+        return [
+            VmMoved(
+                id=event_id(
+                    "vm.moved",
+                    placement.node,
+                    placement.vm_moid,
+                    previous.host_moid,
+                    placement.host_moid,
+                    placement.version,
+                ),
+                occurred_at=now,
+                source=SOURCE,
+                node=placement.node,
+                vm_moid=placement.vm_moid,
+                from_host_moid=previous.host_moid,
+                from_host_name=previous.host_name,
+                to_host_moid=placement.host_moid,
+                to_host_name=placement.host_name,
+                version=placement.version,
+            )
+        ]
+    return []
+
+
+def _unmatched_event(node: str, match: Unmatched, now: str) -> NodeUnmatched:
+    return NodeUnmatched(
+        id=event_id("node.unmatched", node, match.reason),
+        occurred_at=now,
+        source=SOURCE,
+        node=node,
+        reason=match.reason,
+        candidates=list(match.candidates),
+    )
+
+
+def _patch(
+    node: Node, desired: dict[str, str], settings: Settings
+) -> dict[str, dict[str, str | None]] | None:
+    """A merge patch naming only our keys (null removes one), or None when nothing differs."""
+    labels: dict[str, str | None] = {}
+    annotations: dict[str, str | None] = {}
+    for key in owned_label_keys(settings):
+        if node.metadata.labels.get(key) != desired.get(key):
+            labels[key] = desired.get(key)
+    for key in (ANNOTATION_VM, ANNOTATION_ESXI_HOST_NAME):
+        if node.metadata.annotations.get(key) != desired.get(key):
+            annotations[key] = desired.get(key)
+    patch: dict[str, dict[str, str | None]] = {}
+    if labels:
+        patch["labels"] = labels
+    if annotations:
+        patch["annotations"] = annotations
+    return patch or None

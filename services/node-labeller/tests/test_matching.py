@@ -1,0 +1,84 @@
+"""Node → VM matching: providerID, systemUUID (both byte orders), fallback; never a guess."""
+
+import pytest
+from node_labeller_builders import inventory_with
+
+from hostaffinity.node_labeller.matching import (
+    Fallback,
+    Matched,
+    Unmatched,
+    match_node,
+    swap_uuid_byte_order,
+)
+from hostaffinity.node_labeller.nodes import Node, NodeMeta, NodeSpec, NodeStatus, NodeSystemInfo
+
+UUID_A = "4237f1ba-2b1c-8a21-9d3e-0123456789ab"
+UUID_B = "42370000-1111-2222-3333-444455556666"
+INVENTORY = inventory_with(
+    ("vm-10", "worker-a", UUID_A, "host-1"),
+    ("vm-11", "worker-b", UUID_B, "host-2"),
+    ("vm-12", "clone-1", "42379999-0000-0000-0000-000000000001", "host-1"),
+    ("vm-13", "clone-2", "42379999-0000-0000-0000-000000000001", "host-2"),
+)
+
+
+def node(name: str, provider_id: str = "", system_uuid: str = "") -> Node:
+    return Node(
+        metadata=NodeMeta(name=name),
+        spec=NodeSpec(provider_id=provider_id),
+        status=NodeStatus(node_info=NodeSystemInfo(system_uuid=system_uuid)),
+    )
+
+
+def test_swapping_reverses_the_first_three_fields() -> None:
+    assert swap_uuid_byte_order(UUID_A) == "baf13742-1c2b-218a-9d3e-0123456789ab"
+    assert swap_uuid_byte_order(swap_uuid_byte_order(UUID_A)) == UUID_A
+
+
+@pytest.mark.parametrize(
+    ("candidate", "fallback", "expected"),
+    [
+        (
+            node("x", provider_id=f"vsphere://{UUID_A.upper()}"),
+            "none",
+            Matched("vm-10", "providerID"),
+        ),
+        (node("x", system_uuid=UUID_B.upper()), "none", Matched("vm-11", "systemUUID")),
+        (
+            node("x", system_uuid=swap_uuid_byte_order(UUID_A).upper()),
+            "none",
+            Matched("vm-10", "systemUUID"),
+        ),
+        (node("worker-b"), "vm-name", Matched("vm-11", "vm-name")),
+        (
+            node("worker-b", provider_id="vsphere://42370000-dead-beef-0000-000000000000"),
+            "vm-name",
+            Matched("vm-11", "vm-name"),
+        ),
+    ],
+    ids=["provider-id", "system-uuid", "system-uuid-byte-swapped", "fallback-name", "stale-id"],
+)
+def test_a_node_matches_exactly_one_vm(
+    candidate: Node, fallback: Fallback, expected: Matched
+) -> None:
+    assert match_node(candidate, INVENTORY, fallback) == expected
+
+
+def test_a_duplicate_bios_uuid_is_reported_with_both_vms() -> None:
+    result = match_node(
+        node("x", provider_id="vsphere://42379999-0000-0000-0000-000000000001"), INVENTORY, "none"
+    )
+    assert isinstance(result, Unmatched)
+    assert result.candidates == ("vm-12", "vm-13")
+    assert "2 VMs share the BIOS UUID" in result.reason
+
+
+def test_no_match_says_what_was_tried() -> None:
+    result = match_node(node("worker-z"), INVENTORY, "vm-name")
+    assert result == Unmatched(
+        "no VM in vCenter matches this node (tried providerID, systemUUID, vm-name)"
+    )
+
+
+def test_no_fallback_means_no_name_match() -> None:
+    assert isinstance(match_node(node("worker-a"), INVENTORY, "none"), Unmatched)
