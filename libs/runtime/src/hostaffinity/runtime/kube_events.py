@@ -1,0 +1,112 @@
+"""Kubernetes Events about the objects a service acts on: how bad input reaches an operator.
+
+Repeats of the same (object, reason, message) bump `count` on the existing Event instead of
+creating new ones, as client-go's recorder does. Recording never raises: an Event that cannot
+be written is logged and dropped, so reporting a problem never becomes a second problem.
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from kubernetes_asyncio import client
+
+log = logging.getLogger(__name__)
+
+# A core/v1 Event about a cluster-scoped object must live in "default" (the API server answers
+# 422 otherwise; see shared/fixtures/kube-apiserver/06-create-events.json, E5).
+CLUSTER_SCOPED_EVENT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The object an Event is about."""
+
+    kind: str
+    name: str
+    uid: str = ""
+    namespace: str = ""
+    api_version: str = "v1"
+
+
+@dataclass(slots=True)
+class _Recorded:
+    name: str
+    namespace: str
+    count: int
+
+
+class EventRecorder:
+    """Writes core/v1 Events for one component (e.g. `hostaffinity-node-labeller`)."""
+
+    def __init__(self, api: client.ApiClient, component: str, instance: str) -> None:
+        self._core = client.CoreV1Api(api)
+        self._component = component
+        self._instance = instance
+        self._recorded: dict[tuple[ObjectRef, str, str], _Recorded] = {}
+
+    async def record(
+        self,
+        about: ObjectRef,
+        reason: str,
+        message: str,
+        kind: Literal["Normal", "Warning"] = "Warning",
+    ) -> None:
+        """Create the Event, or count a repeat on the one already written."""
+        key = (about, reason, message)
+        now = datetime.now(UTC)
+        try:
+            previous = self._recorded.get(key)
+            if previous is not None:
+                previous.count += 1
+                await self._core.patch_namespaced_event(
+                    previous.name,
+                    previous.namespace,
+                    {"count": previous.count, "lastTimestamp": _rfc3339(now)},
+                )
+                return
+            namespace = about.namespace or CLUSTER_SCOPED_EVENT_NAMESPACE
+            name = f"{about.name}.{time.time_ns():x}"
+            await self._core.create_namespaced_event(
+                namespace, self._body(about, name, namespace, reason, message, kind, now)
+            )
+            self._recorded[key] = _Recorded(name=name, namespace=namespace, count=1)
+        except Exception:  # an Event is best effort; never fail the caller
+            log.exception("could not record event %s on %s %s", reason, about.kind, about.name)
+
+    def _body(
+        self,
+        about: ObjectRef,
+        name: str,
+        namespace: str,
+        reason: str,
+        message: str,
+        kind: str,
+        now: datetime,
+    ) -> client.CoreV1Event:
+        return client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=about.api_version,
+                kind=about.kind,
+                name=about.name,
+                uid=about.uid or None,
+                namespace=about.namespace or None,
+            ),
+            reason=reason,
+            message=message,
+            type=kind,
+            count=1,
+            first_timestamp=now,
+            last_timestamp=now,
+            source=client.V1EventSource(component=self._component),
+            reporting_component=self._component,
+            reporting_instance=self._instance,
+        )
+
+
+def _rfc3339(moment: datetime) -> str:
+    """Six fractional digits always: MicroTime fields reject fewer (fixture 06, E6)."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
