@@ -1,0 +1,342 @@
+"""Filter and score: kube-scheduler's answers for one pod over many nodes, from the index.
+
+Two modes. KUBE_SCHEDULER reproduces the default profile's placement filters in their order
+(NodeAffinity PreFilter narrowing, NodeUnschedulable, TaintToleration, NodeAffinity,
+InterPodAffinity) with physical domains resolved through the placement map. PHYSICAL decides only
+the inter-pod terms whose domain is the ESXi host -- what the scheduler-extender owns, since
+kube-scheduler already enforces every other term (ARCHITECTURE.md "Services").
+
+Each stage yields (nodes, rejection) pairs with one Rejection object per cause (a taint list, a
+domain, a term), so a filter over N nodes costs set operations plus the matching pods, and the
+first rejecting stage wins per node as in kube-scheduler.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Set
+
+import msgspec
+
+from hostaffinity.affinity import explain
+from hostaffinity.affinity.explain import Rejection
+from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
+from hostaffinity.affinity.interpod import (
+    HOST_KEYS,
+    AffinityTerm,
+    PodTerms,
+    compile_pod_terms,
+    incoming_matches_itself,
+    incoming_scope,
+)
+from hostaffinity.affinity.model import Pod, Taint
+from hostaffinity.affinity.nodeaffinity import (
+    preferred_node_terms,
+    required_node_affinity,
+    required_nodes,
+    term_nodes,
+)
+from hostaffinity.affinity.scoring import (
+    INTER_POD_AFFINITY_WEIGHT,
+    MAX_NODE_SCORE,
+    NODE_AFFINITY_WEIGHT,
+    TAINT_TOLERATION_WEIGHT,
+    NodeScore,
+    ScoreResult,
+    normalize_default,
+    normalize_min_max,
+)
+from hostaffinity.affinity.taints import (
+    UNSCHEDULABLE_TAINT,
+    first_untolerated,
+    intolerable_preferences,
+    tolerated,
+)
+
+Stage = tuple[Set[str], Rejection]
+_NONE: frozenset[str] = frozenset()
+# kube-scheduler's default InterPodAffinity arg: existing pods' required affinity terms add this
+# to the score of nodes in their domain when the incoming pod matches them (scoring.go).
+HARD_POD_AFFINITY_WEIGHT = 1
+
+
+class FilterMode(enum.Enum):
+    """Which rules a filter decides."""
+
+    KUBE_SCHEDULER = "kube-scheduler"
+    PHYSICAL = "physical"
+
+
+class FilterResult(msgspec.Struct, frozen=True):
+    """Nodes that passed, in the order asked, and why each other node failed."""
+
+    feasible: list[str]
+    rejected: dict[str, Rejection]
+
+    def summary(self) -> str:
+        """kube-scheduler's one-line summary of the rejections."""
+        return explain.fit_error_message(len(self.feasible) + len(self.rejected), self.rejected)
+
+
+def _union(sets: Iterable[Set[str]]) -> set[str]:
+    result: set[str] = set()
+    result.update(*sets)
+    return result
+
+
+class AffinityEngine:
+    """Decides placement for pods against a ClusterIndex the caller keeps current.
+
+    `fail_unplaced`: a node whose ESXi host is unknown (no placement, no label) fails the pod's
+    host-level required terms instead of following kube-scheduler's missing-label rules.
+    """
+
+    def __init__(self, index: ClusterIndex, *, fail_unplaced: bool = False) -> None:
+        self.index = index
+        self.fail_unplaced = fail_unplaced
+
+    def terms(self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER) -> PodTerms:
+        """The pod's compiled terms; in PHYSICAL mode only those on the ESXi-host domain."""
+        terms = compile_pod_terms(pod, self.index.physical_anti_affinity)
+        if mode is FilterMode.KUBE_SCHEDULER:
+            return terms
+
+        def physical(kind: tuple[AffinityTerm, ...]) -> tuple[AffinityTerm, ...]:
+            return tuple(t for t in kind if t.physical)
+
+        return PodTerms(
+            physical(terms.required_affinity),
+            physical(terms.required_anti),
+            physical(terms.preferred_affinity),
+            physical(terms.preferred_anti),
+        )
+
+    # -- filter --------------------------------------------------------------------------------
+
+    def filter(
+        self,
+        pod: Pod,
+        nodes: Iterable[str] | None = None,
+        *,
+        mode: FilterMode = FilterMode.KUBE_SCHEDULER,
+    ) -> FilterResult:
+        """Which of `nodes` (default: every indexed node) can take the pod, and why not."""
+        index = self.index
+        if nodes is None:
+            order = index.node_names
+            asked: Set[str] | None = None
+        else:
+            order = list(nodes)
+            asked = set(order)
+        stages: list[Stage] = []
+        if asked is not None:
+            stages.append((asked - index.all_nodes(), explain.unknown_node()))
+        if mode is FilterMode.KUBE_SCHEDULER:
+            stages.extend(self._node_stages(pod))
+        stages.extend(self._inter_pod_stages(pod, mode))
+        rejected: dict[str, Rejection] = {}
+        for failing, why in reversed(stages):
+            if failing:
+                rejected.update(dict.fromkeys(failing if asked is None else failing & asked, why))
+        return FilterResult([n for n in order if n not in rejected], rejected)
+
+    def _node_stages(self, pod: Pod) -> Iterator[Stage]:
+        index = self.index
+        everyone = index.all_nodes()
+        required = required_node_affinity(pod)
+        if required.prefilter_names is not None:
+            yield everyone - required.prefilter_names, explain.node_names(required.prefilter_names)
+        tolerations = pod.spec.tolerations
+        if index.cordoned() and not tolerated(tolerations, UNSCHEDULABLE_TAINT):
+            yield index.cordoned(), explain.cordoned()
+        by_taint: dict[Taint, Rejection] = {}
+        for taints, group in index.taint_groups().items():
+            taint = first_untolerated(tolerations, taints)
+            if taint is not None:
+                if taint not in by_taint:
+                    by_taint[taint] = explain.untolerated_taint(taint)
+                yield group, by_taint[taint]
+        if not required.is_empty:
+            yield everyone - required_nodes(required, index), explain.node_affinity(required)
+
+    def _inter_pod_stages(self, pod: Pod, mode: FilterMode) -> Iterator[Stage]:
+        terms = self.terms(pod, mode)
+        forbidding = [
+            (record, term)
+            for record, term in self._forbidding(pod)
+            if mode is FilterMode.KUBE_SCHEDULER or term.physical
+        ]
+        if self.fail_unplaced:
+            yield from self._unplaced_stages(terms, forbidding)
+        yield from self._affinity_stages(pod, terms.required_affinity)
+        yield from self._anti_affinity_stages(pod, terms.required_anti)
+        yield from self._existing_anti_affinity_stages(forbidding)
+
+    def _unplaced_stages(
+        self, terms: PodTerms, forbidding: list[tuple[PodRecord, AffinityTerm]]
+    ) -> Iterator[Stage]:
+        """Nodes with no ESXi host fail every host-level term that concerns the pod."""
+        keys = {t.topology_key for t in (*terms.required_affinity, *terms.required_anti)}
+        keys.update(t.topology_key for _, t in forbidding)
+        for key in sorted(keys & HOST_KEYS):
+            yield self.index.all_nodes() - self.index.nodes_with(key), explain.unplaced(key)
+
+    def _affinity_stages(self, pod: Pod, terms: tuple[AffinityTerm, ...]) -> Iterator[Stage]:
+        """The pod's required affinity (filtering.go satisfyPodAffinity).
+
+        An existing pod counts only if it matches every term; a node must carry every term's
+        topology key and share each domain with such a pod -- unless no pod matches anywhere
+        and the pod matches its own terms (the first pod of a self-affine group).
+        """
+        if not terms:
+            return
+        index = self.index
+        scopes = [incoming_scope(t, index.namespaces) for t in terms]
+        first, rest = terms[0], list(zip(terms[1:], scopes[1:], strict=True))
+        domains: list[set[str]] = [set() for _ in terms]
+        for record in index.matching_pods(scopes[0], first.selector):
+            if record.key == pod.key or not all(
+                record.namespace in scope and t.selector.matches(record.labels) for t, scope in rest
+            ):
+                continue
+            for position, term in enumerate(terms):
+                value = index.domain(record.node, term.topology_key)
+                if value is not None:
+                    domains[position].add(value)
+        first_pod = not any(domains) and incoming_matches_itself(pod, terms, scopes)
+        everyone = index.all_nodes()
+        for term, values in zip(terms, domains, strict=True):
+            with_key = index.nodes_with(term.topology_key)
+            yield everyone - with_key, explain.affinity_missing_key(term)
+            if not first_pod:
+                by_value = index.domains(term.topology_key)
+                allowed = _union(by_value[v] for v in values if v in by_value)
+                yield with_key - allowed, explain.affinity_unmatched(term)
+
+    def _anti_affinity_stages(self, pod: Pod, terms: tuple[AffinityTerm, ...]) -> Iterator[Stage]:
+        """The pod's required anti-affinity (satisfyPodAntiAffinity): each term on its own."""
+        index = self.index
+        for term in terms:
+            culprits: dict[str, PodRecord] = {}
+            scope = incoming_scope(term, index.namespaces)
+            for record in index.matching_pods(scope, term.selector):
+                value = index.domain(record.node, term.topology_key)
+                if value is not None and value not in culprits and record.key != pod.key:
+                    culprits[value] = record
+            by_value = index.domains(term.topology_key)
+            for value, record in culprits.items():
+                yield by_value.get(value, _NONE), explain.anti_affinity(term, record, value)
+
+    def _forbidding(self, pod: Pod) -> Iterator[tuple[PodRecord, AffinityTerm]]:
+        """Existing pods' required anti-affinity terms that select this pod."""
+        meta = pod.metadata
+        for record, term in self.index.terms_matching("required_anti", meta.namespace, meta.labels):
+            if record.key != pod.key:
+                yield record, term
+
+    def _existing_anti_affinity_stages(
+        self, forbidding: list[tuple[PodRecord, AffinityTerm]]
+    ) -> Iterator[Stage]:
+        """Existing pods' required anti-affinity (satisfyExistingPodsAntiAffinity)."""
+        index = self.index
+        seen: dict[tuple[str, str], tuple[PodRecord, AffinityTerm]] = {}
+        for record, term in forbidding:
+            value = index.domain(record.node, term.topology_key)
+            if value is not None:
+                seen.setdefault((term.topology_key, value), (record, term))
+        for (key, value), (record, term) in seen.items():
+            yield (
+                index.domains(key).get(value, _NONE),
+                explain.existing_anti_affinity(term, record, value),
+            )
+
+    # -- score ---------------------------------------------------------------------------------
+
+    def score(
+        self,
+        pod: Pod,
+        nodes: Iterable[str],
+        *,
+        mode: FilterMode = FilterMode.KUBE_SCHEDULER,
+    ) -> ScoreResult:
+        """Normalized scores of the given (feasible) nodes, as the default profile ranks them.
+
+        In PHYSICAL mode only host-level inter-pod terms score; the other plugins are
+        kube-scheduler's job.
+        """
+        names = [n for n in nodes if self.index.has_node(n)]
+        inter_pod = normalize_min_max(self._inter_pod_raw(pod, names, mode))
+        if mode is FilterMode.PHYSICAL:
+            return ScoreResult(
+                {n: NodeScore(0, 0, inter_pod[n], inter_pod[n]) for n in names},
+                MAX_NODE_SCORE,
+            )
+        taints = normalize_default(self._taint_raw(pod, names), reverse=True)
+        node_affinity = normalize_default(self._node_affinity_raw(pod, names), reverse=False)
+        scores = {
+            n: NodeScore(
+                taints[n],
+                node_affinity[n],
+                inter_pod[n],
+                TAINT_TOLERATION_WEIGHT * taints[n]
+                + NODE_AFFINITY_WEIGHT * node_affinity[n]
+                + INTER_POD_AFFINITY_WEIGHT * inter_pod[n],
+            )
+            for n in names
+        }
+        weights = TAINT_TOLERATION_WEIGHT + NODE_AFFINITY_WEIGHT + INTER_POD_AFFINITY_WEIGHT
+        return ScoreResult(scores, weights * MAX_NODE_SCORE)
+
+    def _taint_raw(self, pod: Pod, names: list[str]) -> dict[str, int]:
+        raw = dict.fromkeys(names, 0)
+        asked = set(names)
+        for taints, group in self.index.taint_groups().items():
+            count = intolerable_preferences(pod.spec.tolerations, taints)
+            if count:
+                raw.update(dict.fromkeys(group & asked, count))
+        return raw
+
+    def _node_affinity_raw(self, pod: Pod, names: list[str]) -> dict[str, int]:
+        raw = dict.fromkeys(names, 0)
+        for weight, term in preferred_node_terms(pod):
+            for node in term_nodes(term, self.index):
+                if node in raw:
+                    raw[node] += weight
+        return raw
+
+    def _inter_pod_raw(self, pod: Pod, names: list[str], mode: FilterMode) -> dict[str, int]:
+        """Sum of term weights per topology domain (scoring.go PreScore/Score)."""
+        index = self.index
+        terms = self.terms(pod, mode)
+        physical_only = mode is FilterMode.PHYSICAL
+        topology: dict[tuple[str, str], int] = {}
+
+        def credit(record: PodRecord, term: AffinityTerm, weight: int) -> None:
+            value = index.domain(record.node, term.topology_key)
+            if value is not None:
+                pair = (term.topology_key, value)
+                topology[pair] = topology.get(pair, 0) + weight
+
+        for sign, kind in ((1, terms.preferred_affinity), (-1, terms.preferred_anti)):
+            for term in kind:
+                scope = incoming_scope(term, index.namespaces)
+                for record in index.matching_pods(scope, term.selector):
+                    if record.key != pod.key:
+                        credit(record, term, sign * term.weight)
+        existing: tuple[tuple[TermKind, int], ...] = (
+            ("required_affinity", 0),
+            ("preferred_affinity", 1),
+            ("preferred_anti", -1),
+        )
+        meta = pod.metadata
+        for kind_name, sign in existing:
+            for record, term in index.terms_matching(kind_name, meta.namespace, meta.labels):
+                if record.key == pod.key or (physical_only and not term.physical):
+                    continue
+                credit(record, term, HARD_POD_AFFINITY_WEIGHT if sign == 0 else sign * term.weight)
+        raw = dict.fromkeys(names, 0)
+        for (key, value), weight in topology.items():
+            for node in index.domains(key).get(value, _NONE):
+                if node in raw:
+                    raw[node] += weight
+        return raw

@@ -1,0 +1,413 @@
+"""The incremental cluster index every decision reads.
+
+Each pod, node, namespace or placement event touches only the index entries of that one object,
+so an informer can feed it event by event; a decision then looks pods up by label instead of
+scanning them. Kept:
+
+- pods by node, by namespace, by (label key, value) and by label key, each split per namespace;
+- existing pods' inter-pod terms by what they select ("anchor": a label pair or key the matched
+  pod must carry), so "which existing anti-affinity forbids this pod" reads a few buckets;
+- nodes by raw label (for node affinity), by resolved ESXi host (placement map first, then the
+  node label), by taint set, and the cordoned ones.
+
+Two indexes fed the same objects in any order compare equal (`==`), which the property tests
+rely on. Only assigned, non-terminal pods are kept: those are the pods kube-scheduler counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Set
+from typing import Final, Literal, TypeVar
+
+import msgspec
+
+from hostaffinity.affinity.interpod import (
+    HOST_KEYS,
+    AffinityTerm,
+    NamespaceScope,
+    PodTerms,
+    compile_pod_terms,
+)
+from hostaffinity.affinity.model import Namespace, Node, Pod, Taint
+from hostaffinity.affinity.selectors import IN, Selector
+
+TermKind = Literal["required_affinity", "required_anti", "preferred_affinity", "preferred_anti"]
+TERM_KINDS: Final[tuple[TermKind, ...]] = (
+    "required_affinity",
+    "required_anti",
+    "preferred_affinity",
+    "preferred_anti",
+)
+# Pods in these phases have stopped: kube-scheduler's informer drops them
+# (pkg/scheduler/scheduler.go, field selector status.phase!=Succeeded,status.phase!=Failed).
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+# An anchor is (key, value) for an In requirement, (key, None) for Exists, None for a selector
+# with no positive requirement (checked against every pod).
+Anchor = tuple[str, str | None] | None
+_EMPTY: Final[frozenset[str]] = frozenset()
+
+K = TypeVar("K")
+J = TypeVar("J")
+V = TypeVar("V")
+
+
+class PodRecord(msgspec.Struct, frozen=True):
+    """What the index keeps of an assigned pod."""
+
+    key: str
+    namespace: str
+    node: str
+    labels: dict[str, str]
+    terms: PodTerms
+
+
+class NodeRecord(msgspec.Struct, frozen=True):
+    """What the index keeps of a node."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+
+
+def _anchors(selector: Selector) -> list[Anchor]:
+    anchor = selector.anchor()
+    if anchor is None:
+        return [None]
+    if anchor.op == IN:
+        return [(anchor.key, value) for value in anchor.values]
+    return [(anchor.key, None)]
+
+
+def _add(mapping: dict[K, set[V]], key: K, item: V) -> None:
+    bucket = mapping.get(key)
+    if bucket is None:
+        mapping[key] = {item}
+    else:
+        bucket.add(item)
+
+
+def _discard(mapping: dict[K, set[V]], key: K, item: V) -> None:
+    bucket = mapping.get(key)
+    if bucket is not None:
+        bucket.discard(item)
+        if not bucket:
+            del mapping[key]
+
+
+def _add2(mapping: dict[K, dict[J, set[V]]], key: K, inner: J, item: V) -> None:
+    _add(mapping.setdefault(key, {}), inner, item)
+
+
+def _discard2(mapping: dict[K, dict[J, set[V]]], key: K, inner: J, item: V) -> None:
+    nested = mapping.get(key)
+    if nested is not None:
+        _discard(nested, inner, item)
+        if not nested:
+            del mapping[key]
+
+
+class ClusterIndex:
+    """Pods, nodes, namespaces and placements, indexed for affinity decisions."""
+
+    def __init__(self, *, physical_anti_affinity: bool = False) -> None:
+        self.physical_anti_affinity = physical_anti_affinity
+        self._pods: dict[str, PodRecord] = {}
+        self._nodes: dict[str, NodeRecord] = {}
+        self._namespaces: dict[str, dict[str, str]] = {}
+        self._placement: dict[str, str] = {}
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._pods_by_ns: dict[str, set[str]] = {}
+        self._pods_by_label: dict[tuple[str, str], dict[str, set[str]]] = {}
+        self._pods_by_key: dict[str, dict[str, set[str]]] = {}
+        self._terms: dict[TermKind, dict[Anchor, set[tuple[str, int]]]] = {
+            kind: {} for kind in TERM_KINDS
+        }
+        self._nodes_by_label: dict[str, dict[str, set[str]]] = {}
+        self._nodes_by_host: dict[str, dict[str, set[str]]] = {}
+        self._nodes_with: dict[str, set[str]] = {}
+        self._nodes_by_taints: dict[tuple[Taint, ...], set[str]] = {}
+        self._cordoned: set[str] = set()
+        self._all_nodes: set[str] = set()
+
+    # -- equality (for the property tests) ---------------------------------------------------
+
+    def _state(self) -> tuple[object, ...]:
+        return (
+            self.physical_anti_affinity,
+            self._pods,
+            self._nodes,
+            self._namespaces,
+            self._placement,
+            self._pods_by_node,
+            self._pods_by_ns,
+            self._pods_by_label,
+            self._pods_by_key,
+            self._terms,
+            self._nodes_by_label,
+            self._nodes_by_host,
+            self._nodes_with,
+            self._nodes_by_taints,
+            self._cordoned,
+            self._all_nodes,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ClusterIndex):
+            return NotImplemented
+        return self._state() == other._state()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- pod events ----------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: Pod) -> None:
+        """Add or update a pod; an unassigned or finished pod is dropped from the index."""
+        key = pod.key
+        self.remove_pod(key)
+        if not pod.spec.node_name or pod.status.phase in _TERMINAL_PHASES:
+            return
+        record = PodRecord(
+            key=key,
+            namespace=pod.metadata.namespace,
+            node=pod.spec.node_name,
+            labels=pod.metadata.labels,
+            terms=compile_pod_terms(pod, self.physical_anti_affinity),
+        )
+        self._pods[key] = record
+        ns = record.namespace
+        _add(self._pods_by_node, record.node, key)
+        _add(self._pods_by_ns, ns, key)
+        for label in record.labels.items():
+            _add2(self._pods_by_label, label, ns, key)
+            _add2(self._pods_by_key, label[0], ns, key)
+        for kind, position, term in self._each_term(record):
+            for anchor in _anchors(term.selector):
+                _add(self._terms[kind], anchor, (key, position))
+
+    def remove_pod(self, key: str) -> None:
+        """Forget a pod by its `namespace/name` key (a no-op for an unknown pod)."""
+        record = self._pods.pop(key, None)
+        if record is None:
+            return
+        ns = record.namespace
+        _discard(self._pods_by_node, record.node, key)
+        _discard(self._pods_by_ns, ns, key)
+        for label in record.labels.items():
+            _discard2(self._pods_by_label, label, ns, key)
+            _discard2(self._pods_by_key, label[0], ns, key)
+        for kind, position, term in self._each_term(record):
+            for anchor in _anchors(term.selector):
+                _discard(self._terms[kind], anchor, (key, position))
+
+    @staticmethod
+    def _each_term(record: PodRecord) -> Iterator[tuple[TermKind, int, AffinityTerm]]:
+        for kind in TERM_KINDS:
+            for position, term in enumerate(getattr(record.terms, kind)):
+                yield kind, position, term
+
+    # -- node, namespace and placement events --------------------------------------------------
+
+    def upsert_node(self, node: Node) -> None:
+        """Add or update a node."""
+        name = node.metadata.name
+        self.remove_node(name)
+        record = NodeRecord(
+            name=name,
+            labels=node.metadata.labels,
+            taints=tuple(node.spec.taints),
+            unschedulable=node.spec.unschedulable,
+        )
+        self._nodes[name] = record
+        self._all_nodes.add(name)
+        for key, value in record.labels.items():
+            _add2(self._nodes_by_label, key, value, name)
+            if key not in HOST_KEYS:
+                _add(self._nodes_with, key, name)
+        if record.taints:
+            _add(self._nodes_by_taints, record.taints, name)
+        if record.unschedulable:
+            self._cordoned.add(name)
+        self._index_host(name)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node (its placement is kept: the topology KV owns that)."""
+        record = self._nodes.get(name)
+        if record is None:
+            return
+        self._unindex_host(name)
+        del self._nodes[name]
+        self._all_nodes.discard(name)
+        for key, value in record.labels.items():
+            _discard2(self._nodes_by_label, key, value, name)
+            if key not in HOST_KEYS:
+                _discard(self._nodes_with, key, name)
+        if record.taints:
+            _discard(self._nodes_by_taints, record.taints, name)
+        self._cordoned.discard(name)
+
+    def set_placement(self, node: str, host: str | None) -> None:
+        """Record the ESXi host a node's VM runs on now (None: unknown).
+
+        `host` is the host's label value (NodePlacement.host_label), the same space as the
+        `hostaffinity.io/esxi-host` node label, so domains from either source compare equal.
+        """
+        self._unindex_host(node)
+        if host is None:
+            self._placement.pop(node, None)
+        else:
+            self._placement[node] = host
+        self._index_host(node)
+
+    def set_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        """Record a namespace's labels (namespaceSelector reads them)."""
+        self._namespaces[name] = dict(labels)
+
+    def upsert_namespace(self, namespace: Namespace) -> None:
+        """Record a Namespace object's labels."""
+        self.set_namespace(namespace.metadata.name, namespace.metadata.labels)
+
+    def remove_namespace(self, name: str) -> None:
+        """Forget a namespace."""
+        self._namespaces.pop(name, None)
+
+    def _index_host(self, node: str) -> None:
+        for key in HOST_KEYS:
+            value = self.domain(node, key)
+            if value is not None:
+                _add2(self._nodes_by_host, key, value, node)
+                _add(self._nodes_with, key, node)
+
+    def _unindex_host(self, node: str) -> None:
+        for key in HOST_KEYS:
+            value = self.domain(node, key)
+            if value is not None:
+                _discard2(self._nodes_by_host, key, value, node)
+                _discard(self._nodes_with, key, node)
+
+    # -- node queries --------------------------------------------------------------------------
+
+    @property
+    def node_names(self) -> list[str]:
+        """All nodes, in the order they were first added."""
+        return list(self._nodes)
+
+    def has_node(self, name: str) -> bool:
+        return name in self._nodes
+
+    def node(self, name: str) -> NodeRecord | None:
+        return self._nodes.get(name)
+
+    def all_nodes(self) -> Set[str]:
+        """The set of node names (do not mutate)."""
+        return self._all_nodes
+
+    def label_values(self, key: str) -> Mapping[str, Set[str]]:
+        """Raw node labels: value -> nodes with `key=value` (for node affinity)."""
+        return self._nodes_by_label.get(key, {})
+
+    def domain(self, node: str, key: str) -> str | None:
+        """The node's topology domain for `key`; ESXi-host keys read the placement map first."""
+        record = self._nodes.get(node)
+        if record is None:
+            return None
+        if key in HOST_KEYS:
+            placed = self._placement.get(node)
+            if placed is not None:
+                return placed
+        return record.labels.get(key)
+
+    def domains(self, key: str) -> Mapping[str, Set[str]]:
+        """Topology domain value -> nodes in it, for any key."""
+        if key in HOST_KEYS:
+            return self._nodes_by_host.get(key, {})
+        return self._nodes_by_label.get(key, {})
+
+    def nodes_with(self, key: str) -> Set[str]:
+        """Nodes that have a topology domain for `key` (do not mutate)."""
+        return self._nodes_with.get(key, _EMPTY)
+
+    def taint_groups(self) -> Mapping[tuple[Taint, ...], Set[str]]:
+        """Nodes by their (non-empty) taint list: the filter decides once per distinct list."""
+        return self._nodes_by_taints
+
+    def cordoned(self) -> Set[str]:
+        """Nodes marked `spec.unschedulable`."""
+        return self._cordoned
+
+    # -- namespace and pod queries -------------------------------------------------------------
+
+    @property
+    def namespaces(self) -> Mapping[str, Mapping[str, str]]:
+        """Known namespaces and their labels."""
+        return self._namespaces
+
+    def pod(self, key: str) -> PodRecord | None:
+        return self._pods.get(key)
+
+    def pods(self) -> Iterator[PodRecord]:
+        """Every indexed pod."""
+        return iter(self._pods.values())
+
+    def pods_on(self, node: str) -> Iterator[PodRecord]:
+        """Pods assigned to a node."""
+        return (self._pods[key] for key in self._pods_by_node.get(node, _EMPTY))
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def matching_pods(self, scope: NamespaceScope, selector: Selector) -> Iterator[PodRecord]:
+        """Pods in the scope whose labels the selector matches; cost ~ the anchor's pods."""
+        if selector.nothing:
+            return
+        anchor = selector.anchor()
+        if anchor is None:
+            sources: list[Mapping[str, set[str]]] = [self._pods_by_ns]
+        elif anchor.op == IN:
+            sources = [self._pods_by_label.get((anchor.key, v), {}) for v in anchor.values]
+        else:
+            sources = [self._pods_by_key.get(anchor.key, {})]
+        pods = self._pods
+        for by_ns in sources:
+            for keys in self._in_scope(by_ns, scope):
+                for key in keys:
+                    record = pods[key]
+                    if selector.matches(record.labels):
+                        yield record
+
+    @staticmethod
+    def _in_scope(by_ns: Mapping[str, set[str]], scope: NamespaceScope) -> Iterator[set[str]]:
+        if scope.everywhere:
+            yield from by_ns.values()
+        elif len(scope.names) < len(by_ns):
+            for ns in scope.names:
+                keys = by_ns.get(ns)
+                if keys:
+                    yield keys
+        else:
+            for ns, keys in by_ns.items():
+                if ns in scope.names:
+                    yield keys
+
+    def terms_matching(
+        self, kind: TermKind, namespace: str, labels: Mapping[str, str]
+    ) -> Iterator[tuple[PodRecord, AffinityTerm]]:
+        """Existing pods' terms of one kind that select a pod with this namespace and labels.
+
+        The namespaceSelector of an existing pod's term reads the pod's real namespace labels
+        (an unknown namespace has none), as kube-scheduler's GetNamespaceLabelsSnapshot does.
+        """
+        buckets = self._terms[kind]
+        if not buckets:
+            return
+        refs: set[tuple[str, int]] = set(buckets.get(None, ()))
+        for key, value in labels.items():
+            refs.update(buckets.get((key, value), ()))
+            refs.update(buckets.get((key, None), ()))
+        ns_labels = self._namespaces.get(namespace, {})
+        for pod_key, position in refs:
+            record = self._pods[pod_key]
+            term = getattr(record.terms, kind)[position]
+            if term.matches(namespace, labels, ns_labels):
+                yield record, term

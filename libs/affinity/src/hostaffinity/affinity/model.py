@@ -1,0 +1,166 @@
+"""The Kubernetes API shapes the engine reads, decoded straight from API JSON.
+
+Only the fields scheduling needs are declared; msgspec skips every other field, so a Pod or Node
+from any API version decodes without generated models (ARCHITECTURE.md "Kubernetes access").
+`None` and an empty struct are kept apart on purpose: a null `namespaceSelector` or
+`labelSelector` means something different from `{}`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Base for API shapes: camelCase JSON names, unknown fields ignored."""
+
+
+class LabelSelectorRequirement(_ApiStruct, frozen=True):
+    key: str
+    operator: str
+    values: list[str] | None = None
+
+
+class LabelSelector(_ApiStruct, frozen=True):
+    match_labels: dict[str, str] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = None
+
+
+class PodAffinityTerm(_ApiStruct, frozen=True):
+    topology_key: str = ""
+    label_selector: LabelSelector | None = None
+    namespaces: list[str] | None = None
+    namespace_selector: LabelSelector | None = None
+    match_label_keys: list[str] | None = None
+    mismatch_label_keys: list[str] | None = None
+
+
+class WeightedPodAffinityTerm(_ApiStruct, frozen=True):
+    weight: int
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(_ApiStruct, frozen=True):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] | None = None
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] | None = (
+        None
+    )
+
+
+class NodeSelectorRequirement(_ApiStruct, frozen=True):
+    key: str
+    operator: str
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(_ApiStruct, frozen=True):
+    match_expressions: list[NodeSelectorRequirement] | None = None
+    match_fields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(_ApiStruct, frozen=True):
+    node_selector_terms: list[NodeSelectorTerm] = msgspec.field(default_factory=list)
+
+
+class PreferredSchedulingTerm(_ApiStruct, frozen=True):
+    weight: int
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(_ApiStruct, frozen=True):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = (
+        None
+    )
+
+
+class Affinity(_ApiStruct, frozen=True):
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+class Toleration(_ApiStruct, frozen=True):
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+    toleration_seconds: int | None = None
+
+
+class Taint(_ApiStruct, frozen=True):
+    key: str
+    effect: str
+    value: str = ""
+
+
+class OwnerReference(_ApiStruct, frozen=True):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool | None = None
+
+
+class ObjectMeta(_ApiStruct, frozen=True):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+    owner_references: list[OwnerReference] = msgspec.field(default_factory=list)
+
+
+class PodSpec(_ApiStruct, frozen=True):
+    node_name: str = ""
+    node_selector: dict[str, str] | None = None
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = msgspec.field(default_factory=list)
+
+
+class PodStatus(_ApiStruct, frozen=True):
+    phase: str = ""
+
+
+class Pod(_ApiStruct, frozen=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+    @property
+    def key(self) -> str:
+        """The `namespace/name` key the index stores the pod under."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+class NodeSpec(_ApiStruct, frozen=True):
+    taints: list[Taint] = msgspec.field(default_factory=list)
+    unschedulable: bool = False
+
+
+class Node(_ApiStruct, frozen=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+
+
+class Namespace(_ApiStruct, frozen=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+
+_POD_DECODER = msgspec.json.Decoder(Pod)
+_NODE_DECODER = msgspec.json.Decoder(Node)
+_NAMESPACE_DECODER = msgspec.json.Decoder(Namespace)
+
+
+def decode_pod(data: bytes | str) -> Pod:
+    """Decode one Pod from its API JSON."""
+    return _POD_DECODER.decode(data)
+
+
+def decode_node(data: bytes | str) -> Node:
+    """Decode one Node from its API JSON."""
+    return _NODE_DECODER.decode(data)
+
+
+def decode_namespace(data: bytes | str) -> Namespace:
+    """Decode one Namespace from its API JSON."""
+    return _NAMESPACE_DECODER.decode(data)
