@@ -1,0 +1,102 @@
+"""Raw JSON calls through kubernetes_asyncio's ApiClient: its config, auth and transport, but
+none of its generated models (too slow and too big for the hot path; see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Where a resource lives in the REST tree (`namespace=None` means all namespaces)."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str | None = None
+
+    def path(self, name: str | None = None) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        scope = f"/namespaces/{self.namespace}" if self.namespace else ""
+        return f"{root}{scope}/{self.plural}" + (f"/{name}" if name else "")
+
+
+def api_error(status: int, body: bytes) -> ApiException:
+    """An ApiException carrying the server's Status body, like the generated client raises."""
+    error = ApiException(status=status, reason=_reason(body))
+    error.body = body
+    return error
+
+
+def _reason(body: bytes) -> str:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ""
+    return str(parsed.get("reason", "")) if isinstance(parsed, dict) else ""
+
+
+class KubeClient:
+    """JSON in, JSON out; errors as `ApiException` with the HTTP status."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str] | None,
+        body: Any,
+        content_type: str,
+        client_timeout: aiohttp.ClientTimeout | None,
+    ) -> aiohttp.ClientResponse:
+        response: aiohttp.ClientResponse = await self._api.call_api(
+            path,
+            method,
+            query_params=list((query or {}).items()),
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=client_timeout,
+        )
+        return response
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> bytes:
+        """The raw JSON body of a 2xx answer; anything else raises ApiException."""
+        response = await self._send(method, path, query, body, content_type, None)
+        async with response:
+            data = await response.read()
+            if not 200 <= response.status <= 299:
+                raise api_error(response.status, data)
+            return data
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, query: dict[str, str], read_timeout_s: float
+    ) -> AsyncIterator[aiohttp.StreamReader]:
+        """An open watch: newline-delimited JSON events until the server ends the stream."""
+        timeout = aiohttp.ClientTimeout(sock_read=read_timeout_s)
+        response = await self._send("GET", path, query, None, "application/json", timeout)
+        async with response:
+            if response.status != 200:
+                raise api_error(response.status, await response.read())
+            yield response.content

@@ -1,0 +1,45 @@
+"""The double's test hooks that the recordings cannot exercise: held PATCHes and SA tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+
+from tests.platform.kube_double import KubeDouble
+
+PATCH = {"Content-Type": "application/strategic-merge-patch+json"}
+
+
+async def test_held_patch_waits_until_released(kube_double: KubeDouble) -> None:
+    kube_double.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}})
+    hold = kube_double.hold_patches("nodes", "worker-1")
+    headers = {"Authorization": f"Bearer {kube_double.token}", **PATCH}
+    body = json.dumps({"metadata": {"labels": {"held": "yes"}}})
+    async with aiohttp.ClientSession(headers=headers) as session:
+        sent = asyncio.create_task(
+            session.patch(f"{kube_double.url}/api/v1/nodes/worker-1", data=body)
+        )
+        await asyncio.wait_for(hold.arrived.wait(), 5)
+        node = kube_double.read("v1", "nodes", "worker-1")
+        assert node is not None
+        assert "held" not in (node["metadata"].get("labels") or {})
+        hold.release()
+        response = await asyncio.wait_for(sent, 5)
+        assert response.status == 200
+    node = kube_double.read("v1", "nodes", "worker-1")
+    assert node is not None
+    assert node["metadata"]["labels"]["held"] == "yes"
+
+
+async def test_service_account_token_is_forbidden(kube_double: KubeDouble) -> None:
+    kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "authz"}})
+    token = kube_double.service_account_token("authz", "no-rbac")
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session,
+        session.get(f"{kube_double.url}/api/v1/nodes") as response,
+    ):
+        body = await response.json()
+    assert response.status == 403
+    assert "system:serviceaccount:authz:no-rbac" in body["message"]

@@ -1,0 +1,1 @@
+"""Integration tests: the product against real parts (nats-server, vcsim, the Kubernetes double)."""

@@ -1,0 +1,21 @@
+"""A Kubernetes API test double, held to kube-apiserver v1.36.2 by tests/contract.
+
+Why not kmock (PyPI `kmock==0.8`, evaluated first): its `KubernetesEmulator` is an
+in-memory dict over HTTP. It answers every LIST with the literal resourceVersion `"..."`, keeps
+no revision counter and no event history, so a watch cannot start from a resourceVersion, never
+sends BOOKMARKs and can never produce the 410 `ERROR` event; it applies every PATCH as a plain
+dict merge (no strategic-merge list rules, no null deletes, no JSON patch `test`, no server-side
+apply ownership), has no label or field selectors, no paging, no optimistic-concurrency 409s and
+no Status bodies shaped like the real server's. Its routing DSL would still leave all of that to
+write, so the double is a small aiohttp server of its own instead.
+
+Modules: `store` (revisions, history, watch fan-out), `server` (HTTP verbs), `actions`
+(binding, eviction, tokens, reviews), `admission` (defaulting, validation, conversion),
+`patches`, `fieldsets` (managedFields), `selectors`, `auth`, `double` (start/stop + test hooks),
+`fixture` (the `kube_double` pytest fixture).
+"""
+
+from .double import KubeDouble
+from .server import PatchHold
+
+__all__ = ["KubeDouble", "PatchHold"]

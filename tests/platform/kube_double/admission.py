@@ -1,0 +1,396 @@
+"""What the real server does to an object besides storing it: decoding checks, defaulting,
+validation, version conversion. Only what the recorded exchanges show, per kind.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import secrets
+import string
+from datetime import UTC, datetime
+from typing import Any
+
+from . import errors
+from .resources import Resource
+
+_MICRO_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
+_MICROTIME_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "Lease": (("spec", "acquireTime"), ("spec", "renewTime")),
+    "Event": (("eventTime",),),
+}
+_TIME_FIELDS = (("firstTimestamp",), ("lastTimestamp",), ("deprecatedFirstTimestamp",))
+TOPOLOGY_PREFIX = "topology.kubernetes.io/"
+
+# events.k8s.io/v1 name -> core/v1 (storage) name.
+_EVENT_RENAMES = {
+    "regarding": "involvedObject",
+    "note": "message",
+    "reportingController": "reportingComponent",
+    "deprecatedSource": "source",
+    "deprecatedFirstTimestamp": "firstTimestamp",
+    "deprecatedLastTimestamp": "lastTimestamp",
+    "deprecatedCount": "count",
+}
+_VMI_STATUS_FIELDS = frozenset(
+    {
+        "activePods",
+        "conditions",
+        "currentCPUTopology",
+        "evacuationNodeName",
+        "fsFreezeStatus",
+        "guestOSInfo",
+        "interfaces",
+        "kernelBootStatus",
+        "launcherContainerImageVersion",
+        "machine",
+        "memory",
+        "migratedVolumes",
+        "migrationMethod",
+        "migrationState",
+        "migrationTransport",
+        "nodeName",
+        "phase",
+        "phaseTransitionTimestamps",
+        "qosClass",
+        "reason",
+        "runtimeUser",
+        "selinuxContext",
+        "topologyHints",
+        "virtualMachineRevisionName",
+        "volumeStatus",
+        "VSOCKCID",
+    }
+)
+_VMIM_STATUS_FIELDS = frozenset(
+    {
+        "conditions",
+        "migrationState",
+        "phase",
+        "phaseTransitionTimestamps",
+        "synchronizationAddresses",
+    }
+)
+
+
+def now_time() -> str:
+    """A metav1.Time: seconds precision, UTC."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    """A metav1.MicroTime: exactly six fractional digits, UTC."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _get(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for part in path:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _reformat(obj: dict[str, Any], path: tuple[str, ...], fmt: str) -> None:
+    parent = _get(obj, path[:-1]) if len(path) > 1 else obj
+    value = parent.get(path[-1]) if isinstance(parent, dict) else None
+    if isinstance(value, str) and value:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+        parent[path[-1]] = parsed.strftime(fmt)
+
+
+def check_decodable(resource: Resource, body: dict[str, Any]) -> None:
+    """MicroTime fields need six fractional digits, or decoding fails with 400 (finding 6)."""
+    for path in _MICROTIME_FIELDS.get(resource.kind, ()):
+        value = _get(body, path)
+        if isinstance(value, str) and not _MICRO_RE.match(value):
+            raise errors.bad_request(
+                f'{resource.kind} in version "v1" cannot be handled as a {resource.kind}: '
+                f'parsing time "{value}" as "2006-01-02T15:04:05.000000Z07:00": '
+                f'cannot parse "{value[19:]}" as ".000000"'
+            )
+
+
+def to_storage(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    """Convert a request object to the stored form (events.k8s.io Events are kept as core)."""
+    obj = copy.deepcopy(obj)
+    if resource.group == "events.k8s.io":
+        obj = {_EVENT_RENAMES.get(k, k): v for k, v in obj.items()}
+        obj["apiVersion"] = "v1"
+    else:
+        obj["apiVersion"] = resource.api_version
+    obj["kind"] = resource.kind
+    return obj
+
+
+def present(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    """Render a stored object as `resource`'s version serialises it, zero values included."""
+    obj = copy.deepcopy(obj)
+    if resource.kind != "Event":
+        return obj
+    for path in _TIME_FIELDS:
+        _reformat(obj, path, "%Y-%m-%dT%H:%M:%SZ")
+    _reformat(obj, ("eventTime",), "%Y-%m-%dT%H:%M:%S.%fZ")
+    if resource.group != "events.k8s.io":
+        for key, zero in (
+            ("source", {}),
+            ("firstTimestamp", None),
+            ("lastTimestamp", None),
+            ("eventTime", None),
+            ("reportingComponent", ""),
+            ("reportingInstance", ""),
+        ):
+            obj.setdefault(key, zero)
+        return obj
+    back = {v: k for k, v in _EVENT_RENAMES.items()}
+    out = {back.get(k, k): v for k, v in obj.items() if not (k == "count" and not v)}
+    out["apiVersion"] = resource.api_version
+    for key in ("reportingController", "reportingInstance"):
+        if not out.get(key):
+            out.pop(key, None)
+    for key, zero in (
+        ("eventTime", None),
+        ("regarding", {}),
+        ("deprecatedSource", {}),
+        ("deprecatedFirstTimestamp", None),
+        ("deprecatedLastTimestamp", None),
+    ):
+        out.setdefault(key, zero)
+    return out
+
+
+def validate_create(resource: Resource, obj: dict[str, Any], namespace: str | None) -> None:
+    """The 422s the recordings show for Events and the KubeVirt schema."""
+    name = obj["metadata"].get("name", "")
+    if resource.group == "events.k8s.io" and not obj.get("eventTime"):
+        raise errors.invalid(
+            "Event",
+            name,
+            [{"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"}],
+        )
+    if resource.group == "" and resource.kind == "Event":
+        involved_ns = (obj.get("involvedObject") or {}).get("namespace", "")
+        allowed = ("", "default") if not involved_ns else (involved_ns,)
+        if namespace not in allowed:
+            raise errors.invalid(
+                "Event",
+                name,
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "message": f'Invalid value: "{involved_ns}": '
+                        "does not match event.namespace",
+                        "field": "involvedObject.namespace",
+                    }
+                ],
+            )
+    if resource.kind == "VirtualMachineInstance":
+        _validate_vmi(resource, obj, name)
+
+
+def _validate_vmi(resource: Resource, obj: dict[str, Any], name: str) -> None:
+    spec = obj.get("spec") or {}
+    causes: list[dict[str, str]] = []
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is not None and not isinstance(grace, int):
+        causes.append(
+            {
+                "reason": "FieldValueTypeInvalid",
+                "message": 'Invalid value: "string": spec.terminationGracePeriodSeconds in body '
+                'must be of type integer: "string"',
+                "field": "spec.terminationGracePeriodSeconds",
+            }
+        )
+    if "domain" not in spec:
+        causes.append(
+            {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.domain"}
+        )
+    if causes:
+        causes.append(
+            {
+                "reason": "FieldValueInvalid",
+                "message": "Invalid value: null: some validation rules were not checked because "
+                "the object was invalid; correct the existing errors to complete validation",
+                "field": "<nil>",
+            }
+        )
+        raise errors.invalid(resource.kind, name, causes, group=resource.group)
+
+
+def prune_unknown(resource: Resource, obj: dict[str, Any]) -> list[str]:
+    """Drop status fields the KubeVirt schemas do not know; return the Warning texts."""
+    known = {
+        "VirtualMachineInstance": _VMI_STATUS_FIELDS,
+        "VirtualMachineInstanceMigration": _VMIM_STATUS_FIELDS,
+    }.get(resource.kind)
+    status = obj.get("status")
+    if known is None or not isinstance(status, dict):
+        return []
+    unknown = sorted(k for k in status if k not in known)
+    for key in unknown:
+        del status[key]
+    return [f'unknown field "status.{key}"' for key in unknown]
+
+
+def random_suffix() -> str:
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+
+
+def _qos_class(containers: list[dict[str, Any]]) -> str:
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    guaranteed = all(
+        (r.get("limits") or {}).get(k) is not None
+        and (r.get("requests") or r.get("limits") or {}).get(k) == (r.get("limits") or {}).get(k)
+        for r in resources
+        for k in ("cpu", "memory")
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _default_pod(pod: dict[str, Any]) -> None:
+    spec = pod.setdefault("spec", {})
+    containers = spec.setdefault("containers", [])
+    if spec.get("automountServiceAccountToken") is not False:
+        volume = f"kube-api-access-{random_suffix()}"
+        spec.setdefault("volumes", []).append(_service_account_volume(volume))
+        for container in containers:
+            container.setdefault("volumeMounts", []).append(
+                {
+                    "name": volume,
+                    "readOnly": True,
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                }
+            )
+    for container in containers:
+        image = container.get("image", "")
+        latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
+        container.setdefault("resources", {})
+        container.setdefault("terminationMessagePath", "/dev/termination-log")
+        container.setdefault("terminationMessagePolicy", "File")
+        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    for key, value in (
+        ("restartPolicy", "Always"),
+        ("terminationGracePeriodSeconds", 30),
+        ("dnsPolicy", "ClusterFirst"),
+        ("serviceAccountName", "default"),
+        ("securityContext", {}),
+        ("schedulerName", "default-scheduler"),
+        ("priority", 0),
+        ("enableServiceLinks", True),
+        ("preemptionPolicy", "PreemptLowerPriority"),
+    ):
+        spec.setdefault(key, value)
+    spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    tolerations = spec.setdefault("tolerations", [])
+    for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if not any(t.get("key") == taint for t in tolerations):
+            tolerations.append(
+                {
+                    "key": taint,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            )
+    pod["status"] = {"phase": "Pending", "qosClass": _qos_class(containers)}
+
+
+def _service_account_volume(name: str) -> dict[str, Any]:
+    def config_map(cm: str, key: str) -> dict[str, Any]:
+        return {"configMap": {"name": cm, "items": [{"key": key, "path": key}]}}
+
+    return {
+        "name": name,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                config_map("kube-root-ca.crt", "ca.crt"),
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "namespace",
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                            }
+                        ]
+                    }
+                },
+                config_map("openshift-service-ca.crt", "service-ca.crt"),
+            ],
+            "defaultMode": 420,
+        },
+    }
+
+
+NODE_STATUS_ZERO: dict[str, Any] = {
+    "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+    "nodeInfo": {
+        key: ""
+        for key in (
+            "machineID",
+            "systemUUID",
+            "bootID",
+            "kernelVersion",
+            "osImage",
+            "containerRuntimeVersion",
+            "kubeletVersion",
+            "kubeProxyVersion",
+            "operatingSystem",
+            "architecture",
+        )
+    },
+}
+
+
+def default_create(resource: Resource, obj: dict[str, Any], node: dict[str, Any] | None) -> None:
+    """Defaulting and admission on create (`node` is the pod's spec.nodeName Node, if any)."""
+    meta = obj["metadata"]
+    if resource.has_generation:
+        meta["generation"] = 1
+    if resource.kind == "Pod":
+        _default_pod(obj)
+        if node is not None:
+            copy_topology_labels(obj, node)
+    elif resource.kind == "Node":
+        taints = obj.setdefault("spec", {}).setdefault("taints", [])
+        if not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints):
+            taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+        status = obj.setdefault("status", {})
+        for key, value in NODE_STATUS_ZERO.items():
+            status.setdefault(key, copy.deepcopy(value))
+    elif resource.kind == "Namespace":
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj.setdefault("status", {}).setdefault("phase", "Active")
+    elif resource.kind == "PodDisruptionBudget":
+        obj["status"] = {
+            "disruptionsAllowed": 0,
+            "currentHealthy": 0,
+            "desiredHealthy": 0,
+            "expectedPods": 0,
+        }
+    normalize(resource, obj)
+
+
+def normalize(resource: Resource, obj: dict[str, Any]) -> None:
+    """Invariants kept on every write: the namespace name label, Go zero values, time formats."""
+    if resource.kind == "Namespace":
+        labels = obj["metadata"].setdefault("labels", {})
+        labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+    if resource.kind == "Pod":
+        status = obj.get("status") or {}
+        for condition in status.get("conditions") or []:
+            condition.setdefault("lastProbeTime", None)
+        for container in status.get("containerStatuses") or []:
+            container.setdefault("lastState", {})
+    if resource.kind == "Lease":
+        for path in _MICROTIME_FIELDS["Lease"]:
+            _reformat(obj, path, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def copy_topology_labels(pod: dict[str, Any], node: dict[str, Any]) -> None:
+    """PodTopologyLabelsAdmission: the node's topology.kubernetes.io/* labels go onto the pod."""
+    node_labels = node["metadata"].get("labels") or {}
+    topology = {k: v for k, v in node_labels.items() if k.startswith(TOPOLOGY_PREFIX)}
+    if topology:
+        pod["metadata"].setdefault("labels", {}).update(topology)

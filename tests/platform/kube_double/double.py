@@ -1,0 +1,154 @@
+"""`KubeDouble`: start/stop the fake apiserver and the test hooks that reach around HTTP."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio.client import Configuration
+
+from . import admission, fieldsets
+from .actions import register_service_account
+from .auth import User
+from .resources import RESOURCES, Resource, for_kind, lookup
+from .server import KubeApiServer, PatchHold
+from .store import Store, key_of
+
+_SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+
+
+class KubeDouble:
+    """A Kubernetes API test double on a loopback port.
+
+    `time_scale` shrinks every server-side duration (watch timeouts, bookmark timing, the 3 s
+    consistent-read wait) so recorded exchanges replay fast. `watch_progress=False` behaves like
+    the etcd 3.4.23 recordings (no RequestWatchProgress), the default like etcd 3.6.
+    """
+
+    def __init__(
+        self,
+        *,
+        admin_token: str = "hostaffinity-admin-token",
+        time_scale: float = 1.0,
+        watch_progress: bool = True,
+        history_limit: int = 10_000,
+    ) -> None:
+        self.token = admin_token
+        self.store = Store(history_limit)
+        admin = User("kubernetes-admin", ("kubeadm:cluster-admins", "system:authenticated"), True)
+        self.server = KubeApiServer(
+            store=self.store,
+            tokens={admin_token: admin},
+            time_scale=time_scale,
+            watch_progress=watch_progress,
+        )
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        for name in _SYSTEM_NAMESPACES:
+            self.seed(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                manager="kube-apiserver",
+            )
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._runner = web.AppRunner(self.server.app(), shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = self._runner.addresses[0]
+        self.url = f"http://{bound[0]}:{bound[1]}"
+
+    async def stop(self) -> None:
+        self.server.close_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def configuration(self, token: str | None = None) -> Configuration:
+        """A kubernetes_asyncio Configuration (host + bearer token) for code under test."""
+        config = Configuration(host=self.url)
+        config.api_key = {"BearerToken": token or self.token}
+        config.api_key_prefix = {"BearerToken": "Bearer"}
+        return config
+
+    # -- test hooks ---------------------------------------------------------------------------
+
+    def seed(self, obj: dict[str, Any], *, manager: str | None = None) -> dict[str, Any]:
+        """Store an object as is (uid, labels, managedFields kept), at the next revision."""
+        resource = for_kind(obj["apiVersion"], obj["kind"])
+        obj = admission.to_storage(resource, obj)
+        if resource.kind == "Namespace":
+            admission.normalize(resource, obj)
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj.setdefault("status", {"phase": "Active"})
+        if "managedFields" in obj["metadata"]:
+            manager = None
+        return self.server.commit_new(resource, obj, manager)
+
+    def read(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        """The stored object, bypassing HTTP (a copy)."""
+        group, _, version = api_version.rpartition("/")
+        resource = lookup(group, version, plural)
+        if resource is None:
+            raise KeyError(f"{api_version} {plural} is not served")
+        return self.store.get(resource.storage_key, (namespace or "", name))
+
+    def write(self, obj: dict[str, Any], *, manager: str = "test-hook") -> dict[str, Any]:
+        """Replace a stored object directly, as another client's unconditional update would."""
+        resource = for_kind(obj["apiVersion"], obj["kind"])
+        obj = copy.deepcopy(obj)
+        old = self.store.get(resource.storage_key, key_of(obj))
+        if old is not None and resource.managed_fields:
+            obj["metadata"]["managedFields"] = fieldsets.record_update(
+                old["metadata"].get("managedFields", []),
+                manager=manager,
+                api_version=resource.api_version,
+                subresource=None,
+                old=old,
+                new=obj,
+                now=admission.now_time(),
+            )
+        return self.store.write(resource.storage_key, obj)
+
+    def delete(
+        self, api_version: str, plural: str, name: str, namespace: str | None = None
+    ) -> None:
+        group, _, version = api_version.rpartition("/")
+        resource = lookup(group, version, plural)
+        assert resource is not None
+        self.store.delete(resource.storage_key, (namespace or "", name))
+
+    def disconnect_watches(self) -> None:
+        """End every open watch stream now, as an apiserver restart or LB reset would."""
+        self.server.disconnect_watches()
+
+    def compact(self) -> None:
+        """Forget the event history: watches and Exact lists from older RVs now get 410."""
+        self.store.compact()
+
+    def hold_patches(self, plural: str, name: str, namespace: str | None = None) -> PatchHold:
+        """Delay PATCHes of one object until `release()` (core/v1 and other groups alike)."""
+        hold = PatchHold()
+        for resource in _resources_named(plural):
+            self.server.holds[(resource.storage_key, (namespace or "", name))] = hold
+        return hold
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token for a ServiceAccount with no RBAC permissions (creating the SA if needed)."""
+        account = self.store.get("serviceaccounts", (namespace, name))
+        if account is None:
+            account = self.seed(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": namespace},
+                }
+            )
+        return register_service_account(self.server.tokens, account)
+
+
+def _resources_named(plural: str) -> list[Resource]:
+    return [r for r in RESOURCES if r.plural == plural]

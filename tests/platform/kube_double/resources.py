@@ -1,0 +1,163 @@
+"""The resources the double serves, with the per-resource facts the real server encodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One REST resource: its identity and the behaviours that differ between resources."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    subresources: frozenset[str] = frozenset()
+    field_labels: frozenset[str] = frozenset()
+    custom: bool = False
+    has_generation: bool = False
+    storage: str = ""
+    managed_fields: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_resource(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def storage_key(self) -> str:
+        """Resources sharing one storage (core and events.k8s.io Events) share this key."""
+        return self.storage or self.group_resource
+
+    @property
+    def status_subresource(self) -> bool:
+        return "status" in self.subresources
+
+
+_POD_FIELDS = frozenset(
+    {
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    }
+)
+_EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    }
+)
+
+
+def _core(plural: str, kind: str, namespaced: bool, **kw: object) -> Resource:
+    return Resource("", "v1", plural, kind, namespaced, **kw)  # type: ignore[arg-type]
+
+
+RESOURCES: tuple[Resource, ...] = (
+    _core(
+        "nodes",
+        "Node",
+        False,
+        subresources=frozenset({"status"}),
+        field_labels=frozenset({"spec.unschedulable"}),
+    ),
+    _core(
+        "pods",
+        "Pod",
+        True,
+        subresources=frozenset({"status", "binding", "eviction"}),
+        field_labels=_POD_FIELDS,
+        has_generation=True,
+    ),
+    _core(
+        "namespaces",
+        "Namespace",
+        False,
+        subresources=frozenset({"status"}),
+        field_labels=frozenset({"status.phase"}),
+    ),
+    _core("events", "Event", True, field_labels=_EVENT_FIELDS, storage="events"),
+    _core(
+        "serviceaccounts",
+        "ServiceAccount",
+        True,
+        subresources=frozenset({"token"}),
+        managed_fields=False,
+    ),
+    Resource("events.k8s.io", "v1", "events", "Event", True, storage="events"),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    Resource(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        True,
+        subresources=frozenset({"status"}),
+        has_generation=True,
+    ),
+    Resource(
+        "kubevirt.io",
+        "v1",
+        "virtualmachineinstances",
+        "VirtualMachineInstance",
+        True,
+        custom=True,
+        has_generation=True,
+    ),
+    Resource(
+        "kubevirt.io",
+        "v1",
+        "virtualmachineinstancemigrations",
+        "VirtualMachineInstanceMigration",
+        True,
+        subresources=frozenset({"status"}),
+        custom=True,
+        has_generation=True,
+    ),
+)
+
+_BY_PATH: dict[tuple[str, str, str], Resource] = {
+    (r.group, r.version, r.plural): r for r in RESOURCES
+}
+_BY_KIND: dict[tuple[str, str], Resource] = {}
+for _r in RESOURCES:
+    _BY_KIND.setdefault((_r.api_version, _r.kind), _r)
+
+
+def lookup(group: str, version: str, plural: str) -> Resource | None:
+    return _BY_PATH.get((group, version, plural))
+
+
+def for_kind(api_version: str, kind: str) -> Resource:
+    """The resource an object of this apiVersion/kind is stored as (for seeding)."""
+    return _BY_KIND[(api_version, kind)]
+
+
+@dataclass
+class Route:
+    """A parsed request path."""
+
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None = None
+    extra: list[str] = field(default_factory=list)
