@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from kubernetes_asyncio import client
+from hostaffinity.runtime.kube import KubeClient, ResourceRef
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ class _Recorded:
 class EventRecorder:
     """Writes core/v1 Events for one component (e.g. `hostaffinity-node-labeller`)."""
 
-    def __init__(self, api: client.ApiClient, component: str, instance: str) -> None:
-        self._core = client.CoreV1Api(api)
+    def __init__(self, client: KubeClient, component: str, instance: str) -> None:
+        self._client = client
         self._component = component
         self._instance = instance
         self._recorded: dict[tuple[ObjectRef, str, str], _Recorded] = {}
@@ -56,22 +56,22 @@ class EventRecorder:
     ) -> None:
         """Create the Event, or count a repeat on the one already written."""
         key = (about, reason, message)
-        now = datetime.now(UTC)
+        now = _rfc3339(datetime.now(UTC))
         try:
             previous = self._recorded.get(key)
             if previous is not None:
                 previous.count += 1
-                await self._core.patch_namespaced_event(
-                    previous.name,
-                    previous.namespace,
-                    {"count": previous.count, "lastTimestamp": _rfc3339(now)},
+                await self._client.request(
+                    "PATCH",
+                    _events(previous.namespace).path(previous.name),
+                    body={"count": previous.count, "lastTimestamp": now},
+                    content_type="application/merge-patch+json",
                 )
                 return
             namespace = about.namespace or CLUSTER_SCOPED_EVENT_NAMESPACE
             name = f"{about.name}.{time.time_ns():x}"
-            await self._core.create_namespaced_event(
-                namespace, self._body(about, name, namespace, reason, message, kind, now)
-            )
+            body = self._body(about, name, namespace, reason, message, kind, now)
+            await self._client.request("POST", _events(namespace).path(), body=body)
             self._recorded[key] = _Recorded(name=name, namespace=namespace, count=1)
         except Exception:  # an Event is best effort; never fail the caller
             log.exception("could not record event %s on %s %s", reason, about.kind, about.name)
@@ -84,29 +84,38 @@ class EventRecorder:
         reason: str,
         message: str,
         kind: str,
-        now: datetime,
-    ) -> client.CoreV1Event:
-        return client.CoreV1Event(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version=about.api_version,
-                kind=about.kind,
-                name=about.name,
-                uid=about.uid or None,
-                namespace=about.namespace or None,
-            ),
-            reason=reason,
-            message=message,
-            type=kind,
-            count=1,
-            first_timestamp=now,
-            last_timestamp=now,
-            source=client.V1EventSource(component=self._component),
-            reporting_component=self._component,
-            reporting_instance=self._instance,
-        )
+        now: str,
+    ) -> dict[str, object]:
+        involved: dict[str, str] = {
+            "apiVersion": about.api_version,
+            "kind": about.kind,
+            "name": about.name,
+        }
+        if about.uid:
+            involved["uid"] = about.uid
+        if about.namespace:
+            involved["namespace"] = about.namespace
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
+            "reportingInstance": self._instance,
+        }
+
+
+def _events(namespace: str) -> ResourceRef:
+    return ResourceRef("", "v1", "events", namespace)
 
 
 def _rfc3339(moment: datetime) -> str:
-    """Six fractional digits always: MicroTime fields reject fewer (fixture 06, E6)."""
+    """Second precision is all a Time field keeps; six fractional digits also suit MicroTime."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
