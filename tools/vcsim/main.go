@@ -1,6 +1,8 @@
 // Command hostaffinity-vcsim runs govmomi's vCenter simulator with an inventory shaped for
 // hostaffinity's tests: one datacenter, N clusters of M hosts, and node VMs spread round-robin over
 // every host, named so that a test (or the dev command) can match them to Kubernetes nodes.
+// Optional flags add the awkward cases a node-labeller must handle: VMs sharing a BIOS UUID, host
+// names that are not valid label values, and hosts in maintenance mode.
 //
 // It prints one line "VCSIM_URL=<url>" once the inventory is ready, then serves until SIGTERM.
 package main
@@ -14,14 +16,27 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 )
+
+// createWorkers is how many VMs are created at once: vcsim runs each call under one global lock,
+// so more workers only overlap the client's own work with the server's.
+const createWorkers = 2
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on (port 0 picks a free port)")
@@ -30,6 +45,11 @@ func main() {
 	vms := flag.Int("vms", 6, "node VMs, spread round-robin over all hosts")
 	prefix := flag.String("vm-prefix", "node-", "VM name prefix; VMs are <prefix>1 .. <prefix>N")
 	names := flag.String("vm-names", "", "comma-separated VM names (overrides -vms and -vm-prefix)")
+	login := flag.String("login", "user:pass", "USER:PASSWORD that Login accepts (and nothing else)")
+	var dupUUID, renames, maintenance listFlag
+	flag.Var(&dupUUID, "duplicate-uuid", "vmA,vmB: give vmB the BIOS UUID (config.uuid) of vmA (repeatable)")
+	flag.Var(&renames, "rename-host", "HOST=NEW NAME: rename a host, by name or moid (repeatable)")
+	flag.Var(&maintenance, "maintenance", "HOST: put a host, by name or moid, in maintenance mode (repeatable)")
 	flag.Parse()
 
 	model := simulator.VPX()
@@ -44,13 +64,20 @@ func main() {
 	}
 	defer model.Remove()
 
-	model.Service.Listen = &url.URL{Host: *listen}
+	// A Listen.User of its own makes vcsim check the password; by default it accepts any login.
+	user, pass, _ := strings.Cut(*login, ":")
+	model.Service.Listen = &url.URL{Host: *listen, User: url.UserPassword(user, pass)}
 	server := model.Service.NewServer()
 	defer server.Close()
 
-	vmNames := nodeNames(*names, *prefix, *vms)
-	if err := createNodeVMs(server.URL, vmNames); err != nil {
-		log.Fatalf("create node VMs: %v", err)
+	if err := shapeInventory(server.URL, nodeNames(*names, *prefix, *vms), dupUUID, maintenance); err != nil {
+		log.Fatalf("shape inventory: %v", err)
+	}
+	// vcsim 0.24 has no Rename_Task on HostSystem, so hosts are renamed inside the simulator.
+	for _, r := range renames {
+		if err := renameHost(r); err != nil {
+			log.Fatalf("rename host: %v", err)
+		}
 	}
 
 	fmt.Printf("VCSIM_URL=%s\n", server.URL.String())
@@ -72,9 +99,9 @@ func nodeNames(list, prefix string, count int) []string {
 	return out
 }
 
-// createNodeVMs creates powered-on VMs through the SOAP API, as a real client would, placing the
-// i-th VM on the i-th host (mod the host count) in that host's cluster resource pool.
-func createNodeVMs(u *url.URL, names []string) error {
+// shapeInventory works through the SOAP API, as a real client would: it creates the node VMs,
+// then applies the duplicate UUIDs and maintenance modes asked for.
+func shapeInventory(u *url.URL, vmNames, dupUUID, maintenance []string) error {
 	ctx := context.Background()
 	client, err := govmomi.NewClient(ctx, u, true)
 	if err != nil {
@@ -96,29 +123,142 @@ func createNodeVMs(u *url.URL, names []string) error {
 	if err != nil {
 		return err
 	}
-	for i, name := range names {
-		host := allHosts[i%len(allHosts)]
+	if err := createNodeVMs(ctx, folders.VmFolder, allHosts, vmNames); err != nil {
+		return err
+	}
+	for _, pair := range dupUUID {
+		if err := duplicateUUID(ctx, finder, pair); err != nil {
+			return fmt.Errorf("duplicate-uuid %q: %w", pair, err)
+		}
+	}
+	for _, key := range maintenance {
+		host := findHost(allHosts, key)
+		if host == nil {
+			return fmt.Errorf("maintenance: no host %q", key)
+		}
+		task, err := host.EnterMaintenanceMode(ctx, 0, false, nil)
+		if _, err := finished(ctx, task, err); err != nil {
+			return fmt.Errorf("maintenance %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// createNodeVMs creates powered-on VMs, placing the i-th VM on the i-th host (mod the host count)
+// in that host's cluster resource pool.
+func createNodeVMs(ctx context.Context, folder *object.Folder, hosts []*object.HostSystem, names []string) error {
+	pools := make([]*object.ResourcePool, len(hosts))
+	for i, host := range hosts {
 		pool, err := host.ResourcePool(ctx)
 		if err != nil {
 			return err
 		}
-		spec := types.VirtualMachineConfigSpec{
-			Name:    name,
-			GuestId: string(types.VirtualMachineGuestOsIdentifierOtherGuest),
-			Files:   &types.VirtualMachineFileInfo{VmPathName: "[LocalDS_0]"},
-		}
-		task, err := folders.VmFolder.CreateVM(ctx, spec, pool, host)
-		if err != nil {
-			return err
-		}
-		info, err := task.WaitForResult(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		vm := object.NewVirtualMachine(client.Client, info.Result.(types.ManagedObjectReference))
-		if _, err := vm.PowerOn(ctx); err != nil {
-			return err
+		pools[i] = pool
+	}
+	jobs := make(chan int)
+	errs := make(chan error, len(names))
+	var wg sync.WaitGroup
+	for w := 0; w < createWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				h := i % len(hosts)
+				if err := createNodeVM(ctx, folder, pools[h], hosts[h], names[i]); err != nil {
+					errs <- fmt.Errorf("%s: %w", names[i], err)
+				}
+			}
+		}()
+	}
+	for i := range names {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	return <-errs // nil when no worker failed
+}
+
+func createNodeVM(ctx context.Context, folder *object.Folder, pool *object.ResourcePool, host *object.HostSystem, name string) error {
+	spec := types.VirtualMachineConfigSpec{
+		Name:    name,
+		GuestId: string(types.VirtualMachineGuestOsIdentifierOtherGuest),
+		Files:   &types.VirtualMachineFileInfo{VmPathName: "[LocalDS_0]"},
+	}
+	task, err := folder.CreateVM(ctx, spec, pool, host)
+	info, err := finished(ctx, task, err)
+	if err != nil {
+		return err
+	}
+	vm := object.NewVirtualMachine(folder.Client(), info.Result.(types.ManagedObjectReference))
+	task, err = vm.PowerOn(ctx)
+	_, err = finished(ctx, task, err)
+	return err
+}
+
+// finished returns the outcome of a task. vcsim 0.24 runs a task to completion before it answers
+// the call that started it, so one read of task.info is enough. task.Wait would also work, but
+// every property collector it creates stays registered in vcsim 0.24 and slows each later update:
+// waiting on 4,000 start-up tasks made a 2,000-VM start-up take twice as long.
+func finished(ctx context.Context, task *object.Task, err error) (*types.TaskInfo, error) {
+	if err != nil {
+		return nil, err
+	}
+	var t mo.Task
+	pc := property.DefaultCollector(task.Client())
+	if err := pc.RetrieveOne(ctx, task.Reference(), []string{"info"}, &t); err != nil {
+		return nil, err
+	}
+	if t.Info.State != types.TaskInfoStateSuccess {
+		return nil, fmt.Errorf("task %s: %s", t.Info.State, t.Info.Error.LocalizedMessage)
+	}
+	return &t.Info, nil
+}
+
+// duplicateUUID reconfigures vmB with vmA's config.uuid, as a careless clone would leave it.
+func duplicateUUID(ctx context.Context, finder *find.Finder, pair string) error {
+	names := strings.Split(pair, ",")
+	if len(names) != 2 {
+		return fmt.Errorf("want vmA,vmB")
+	}
+	src, err := finder.VirtualMachine(ctx, names[0])
+	if err != nil {
+		return err
+	}
+	dst, err := finder.VirtualMachine(ctx, names[1])
+	if err != nil {
+		return err
+	}
+	task, err := dst.Reconfigure(ctx, types.VirtualMachineConfigSpec{Uuid: src.UUID(ctx)})
+	_, err = finished(ctx, task, err)
+	return err
+}
+
+func findHost(hosts []*object.HostSystem, key string) *object.HostSystem {
+	for _, h := range hosts {
+		if h.Name() == key || h.Reference().Value == key {
+			return h
 		}
 	}
 	return nil
+}
+
+// renameHost applies "HOST=NEW NAME" to the simulator's inventory, through the registry so that
+// property collectors see the change.
+func renameHost(arg string) error {
+	key, name, ok := strings.Cut(arg, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q: want HOST=NEW NAME", arg)
+	}
+	for _, e := range simulator.Map.All("HostSystem") {
+		h := e.(*simulator.HostSystem)
+		if h.Name == key || h.Self.Value == key {
+			simulator.Map.Update(h, []types.PropertyChange{
+				{Name: "name", Val: name},
+				{Name: "summary.config.name", Val: name},
+			})
+			return nil
+		}
+	}
+	return fmt.Errorf("no host %q", key)
 }

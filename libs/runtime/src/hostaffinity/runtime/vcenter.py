@@ -1,0 +1,248 @@
+"""A vCenter login that lasts: keep-alive, re-login on expiry, and an async face for pyVmomi.
+
+pyVmomi blocks, so every call runs on the session's own single thread: calls on one connection
+never interleave and the event loop never waits on the network. A session that vCenter ended (idle
+timeout, a vCenter restart, an administrator terminating it) shows up as
+`vim.fault.NotAuthenticated`; the session then logs in again *on the same SOAP stub*, so every
+managed object reference a caller holds stays valid, and repeats the call once. Objects that live
+in a session (property collectors, filters, container views) die with it: a caller that keeps
+them, such as a `WaitForUpdatesEx` loop, rebuilds them when `relogins` has moved.
+
+pyVmomi 9 ships type stubs for the API (`vim.*`); `pyVim.connect.SmartConnect` has none.
+"""
+
+import asyncio
+import datetime
+import logging
+import ssl
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Literal, ParamSpec, Self, TypeVar
+
+from pyVim.connect import SmartConnect
+from pyVmomi import vim
+
+from hostaffinity.runtime.config import Settings
+
+_log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class VCenterSettings(Settings, frozen=True):
+    """How to reach and log in to one vCenter. vcsim speaks plain http; a real vCenter, https."""
+
+    host: str
+    username: str
+    password: str
+    port: int = 443
+    protocol: Literal["https", "http"] = "https"
+    # Verify the server certificate against the system CAs, or `ca_file` when set.
+    verify_tls: bool = True
+    ca_file: str | None = None
+    # Pin the server certificate by its SHA-1/256/512 thumbprint instead of trusting a CA.
+    thumbprint: str | None = None
+    # vCenter ends idle sessions after 30 minutes by default; a cheap call keeps ours in use.
+    keepalive_seconds: float = 300.0
+    # Socket timeout of each SOAP call; a WaitForUpdatesEx long poll must wait for less than this.
+    http_timeout_seconds: float = 120.0
+
+    def __repr__(self) -> str:
+        """Everything but the password, so settings can be logged."""
+        return (
+            f"VCenterSettings(host={self.host!r}, port={self.port}, username={self.username!r}, "
+            f"protocol={self.protocol!r}, verify_tls={self.verify_tls})"
+        )
+
+
+class VCenterError(Exception):
+    """vCenter could not be used; the message says which vCenter and why."""
+
+
+class VCenterLoginError(VCenterError):
+    """vCenter refused the credentials: retrying with the same ones cannot help."""
+
+
+def ssl_context(settings: VCenterSettings) -> ssl.SSLContext | None:
+    """The TLS context for https, None for http. Built here so that pyVmomi's own default, which
+    skips verification for localhost, never applies."""
+    if settings.protocol == "http":
+        return None
+    context = ssl.create_default_context(cafile=settings.ca_file)
+    if not settings.verify_tls or settings.thumbprint is not None:
+        # A pinned thumbprint replaces CA verification; pyVmomi checks it after the handshake.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def connect(settings: VCenterSettings) -> vim.ServiceInstance:
+    """Log in once and return the pyVmomi service instance; blocking, with no keep-alive.
+
+    For a thread that owns its connection, such as a WaitForUpdatesEx loop whose long polls must
+    not hold up a `VCenterSession`'s calls; that caller logs out. Rejected credentials raise
+    `VCenterLoginError`.
+    """
+    try:
+        # SmartConnect is unannotated; it returns a vim.ServiceInstance.
+        si: vim.ServiceInstance = SmartConnect(  # type: ignore[no-untyped-call]
+            protocol=settings.protocol,
+            host=settings.host,
+            port=settings.port,
+            user=settings.username,
+            pwd=settings.password,
+            sslContext=ssl_context(settings),
+            thumbprint=settings.thumbprint,
+            httpConnectionTimeout=settings.http_timeout_seconds,
+        )
+    except vim.fault.InvalidLogin as err:
+        raise _login_error(settings, err) from err
+    _log.info("logged in to vCenter %s as %s", where(settings), settings.username)
+    return si
+
+
+def _login_error(settings: VCenterSettings, err: vim.fault.InvalidLogin) -> VCenterLoginError:
+    """Says which vCenter refused which user, and vCenter's reason, so an operator can act."""
+    message = getattr(err, "msg", "") or type(err).__name__
+    return VCenterLoginError(
+        f"vCenter {where(settings)} refused the login of {settings.username!r}: {message}"
+    )
+
+
+def where(settings: VCenterSettings) -> str:
+    """The vCenter's address, for messages."""
+    return f"{settings.protocol}://{settings.host}:{settings.port}"
+
+
+class VCenterSession:
+    """One logged-in connection to a vCenter, kept alive and logged in again when it expires.
+
+    Use it as `async with VCenterSession(settings) as session:` and run every blocking pyVmomi
+    call through `await session.call(fn, *args)`. Reading data objects already fetched (such as
+    `session.content.about`) does not block; calling a managed object's method or reading its
+    properties does, and belongs in `call`.
+    """
+
+    def __init__(self, settings: VCenterSettings) -> None:
+        self.settings = settings
+        # How often vCenter ended our session and we logged in again (for metrics and for callers
+        # whose session-scoped objects must be rebuilt).
+        self.relogins = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vcenter")
+        self._service_instance: vim.ServiceInstance | None = None
+        self._content: vim.ServiceInstanceContent | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def service_instance(self) -> vim.ServiceInstance:
+        """The pyVmomi service instance, bound to the one SOAP stub the session keeps."""
+        if self._service_instance is None:
+            raise VCenterError(f"vCenter session to {self._where()} is not started")
+        return self._service_instance
+
+    @property
+    def content(self) -> vim.ServiceInstanceContent:
+        """The `vim.ServiceInstanceContent`, fetched once at login; its managers stay valid."""
+        if self._content is None:
+            raise VCenterError(f"vCenter session to {self._where()} is not started")
+        return self._content
+
+    async def start(self) -> None:
+        """Log in, and keep the session alive in the background until `close`."""
+        await self._in_session_thread(self._connect)
+        self._keepalive = asyncio.create_task(self._keep_alive(), name="vcenter-keepalive")
+
+    async def close(self) -> None:
+        """Stop the keep-alive and log out; a failed logout is only logged."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            await asyncio.gather(self._keepalive, return_exceptions=True)
+            self._keepalive = None
+        if self._service_instance is not None:
+            await self._in_session_thread(self._logout)
+        self._executor.shutdown(wait=False)
+
+    async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run `fn(*args, **kwargs)` on the session's thread. If vCenter says the session is gone,
+        log in again and run it once more; a second failure is the caller's."""
+
+        def attempt() -> T:
+            try:
+                return fn(*args, **kwargs)
+            except vim.fault.NotAuthenticated:
+                self._relogin()
+            return fn(*args, **kwargs)
+
+        return await self._in_session_thread(attempt)
+
+    async def current_time(self) -> datetime.datetime:
+        """vCenter's clock (a `datetime`): the cheapest call that needs a live session."""
+        return await self.call(self.service_instance.CurrentTime)
+
+    async def _in_session_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.keepalive_seconds)
+            try:
+                await self.current_time()
+            except VCenterLoginError as err:
+                _log.error("vCenter keep-alive: %s", err)
+            except Exception as err:  # a network failure must not end the keep-alive
+                _log.warning("vCenter keep-alive to %s failed: %r", self._where(), err)
+
+    # The methods below run on the session's thread only.
+
+    def _connect(self) -> None:
+        si = connect(self.settings)
+        self._service_instance = si
+        self._content = si.RetrieveContent()
+
+    def _relogin(self) -> None:
+        manager = self._session_manager()
+        try:  # readable without a session: None then
+            alive = manager.currentSession is not None
+        except vim.fault.NotAuthenticated:
+            alive = False
+        if alive:  # the fault was not about our session; Login would fail, a retry may not
+            return
+        _log.warning("vCenter session to %s ended; logging in again", self._where())
+        try:
+            manager.Login(self.settings.username, self.settings.password, None)
+        except vim.fault.InvalidLogin as err:
+            raise _login_error(self.settings, err) from err
+        self.relogins += 1
+
+    def _logout(self) -> None:
+        try:
+            self._session_manager().Logout()
+        except Exception as err:  # the session may already be gone; nothing to undo
+            _log.info("vCenter logout from %s: %r", self._where(), err)
+        if self._service_instance is not None:
+            self._service_instance._stub.DropConnections()  # close the pooled sockets now
+        self._service_instance = None
+        self._content = None
+
+    def _session_manager(self) -> vim.SessionManager:
+        manager = self.content.sessionManager
+        if manager is None:  # optional in pyVmomi's types; vCenter always has one
+            raise VCenterError(f"{self._where()} has no session manager")
+        return manager
+
+    def _where(self) -> str:
+        return where(self.settings)

@@ -1,0 +1,190 @@
+"""VCenterSession against vcsim: it outlives the end of its vCenter session, and fails fast and
+clearly on bad credentials instead of retrying for ever."""
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from itertools import pairwise
+
+import pytest
+from pyVmomi import vim
+
+from hostaffinity.runtime.vcenter import VCenterLoginError, VCenterSession, connect
+from tests.platform.vcsim import Vcsim, VcsimFactory
+
+
+def session_manager(si: vim.ServiceInstance) -> vim.SessionManager:
+    manager = si.RetrieveContent().sessionManager
+    assert manager is not None
+    return manager
+
+
+def active_sessions(admin: vim.ServiceInstance) -> set[str]:
+    return {s.key for s in session_manager(admin).sessionList}
+
+
+async def session_key(session: VCenterSession) -> str:
+    """The key of the vCenter session the VCenterSession holds now."""
+
+    def key() -> str:
+        current = session_manager(session.service_instance).currentSession
+        assert current is not None
+        return current.key
+
+    return await session.call(key)
+
+
+@pytest.fixture
+def vc(vcsim: VcsimFactory) -> Vcsim:
+    return vcsim(hosts=2, vms=2)
+
+
+@pytest.fixture
+async def session(vc: Vcsim) -> AsyncIterator[VCenterSession]:
+    async with VCenterSession(vc.settings()) as opened:
+        yield opened
+
+
+def find_vm(si: vim.ServiceInstance, name: str) -> vim.VirtualMachine:
+    content = si.RetrieveContent()
+    assert content.viewManager is not None
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    return next(vm for vm in view.view if isinstance(vm, vim.VirtualMachine) and vm.name == name)
+
+
+def terminate_from_admin(vc: Vcsim, session: VCenterSession, key: str) -> None:
+    """An administrator ends our session from their own connection."""
+    session_manager(vc.connect()).TerminateSession([key])
+
+
+def log_out_under_it(vc: Vcsim, session: VCenterSession, key: str) -> None:
+    """Something logs out on the session's own stub, as an idle timeout would end it."""
+    session_manager(session.service_instance).Logout()
+
+
+@pytest.mark.parametrize(
+    "end_session",
+    [
+        pytest.param(terminate_from_admin, id="terminated-by-admin"),
+        pytest.param(log_out_under_it, id="logged-out"),
+    ],
+)
+async def test_a_call_after_the_session_ended_logs_in_again_and_succeeds(
+    vc: Vcsim,
+    session: VCenterSession,
+    end_session: Callable[[Vcsim, VCenterSession, str], None],
+) -> None:
+    vm = await session.call(find_vm, session.service_instance, "node-1")
+    old_key = await session_key(session)
+    await asyncio.to_thread(end_session, vc, session, old_key)
+    assert old_key not in await asyncio.to_thread(active_sessions, vc.connect())
+    assert session.relogins == 0
+
+    # A managed object fetched in the old session still works: the stub is the same.
+    name = await session.call(lambda: vm.name)
+
+    assert name == "node-1"
+    assert session.relogins == 1
+    new_key = await session_key(session)
+    assert new_key != old_key
+    assert new_key in await asyncio.to_thread(active_sessions, vc.connect())
+
+
+async def test_keepalive_notices_the_ended_session_without_any_call(vc: Vcsim) -> None:
+    async with VCenterSession(vc.settings(keepalive_seconds=0.1)) as session:
+        key = await session_key(session)
+        await asyncio.to_thread(terminate_from_admin, vc, session, key)
+
+        for _ in range(100):  # the keep-alive runs every 0.1 s; allow 5 s
+            if session.relogins:
+                break
+            await asyncio.sleep(0.05)
+
+        assert session.relogins == 1
+        assert await session_key(session) != key
+
+
+async def test_a_call_that_fails_again_after_the_relogin_is_not_retried(
+    session: VCenterSession,
+) -> None:
+    attempts = 0
+
+    def ends_its_own_session() -> None:
+        nonlocal attempts
+        attempts += 1
+        session_manager(session.service_instance).Logout()
+        session.service_instance.CurrentTime()
+
+    with pytest.raises(vim.fault.NotAuthenticated):
+        await session.call(ends_its_own_session)
+
+    assert attempts == 2
+    assert session.relogins == 1
+
+
+async def test_a_not_authenticated_fault_on_a_live_session_is_retried_without_login(
+    session: VCenterSession,
+) -> None:
+    attempts = 0
+
+    def fails_once() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise vim.fault.NotAuthenticated()
+        return "done"
+
+    assert await session.call(fails_once) == "done"
+    assert session.relogins == 0
+
+
+async def test_a_wrong_password_is_a_clear_error_not_a_retry(vc: Vcsim) -> None:
+    session = VCenterSession(vc.settings(password="wrong"))
+    started = time.monotonic()
+
+    with pytest.raises(VCenterLoginError, match=r"refused the login of 'user': Login failure"):
+        await session.start()
+
+    assert time.monotonic() - started < 5
+    assert "wrong" not in repr(session.settings)
+    await session.close()
+
+
+async def test_calls_run_one_at_a_time_on_one_thread(session: VCenterSession) -> None:
+    spans: list[tuple[float, float, int]] = []
+
+    def work() -> None:
+        begin = time.monotonic()
+        time.sleep(0.02)
+        spans.append((begin, time.monotonic(), threading.get_ident()))
+
+    await asyncio.gather(*(session.call(work) for _ in range(5)))
+
+    spans.sort()
+    assert len({thread for _, _, thread in spans}) == 1
+    assert threading.get_ident() not in {thread for _, _, thread in spans}
+    assert all(end <= next_begin for (_, end, _), (next_begin, _, _) in pairwise(spans))
+
+
+async def test_close_logs_out(vc: Vcsim) -> None:
+    session = VCenterSession(vc.settings())
+    await session.start()
+    key = await session_key(session)
+    assert (await session.current_time()).year >= 2024
+
+    await session.close()
+
+    assert key not in await asyncio.to_thread(active_sessions, vc.connect())
+
+
+def test_connect_logs_in_once_or_names_the_refusal(vc: Vcsim) -> None:
+    """The blocking login a WaitForUpdatesEx thread uses for its own connection."""
+    si = connect(vc.settings())
+    current = session_manager(si).currentSession
+    assert current is not None
+    assert current.userName == "user"
+    session_manager(si).Logout()
+
+    with pytest.raises(VCenterLoginError, match=r"vCenter http://127\.0\.0\.1:\d+ refused"):
+        connect(vc.settings(password="wrong"))
