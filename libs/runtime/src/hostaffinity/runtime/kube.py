@@ -5,14 +5,21 @@ none of its generated models (too slow and too big for the hot path; see ARCHITE
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from hostaffinity.runtime.config import KubernetesSettings
+
+# Set in every pod by the kubelet; its presence means in-cluster credentials are mounted.
+SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 
 
 @dataclass(frozen=True)
@@ -100,3 +107,21 @@ class KubeClient:
             if response.status != 200:
                 raise api_error(response.status, await response.read())
             yield response.content
+
+
+async def api_client(settings: KubernetesSettings) -> ApiClient:
+    """An ApiClient from the configured kubeconfig, else in-cluster, else ~/.kube/config.
+
+    kubernetes_asyncio does the loading (auth plugins, certificates, token refresh); we only
+    choose the source, so the product talks to a real API server the usual way.
+    """
+    configuration = Configuration()
+    if settings.kubeconfig is None and os.environ.get(SERVICE_HOST_ENV):
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        await k8s_config.load_kube_config(
+            config_file=settings.kubeconfig,
+            context=settings.context,
+            client_configuration=configuration,
+        )
+    return ApiClient(configuration)

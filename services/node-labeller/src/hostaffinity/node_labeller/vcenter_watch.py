@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 # How long one WaitForUpdatesEx call may wait on the server before returning empty; short enough
 # that a stop request is noticed quickly, long enough to cost nothing when idle.
-MAX_WAIT_SECONDS = 5
+MAX_WAIT_SECONDS = 2
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 # pyVmomi builds its data types at run time; these names are the typed boundary to them.

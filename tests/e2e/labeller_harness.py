@@ -1,0 +1,136 @@
+"""Runs node-labeller replicas in-process against vcsim, nats-server and the Kubernetes double."""
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+from pyVmomi import vim
+
+from hostaffinity.node_labeller.config import LeaseSettings, NodeLabellerConfig
+from hostaffinity.node_labeller.main import NodeLabellerService
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.schema import EVENTS_STREAM, TopologyEvent, decode_event
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import Vcsim
+
+FAST_LEASE = LeaseSettings(
+    namespace="kube-system",
+    duration_seconds=2.0,
+    renew_deadline_seconds=1.5,
+    retry_period_seconds=0.2,
+)
+
+
+def write_kubeconfig(kube: KubeDouble, path: Path) -> Path:
+    """A kubeconfig for the double, so the service loads credentials the way it does for real."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
+                "users": [{"name": "admin", "user": {"token": kube.token}}],
+                "contexts": [{"name": "double", "context": {"cluster": "double", "user": "admin"}}],
+                "current-context": "double",
+            }
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def labeller_config(
+    vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
+) -> NodeLabellerConfig:
+    return NodeLabellerConfig(
+        vcenter=vc.settings(),
+        vcenter_name="vcsim",
+        nats=nats.settings(),
+        health=HealthSettings(host="127.0.0.1", port=0),
+        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+        lease=FAST_LEASE,
+        **overrides,
+    )
+
+
+def node_object(name: str, **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}}, **extra}
+
+
+@contextlib.asynccontextmanager
+async def running(
+    config: NodeLabellerConfig, identity: str = "replica-a"
+) -> AsyncIterator[NodeLabellerService]:
+    """A replica running until the block ends (then stopped as SIGTERM would)."""
+    service = NodeLabellerService(config, identity)
+    task = asyncio.create_task(service.run())
+    try:
+        yield service
+    finally:
+        service.stopping.set()
+        await asyncio.wait_for(task, 15)
+
+
+async def eventually(check: Callable[[], bool], what: str, within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_ready(service: NodeLabellerService, within: float = 20.0) -> None:
+    await eventually(lambda: not service._standby and service.ready(), "labeller ready", within)
+
+
+def node_labels(kube: KubeDouble, name: str) -> dict[str, str]:
+    stored = kube.read("v1", "nodes", name)
+    assert stored is not None, name
+    labels: dict[str, str] = stored["metadata"].get("labels", {})
+    return labels
+
+
+async def stream_events(bus: Bus) -> list[TopologyEvent]:
+    """Every event the stream holds, oldest first."""
+    info = await bus.js.stream_info(EVENTS_STREAM)
+    events = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        with contextlib.suppress(Exception):  # a sequence may have been removed
+            message = await bus.js.get_msg(EVENTS_STREAM, seq)
+            events.append(decode_event(message.data or b""))
+    return events
+
+
+def vm_by_name(si: vim.ServiceInstance, name: str) -> Any:
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    return next(vm for vm in view.view if vm.name == name)
+
+
+def host_by_name(si: vim.ServiceInstance, name: str) -> Any:
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem], True)
+    return next(host for host in view.view if host.name == name)
+
+
+def relocate(si: vim.ServiceInstance, vm_name: str, host_name: str) -> Any:
+    """RelocateVM_Task to a host, waited for; returns the task info."""
+    task = vm_by_name(si, vm_name).RelocateVM_Task(
+        vim.vm.RelocateSpec(host=host_by_name(si, host_name))
+    )
+    while task.info.state not in ("success", "error"):
+        time.sleep(0.005)
+    assert task.info.state == "success", task.info.error
+    return task.info
+
+
+def as_json(obj: Any) -> Any:
+    return json.loads(msgspec.json.encode(obj))
