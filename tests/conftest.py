@@ -1,3 +1,7 @@
 """Fixtures shared by integration and end-to-end tests; the platform itself is in tests/platform."""
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = [
+    "tests.platform.nats",
+    "tests.platform.kube_double.fixture",
+    "tests.platform.vcsim",
+]

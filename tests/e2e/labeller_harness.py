@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 from pyVmomi import vim
 
 from hostaffinity.node_labeller.config import LeaseSettings, NodeLabellerConfig
@@ -27,24 +26,6 @@ FAST_LEASE = LeaseSettings(
     renew_deadline_seconds=1.5,
     retry_period_seconds=0.2,
 )
-
-
-def write_kubeconfig(kube: KubeDouble, path: Path) -> Path:
-    """A kubeconfig for the double, so the service loads credentials the way it does for real."""
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
-                "users": [{"name": "admin", "user": {"token": kube.token}}],
-                "contexts": [{"name": "double", "context": {"cluster": "double", "user": "admin"}}],
-                "current-context": "double",
-            }
-        ),
-        encoding="utf-8",
-    )
-    return path
 
 
 def labeller_config(

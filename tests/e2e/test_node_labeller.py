@@ -32,7 +32,6 @@ from tests.e2e.labeller_harness import (
     stream_events,
     vm_by_name,
     wait_ready,
-    write_kubeconfig,
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
@@ -44,7 +43,7 @@ HOSTS = ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
 
 @pytest.fixture
 def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return write_kubeconfig(kube_double, tmp_path / "kubeconfig")
+    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def seed_nodes(kube: KubeDouble, vc: Vcsim, names: list[str]) -> None:

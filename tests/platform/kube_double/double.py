@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
@@ -71,6 +73,19 @@ class KubeDouble:
         config.api_key = {"BearerToken": token or self.token}
         config.api_key_prefix = {"BearerToken": "Bearer"}
         return config
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig file for the double, so code under test loads credentials as for real."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "double", "context": {"cluster": "double", "user": "admin"}}],
+            "current-context": "double",
+        }
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        return path
 
     # -- test hooks ---------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ Services and outside subscribers import names from here so that they always agre
 from hostaffinity.schema.events import (
     EVENT_TYPES,
     Event,
+    ExtenderDecision,
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
@@ -55,6 +56,7 @@ __all__ = [
     "DeadLetter",
     "EsxiHost",
     "Event",
+    "ExtenderDecision",
     "NodeLabelled",
     "NodePlaced",
     "NodePlacement",

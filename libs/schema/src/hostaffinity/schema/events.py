@@ -58,9 +58,34 @@ class NodeUnmatched(Event, frozen=True, kw_only=True, tag="node.unmatched"):
     candidates: list[str] = []
 
 
-TopologyEvent = VmMoved | NodePlaced | NodeLabelled | NodeUnmatched
+class ExtenderDecision(Event, frozen=True, kw_only=True, tag="extender.decision"):
+    """What the scheduler-extender answered kube-scheduler for one pod (a sample, not all).
 
-EVENT_TYPES: Final[tuple[str, ...]] = ("vm.moved", "node.placed", "node.labelled", "node.unmatched")
+    `verb` is filter, prioritize or bind; `outcome` one of feasible, unschedulable, scored,
+    bound, error. `rejections` counts the failed nodes per reason; `node` is the bind target or
+    the best-scored node.
+    """
+
+    verb: str
+    pod: str
+    pod_uid: str
+    outcome: str
+    nodes_asked: int = 0
+    nodes_passed: int = 0
+    node: str = ""
+    rejections: dict[str, int] = {}
+    message: str = ""
+
+
+TopologyEvent = VmMoved | NodePlaced | NodeLabelled | NodeUnmatched | ExtenderDecision
+
+EVENT_TYPES: Final[tuple[str, ...]] = (
+    "vm.moved",
+    "node.placed",
+    "node.labelled",
+    "node.unmatched",
+    "extender.decision",
+)
 
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[TopologyEvent] = msgspec.json.Decoder(TopologyEvent)

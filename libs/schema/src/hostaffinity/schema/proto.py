@@ -11,7 +11,14 @@ from typing import Any
 
 import msgspec
 
-from hostaffinity.schema.events import Event, NodeLabelled, NodePlaced, NodeUnmatched, VmMoved
+from hostaffinity.schema.events import (
+    Event,
+    ExtenderDecision,
+    NodeLabelled,
+    NodePlaced,
+    NodeUnmatched,
+    VmMoved,
+)
 from hostaffinity.schema.names import (
     DLQ_STREAM,
     EVENTS_STREAM,
@@ -22,7 +29,13 @@ from hostaffinity.schema.names import (
 from hostaffinity.schema.topology import DeadLetter, EsxiHost, NodePlacement
 from hostaffinity.schema.version import SCHEMA_VERSION
 
-EVENT_MESSAGES: tuple[type[Event], ...] = (VmMoved, NodePlaced, NodeLabelled, NodeUnmatched)
+EVENT_MESSAGES: tuple[type[Event], ...] = (
+    VmMoved,
+    NodePlaced,
+    NodeLabelled,
+    NodeUnmatched,
+    ExtenderDecision,
+)
 VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (NodePlacement, EsxiHost, DeadLetter)
 
 

@@ -1,0 +1,1 @@
+"""The `hostaffinity` command line: operator and demo helpers around the services."""

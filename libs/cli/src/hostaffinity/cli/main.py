@@ -1,0 +1,100 @@
+"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream."""
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Literal
+from urllib.parse import urlsplit
+
+import msgspec
+from nats.js.api import DeliverPolicy
+
+from hostaffinity.cli.seeding import seed_node_vms
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.vcenter import VCenterSettings, connect
+from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, decode_event
+
+NODES = ResourceRef("", "v1", "nodes")
+
+
+def vcenter_settings(url: str) -> VCenterSettings:
+    """Settings from `http://user:pass@host:port/sdk` (the form vcsim prints)."""
+    parts = urlsplit(url)
+    if not parts.hostname or parts.username is None or parts.password is None:
+        raise ValueError(f"expected a URL like http://user:pass@host:8989/sdk, not {url!r}")
+    protocol: Literal["https", "http"] = "https" if parts.scheme == "https" else "http"
+    return VCenterSettings(
+        host=parts.hostname,
+        port=parts.port or (443 if protocol == "https" else 80),
+        username=parts.username,
+        password=parts.password,
+        protocol=protocol,
+        verify_tls=False,
+    )
+
+
+async def node_names(kubeconfig: str | None) -> list[str]:
+    api = await api_client(KubernetesSettings(kubeconfig=kubeconfig))
+    try:
+        listed = json.loads(await KubeClient(api).request("GET", NODES.path()))
+    finally:
+        await api.close()
+    return [item["metadata"]["name"] for item in listed["items"]]
+
+
+async def seed(args: argparse.Namespace) -> int:
+    names = args.nodes.split(",") if args.nodes else await node_names(args.kubeconfig)
+    result = await asyncio.to_thread(
+        lambda: seed_node_vms(connect(vcenter_settings(args.vcenter)), names)
+    )
+    for node, host in sorted(result.created.items()):
+        print(f"created VM {node} on {host}")
+    print(f"{len(result.created)} created, {len(result.existing)} already there")
+    return 0
+
+
+async def follow_events(args: argparse.Namespace) -> int:
+    """Print events as JSON lines; from the start of the stream with --all."""
+    bus = await Bus.connect(NatsSettings(servers=[args.nats]), name="hostaffinity-cli")
+    policy = DeliverPolicy.ALL if args.all else DeliverPolicy.NEW
+    subscription = await bus.js.subscribe(
+        f"{EVENTS_SUBJECT_PREFIX}.>", ordered_consumer=True, deliver_policy=policy
+    )
+    try:
+        async for message in subscription.messages:
+            try:
+                event = decode_event(message.data)
+            except msgspec.DecodeError as error:
+                print(f"undecodable message on {message.subject}: {error}", file=sys.stderr)
+                continue
+            print(msgspec.json.encode(event).decode(), flush=True)
+    finally:
+        await bus.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="hostaffinity", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    seeding = commands.add_parser("seed-vcsim", help="one VM per Kubernetes node in a simulator")
+    seeding.add_argument("--vcenter", required=True, help="http://user:pass@host:port/sdk")
+    seeding.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
+    seeding.add_argument("--nodes", help="comma-separated node names instead of asking Kubernetes")
+    seeding.set_defaults(run=seed)
+    events = commands.add_parser("events", help="print hostaffinity events as JSON lines")
+    events.add_argument("--nats", default="nats://127.0.0.1:4222")
+    events.add_argument("--all", action="store_true", help="from the start of the stream")
+    events.set_defaults(run=follow_events)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        sys.exit(asyncio.run(args.run(args)))
+    except (ValueError, RuntimeError, OSError) as error:
+        parser.exit(1, f"hostaffinity {args.command}: {error}\n")
+    except KeyboardInterrupt:
+        sys.exit(130)

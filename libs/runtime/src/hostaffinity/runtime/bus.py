@@ -1,0 +1,117 @@
+"""The NATS connection a service holds for its lifetime, and its entry points to JetStream.
+
+The connection never gives up: NATS reconnects without limit and every disconnect and reconnect
+is logged, so a restarted or failed-over server costs a pause, not a service. Credentials, nkey
+seed and TLS come from `NatsSettings` unchanged; the server enforces what they allow.
+"""
+
+import logging
+import ssl
+from typing import Final
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+
+from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.kv import TopologyStore
+from hostaffinity.runtime.layout import BusLayout, ensure_layout
+from hostaffinity.runtime.publishing import publish
+from hostaffinity.schema import EVENT_TYPES, TOPOLOGY_BUCKET, Event, encode_event, event_subject
+
+_log = logging.getLogger(__name__)
+
+UNLIMITED_RECONNECTS: Final = -1
+
+
+def event_type(event: Event) -> str:
+    """The `type` tag of an event; only the schema's declared types get a subject."""
+    tag = type(event).__struct_config__.tag
+    if tag not in EVENT_TYPES:
+        raise TypeError(f"{type(event).__name__} is not one of the schema's event types")
+    return str(tag)
+
+
+def tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
+    """A client TLS context when a CA or client certificate is configured, else None."""
+    if settings.tls_ca_file is None and settings.tls_cert_file is None:
+        return None
+    context = ssl.create_default_context(cafile=settings.tls_ca_file)
+    if settings.tls_cert_file is not None:
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    return context
+
+
+class Bus:
+    """A connected NATS client and its JetStream context."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, settings: NatsSettings) -> None:
+        self.nc = nc
+        self.js = js
+        self.settings = settings
+
+    @classmethod
+    async def connect(
+        cls,
+        settings: NatsSettings,
+        *,
+        name: str,
+        reconnect_wait_seconds: int = 2,
+        request_timeout_seconds: float = 5.0,
+    ) -> "Bus":
+        """Connect as `name` (shown in NATS monitoring) and keep reconnecting for ever."""
+        nc = Client()
+
+        async def disconnected() -> None:
+            if not nc.is_closed:  # close() also reports a disconnect
+                _log.warning("disconnected from NATS; reconnecting")
+
+        async def reconnected() -> None:
+            _log.info("reconnected to NATS")
+
+        async def closed() -> None:
+            _log.info("NATS connection closed")
+
+        async def error(err: Exception) -> None:
+            _log.warning("NATS connection error: %s", err)
+
+        await nc.connect(
+            settings.servers,
+            name=name,
+            max_reconnect_attempts=UNLIMITED_RECONNECTS,
+            reconnect_time_wait=reconnect_wait_seconds,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            closed_cb=closed,
+            error_cb=error,
+            user_credentials=settings.creds_file,
+            nkeys_seed=settings.nkey_seed_file,
+            tls=tls_context(settings),
+        )
+        return cls(nc, nc.jetstream(timeout=request_timeout_seconds), settings)
+
+    async def ensure_layout(self, layout: BusLayout | None = None) -> TopologyStore:
+        """Create or update the streams and the topology bucket; returns the bucket, typed.
+
+        Without a layout, the defaults apply with the events' max age from the settings.
+        """
+        if layout is None:
+            layout = BusLayout(events_max_age_seconds=self.settings.events_max_age_seconds)
+        return TopologyStore(await ensure_layout(self.js, layout))
+
+    async def topology(self) -> TopologyStore:
+        """The existing topology bucket, for a service that does not own the layout."""
+        return TopologyStore(await self.js.key_value(TOPOLOGY_BUCKET))
+
+    async def publish_event(self, event: Event) -> PubAck:
+        """Publish on `hostaffinity.events.<type>` with `Nats-Msg-Id` = `event.id`.
+
+        A repeat within the duplicate window is not stored again: `ack.duplicate` is then True.
+        """
+        return await publish(
+            self.js, event_subject(event_type(event)), encode_event(event), msg_id=event.id
+        )
+
+    async def close(self) -> None:
+        """Flush what is buffered and close; consumers should be stopped first."""
+        await self.nc.close()

@@ -1,0 +1,176 @@
+"""kube-scheduler's questions answered from the cache: filter and prioritize, no I/O.
+
+Only host-level terms are decided here (PHYSICAL mode); kube-scheduler enforces every other term
+itself. A pod that no host-level required term concerns passes every node it is asked about,
+including nodes the cache has not seen yet, so a lagging informer never blocks ordinary pods.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from operator import attrgetter
+from typing import Final
+
+import msgspec
+
+from hostaffinity.affinity.engine import FilterMode
+from hostaffinity.affinity.explain import Rejection
+from hostaffinity.affinity.index import TermKind
+from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.scoring import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
+from hostaffinity.scheduler_extender.cache import ExtenderCache, owner_of
+from hostaffinity.scheduler_extender.wire import AskedNodes, ExtenderFilterResult, HostPriority
+from hostaffinity.schema.names import LABEL_ESXI_HOST
+
+FEASIBLE: Final = "feasible"
+UNSCHEDULABLE: Final = "unschedulable"
+SCORED: Final = "scored"
+BOUND: Final = "bound"
+ERROR: Final = "error"
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """What one answer amounted to, for metrics and decision events."""
+
+    outcome: str
+    asked: int
+    passed: int = 0
+    node: str = ""
+    rejections: dict[str, int] = msgspec.field(default_factory=dict)
+    message: str = ""
+
+
+def not_synced_message(cache: ExtenderCache) -> str | None:
+    """Why the cache cannot answer yet, or None when it can."""
+    waiting = cache.not_synced()
+    if not waiting:
+        return None
+    return f"hostaffinity scheduler-extender cache is not synced yet ({', '.join(waiting)})"
+
+
+def _applies(
+    cache: ExtenderCache, pod: Pod, own: tuple[TermKind, ...], existing: tuple[TermKind, ...]
+) -> bool:
+    """Whether a host-level term of the `own` kinds is the pod's, or one of the `existing` kinds
+    of another pod selects it."""
+    terms = cache.engine.terms(pod, FilterMode.PHYSICAL)
+    if any(getattr(terms, kind) for kind in own):
+        return True
+    meta = pod.metadata
+    return any(
+        term.physical and record.key != pod.key
+        for kind in existing
+        for record, term in cache.index.terms_matching(kind, meta.namespace, meta.labels)
+    )
+
+
+def concerns(cache: ExtenderCache, pod: Pod) -> bool:
+    """Whether a host-level required term applies: the pod's own, or an existing pod's
+    anti-affinity that selects it."""
+    return _applies(cache, pod, ("required_affinity", "required_anti"), ("required_anti",))
+
+
+def preferred_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> dict[str, int]:
+    """0..100 per node from host-level preferred terms (and existing pods' terms that score
+    the pod); empty when none applies, which scores every node 0."""
+    scoring: tuple[TermKind, ...] = ("required_affinity", "preferred_affinity", "preferred_anti")
+    if not _applies(cache, pod, ("preferred_affinity", "preferred_anti"), scoring):
+        return {}
+    result = cache.engine.score(pod, names, mode=FilterMode.PHYSICAL)
+    return {node: score.total for node, score in result.scores.items()}
+
+
+def failure_message(rejection: Rejection) -> str:
+    """kube-scheduler's reason first (it aggregates those), then the engine's explanation."""
+    return f"{rejection.reason}: {rejection.message}"
+
+
+def filter_nodes(
+    cache: ExtenderCache, pod: Pod, asked: AskedNodes
+) -> tuple[ExtenderFilterResult, Verdict]:
+    """The filter answer: a subset of the asked nodes, each other node with its reason."""
+    waiting = not_synced_message(cache)
+    if waiting is not None:
+        return ExtenderFilterResult(error=waiting), Verdict(
+            outcome=ERROR, asked=len(asked.names), message=waiting
+        )
+    rejected: dict[str, Rejection] = {}
+    passed = asked.names
+    summary = ""
+    if concerns(cache, pod):
+        result = cache.engine.filter(pod, asked.names, mode=FilterMode.PHYSICAL)
+        passed, rejected = result.feasible, result.rejected
+        summary = result.summary() if not passed else ""
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for node, why in rejected.items():
+        (unresolvable if why.unresolvable else failed)[node] = failure_message(why)
+    nodes, names = asked.answer(passed)
+    answer = ExtenderFilterResult(
+        nodes=nodes,
+        node_names=names,
+        failed_nodes=failed,
+        failed_and_unresolvable_nodes=unresolvable,
+    )
+    verdict = Verdict(
+        outcome=FEASIBLE if passed else UNSCHEDULABLE,
+        asked=len(asked.names),
+        passed=len(passed),
+        rejections=dict(Counter(why.reason for why in rejected.values())),
+        message=summary,
+    )
+    return answer, verdict
+
+
+def spread_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> dict[str, int]:
+    """0..100 per node: fewer replicas of the pod's owner on the node's ESXi host is better.
+
+    SelectorSpread's formula (MAX * (most - here) / most) with the ESXi host as the domain; a
+    pod without a controller, or whose owner has no placed replica, scores every node the same.
+    """
+    scores = dict.fromkeys(names, MAX_NODE_SCORE)
+    owner = owner_of(pod)
+    if owner is None:
+        return scores
+    counts: Counter[str] = Counter()
+    for key, node in cache.replicas(owner).items():
+        host = cache.host_of(node)
+        if host is not None and key != pod.key:
+            counts[host] += 1
+    if not counts:
+        return scores
+    most = max(counts.values())
+    by_host = cache.index.domains(LABEL_ESXI_HOST)
+    for host, count in counts.items():
+        for node in by_host.get(host, ()):
+            if node in scores:
+                scores[node] = MAX_NODE_SCORE * (most - count) // most
+    return scores
+
+
+def prioritize(
+    cache: ExtenderCache, pod: Pod, asked: AskedNodes
+) -> tuple[list[HostPriority] | None, Verdict]:
+    """Scores 0..10 for every asked node: the mean of the preferred host-level terms' score and
+    the owner's host spread. None (with the reason) while the cache is not synced: the
+    prioritize answer has no Error field, so the caller answers with an HTTP error instead."""
+    waiting = not_synced_message(cache)
+    if waiting is not None:
+        return None, Verdict(outcome=ERROR, asked=len(asked.names), message=waiting)
+    preferred = preferred_scores(cache, pod, asked.names).get
+    spread = spread_scores(cache, pod, asked.names)
+    scale = 2 * MAX_NODE_SCORE
+    priorities = [
+        HostPriority(
+            host=node, score=(preferred(node, 0) + spread[node]) * MAX_EXTENDER_PRIORITY // scale
+        )
+        for node in asked.names
+    ]
+    best = max(priorities, key=attrgetter("score"), default=None)
+    verdict = Verdict(
+        outcome=SCORED,
+        asked=len(asked.names),
+        passed=len(priorities),
+        node=best.host if best is not None else "",
+    )
+    return priorities, verdict

@@ -1,0 +1,80 @@
+"""Sampled `extender.decision` events: published off the request path, never blocking it.
+
+A pod is sampled by its uid, so all of one pod's decisions (filter, prioritize, bind) appear
+together or not at all. Events wait in a bounded queue; when it is full, or NATS is away, they
+are dropped and counted: an audit sample must never slow scheduling down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from hostaffinity.scheduler_extender.decide import Verdict
+from hostaffinity.schema import ExtenderDecision, event_id
+
+_log = logging.getLogger(__name__)
+SOURCE = "scheduler-extender"
+_TYPE = "extender.decision"
+
+
+def sampled(pod_uid: str, ratio: float) -> bool:
+    """Deterministic per pod: the same uid is always in or always out of the sample."""
+    return zlib.crc32(pod_uid.encode()) < ratio * 2**32
+
+
+def decision_event(verb: str, pod: str, pod_uid: str, verdict: Verdict) -> ExtenderDecision:
+    occurred_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return ExtenderDecision(
+        id=event_id(_TYPE, verb, pod_uid or pod, verdict.outcome, verdict.node, occurred_at),
+        occurred_at=occurred_at,
+        source=SOURCE,
+        verb=verb,
+        pod=pod,
+        pod_uid=pod_uid,
+        outcome=verdict.outcome,
+        nodes_asked=verdict.asked,
+        nodes_passed=verdict.passed,
+        node=verdict.node,
+        rejections=verdict.rejections,
+        message=verdict.message,
+    )
+
+
+class DecisionPublisher:
+    """Queues sampled decisions; `run` publishes them until cancelled."""
+
+    def __init__(
+        self,
+        publish: Callable[[ExtenderDecision], Awaitable[object]],
+        *,
+        ratio: float,
+        capacity: int,
+        on_drop: Callable[[], None],
+    ) -> None:
+        self._publish = publish
+        self._ratio = ratio
+        self._queue: asyncio.Queue[ExtenderDecision] = asyncio.Queue(capacity)
+        self._on_drop = on_drop
+
+    def offer(self, verb: str, pod: str, pod_uid: str, verdict: Verdict) -> None:
+        """Queue the decision if its pod is sampled; drop it if the queue is full."""
+        if not sampled(pod_uid or pod, self._ratio):
+            return
+        try:
+            self._queue.put_nowait(decision_event(verb, pod, pod_uid, verdict))
+        except asyncio.QueueFull:
+            self._on_drop()
+
+    async def run(self) -> None:
+        while True:
+            event = await self._queue.get()
+            try:
+                await self._publish(event)
+            except Exception as error:
+                # nats raises its own error types (timeouts, no responders, connection closed).
+                self._on_drop()
+                _log.warning("decision event %s not published: %r", event.id, error)

@@ -1,0 +1,124 @@
+"""kube-scheduler's extender wire format (k8s.io/kube-scheduler/extender/v1, types.go).
+
+The Go structs carry no json tags, so the JSON keys are the Go field names (`Pod`, `NodeNames`,
+`FailedAndUnresolvableNodes`, `PodUID`, ...). Node objects are kept as raw JSON: with
+`nodeCacheCapable: false` kube-scheduler takes the nodes it gets back as they are, so the
+extender returns the very bytes it was sent.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from hostaffinity.affinity.model import Pod
+
+
+class _Wire(msgspec.Struct, rename="pascal"):
+    """Go field names on the wire; unknown keys ignored."""
+
+
+class NodeList(msgspec.Struct):
+    """A v1.NodeList whose items stay undecoded."""
+
+    metadata: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"{}"))
+    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+class ExtenderArgs(_Wire):
+    """The body of a filter or prioritize call: names only when nodeCacheCapable is true."""
+
+    pod: Pod
+    nodes: NodeList | None = None
+    node_names: list[str] | None = None
+
+
+class ExtenderFilterResult(_Wire):
+    """Nodes that passed (in the form they were asked in) and why the others failed."""
+
+    nodes: NodeList | None = None
+    node_names: list[str] | None = None
+    failed_nodes: dict[str, str] = msgspec.field(default_factory=dict)
+    # Preemption cannot help these; kube-scheduler lets them win over FailedNodes.
+    failed_and_unresolvable_nodes: dict[str, str] = msgspec.field(default_factory=dict)
+    error: str = ""
+
+
+class HostPriority(_Wire):
+    """One node's score, 0..10 (extender/v1 MaxExtenderPriority)."""
+
+    host: str
+    score: int
+
+
+class ExtenderBindingArgs(_Wire):
+    """The body of a bind call: the pod and the node kube-scheduler chose."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str = msgspec.field(name="PodUID")
+    node: str
+
+
+class ExtenderBindingResult(_Wire):
+    """An empty Error means the pod is bound."""
+
+    error: str = ""
+
+
+class _NodeMeta(msgspec.Struct):
+    name: str = ""
+
+
+class _NamedNode(msgspec.Struct):
+    metadata: _NodeMeta = msgspec.field(default_factory=_NodeMeta)
+
+
+class AskedNodes(msgspec.Struct, frozen=True):
+    """The candidate nodes of a call: their names, and the raw objects when sent in full."""
+
+    names: list[str]
+    objects: NodeList | None
+
+    def answer(self, passed: list[str]) -> tuple[NodeList | None, list[str] | None]:
+        """`passed` (a subset of `names`) in the form the nodes were asked in."""
+        if self.objects is None:
+            return None, passed
+        keep = set(passed)
+        pairs = zip(self.objects.items, self.names, strict=True)
+        items = [raw for raw, name in pairs if name in keep]
+        return NodeList(metadata=self.objects.metadata, items=items), None
+
+
+_named_node = msgspec.json.Decoder(_NamedNode)
+
+
+def asked_nodes(args: ExtenderArgs) -> AskedNodes:
+    """The candidates from NodeNames (nodeCacheCapable) or from the full NodeList."""
+    if args.node_names is not None:
+        return AskedNodes(args.node_names, None)
+    if args.nodes is None:
+        return AskedNodes([], None)
+    names = [_named_node.decode(raw).metadata.name for raw in args.nodes.items]
+    return AskedNodes(names, args.nodes)
+
+
+_args_decoder = msgspec.json.Decoder(ExtenderArgs)
+_binding_decoder = msgspec.json.Decoder(ExtenderBindingArgs)
+_encoder = msgspec.json.Encoder()
+
+
+def decode_args(body: bytes) -> tuple[Pod, AskedNodes]:
+    """The pod and candidate nodes of a filter or prioritize body; raises msgspec.DecodeError
+    (or its subclass ValidationError) on a malformed one."""
+    args = _args_decoder.decode(body)
+    return args.pod, asked_nodes(args)
+
+
+def decode_binding(body: bytes) -> ExtenderBindingArgs:
+    """Decode a bind body; raises msgspec.DecodeError on a malformed one."""
+    return _binding_decoder.decode(body)
+
+
+def encode(answer: ExtenderFilterResult | ExtenderBindingResult | list[HostPriority]) -> bytes:
+    """JSON bytes of an answer, every key present as Go's encoding/json writes it."""
+    return _encoder.encode(answer)

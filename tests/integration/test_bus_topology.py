@@ -1,0 +1,138 @@
+"""The topology bucket against a real nats-server: typed values, and the bootstrap watch."""
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.kv import (
+    Bootstrapped,
+    HostChange,
+    NodeChange,
+    TopologyChange,
+    TopologyWatch,
+)
+from hostaffinity.runtime.layout import BusLayout
+from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, EsxiHost, NodePlacement, node_key
+from tests.platform.nats import NatsServer
+
+WAIT_SECONDS = 5.0
+
+
+def placement(node: str, host_moid: str, version: int) -> NodePlacement:
+    return NodePlacement(
+        node=node,
+        vm_moid="vm-42",
+        bios_uuid="4230c1d2-0000-0000-0000-000000000001",
+        instance_uuid="5030c1d2-0000-0000-0000-000000000001",
+        host_moid=host_moid,
+        host_name=f"{host_moid}.esx.example.com",
+        host_label=host_moid,
+        cluster_moid="domain-c7",
+        cluster_name="cluster-a",
+        datacenter="dc-1",
+        vcenter="vcenter.example.com",
+        observed_at="2026-01-01T00:00:00+00:00",
+        version=version,
+    )
+
+
+ESXI_HOST = EsxiHost(
+    moid="host-11",
+    name="esx-11.example.com",
+    label="esx-11.example.com",
+    cluster_moid="domain-c7",
+    cluster_name="cluster-a",
+    datacenter="dc-1",
+    connection_state="connected",
+    in_maintenance_mode=False,
+)
+
+
+@pytest.fixture
+async def reader(nats_server: NatsServer) -> AsyncIterator[Bus]:
+    """A second connection, as another service would have."""
+    other = await Bus.connect(nats_server.settings(), name="reader")
+    try:
+        yield other
+    finally:
+        await other.close()
+
+
+async def next_change(watch: TopologyWatch) -> TopologyChange:
+    async with asyncio.timeout(WAIT_SECONDS):
+        return await anext(watch)
+
+
+async def test_watch_yields_initial_values_then_bootstrapped_then_live_changes(
+    bus: Bus, reader: Bus
+) -> None:
+    writer = await bus.ensure_layout()
+    # A node name with dots: the watch must cover `node.>`, not `node.*`.
+    first = placement("worker-1.k8s.example.com", "host-11", version=1)
+    await writer.put_node(first)
+    await writer.put_host(ESXI_HOST)
+
+    async with (await reader.topology()).watch() as watch:
+        initial = {await next_change(watch), await next_change(watch)}
+        assert initial == {
+            NodeChange(node=first.node, placement=first, revision=1),
+            HostChange(moid="host-11", host=ESXI_HOST, revision=2),
+        }
+        assert await next_change(watch) == Bootstrapped()
+
+        moved = placement("worker-1.k8s.example.com", "host-12", version=2)
+        await writer.put_node(moved)
+        assert await next_change(watch) == NodeChange(node=moved.node, placement=moved, revision=3)
+
+        await writer.delete_node(moved.node)
+        assert await next_change(watch) == NodeChange(node=moved.node, placement=None, revision=4)
+
+
+async def test_watch_of_an_empty_bucket_is_bootstrapped_at_once(bus: Bus) -> None:
+    async with (await bus.ensure_layout()).watch() as watch:
+        assert await next_change(watch) == Bootstrapped()
+
+
+async def test_value_that_does_not_decode_is_skipped_by_the_watch(bus: Bus) -> None:
+    store = await bus.ensure_layout()
+    raw = await bus.js.key_value(TOPOLOGY_BUCKET)
+    await raw.put(node_key("broken"), b'{"node": "broken"}')
+    good = placement("worker-2", "host-11", version=1)
+    await store.put_node(good)
+
+    async with store.watch() as watch:
+        assert await next_change(watch) == NodeChange(node="worker-2", placement=good, revision=2)
+        assert await next_change(watch) == Bootstrapped()
+
+
+async def test_get_returns_the_typed_value_and_none_once_deleted(bus: Bus) -> None:
+    store = await bus.ensure_layout()
+    stored = placement("worker-3", "host-11", version=7)
+    await store.put_node(stored)
+    await store.put_host(ESXI_HOST)
+
+    assert await store.get_node("worker-3") == stored
+    assert await store.get_host("host-11") == ESXI_HOST
+
+    await store.delete_node("worker-3")
+    await store.delete_host("host-11")
+    assert await store.get_node("worker-3") is None
+    assert await store.get_host("host-11") is None
+    assert await store.get_node("never-written") is None
+
+
+async def test_layout_is_idempotent_and_updates_changed_settings_in_place(bus: Bus) -> None:
+    store = await bus.ensure_layout()
+    stored = placement("worker-4", "host-11", version=1)
+    await store.put_node(stored)
+    await bus.ensure_layout()
+
+    changed = BusLayout(events_max_age_seconds=3600.0, topology_history=9)
+    again = await bus.ensure_layout(changed)
+
+    assert (await bus.js.stream_info(EVENTS_STREAM)).config.max_age == 3600.0
+    raw = await bus.js.key_value(TOPOLOGY_BUCKET)
+    assert (await raw.status()).history == 9
+    assert await again.get_node("worker-4") == stored

