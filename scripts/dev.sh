@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The main job without Docker (`make dev`): the services as local processes, with an embedded
 # nats-server (JetStream) and our vcsim, against whatever cluster KUBECONFIG points at.
-# Ctrl-C stops everything. State lives in .cache/dev.
+# vcsim gets one VM per cluster node (spread over its hosts, matched by name), since kind and k3s
+# have no vSphere behind them. Ctrl-C stops everything. Logs and state live in .cache/dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-state=.cache/dev
+state=${DEV_STATE:-.cache/dev}
 mkdir -p "$state"
 NATS_PORT=${NATS_PORT:-4222}
 VCSIM_LISTEN=${VCSIM_LISTEN:-127.0.0.1:8989}
+LABELLER_HEALTH_PORT=${LABELLER_HEALTH_PORT:-8081}
+EXTENDER_HEALTH_PORT=${EXTENDER_HEALTH_PORT:-8082}
+EXTENDER_PORT=${EXTENDER_PORT:-8888}
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -16,16 +20,40 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-.venv/bin/nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$state/jetstream" -m 8222 \
+.venv/bin/nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$state/jetstream" \
   >"$state/nats.log" 2>&1 &
 pids+=($!)
 echo "dev: nats-server on nats://127.0.0.1:$NATS_PORT (JetStream in $state/jetstream)"
 
-build/vcsim -listen "$VCSIM_LISTEN" -clusters 1 -hosts 3 -vms "${VCSIM_VMS:-6}" \
+build/vcsim -listen "$VCSIM_LISTEN" -clusters 1 -hosts 3 -vms 0 \
   >"$state/vcsim.out" 2>"$state/vcsim.log" &
 pids+=($!)
 for _ in $(seq 100); do grep -q VCSIM_URL "$state/vcsim.out" && break; sleep 0.1; done
-echo "dev: vcsim at $(sed -n 's/^VCSIM_URL=//p' "$state/vcsim.out")"
-echo "dev: KUBECONFIG=${KUBECONFIG:-<unset: in-cluster or ~/.kube/config>}"
+vcsim_url=$(sed -n 's/^VCSIM_URL=//p' "$state/vcsim.out")
+[ -n "$vcsim_url" ] || { echo "dev: vcsim did not start; see $state/vcsim.log" >&2; exit 1; }
+echo "dev: vcsim at $vcsim_url"
+
+echo "dev: KUBECONFIG=${KUBECONFIG:-<unset: ~/.kube/config>}"
+.venv/bin/hostaffinity seed-vcsim --vcenter "$vcsim_url" ${KUBECONFIG:+--kubeconfig "$KUBECONFIG"}
+
+vc_hostport=${vcsim_url#*@}; vc_hostport=${vc_hostport%%/*}
+export HOSTAFFINITY_NATS__SERVERS="[\"nats://127.0.0.1:$NATS_PORT\"]"
+${KUBECONFIG:+export HOSTAFFINITY_KUBERNETES__KUBECONFIG="$KUBECONFIG"}
+
+HOSTAFFINITY_VCENTER__HOST=${vc_hostport%:*} HOSTAFFINITY_VCENTER__PORT=${vc_hostport##*:} \
+HOSTAFFINITY_VCENTER__PROTOCOL=http HOSTAFFINITY_VCENTER__USERNAME=user \
+HOSTAFFINITY_VCENTER__PASSWORD=pass HOSTAFFINITY_LEASE__NAMESPACE=kube-system \
+HOSTAFFINITY_HEALTH__PORT=$LABELLER_HEALTH_PORT \
+  .venv/bin/hostaffinity-node-labeller >"$state/node-labeller.log" 2>&1 &
+pids+=($!)
+echo "dev: node-labeller (health on :$LABELLER_HEALTH_PORT, log $state/node-labeller.log)"
+
+HOSTAFFINITY_HEALTH__PORT=$EXTENDER_HEALTH_PORT HOSTAFFINITY_EXTENDER__PORT=$EXTENDER_PORT \
+  .venv/bin/hostaffinity-scheduler-extender >"$state/scheduler-extender.log" 2>&1 &
+pids+=($!)
+echo "dev: scheduler-extender on :$EXTENDER_PORT (health on :$EXTENDER_HEALTH_PORT)"
+echo "dev: follow events with: .venv/bin/hostaffinity events --nats nats://127.0.0.1:$NATS_PORT"
 echo "dev: running; Ctrl-C stops everything"
 wait -n "${pids[@]}"
+echo "dev: a process exited; see the logs in $state" >&2
+exit 1

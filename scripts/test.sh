@@ -6,8 +6,8 @@ bash scripts/setup.sh
 echo "== ruff"
 uv run --frozen ruff check .
 uv run --frozen ruff format --check libs services tests bench
-echo "== mypy --strict (libs)"
-uv run --frozen mypy --strict libs/schema/src libs/affinity/src libs/runtime/src
+echo "== mypy --strict (libs and services)"
+uv run --frozen mypy --strict libs/*/src services/*/src
 echo "== import-linter"
 uv run --frozen lint-imports
 echo "== pytest"

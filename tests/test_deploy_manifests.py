@@ -1,5 +1,6 @@
 """k8s/ and compose.yaml: valid Kubernetes objects, and settings the config loader accepts."""
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -7,11 +8,24 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from hostaffinity.runtime.config import ServiceSettings, env_names, load_config
+from hostaffinity.node_labeller.config import NodeLabellerConfig
+from hostaffinity.runtime.config import ServiceSettings, Settings, env_names, load_config
+from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.34.0"  # newest schema kubernetes-validate ships; our target is v1.36
 NOT_KUBERNETES_OBJECTS = {"kustomization.yaml"}
+# The config record each service loads, by its compose service and Deployment name.
+SERVICE_CONFIGS: dict[str, type[Settings]] = {
+    "node-labeller": NodeLabellerConfig,
+    "scheduler-extender": SchedulerExtenderSettings,
+}
+# Values for settings that have no default, as the Secret would provide them.
+REQUIRED_SAMPLES = {
+    "HOSTAFFINITY_VCENTER__HOST": "vcenter.example.com",
+    "HOSTAFFINITY_VCENTER__USERNAME": "svc-hostaffinity",
+    "HOSTAFFINITY_VCENTER__PASSWORD": "secret",
+}
 
 
 def manifest_documents() -> list[tuple[str, dict[str, Any]]]:
@@ -53,20 +67,50 @@ def test_shared_configmap_loads_with_the_strict_config_loader(tmp_path: Path) ->
 
 def test_compose_services_have_images_and_healthchecks() -> None:
     services = compose()["services"]
-    assert {"nats", "vcsim", "k3s"} <= set(services)
+    assert {"nats", "vcsim", "k3s", *SERVICE_CONFIGS} <= set(services)
     for name, service in services.items():
         assert "image" in service or "build" in service, name
+        one_shot = service.get("restart") == "no"
         # vmware/vcsim is a FROM-scratch image: no command can run in it to check health.
-        if name != "vcsim":
+        if name != "vcsim" and not one_shot:
             assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
 
-def test_compose_environment_names_are_accepted_by_the_config_loader() -> None:
-    document = compose()
-    accepted = env_names(ServiceSettings)
-    environments = [document["x-hostaffinity-env"]]
-    environments += [s.get("environment", {}) for s in document["services"].values()]
-    for environment in environments:
-        ours = {name for name in environment if name.startswith("HOSTAFFINITY_")}
-        assert ours <= accepted, ours - accepted
-        load_config(ServiceSettings, environ={n: str(environment[n]) for n in ours})
+@pytest.mark.parametrize("service", sorted(SERVICE_CONFIGS))
+def test_compose_environment_is_accepted_by_the_service_config(service: str) -> None:
+    record = SERVICE_CONFIGS[service]
+    environment = {k: str(v) for k, v in compose()["services"][service]["environment"].items()}
+    ours = {name for name in environment if name.startswith("HOSTAFFINITY_")}
+    assert ours <= env_names(record), ours - env_names(record)
+    load_config(record, environ={name: environment[name] for name in ours})
+
+
+@pytest.mark.parametrize("service", sorted(SERVICE_CONFIGS))
+def test_deployment_config_files_and_env_load_with_the_service_config(
+    service: str, tmp_path: Path
+) -> None:
+    """The Deployment's --config files (from ConfigMaps) and env load without an error."""
+    documents = [doc for _, doc in manifest_documents()]
+    deployment = next(
+        d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == service
+    )
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    files: dict[str, str] = {}
+    for doc in documents:
+        if doc["kind"] == "ConfigMap":
+            files.update(doc.get("data", {}))
+    args = container.get("args", [])
+    paths = []
+    for flag, value in itertools.pairwise(args):
+        if flag == "--config":
+            name = Path(value).name
+            assert name in files, f"{service} reads {value}, which no ConfigMap provides"
+            paths.append(tmp_path / name)
+            paths[-1].write_text(files[name], encoding="utf-8")
+    environ = {
+        env["name"]: REQUIRED_SAMPLES.get(env["name"], str(env.get("value", "sample")))
+        for env in container.get("env", [])
+        if env["name"].startswith("HOSTAFFINITY_")
+    }
+    assert set(environ) <= env_names(SERVICE_CONFIGS[service])
+    load_config(SERVICE_CONFIGS[service], paths, environ=environ)

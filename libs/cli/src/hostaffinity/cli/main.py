@@ -38,8 +38,8 @@ def vcenter_settings(url: str) -> VCenterSettings:
     )
 
 
-async def node_names(kubeconfig: str | None) -> list[str]:
-    api = await api_client(KubernetesSettings(kubeconfig=kubeconfig))
+async def node_names(kubeconfig: str | None, server: str | None = None) -> list[str]:
+    api = await api_client(KubernetesSettings(kubeconfig=kubeconfig, server=server))
     try:
         listed = json.loads(await KubeClient(api).request("GET", NODES.path()))
     finally:
@@ -48,7 +48,7 @@ async def node_names(kubeconfig: str | None) -> list[str]:
 
 
 async def seed(args: argparse.Namespace) -> int:
-    names = args.nodes.split(",") if args.nodes else await node_names(args.kubeconfig)
+    names = args.nodes.split(",") if args.nodes else await node_names(args.kubeconfig, args.server)
     result = await asyncio.to_thread(
         lambda: seed_node_vms(connect(vcenter_settings(args.vcenter)), names)
     )
@@ -84,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     seeding = commands.add_parser("seed-vcsim", help="one VM per Kubernetes node in a simulator")
     seeding.add_argument("--vcenter", required=True, help="http://user:pass@host:port/sdk")
     seeding.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
+    seeding.add_argument("--server", help="API server address replacing the kubeconfig's")
     seeding.add_argument("--nodes", help="comma-separated node names instead of asking Kubernetes")
     seeding.set_defaults(run=seed)
     events = commands.add_parser("events", help="print hostaffinity events as JSON lines")

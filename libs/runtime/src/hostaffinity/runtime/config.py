@@ -62,6 +62,9 @@ class KubernetesSettings(Settings, frozen=True):
 
     kubeconfig: str | None = None
     context: str | None = None
+    # Replaces the kubeconfig's server address, e.g. https://k3s:6443 in compose, where the
+    # kubeconfig k3s writes names 127.0.0.1.
+    server: str | None = None
     namespace: str = "hostaffinity"
 
 

@@ -124,4 +124,6 @@ async def api_client(settings: KubernetesSettings) -> ApiClient:
             context=settings.context,
             client_configuration=configuration,
         )
+    if settings.server is not None:
+        configuration.host = settings.server
     return ApiClient(configuration)
