@@ -1,0 +1,215 @@
+"""node-labeller at scale: vcsim with 50 hosts and 2,000 node VMs, 2,000 Nodes, real NATS.
+
+Prints the time to the first complete labelling, then for a series of RelocateVM_Task calls the
+latency from the task's `info.completeTime` to the label patch being answered by the API, split
+into (vCenter update seen by the labeller, patch sent, patch answered), and the peak RSS of this
+process (the labeller runs in it; the Kubernetes double, vcsim and nats-server run apart).
+
+    uv run --frozen python bench/node_labeller_bench.py [--hosts 50] [--vms 2000] [--moves 100]
+"""
+
+import argparse
+import asyncio
+import contextlib
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pyVmomi import vim, vmodl
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hostaffinity.node_labeller.config import LeaseSettings, NodeLabellerConfig  # noqa: E402
+from hostaffinity.node_labeller.main import NodeLabellerService  # noqa: E402
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings  # noqa: E402
+from tests.e2e.labeller_harness import host_by_name, vm_by_name  # noqa: E402
+from tests.platform.nats import NatsServer  # noqa: E402
+from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim  # noqa: E402
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@contextlib.contextmanager
+def kube_double(nodes: int, workdir: Path) -> Iterator[Path]:
+    """The double in its own process; yields a kubeconfig for it."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.platform.kube_double.serve", "--nodes", str(nodes)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        url, token = (part.split("=", 1)[1] for part in line.split())
+        kubeconfig = workdir / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: d\n"
+            f"clusters: [{{name: d, cluster: {{server: '{url}'}}}}]\n"
+            f"users: [{{name: d, user: {{token: '{token}'}}}}]\n"
+            "contexts: [{name: d, context: {cluster: d, user: d}}]\n",
+            encoding="utf-8",
+        )
+        yield kubeconfig
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def relocate(si: Any, vm_name: str, host_name: str) -> float:
+    """Move a VM; returns the task's completeTime as epoch seconds."""
+    spec = vim.vm.RelocateSpec(host=host_by_name(si, host_name))
+    task = vm_by_name(si, vm_name).RelocateVM_Task(spec)
+    while task.info.state not in ("success", "error"):
+        time.sleep(0.001)
+    assert task.info.state == "success", task.info.error
+    return float(task.info.completeTime.timestamp())
+
+
+async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
+    print(f"scale: 1 cluster, {hosts} ESXi hosts, {vms} node VMs and Nodes, {moves} vMotions")
+    started = time.monotonic()
+    vc: Vcsim = start_vcsim(
+        build_vcsim(),
+        workdir,
+        ["-listen=127.0.0.1:0", "-login=user:pass", f"-hosts={hosts}", f"-vms={vms}"],
+        300,
+    )
+    print(f"vcsim ready in {time.monotonic() - started:.1f} s")
+    nats = NatsServer(workdir)
+    await nats.start()
+    try:
+        with kube_double(vms, workdir) as kubeconfig:
+            config = NodeLabellerConfig(
+                vcenter=vc.settings(),
+                nats=nats.settings(),
+                health=HealthSettings(host="127.0.0.1", port=0),
+                kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+                lease=LeaseSettings(namespace="kube-system"),
+            )
+            rss_before = peak_rss_mib()
+            service = NodeLabellerService(config, "bench")
+            task = asyncio.create_task(service.run())
+            started = time.monotonic()
+            while service._standby or not service.ready():  # noqa: ASYNC110 (polls a state)
+                await asyncio.sleep(0.01)
+            print(
+                f"first complete labelling: {time.monotonic() - started:.2f} s "
+                f"({vms} nodes labelled)"
+            )
+            await measure_moves(service, vc, hosts, moves)
+            await asyncio.to_thread(measure_simulator_floor, vc, hosts, max(10, moves // 5))
+            print(
+                f"peak RSS of the labeller process: {peak_rss_mib():.0f} MiB "
+                f"(before the labeller started: {rss_before:.0f} MiB)"
+            )
+            service.stopping.set()
+            await task
+    finally:
+        await nats.stop()
+        vc.stop()
+
+
+async def measure_moves(service: NodeLabellerService, vc: Vcsim, hosts: int, moves: int) -> None:
+    labeller = service.labeller
+    assert labeller is not None
+    si = vc.connect()
+    wall_minus_mono = time.time() - time.monotonic()
+    total, seen, sent, answered = [], [], [], []
+    for index in range(moves):
+        vm = f"node-{index * 37 % len(labeller.state.nodes) + 1}"
+        current = labeller.state.placements[vm].host_name
+        target = f"DC0_C0_H{(int(current.rsplit('H', 1)[1]) + 1 + index) % hosts}"
+        if target == current:
+            continue
+        before = labeller.timings.get(vm)
+        completed_wall = await asyncio.to_thread(relocate, si, vm, target)
+        completed = completed_wall - wall_minus_mono  # on the monotonic clock
+        while (timing := labeller.timings.get(vm)) is before or timing is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.0005)
+        while not timing.patch_answered:  # noqa: ASYNC110 (the patch of this very update)
+            await asyncio.sleep(0.0005)
+        seen.append(timing.seen - completed)
+        sent.append(timing.patch_sent - timing.seen)
+        answered.append(timing.patch_answered - timing.patch_sent)
+        total.append(timing.patch_answered - completed)
+    print(f"vMotion → label patch answered, {len(total)} RelocateVM_Task calls (ms):")
+    for name, values in (
+        ("total (completeTime → patch answered)", total),
+        ("  completeTime → update seen", seen),
+        ("  update seen → patch sent", sent),
+        ("  patch sent → patch answered", answered),
+    ):
+        ms = [v * 1000 for v in values]
+        print(
+            f"  {name:<40} median {statistics.median(ms):7.1f}  p99 {percentile(ms, 0.99):7.1f}"
+            f"  max {max(ms):7.1f}"
+        )
+
+
+def measure_simulator_floor(vc: Vcsim, hosts: int, moves: int) -> None:
+    """The same vMotion seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds.
+
+    govmomi 0.24's simulator gathers updates on a 250 ms ticker and re-collects the filter's
+    objects for each change, so this is the floor any client of it sees.
+    """
+    watcher_si, mover_si = vc.connect(), vc.connect()
+    content = watcher_si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    collector = vmodl.query.PropertyCollector
+    spec = collector.FilterSpec(
+        objectSet=[
+            collector.ObjectSpec(
+                obj=view,
+                skip=True,
+                selectSet=[collector.TraversalSpec(path="view", type=vim.view.ContainerView)],
+            )
+        ],
+        propSet=[collector.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.host"])],
+    )
+    pc = content.propertyCollector
+    pc.CreateFilter(spec, partialUpdates=False)
+    version = pc.WaitForUpdatesEx("", collector.WaitOptions(maxWaitSeconds=5)).version
+    delays = []
+    for index in range(moves):
+        vm = f"node-{index * 53 % 100 + 1}"
+        completed = relocate(mover_si, vm, f"DC0_C0_H{index % hosts}")
+        while True:
+            update = pc.WaitForUpdatesEx(version, collector.WaitOptions(maxWaitSeconds=5))
+            if update is not None:
+                version = update.version
+                delays.append(time.time() - completed)
+                break
+    ms = [d * 1000 for d in delays]
+    print(
+        f"  simulator floor: bare WaitForUpdatesEx, {len(ms)} moves (ms)      "
+        f"median {statistics.median(ms):7.1f}  p99 {percentile(ms, 0.99):7.1f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hosts", type=int, default=50)
+    parser.add_argument("--vms", type=int, default=2000)
+    parser.add_argument("--moves", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        asyncio.run(run(args.hosts, args.vms, args.moves, Path(workdir)))
+
+
+if __name__ == "__main__":
+    main()
