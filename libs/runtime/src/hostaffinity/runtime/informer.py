@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -73,7 +74,8 @@ class InformerSettings:
 
     page_size: int = 500
     watch_timeout_s: int = 300
-    max_workers: int = 64
+    # Handlers running at once; events of one object always go to the same one, in order.
+    shards: int = 64
     worker_idle_s: float = 5.0
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
@@ -88,53 +90,59 @@ def _key(meta: _Meta) -> str:
 
 
 class KeyedDispatcher(Generic[T]):
-    """A queue and a worker per object key: one object's events stay in order, different
-    objects run in parallel, at most `max_workers` handlers at once; idle workers exit."""
+    """Events go to one of `shards` queues by a stable hash of their key, and one worker per
+    shard handles its queue in order. So one object's events stay in order, objects in other
+    shards run in parallel, and the task count stays at `shards` however many objects a list
+    returns (150,000 pods must not mean 150,000 tasks). Idle workers exit."""
 
     def __init__(
         self,
         handler: Callable[[InformerEvent[T]], Awaitable[None]],
-        max_workers: int,
+        shards: int,
         idle_s: float,
     ) -> None:
         self._handler = handler
-        self._slots = asyncio.Semaphore(max_workers)
         self._idle_s = idle_s
-        self._queues: dict[str, asyncio.Queue[InformerEvent[T]]] = {}
-        self._workers: set[asyncio.Task[None]] = set()
+        self._queues: list[asyncio.Queue[InformerEvent[T]]] = [
+            asyncio.Queue() for _ in range(shards)
+        ]
+        self._workers: dict[int, asyncio.Task[None]] = {}
+        self._in_flight = 0
 
     def submit(self, event: InformerEvent[T]) -> None:
-        queue = self._queues.get(event.key)
-        if queue is None:
-            queue = self._queues[event.key] = asyncio.Queue()
-            worker = asyncio.create_task(self._work(event.key, queue))
-            self._workers.add(worker)
-            worker.add_done_callback(self._workers.discard)
-        queue.put_nowait(event)
+        shard = zlib.crc32(event.key.encode()) % len(self._queues)
+        self._queues[shard].put_nowait(event)
+        if shard not in self._workers:
+            self._workers[shard] = asyncio.create_task(self._work(shard))
 
-    async def _work(self, key: str, queue: asyncio.Queue[InformerEvent[T]]) -> None:
+    async def _work(self, shard: int) -> None:
+        queue = self._queues[shard]
         while True:
             try:
                 event = await asyncio.wait_for(queue.get(), self._idle_s)
             except TimeoutError:
                 if queue.empty():  # nothing can arrive between this check and the removal
-                    del self._queues[key]
+                    del self._workers[shard]
                     return
                 continue
-            async with self._slots:
-                try:
-                    await self._handler(event)
-                except Exception:
-                    log.exception("handler failed for %s %s", event.type, event.key)
+            self._in_flight += 1
+            try:
+                await self._handler(event)
+            except Exception:
+                log.exception("handler failed for %s %s", event.type, event.key)
+            finally:
+                self._in_flight -= 1
 
     def pending(self) -> int:
-        """Events queued and not yet handled (for tests and metrics)."""
-        return sum(q.qsize() for q in self._queues.values())
+        """Events queued or being handled (for readiness, tests and metrics)."""
+        return self._in_flight + sum(queue.qsize() for queue in self._queues)
 
     async def close(self) -> None:
-        for worker in list(self._workers):
+        workers = list(self._workers.values())
+        for worker in workers:
             worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await asyncio.gather(*workers, return_exceptions=True)
+        self._workers.clear()
 
 
 class Informer(Generic[T]):
@@ -161,7 +169,7 @@ class Informer(Generic[T]):
         }
         self.settings = settings or InformerSettings()
         self._dispatcher = KeyedDispatcher(
-            handler, self.settings.max_workers, self.settings.worker_idle_s
+            handler, self.settings.shards, self.settings.worker_idle_s
         )
         self._cache: dict[str, T] = {}
         self.synced = asyncio.Event()
