@@ -208,3 +208,28 @@ async def test_bad_input_is_reported_and_never_mislabelled(
     placed = {e.node for e in events if isinstance(e, NodePlaced)}
     assert placed == {"node-1", "node-2"}
     assert {e.node for e in events if isinstance(e, NodeLabelled)} == placed
+
+
+async def test_a_lost_vcenter_session_is_logged_in_again_without_losing_a_change(
+    vcsim: VcsimFactory,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+) -> None:
+    vc = vcsim(hosts=3, vms=6)
+    seed_nodes(kube_double, vc, NODES)
+    admin = vc.connect()
+    manager = admin.RetrieveContent().sessionManager
+    ours = {session.key for session in manager.sessionList}
+    async with running(labeller_config(vc, nats_server, kubeconfig)) as service:
+        await wait_ready(service)
+        labeller_sessions = [s.key for s in manager.sessionList if s.key not in ours]
+        assert labeller_sessions, "the labeller holds a vCenter session"
+        manager.TerminateSession(labeller_sessions)
+        relocate(admin, "node-5", "DC0_C0_H0")  # while the labeller's session is gone
+        await eventually(
+            lambda: node_labels(kube_double, "node-5")[LABEL_ESXI_HOST] == "DC0_C0_H0",
+            "the move made while logged out reaches the label",
+        )
+        assert service.watcher is not None
+        assert service.watcher.reconnects == 1

@@ -46,6 +46,7 @@ class NodeLabellerService:
         self.health = HealthServer(config.health.host, config.health.port)
         self.labeller: Labeller | None = None
         self.informer: Informer[Node] | None = None
+        self.watcher: InventoryWatcher | None = None
         self.stopping = asyncio.Event()
         self._standby = True
 
@@ -96,7 +97,7 @@ class NodeLabellerService:
         self._standby = False
         config = self.config
         bus = await Bus.connect(config.nats, name=f"hostaffinity-{SERVICE}-{self.identity}")
-        watcher = InventoryWatcher(lambda: connect(config.vcenter))
+        watcher = self.watcher = InventoryWatcher(lambda: connect(config.vcenter))
         try:
             store = await bus.ensure_layout()
             labeller = Labeller(
