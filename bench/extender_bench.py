@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import resource
 import statistics
@@ -30,6 +29,7 @@ from aiohttp import web
 from cluster import build_cluster, make_pod
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.runtime.kube import KubeClient
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
@@ -80,7 +80,8 @@ async def run(scale: float, pods: int, seed: int) -> None:
         cache.upsert_pod(pod)
     for source in SOURCES:
         cache.add_sync_check(source, lambda: True)
-    gc.collect()
+    # As the extender should once its informers have synced: no full GC over the cluster.
+    freeze_gc_after_initial_load()
     print(
         f"scale {scale}: {len(cluster.nodes)} nodes, {len(set(cluster.placement.values()))} ESXi "
         f"hosts, {len(cluster.pods)} pods; cache built in {time.perf_counter() - start:.1f} s, "

@@ -41,8 +41,9 @@ from hostaffinity.affinity.scoring import (
     MAX_NODE_SCORE,
     NODE_AFFINITY_WEIGHT,
     TAINT_TOLERATION_WEIGHT,
-    NodeScore,
     ScoreResult,
+    SparseScores,
+    combine,
     normalize_default,
     normalize_min_max,
 )
@@ -262,50 +263,53 @@ class AffinityEngine:
         """Normalized scores of the given (feasible) nodes, as the default profile ranks them.
 
         In PHYSICAL mode only host-level inter-pod terms score; the other plugins are
-        kube-scheduler's job.
+        kube-scheduler's job. The raw scores are computed for the nodes that have one and kept
+        sparse (scoring.SparseScores), so a call costs about the matching pods, not the nodes.
         """
-        names = [n for n in nodes if self.index.has_node(n)]
-        inter_pod = normalize_min_max(self._inter_pod_raw(pod, names, mode))
-        if mode is FilterMode.PHYSICAL:
-            return ScoreResult(
-                {n: NodeScore(0, 0, inter_pod[n], inter_pod[n]) for n in names},
-                MAX_NODE_SCORE,
-            )
-        taints = normalize_default(self._taint_raw(pod, names), reverse=True)
-        node_affinity = normalize_default(self._node_affinity_raw(pod, names), reverse=False)
-        scores = {
-            n: NodeScore(
-                taints[n],
-                node_affinity[n],
-                inter_pod[n],
-                TAINT_TOLERATION_WEIGHT * taints[n]
-                + NODE_AFFINITY_WEIGHT * node_affinity[n]
-                + INTER_POD_AFFINITY_WEIGHT * inter_pod[n],
-            )
-            for n in names
-        }
-        weights = TAINT_TOLERATION_WEIGHT + NODE_AFFINITY_WEIGHT + INTER_POD_AFFINITY_WEIGHT
-        return ScoreResult(scores, weights * MAX_NODE_SCORE)
-
-    def _taint_raw(self, pod: Pod, names: list[str]) -> dict[str, int]:
-        raw = dict.fromkeys(names, 0)
+        known = self.index.all_nodes()
+        names = list(nodes)
         asked = set(names)
+        if not asked <= known:  # set operations first: unknown nodes are rare
+            names = [n for n in names if n in known]
+            asked.intersection_update(known)
+        inter_pod = normalize_min_max(self._inter_pod_raw(pod, asked, mode), len(asked))
+        if mode is FilterMode.PHYSICAL:
+            unscored = SparseScores(0)
+            return ScoreResult(names, unscored, unscored, inter_pod, inter_pod, MAX_NODE_SCORE)
+        taints = normalize_default(self._taint_raw(pod, asked), len(asked), reverse=True)
+        node_affinity = normalize_default(
+            self._node_affinity_raw(pod, asked), len(asked), reverse=False
+        )
+        total = combine(
+            lambda taint, node, inter: TAINT_TOLERATION_WEIGHT * taint
+            + NODE_AFFINITY_WEIGHT * node
+            + INTER_POD_AFFINITY_WEIGHT * inter,
+            taints,
+            node_affinity,
+            inter_pod,
+        )
+        weights = TAINT_TOLERATION_WEIGHT + NODE_AFFINITY_WEIGHT + INTER_POD_AFFINITY_WEIGHT
+        return ScoreResult(names, taints, node_affinity, inter_pod, total, weights * MAX_NODE_SCORE)
+
+    def _taint_raw(self, pod: Pod, asked: Set[str]) -> SparseScores:
+        raw: dict[str, int] = {}
         for taints, group in self.index.taint_groups().items():
             count = intolerable_preferences(pod.spec.tolerations, taints)
             if count:
                 raw.update(dict.fromkeys(group & asked, count))
-        return raw
+        return SparseScores(0, raw)
 
-    def _node_affinity_raw(self, pod: Pod, names: list[str]) -> dict[str, int]:
-        raw = dict.fromkeys(names, 0)
+    def _node_affinity_raw(self, pod: Pod, asked: Set[str]) -> SparseScores:
+        raw: dict[str, int] = {}
         for weight, term in preferred_node_terms(pod):
             for node in term_nodes(term, self.index):
-                if node in raw:
-                    raw[node] += weight
-        return raw
+                if node in asked:
+                    raw[node] = raw.get(node, 0) + weight
+        return SparseScores(0, raw)
 
-    def _inter_pod_raw(self, pod: Pod, names: list[str], mode: FilterMode) -> dict[str, int]:
-        """Sum of term weights per topology domain (scoring.go PreScore/Score)."""
+    def _inter_pod_raw(self, pod: Pod, asked: Set[str], mode: FilterMode) -> SparseScores:
+        """Sum of term weights per topology domain (scoring.go PreScore/Score), for the asked
+        nodes in a domain that some term credits."""
         index = self.index
         terms = self.terms(pod, mode)
         physical_only = mode is FilterMode.PHYSICAL
@@ -334,9 +338,12 @@ class AffinityEngine:
                 if record.key == pod.key or (physical_only and not term.physical):
                     continue
                 credit(record, term, HARD_POD_AFFINITY_WEIGHT if sign == 0 else sign * term.weight)
-        raw = dict.fromkeys(names, 0)
+        # One key's domains do not overlap: set operations fill its part, with no per-node loop.
+        by_key: dict[str, dict[str, int]] = {}
         for (key, value), weight in topology.items():
-            for node in index.domains(key).get(value, _NONE):
-                if node in raw:
-                    raw[node] += weight
-        return raw
+            members = asked & index.domains(key).get(value, _NONE)
+            by_key.setdefault(key, {}).update(dict.fromkeys(members, weight))
+        parts = [SparseScores(0, part) for part in by_key.values()]
+        if len(parts) == 1:
+            return parts[0]
+        return combine(lambda *weights: sum(weights), *parts)

@@ -12,10 +12,16 @@ scanning them. Kept:
 
 Two indexes fed the same objects in any order compare equal (`==`), which the property tests
 rely on. Only assigned, non-terminal pods are kept: those are the pods kube-scheduler counts.
+
+Records and compiled terms are immutable and acyclic, so they are declared `gc=False`: the cyclic
+garbage collector never tracks them, which keeps young collections rare during pod events. Once the
+initial lists are in, `freeze_gc_after_initial_load()` takes the rest of the long-lived objects out
+of full collections too.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Mapping, Set
 from typing import Final, Literal, TypeVar
 
@@ -52,7 +58,7 @@ J = TypeVar("J")
 V = TypeVar("V")
 
 
-class PodRecord(msgspec.Struct, frozen=True):
+class PodRecord(msgspec.Struct, frozen=True, gc=False):
     """What the index keeps of an assigned pod."""
 
     key: str
@@ -62,7 +68,7 @@ class PodRecord(msgspec.Struct, frozen=True):
     terms: PodTerms
 
 
-class NodeRecord(msgspec.Struct, frozen=True):
+class NodeRecord(msgspec.Struct, frozen=True, gc=False):
     """What the index keeps of a node."""
 
     name: str
@@ -106,6 +112,19 @@ def _discard2(mapping: dict[K, dict[J, set[V]]], key: K, inner: J, item: V) -> N
         _discard(nested, inner, item)
         if not nested:
             del mapping[key]
+
+
+def freeze_gc_after_initial_load() -> None:
+    """Collect garbage, then move every live object to the GC's permanent generation.
+
+    Call it once the informers' initial lists are indexed (and the caller's own startup state is
+    built). A 150,000-pod cluster leaves ~1M container objects (the informers' Pods, the index's
+    sets) that a full collection would otherwise traverse: a ~0.5 s pause each time one runs.
+    Frozen objects are still freed by reference counting when the index drops them; only garbage
+    cycles among them would stay, and the index makes none. Process-wide, see `gc.freeze`.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class ClusterIndex:
@@ -203,6 +222,8 @@ class ClusterIndex:
 
     @staticmethod
     def _each_term(record: PodRecord) -> Iterator[tuple[TermKind, int, AffinityTerm]]:
+        if not record.terms:  # most pods: skip the four kinds
+            return
         for kind in TERM_KINDS:
             for position, term in enumerate(getattr(record.terms, kind)):
                 yield kind, position, term

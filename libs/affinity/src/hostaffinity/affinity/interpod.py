@@ -37,7 +37,7 @@ HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 HOST_KEYS: Final = frozenset({LABEL_ESXI_HOST, LABEL_LEGACY_HOST})
 
 
-class AffinityTerm(msgspec.Struct, frozen=True):
+class AffinityTerm(msgspec.Struct, frozen=True, gc=False):
     """One compiled pod (anti-)affinity term.
 
     `declared_key` is the topology key as written; `topology_key` the one decided on, which
@@ -78,7 +78,7 @@ class AffinityTerm(msgspec.Struct, frozen=True):
         return f"{self.selector.describe()}{where} on topology key {key}"
 
 
-class PodTerms(msgspec.Struct, frozen=True):
+class PodTerms(msgspec.Struct, frozen=True, gc=False):
     """All of a pod's inter-pod terms, by kind."""
 
     required_affinity: tuple[AffinityTerm, ...] = ()
@@ -95,7 +95,7 @@ class PodTerms(msgspec.Struct, frozen=True):
         )
 
 
-class NamespaceScope(msgspec.Struct, frozen=True):
+class NamespaceScope(msgspec.Struct, frozen=True, gc=False):
     """The namespaces an incoming pod's term looks at: all, or a fixed set."""
 
     everywhere: bool

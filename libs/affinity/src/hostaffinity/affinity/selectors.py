@@ -33,7 +33,7 @@ _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 
 
-class Requirement(msgspec.Struct, frozen=True):
+class Requirement(msgspec.Struct, frozen=True, gc=False):
     """One `key op values` requirement; `bound` holds the integer of a Gt/Lt requirement."""
 
     key: str
@@ -70,7 +70,7 @@ class Requirement(msgspec.Struct, frozen=True):
         return f"{self.key} {self.op} {self.bound}"
 
 
-class Selector(msgspec.Struct, frozen=True):
+class Selector(msgspec.Struct, frozen=True, gc=False):
     """A conjunction of requirements; `nothing` marks the selector that selects no object."""
 
     requirements: tuple[Requirement, ...] = ()

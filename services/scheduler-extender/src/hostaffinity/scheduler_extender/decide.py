@@ -8,7 +8,6 @@ including nodes the cache has not seen yet, so a lagging informer never blocks o
 from __future__ import annotations
 
 from collections import Counter
-from operator import attrgetter
 from typing import Final
 
 import msgspec
@@ -17,7 +16,12 @@ from hostaffinity.affinity.engine import FilterMode
 from hostaffinity.affinity.explain import Rejection
 from hostaffinity.affinity.index import TermKind
 from hostaffinity.affinity.model import Pod
-from hostaffinity.affinity.scoring import MAX_EXTENDER_PRIORITY, MAX_NODE_SCORE
+from hostaffinity.affinity.scoring import (
+    MAX_EXTENDER_PRIORITY,
+    MAX_NODE_SCORE,
+    SparseScores,
+    combine,
+)
 from hostaffinity.scheduler_extender.cache import ExtenderCache, owner_of
 from hostaffinity.scheduler_extender.wire import AskedNodes, ExtenderFilterResult, HostPriority
 from hostaffinity.schema.names import LABEL_ESXI_HOST
@@ -70,14 +74,17 @@ def concerns(cache: ExtenderCache, pod: Pod) -> bool:
     return _applies(cache, pod, ("required_affinity", "required_anti"), ("required_anti",))
 
 
-def preferred_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> dict[str, int]:
+def preferred_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> SparseScores:
     """0..100 per node from host-level preferred terms (and existing pods' terms that score
-    the pod); empty when none applies, which scores every node 0."""
+    the pod); 0 for every node when none applies, and for a node the cache does not know."""
     scoring: tuple[TermKind, ...] = ("required_affinity", "preferred_affinity", "preferred_anti")
     if not _applies(cache, pod, ("preferred_affinity", "preferred_anti"), scoring):
-        return {}
+        return SparseScores(0)
     result = cache.engine.score(pod, names, mode=FilterMode.PHYSICAL)
-    return {node: score.total for node, score in result.scores.items()}
+    if len(result.nodes) == len(names):
+        return result.total
+    unknown = set(names).difference(result.nodes)
+    return SparseScores(result.total.base, result.total.special | dict.fromkeys(unknown, 0))
 
 
 def failure_message(rejection: Rejection) -> str:
@@ -122,30 +129,32 @@ def filter_nodes(
     return answer, verdict
 
 
-def spread_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> dict[str, int]:
+def spread_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> SparseScores:
     """0..100 per node: fewer replicas of the pod's owner on the node's ESXi host is better.
 
     SelectorSpread's formula (MAX * (most - here) / most) with the ESXi host as the domain; a
     pod without a controller, or whose owner has no placed replica, scores every node the same.
     """
-    scores = dict.fromkeys(names, MAX_NODE_SCORE)
     owner = owner_of(pod)
     if owner is None:
-        return scores
+        return SparseScores(MAX_NODE_SCORE)
     counts: Counter[str] = Counter()
     for key, node in cache.replicas(owner).items():
         host = cache.host_of(node)
         if host is not None and key != pod.key:
             counts[host] += 1
     if not counts:
-        return scores
+        return SparseScores(MAX_NODE_SCORE)
     most = max(counts.values())
     by_host = cache.index.domains(LABEL_ESXI_HOST)
-    for host, count in counts.items():
-        for node in by_host.get(host, ()):
-            if node in scores:
-                scores[node] = MAX_NODE_SCORE * (most - count) // most
-    return scores
+    asked = set(names)
+    special = {
+        node: MAX_NODE_SCORE * (most - count) // most
+        for host, count in counts.items()
+        for node in by_host.get(host, ())
+        if node in asked
+    }
+    return SparseScores(MAX_NODE_SCORE, special)
 
 
 def prioritize(
@@ -157,20 +166,22 @@ def prioritize(
     waiting = not_synced_message(cache)
     if waiting is not None:
         return None, Verdict(outcome=ERROR, asked=len(asked.names), message=waiting)
-    preferred = preferred_scores(cache, pod, asked.names).get
-    spread = spread_scores(cache, pod, asked.names)
+    names = asked.names
     scale = 2 * MAX_NODE_SCORE
-    priorities = [
-        HostPriority(
-            host=node, score=(preferred(node, 0) + spread[node]) * MAX_EXTENDER_PRIORITY // scale
-        )
-        for node in asked.names
-    ]
-    best = max(priorities, key=attrgetter("score"), default=None)
+    scores = list(
+        combine(
+            lambda preferred, spread: (preferred + spread) * MAX_EXTENDER_PRIORITY // scale,
+            preferred_scores(cache, pod, names),
+            spread_scores(cache, pod, names),
+        ).over(names)
+    )
+    # Positional HostPriority built in C (map): the answer is the one per-node object.
+    priorities = list(map(HostPriority, names, scores))
+    best = names[scores.index(max(scores))] if scores else ""
     verdict = Verdict(
         outcome=SCORED,
         asked=len(asked.names),
         passed=len(priorities),
-        node=best.host if best is not None else "",
+        node=best,
     )
     return priorities, verdict
