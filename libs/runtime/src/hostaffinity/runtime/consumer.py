@@ -20,6 +20,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.deadletters import DeadLetterQueue
 from hostaffinity.runtime.telemetry import extract_trace_context
 from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX
@@ -104,11 +105,9 @@ class DurableConsumer(Generic[_T]):
         settings = self._settings
         await self._js.add_consumer(settings.stream, config=settings.consumer_config())
         sub = await self._js.pull_subscribe_bind(durable=settings.durable, stream=settings.stream)
-        task = asyncio.current_task()
         try:
-            # Python 3.11's wait_for (inside nats-py's fetch) can swallow a cancellation that
-            # races a message arriving; the request is still counted, so honour it here.
-            while task is None or not task.cancelling():
+            while True:
+                raise_if_cancel_requested()
                 try:
                     messages = await sub.fetch(settings.batch, settings.fetch_timeout_seconds)
                 except TimeoutError:  # nats.errors' and asyncio's alike: nothing new yet

@@ -21,6 +21,7 @@ import aiohttp
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
 
 T = TypeVar("T")
@@ -132,6 +133,7 @@ class KeyedDispatcher(Generic[T]):
                 log.exception("handler failed for %s %s", event.type, event.key)
             finally:
                 self._in_flight -= 1
+            raise_if_cancel_requested()  # a handler's NATS call may have swallowed it
 
     def pending(self) -> int:
         """Events queued or being handled (for readiness, tests and metrics)."""

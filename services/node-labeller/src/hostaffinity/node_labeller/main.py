@@ -21,6 +21,7 @@ from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import Settings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.config import ConfigError, load_config
 from hostaffinity.runtime.health import HealthServer
 from hostaffinity.runtime.informer import Informer, InformerEvent, msgspec_decoder
@@ -132,6 +133,7 @@ class NodeLabellerService:
 
     async def _apply_batches(self, watcher: InventoryWatcher, labeller: Labeller) -> None:
         while True:
+            raise_if_cancel_requested()  # a publish in on_inventory may have swallowed it
             batch = await watcher.batches.get()
             await labeller.on_inventory(batch)
 

@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.scheduler_extender.decide import Verdict
 from hostaffinity.schema import ExtenderDecision, event_id
 
@@ -71,6 +72,7 @@ class DecisionPublisher:
 
     async def run(self) -> None:
         while True:
+            raise_if_cancel_requested()  # a publish below may have swallowed it (Python 3.11)
             event = await self._queue.get()
             try:
                 await self._publish(event)

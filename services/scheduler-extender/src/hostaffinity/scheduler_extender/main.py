@@ -16,6 +16,7 @@ import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import ConfigError, load_config
 from hostaffinity.runtime.health import HealthServer
@@ -30,6 +31,7 @@ from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 
 _log = logging.getLogger(__name__)
+SYNC_POLL_SECONDS = 0.5
 
 
 def build_cache(settings: SchedulerExtenderSettings) -> ExtenderCache:
@@ -100,10 +102,20 @@ async def serve(settings: SchedulerExtenderSettings) -> None:
     try:
         async with running_extender(settings) as running:
             _log.info("scheduler-extender listening on port %d", running.server.port)
+            freezing = asyncio.create_task(_freeze_gc_once_synced(running.cache))
             await stop.wait()
+            freezing.cancel()
             _log.info("stopping: finishing requests in flight")
     finally:
         telemetry.shutdown()
+
+
+async def _freeze_gc_once_synced(cache: ExtenderCache) -> None:
+    """After the first full lists, spare the big long-lived cache from full GC passes."""
+    while not all(cache.is_synced(source) for source in SOURCES):  # noqa: ASYNC110
+        await asyncio.sleep(SYNC_POLL_SECONDS)
+    freeze_gc_after_initial_load()
+    _log.info("cache synced; garbage collector frozen over the initial state")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
