@@ -14,11 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import metrics
 from pyVmomi import VmomiSupport, vim, vmodl
 
 from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES, ObjectUpdate, PropertyValue
 
 log = logging.getLogger(__name__)
+_reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
+    "node_labeller_vcenter_reconnects",
+    description="vCenter watch sessions lost and logged in again (each is followed by a resync)",
+)
 
 # How long one WaitForUpdatesEx call may wait on the server before returning empty; short enough
 # that a stop request is noticed quickly, long enough to cost nothing when idle.
@@ -73,6 +78,7 @@ class InventoryWatcher:
                 delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
                 failures += 1
                 self.reconnects += 1
+                _reconnects.add(1)
                 log.warning("vCenter watch failed (%s); reconnecting in %.1fs", error, delay)
                 self._stop.wait(delay)
 
