@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from hostaffinity.runtime.kube import KubeClient
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.decisions import DecisionPublisher
-from hostaffinity.scheduler_extender.http import ExtenderServer
+from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST, ExtenderDecision
 
@@ -95,7 +97,9 @@ class Harness:
             return response.status, await response.json()
 
 
-async def _running(cache: ExtenderCache) -> AsyncIterator[Harness]:
+async def _running(
+    cache: ExtenderCache, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[Harness]:
     published: list[ExtenderDecision] = []
 
     async def publish(event: ExtenderDecision) -> None:
@@ -106,7 +110,7 @@ async def _running(cache: ExtenderCache) -> AsyncIterator[Harness]:
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
         binder = Binder(KubeClient(api), 1.0)
         server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)
-        await server.start("127.0.0.1", 0)
+        await server.start("127.0.0.1", 0, tls)
         publisher = asyncio.create_task(decisions.run())
         try:
             yield Harness(server, published)
@@ -230,3 +234,39 @@ async def test_decisions_are_published(harness: Harness) -> None:
     assert (event.nodes_asked, event.nodes_passed) == (3, 1)
     assert event.rejections == {"node(s) didn't match pod anti-affinity rules": 2}
     assert event.id.startswith("extender.decision-")
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, made with openssl."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+async def test_https_when_a_certificate_is_configured(
+    make_cache: Callable[..., ExtenderCache], certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    tls = server_tls(str(cert), str(key))
+    async for running in _running(make_cache(HOSTS), tls):
+        url = f"https://127.0.0.1:{running.server.port}/filter"
+        trust = ssl.create_default_context(cafile=str(cert))
+        body = json.dumps(cache_capable(recorded(FILTER)))
+        async with aiohttp.ClientSession() as http, http.post(url, data=body, ssl=trust) as answer:
+            assert answer.status == 200
+            assert (await answer.json())["NodeNames"] == [
+                "sched-node-1",
+                "sched-node-3",
+                "sched-node-2",
+            ]
+        plain = url.replace("https://", "http://")
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.ClientError):
+                await http.post(plain, data=body)
