@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 import psutil
 from cluster import Cluster, Workload, build_cluster, make_pod
+from figures import percentile
 
 from hostaffinity.affinity.engine import AffinityEngine, FilterMode
 from hostaffinity.affinity.index import ClusterIndex, freeze_gc_after_initial_load
@@ -36,11 +37,6 @@ def build_index(cluster: Cluster) -> ClusterIndex:
     for pod in cluster.pods:
         index.upsert_pod(pod)
     return index
-
-
-def percentile(samples: Sequence[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def report(label: str, seconds: Sequence[float], unit: str = "µs") -> None:

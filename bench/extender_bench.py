@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import statistics
 import time
 from collections.abc import AsyncIterator
@@ -27,6 +26,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 from cluster import build_cluster, make_pod
+from figures import peak_rss_mib, percentile
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
@@ -36,15 +36,6 @@ from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @asynccontextmanager

@@ -11,7 +11,6 @@ process (the labeller runs in it; the Kubernetes double, vcsim and nats-server r
 import argparse
 import asyncio
 import contextlib
-import resource
 import statistics
 import subprocess
 import sys
@@ -26,21 +25,14 @@ from pyVmomi import vim, vmodl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from figures import peak_rss_mib, percentile  # noqa: E402
+
 from hostaffinity.node_labeller.config import LeaseSettings, NodeLabellerConfig  # noqa: E402
 from hostaffinity.node_labeller.main import NodeLabellerService  # noqa: E402
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings  # noqa: E402
 from tests.e2e.labeller_harness import host_by_name, vm_by_name  # noqa: E402
 from tests.platform.nats import NatsServer  # noqa: E402
 from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim  # noqa: E402
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @contextlib.contextmanager
@@ -112,7 +104,7 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
                 f"({vms} nodes labelled)"
             )
             await measure_moves(service, vc, hosts, moves)
-            await asyncio.to_thread(measure_simulator_floor, vc, hosts, max(10, moves // 5))
+            await asyncio.to_thread(measure_simulator_floor, vc, hosts, vms, max(10, moves // 5))
             print(
                 f"peak RSS of the labeller process: {peak_rss_mib():.0f} MiB "
                 f"(before the labeller started: {rss_before:.0f} MiB)"
@@ -161,7 +153,7 @@ async def measure_moves(service: NodeLabellerService, vc: Vcsim, hosts: int, mov
         )
 
 
-def measure_simulator_floor(vc: Vcsim, hosts: int, moves: int) -> None:
+def measure_simulator_floor(vc: Vcsim, hosts: int, vms: int, moves: int) -> None:
     """The same vMotion seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds.
 
     govmomi 0.24's simulator gathers updates on a 250 ms ticker and re-collects the filter's
@@ -186,7 +178,7 @@ def measure_simulator_floor(vc: Vcsim, hosts: int, moves: int) -> None:
     version = pc.WaitForUpdatesEx("", collector.WaitOptions(maxWaitSeconds=5)).version
     delays = []
     for index in range(moves):
-        vm = f"node-{index * 53 % 100 + 1}"
+        vm = f"node-{index * 53 % vms + 1}"
         completed = relocate(mover_si, vm, f"DC0_C0_H{index % hosts}")
         while True:
             update = pc.WaitForUpdatesEx(version, collector.WaitOptions(maxWaitSeconds=5))
