@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 import psutil
-from cluster import Cluster, Workload, build_cluster, make_pod
+from cluster import Cluster, Workload, build_cluster, feed, make_pod
 from figures import percentile
 
 from hostaffinity.affinity.engine import AffinityEngine, FilterMode
@@ -28,14 +28,7 @@ from hostaffinity.affinity.index import ClusterIndex, freeze_gc_after_initial_lo
 def build_index(cluster: Cluster) -> ClusterIndex:
     """Feed every object of the cluster to a fresh index, as an informer's initial list would."""
     index = ClusterIndex()
-    for namespace in cluster.namespaces:
-        index.upsert_namespace(namespace)
-    for node in cluster.nodes:
-        index.upsert_node(node)
-    for node, host in cluster.placement.items():
-        index.set_placement(node, host)
-    for pod in cluster.pods:
-        index.upsert_pod(pod)
+    feed(cluster, index)
     return index
 
 

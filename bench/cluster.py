@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from hostaffinity.affinity.model import (
     Affinity,
@@ -61,6 +62,27 @@ class Cluster:
     placement: dict[str, str] = field(default_factory=dict)
     pods: list[Pod] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
+
+
+class ClusterSink(Protocol):
+    """What an initial list feeds: the engine's index, or the extender's cache over it."""
+
+    def upsert_namespace(self, namespace: Namespace) -> None: ...
+    def upsert_node(self, node: Node) -> None: ...
+    def set_placement(self, node: str, host: str | None) -> None: ...
+    def upsert_pod(self, pod: Pod) -> None: ...
+
+
+def feed(cluster: Cluster, sink: ClusterSink) -> None:
+    """Hand every object of the cluster to `sink`, as the informers' initial lists would."""
+    for namespace in cluster.namespaces:
+        sink.upsert_namespace(namespace)
+    for node in cluster.nodes:
+        sink.upsert_node(node)
+    for name, host in cluster.placement.items():
+        sink.set_placement(name, host)
+    for pod in cluster.pods:
+        sink.upsert_pod(pod)
 
 
 def _anti_affinity(workload: Workload) -> Affinity | None:

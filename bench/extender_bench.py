@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import msgspec
 from aiohttp import web
-from cluster import build_cluster, make_pod
+from cluster import build_cluster, feed, make_pod
 from figures import peak_rss_mib, percentile
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -61,14 +61,7 @@ async def run(scale: float, pods: int, seed: int) -> None:
     cluster = build_cluster(scale, seed)
     start = time.perf_counter()
     cache = ExtenderCache()
-    for namespace in cluster.namespaces:
-        cache.upsert_namespace(namespace)
-    for node in cluster.nodes:
-        cache.upsert_node(node)
-    for name, host in cluster.placement.items():
-        cache.set_placement(name, host)
-    for pod in cluster.pods:
-        cache.upsert_pod(pod)
+    feed(cluster, cache)
     for source in SOURCES:
         cache.add_sync_check(source, lambda: True)
     # As the extender should once its informers have synced: no full GC over the cluster.
