@@ -31,8 +31,9 @@ FAST_LEASE = LeaseSettings(
 def labeller_config(
     vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
 ) -> NodeLabellerConfig:
+    """A labeller config for these parts; keywords override fields (`vcenter` too)."""
     return NodeLabellerConfig(
-        vcenter=vc.settings(),
+        vcenter=overrides.pop("vcenter", vc.settings()),
         vcenter_name="vcsim",
         nats=nats.settings(),
         health=HealthSettings(host="127.0.0.1", port=0),
@@ -44,6 +45,16 @@ def labeller_config(
 
 def node_object(name: str, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}}, **extra}
+
+
+def seed_nodes(kube: KubeDouble, si: vim.ServiceInstance, names: list[str]) -> None:
+    """Nodes named like their VMs; node-1 carries a providerID so the first rule is exercised."""
+    for name in names:
+        extra: dict[str, Any] = {}
+        if name == "node-1":
+            uuid = vm_by_name(si, name).config.uuid
+            extra["spec"] = {"providerID": f"vsphere://{uuid}"}
+        kube.seed(node_object(name, **extra))
 
 
 @contextlib.asynccontextmanager

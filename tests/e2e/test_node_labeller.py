@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import (
@@ -29,32 +28,17 @@ from tests.e2e.labeller_harness import (
     node_object,
     relocate,
     running,
+    seed_nodes,
     stream_events,
     vm_by_name,
     wait_ready,
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
-from tests.platform.vcsim import Vcsim, VcsimFactory
+from tests.platform.vcsim import VcsimFactory
 
 NODES = [f"node-{i}" for i in range(1, 7)]
 HOSTS = ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
-
-
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-def seed_nodes(kube: KubeDouble, vc: Vcsim, names: list[str]) -> None:
-    """Nodes named like their VMs; node-1 carries a providerID so the first rule is exercised."""
-    si = vc.connect()
-    for name in names:
-        extra: dict[str, Any] = {}
-        if name == "node-1":
-            uuid = vm_by_name(si, name).config.uuid
-            extra["spec"] = {"providerID": f"vsphere://{uuid}"}
-        kube.seed(node_object(name, **extra))
 
 
 def expected_host(index: int) -> str:
@@ -80,7 +64,7 @@ async def test_labels_follow_the_vm_and_are_put_back(
     bus: Bus,
 ) -> None:
     vc = vcsim(hosts=3, vms=6)
-    seed_nodes(kube_double, vc, NODES)
+    seed_nodes(kube_double, vc.connect(), NODES)
     kube_double.seed(node_object("not-ours", metadata={"name": "not-ours", "labels": {"a": "b"}}))
     async with running(labeller_config(vc, nats_server, kubeconfig)) as service:
         await wait_ready(service)
@@ -122,7 +106,7 @@ async def test_a_restarted_labeller_publishes_nothing_new(
     bus: Bus,
 ) -> None:
     vc = vcsim(hosts=3, vms=6)
-    seed_nodes(kube_double, vc, NODES)
+    seed_nodes(kube_double, vc.connect(), NODES)
     config = labeller_config(vc, nats_server, kubeconfig)
     async with running(config) as first:
         await wait_ready(first)
@@ -142,7 +126,7 @@ async def test_a_second_replica_takes_over(
     kubeconfig: Path,
 ) -> None:
     vc = vcsim(hosts=3, vms=6)
-    seed_nodes(kube_double, vc, NODES)
+    seed_nodes(kube_double, vc.connect(), NODES)
     config = labeller_config(vc, nats_server, kubeconfig)
     async with contextlib.AsyncExitStack() as first_replica:
         first = await first_replica.enter_async_context(running(config, "replica-a"))
@@ -178,7 +162,7 @@ async def test_bad_input_is_reported_and_never_mislabelled(
     )
     si = vc.connect()
     shared_uuid = vm_by_name(si, "node-3").config.uuid
-    seed_nodes(kube_double, vc, ["node-1", "node-2"])
+    seed_nodes(kube_double, vc.connect(), ["node-1", "node-2"])
     kube_double.seed(node_object("ghost"))
     kube_double.seed(node_object("clone", spec={"providerID": f"vsphere://{shared_uuid}"}))
     async with running(labeller_config(vc, nats_server, kubeconfig)) as service:
@@ -218,7 +202,7 @@ async def test_a_lost_vcenter_session_is_logged_in_again_without_losing_a_change
     kubeconfig: Path,
 ) -> None:
     vc = vcsim(hosts=3, vms=6)
-    seed_nodes(kube_double, vc, NODES)
+    seed_nodes(kube_double, vc.connect(), NODES)
     admin = vc.connect()
     manager = admin.RetrieveContent().sessionManager
     ours = {session.key for session in manager.sessionList}

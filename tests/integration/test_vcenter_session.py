@@ -188,3 +188,17 @@ def test_connect_logs_in_once_or_names_the_refusal(vc: Vcsim) -> None:
 
     with pytest.raises(VCenterLoginError, match=r"vCenter http://127\.0\.0\.1:\d+ refused"):
         connect(vc.settings(password="wrong"))
+
+
+async def test_reconnect_logs_the_old_session_out_and_keeps_working(vc: Vcsim) -> None:
+    async with VCenterSession(vc.settings()) as session:
+        keys = [await session_key(session)]
+        for _ in range(3):
+            await session.reconnect()
+            keys.append(await session_key(session))
+
+        active = await asyncio.to_thread(active_sessions, vc.connect())
+        assert len(set(keys)) == 4
+        assert active & set(keys) == {keys[-1]}
+        assert session.reconnects == 3
+        assert (await session.current_time()).year >= 2024

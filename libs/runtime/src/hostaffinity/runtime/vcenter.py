@@ -8,6 +8,14 @@ managed object reference a caller holds stays valid, and repeats the call once. 
 in a session (property collectors, filters, container views) die with it: a caller that keeps
 them, such as a `WaitForUpdatesEx` loop, rebuilds them when `relogins` has moved.
 
+A caller that gives up on a session for any other reason (a network error, a fault it cannot
+place) calls `reconnect`, which logs the old session out before logging in again: vCenter limits
+the sessions it keeps, and one left behind lives until its idle timeout.
+
+A caller whose calls block for long, such as a `WaitForUpdatesEx` long poll, owns a session of its
+own and keeps each call shorter than the keep-alive period: calls queue on the one thread, so a
+keep-alive waits at most one poll.
+
 pyVmomi 9 ships type stubs for the API (`vim.*`); `pyVim.connect.SmartConnect` has none.
 """
 
@@ -130,6 +138,8 @@ class VCenterSession:
         # How often vCenter ended our session and we logged in again (for metrics and for callers
         # whose session-scoped objects must be rebuilt).
         self.relogins = 0
+        # How often the caller gave the session up and a new one was logged in (`reconnect`).
+        self.reconnects = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vcenter")
         self._service_instance: vim.ServiceInstance | None = None
         self._content: vim.ServiceInstanceContent | None = None
@@ -164,7 +174,7 @@ class VCenterSession:
     async def start(self) -> None:
         """Log in, and keep the session alive in the background until `close`."""
         await self._in_session_thread(self._connect)
-        self._keepalive = asyncio.create_task(self._keep_alive(), name="vcenter-keepalive")
+        self._keep_alive_from_now()
 
     async def close(self) -> None:
         """Stop the keep-alive and log out; a failed logout is only logged."""
@@ -175,6 +185,14 @@ class VCenterSession:
         if self._service_instance is not None:
             await self._in_session_thread(self._logout)
         self._executor.shutdown(wait=False)
+
+    async def reconnect(self) -> None:
+        """Log the current session out (where vCenter still answers) and log in afresh.
+
+        Also the way to retry a `start` that failed. Session-scoped objects must be rebuilt.
+        """
+        await self._in_session_thread(self._reconnect)
+        self._keep_alive_from_now()
 
     async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn(*args, **kwargs)` on the session's thread. If vCenter says the session is gone,
@@ -196,6 +214,10 @@ class VCenterSession:
     async def _in_session_thread(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
+    def _keep_alive_from_now(self) -> None:
+        if self._keepalive is None:
+            self._keepalive = asyncio.create_task(self._keep_alive(), name="vcenter-keepalive")
+
     async def _keep_alive(self) -> None:
         while True:
             await asyncio.sleep(self.settings.keepalive_seconds)
@@ -212,6 +234,12 @@ class VCenterSession:
         si = connect(self.settings)
         self._service_instance = si
         self._content = si.RetrieveContent()
+
+    def _reconnect(self) -> None:
+        if self._service_instance is not None:
+            self._logout()
+        self._connect()
+        self.reconnects += 1
 
     def _relogin(self) -> None:
         manager = self._session_manager()

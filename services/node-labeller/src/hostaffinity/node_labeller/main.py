@@ -30,7 +30,6 @@ from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange, TopologyStore
 from hostaffinity.runtime.leader import LeaderElector
 from hostaffinity.runtime.telemetry import setup_telemetry
-from hostaffinity.runtime.vcenter import connect
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 SERVICE = "node-labeller"
@@ -98,7 +97,7 @@ class NodeLabellerService:
         self._standby = False
         config = self.config
         bus = await Bus.connect(config.nats, name=f"hostaffinity-{SERVICE}-{self.identity}")
-        watcher = self.watcher = InventoryWatcher(lambda: connect(config.vcenter))
+        watcher = self.watcher = InventoryWatcher(config.vcenter)
         try:
             store = await bus.ensure_layout()
             labeller = Labeller(
@@ -128,7 +127,6 @@ class NodeLabellerService:
                 self.informer.run(),
             )
         finally:
-            watcher.stop()
             await bus.close()
 
     async def _apply_batches(self, watcher: InventoryWatcher, labeller: Labeller) -> None:

@@ -1,16 +1,20 @@
 """Follows the vCenter inventory with PropertyCollector `WaitForUpdatesEx`: no polling loop.
 
 One container view over the root folder covers VMs, hosts, clusters, folders and datacenters; the
-filter asks only for the properties in `WATCHED_PROPERTIES`. The first answer after a (re)login is
-the complete inventory (a resync); later answers carry only changes. The blocking pyVmomi calls
-run on a dedicated thread and hand batches to the event loop.
+filter asks only for the properties in `WATCHED_PROPERTIES`. The first answer after a (re)login,
+or after `request_full_read`, is the complete inventory (a resync); later answers carry only
+changes.
+
+The watcher owns its `VCenterSession` (runtime/vcenter.py): every long poll blocks that session's
+one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most one poll and
+no other part of the service queues behind it. A session vCenter ended is logged in again by the
+session itself; the watcher then rebuilds its view and filter. Any other failure reconnects the
+session, which logs the old vCenter session out first, so reconnects never pile sessions up.
 """
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +22,7 @@ from opentelemetry import metrics
 from pyVmomi import VmomiSupport, vim, vmodl
 
 from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES, ObjectUpdate, PropertyValue
+from hostaffinity.runtime.vcenter import VCenterSession, VCenterSettings
 
 log = logging.getLogger(__name__)
 _reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
@@ -26,7 +31,7 @@ _reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
 )
 
 # How long one WaitForUpdatesEx call may wait on the server before returning empty; short enough
-# that a stop request is noticed quickly, long enough to cost nothing when idle.
+# that the session's keep-alive and a stop are served quickly, long enough to cost nothing idle.
 MAX_WAIT_SECONDS = 2
 RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -44,73 +49,99 @@ class UpdateBatch:
     received_at: float
 
 
-Connect = Callable[[], Any]  # returns a logged-in pyVmomi ServiceInstance
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """One WaitForUpdatesEx answer, already turned into plain updates on the session's thread."""
+
+    version: str
+    truncated: bool
+    updates: list[ObjectUpdate]
 
 
 class InventoryWatcher:
-    """Runs the WaitForUpdatesEx loop on a thread; batches arrive on `batches`."""
+    """Runs the WaitForUpdatesEx loop on its own vCenter session; batches arrive on `batches`."""
 
-    def __init__(self, connect: Connect) -> None:
-        self._connect = connect
-        self._stop = threading.Event()
+    def __init__(self, settings: VCenterSettings) -> None:
+        self._settings = settings
         self.batches: asyncio.Queue[UpdateBatch] = asyncio.Queue()
+        # Times the watch started over: after a failure, or after vCenter ended the session.
         self.reconnects = 0
+        self._failures = 0
+        self._full_read = False
+
+    def request_full_read(self) -> None:
+        """Make the next batch the complete inventory again (the periodic resync asks for it)."""
+        self._full_read = True
 
     async def run(self) -> None:
-        """Watch until `stop()`; reconnects (and resyncs) after any session or network error."""
-        loop = asyncio.get_running_loop()
-
-        def deliver(batch: UpdateBatch) -> None:
-            loop.call_soon_threadsafe(self.batches.put_nowait, batch)
-
-        await asyncio.to_thread(self._watch_forever, deliver)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _watch_forever(self, deliver: Callable[[UpdateBatch], None]) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                self._watch_one_session(deliver)
-                failures = 0
-            except Exception as error:  # any failure: log in again and resync
-                delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
-                failures += 1
-                self.reconnects += 1
-                _reconnects.add(1)
-                log.warning("vCenter watch failed (%s); reconnecting in %.1fs", error, delay)
-                self._stop.wait(delay)
-
-    def _watch_one_session(self, deliver: Callable[[UpdateBatch], None]) -> None:
-        service_instance = self._connect()
-        content = service_instance.RetrieveContent()
-        view = content.viewManager.CreateContainerView(
-            content.rootFolder, list(_managed_types()), True
-        )
-        collector = content.propertyCollector.CreateFilter  # bound for readability below
-        property_filter = collector(_filter_spec(view), partialUpdates=False)
+        """Watch until cancelled; reconnects (and resyncs) after any session or network error."""
+        session = VCenterSession(self._settings)
+        login = session.start
         try:
-            self._wait_loop(content.propertyCollector, deliver)
+            while True:
+                try:
+                    await login()
+                    login = session.reconnect
+                    await self._follow(session)
+                except Exception as error:  # any failure: log in again and resync
+                    delay = RETRY_DELAYS[min(self._failures, len(RETRY_DELAYS) - 1)]
+                    self._failures += 1
+                    log.warning("vCenter watch failed (%r); reconnecting in %.1fs", error, delay)
+                    await asyncio.sleep(delay)
+                self._started_over()
         finally:
-            _quietly(property_filter.Destroy)
-            _quietly(view.Destroy)
+            await session.close()
 
-    def _wait_loop(self, collector: Any, deliver: Callable[[UpdateBatch], None]) -> None:
+    def _started_over(self) -> None:
+        self.reconnects += 1
+        _reconnects.add(1)
+
+    async def _follow(self, session: VCenterSession) -> None:
+        """Build the view and filter, then poll; rebuild them whenever the session was renewed."""
+        while True:
+            relogins = session.relogins
+            collector = await session.call(_create_filter, session.content)
+            await self._poll(session, collector, relogins)
+            log.info("vCenter session renewed; rebuilding the inventory filter")
+            self._started_over()
+
+    async def _poll(self, session: VCenterSession, collector: Any, relogins: int) -> None:
+        """Deliver batches until the session is renewed under us (its objects are gone then)."""
         version = ""
         resync = True
         pending: list[ObjectUpdate] = []
         options = _COLLECTOR.WaitOptions(maxWaitSeconds=MAX_WAIT_SECONDS)
-        while not self._stop.is_set():
-            update_set = collector.WaitForUpdatesEx(version, options)
-            if update_set is None:
+        while session.relogins == relogins:
+            if self._full_read:
+                self._full_read = False
+                version, resync, pending = "", True, []
+            answer = await session.call(_wait_for_updates, collector, version, options)
+            if answer is None or session.relogins != relogins:
                 continue
-            version = update_set.version
-            pending.extend(_object_updates(update_set))
-            if update_set.truncated:
+            version = answer.version
+            pending.extend(answer.updates)
+            if answer.truncated:
                 continue  # the rest of this answer comes with the next call
-            deliver(UpdateBatch(pending, resync, time.monotonic()))
+            self.batches.put_nowait(UpdateBatch(pending, resync, time.monotonic()))
             pending, resync = [], False
+            self._failures = 0
+
+
+def _create_filter(content: Any) -> Any:
+    """A container view over everything and one filter on it; returns the property collector.
+
+    Both live in the session: a logout or an ended session removes them, so they need no cleanup.
+    """
+    view = content.viewManager.CreateContainerView(content.rootFolder, _managed_types(), True)
+    content.propertyCollector.CreateFilter(_filter_spec(view), partialUpdates=False)
+    return content.propertyCollector
+
+
+def _wait_for_updates(collector: Any, version: str, options: Any) -> _Answer | None:
+    update_set = collector.WaitForUpdatesEx(version, options)
+    if update_set is None:
+        return None
+    return _Answer(str(update_set.version), bool(update_set.truncated), _object_updates(update_set))
 
 
 def _managed_types() -> list[Any]:
@@ -154,10 +185,3 @@ def _plain(value: Any) -> PropertyValue:
     if isinstance(value, _MANAGED_OBJECT):
         return str(value._moId)
     return str(value)
-
-
-def _quietly(call: Callable[[], Any]) -> None:
-    try:
-        call()
-    except Exception:  # cleanup on a dead session fails; the server drops it anyway
-        log.debug("cleanup call failed", exc_info=True)

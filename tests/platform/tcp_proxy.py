@@ -1,0 +1,62 @@
+"""A loopback TCP proxy a test can cut: `reset()` aborts every open connection at once, as a load
+balancer failover or a firewall dropping its state table would, while new connections still get
+through. Code under test points at the proxy; the test's own clients go to the server directly.
+
+    proxy = TcpProxy("127.0.0.1", vc.port)
+    await proxy.start()
+    settings = vc.settings(port=proxy.port)
+    proxy.reset()   # every client connection through the proxy sees a reset now
+"""
+
+import asyncio
+import contextlib
+
+
+class TcpProxy:
+    """Forwards bytes both ways between each client connection and its own upstream one."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._server: asyncio.Server | None = None
+        self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def reset(self) -> int:
+        """Abort every open connection (both sides); returns how many there were."""
+        pairs, self._pairs = self._pairs, set()
+        for client, upstream in pairs:
+            client.transport.abort()
+            upstream.transport.abort()
+        return len(pairs)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self.reset()
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        except OSError:
+            writer.transport.abort()
+            return
+        pair = (writer, up_writer)
+        self._pairs.add(pair)
+        try:
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            self._pairs.discard(pair)
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy until either side ends; then close the sink so the other end sees the end too."""
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    sink.close()
