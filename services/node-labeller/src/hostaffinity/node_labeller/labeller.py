@@ -80,7 +80,6 @@ class Labeller:
         self._recorder = recorder
         self._locks: dict[str, asyncio.Lock] = {}
         self._slots = asyncio.Semaphore(patch_concurrency)
-        self._reported: set[tuple[str, str, str]] = set()
         self.inventory_synced = asyncio.Event()
         self.timings: dict[str, Timing] = {}
         self._in_flight = 0
@@ -202,14 +201,12 @@ class Labeller:
             _patch_latency.record(timing.patch_answered - timing.seen)
 
     async def _report(self, node: Node, reason: str, message: str) -> None:
-        key = (node.name, reason, message)
-        if key in self._reported:
-            return
-        self._reported.add(key)
+        """Every occurrence counts towards the node's Event series; the recorder bounds the
+        writes, and the log says only what it wrote."""
         _warnings.add(1, {"reason": reason})
-        log.warning("node %s: %s: %s", node.name, reason, message)
         about = ObjectRef(kind="Node", name=node.name, uid=node.metadata.uid)
-        await self._recorder.record(about, reason, message)
+        if await self._recorder.record(about, reason, message):
+            log.warning("node %s: %s: %s", node.name, reason, message)
 
     async def _write_hosts(self) -> None:
         inventory = self.state.inventory
