@@ -123,7 +123,7 @@ async def measure_moves(service: NodeLabellerService, vc: Vcsim, hosts: int, mov
     wall_minus_mono = time.time() - time.monotonic()
     total, seen, sent, answered = [], [], [], []
     for index in range(moves):
-        vm = f"node-{index * 37 % len(labeller.state.nodes) + 1}"
+        vm = f"node-{index * 37 % len(labeller.state.placements) + 1}"
         current = labeller.state.placements[vm].host_name
         target = f"DC0_C0_H{(int(current.rsplit('H', 1)[1]) + 1 + index) % hosts}"
         if target == current:

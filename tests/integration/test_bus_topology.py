@@ -11,7 +11,9 @@ from hostaffinity.runtime.kv import (
     HostChange,
     NodeChange,
     TopologyChange,
+    TopologySnapshot,
     TopologyWatch,
+    Undecodable,
 )
 from hostaffinity.runtime.layout import BusLayout
 from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, EsxiHost, NodePlacement, node_key
@@ -105,6 +107,35 @@ async def test_value_that_does_not_decode_is_skipped_by_the_watch(bus: Bus) -> N
     async with store.watch() as watch:
         assert await next_change(watch) == NodeChange(node="worker-2", placement=good, revision=2)
         assert await next_change(watch) == Bootstrapped()
+
+
+async def test_snapshot_has_every_live_key_undecodable_ones_included(bus: Bus) -> None:
+    store = await bus.ensure_layout()
+    raw = await bus.js.key_value(TOPOLOGY_BUCKET)
+    good = placement("worker-1.k8s.example.com", "host-11", version=1)
+    await store.put_node(good)
+    await store.put_node(placement("deleted", "host-11", version=1))
+    await store.delete_node("deleted")
+    await raw.put(node_key("garbage"), b"not json {")
+    await raw.put(node_key("wrong-types"), b'{"node": 1}')
+    await raw.put("host.host-12", b"[]")
+    await store.put_host(ESXI_HOST)
+
+    snapshot = await store.snapshot()
+
+    assert snapshot.nodes.keys() == {good.node, "garbage", "wrong-types"}
+    assert snapshot.nodes[good.node] == good
+    assert isinstance(snapshot.nodes["garbage"], Undecodable)
+    assert isinstance(snapshot.nodes["wrong-types"], Undecodable)
+    assert snapshot.hosts["host-11"] == ESXI_HOST
+    assert isinstance(snapshot.hosts["host-12"], Undecodable)
+    assert await (await bus.ensure_layout()).snapshot() == snapshot  # repeatable
+    empty = TopologySnapshot(nodes={}, hosts={})
+    for key in (good.node, "garbage", "wrong-types"):
+        await store.delete_node(key)
+    for moid in ("host-11", "host-12"):
+        await store.delete_host(moid)
+    assert await store.snapshot() == empty
 
 
 async def test_get_returns_the_typed_value_and_none_once_deleted(bus: Bus) -> None:

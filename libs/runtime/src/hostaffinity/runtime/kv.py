@@ -47,6 +47,19 @@ class Bootstrapped(msgspec.Struct, frozen=True):
 TopologyChange = NodeChange | HostChange | Bootstrapped
 
 
+class Undecodable(msgspec.Struct, frozen=True):
+    """A value under a topology key that is not the schema's type (garbage, wrong types)."""
+
+    reason: str
+
+
+class TopologySnapshot(msgspec.Struct, frozen=True):
+    """The latest value of every live key: what a resync compares with what it last wrote."""
+
+    nodes: dict[str, NodePlacement | Undecodable]
+    hosts: dict[str, EsxiHost | Undecodable]
+
+
 def topology_change(entry: KeyValue.Entry) -> NodeChange | HostChange | None:
     """The typed change a bucket entry stands for; None for a key outside `node.>`/`host.>`.
 
@@ -140,6 +153,32 @@ class TopologyStore:
     async def delete_host(self, moid: str) -> None:
         """Mark the host deleted; watchers see a HostChange without host."""
         await self._kv.delete(host_key(moid))
+
+    async def snapshot(self) -> TopologySnapshot:
+        """Every key's latest value, undecodable ones included; deleted keys are absent."""
+        nodes: dict[str, NodePlacement | Undecodable] = {}
+        hosts: dict[str, EsxiHost | Undecodable] = {}
+        watcher = await self._kv.watchall()
+        try:
+            # nats-py yields None once the latest value of every key has been delivered.
+            while (entry := await anext(watcher)) is not None:
+                key = entry.key
+                try:
+                    change = topology_change(entry)
+                except msgspec.DecodeError as err:
+                    bad = Undecodable(str(err))
+                    if key.startswith(NODE_KEY_PREFIX):
+                        nodes[key.removeprefix(NODE_KEY_PREFIX)] = bad
+                    elif key.startswith(HOST_KEY_PREFIX):
+                        hosts[key.removeprefix(HOST_KEY_PREFIX)] = bad
+                    continue
+                if isinstance(change, NodeChange) and change.placement is not None:
+                    nodes[change.node] = change.placement
+                elif isinstance(change, HostChange) and change.host is not None:
+                    hosts[change.moid] = change.host
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        return TopologySnapshot(nodes=nodes, hosts=hosts)
 
     def watch(self) -> TopologyWatch:
         """All current values, then `Bootstrapped`, then live changes, including deletes."""

@@ -28,3 +28,11 @@ class NodeLabellerConfig(ServiceSettings, frozen=True, kw_only=True):
     lease: LeaseSettings = LeaseSettings()
     # Label patches in flight at once during a full resync (first labelling, re-login).
     patch_concurrency: int = 32
+    # Every this often, vCenter's inventory is read whole and compared with the topology KV and
+    # the node labels; whatever differs (garbage or false KV values, keys of deleted nodes) is
+    # rewritten.
+    resync_seconds: float = 120.0
+    # A node whose KV write, label patch or event publish failed is retried after
+    # base * 2**failures seconds, at most max, until it succeeds or its desired state changes.
+    retry_base_seconds: float = 0.05
+    retry_max_seconds: float = 10.0

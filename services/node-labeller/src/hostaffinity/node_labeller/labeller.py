@@ -1,28 +1,54 @@
 """The node-labeller's working state and the edge where decisions become writes.
 
-It joins the two streams of facts (vCenter inventory batches, Kubernetes Node events), asks
-`reconcile_node` what each affected node needs, and applies the answer in the order the design
-fixes: topology KV, then the label patch, then events; warnings become Kubernetes Events.
+It joins the two streams of facts (vCenter inventory batches, Kubernetes Node events) into one
+work queue keyed by topology KV key (`node.<name>`, `host.<moid>`). Workers ask the planner
+(reconcile.py) what a key needs *now* and apply the answer in the order the design fixes:
+topology KV, then the label patch, then events; warnings become Kubernetes Event series.
+
+It converges by construction, not by the next change: a write that fails (KV, label patch,
+event publish) sends the key back to the queue with backoff, and the retry plans afresh from
+the current state, so it stops when it succeeds or applies a newer desired state. Events of a
+stored change that were not published yet are kept per node until they are. A periodic resync
+re-reads vCenter and the whole KV, marks every key whose stored value is not what was last
+written (garbage, a false placement, a deleted node's key) for rewriting, and queues every key.
 """
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import metrics
 
-from hostaffinity.node_labeller.inventory import Inventory
+from hostaffinity.node_labeller.inventory import HOST, Inventory
 from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.node_labeller.reconcile import NodeActions, Settings, reconcile_node
+from hostaffinity.node_labeller.reconcile import (
+    NodeActions,
+    Settings,
+    forget_node,
+    reconcile_host,
+    reconcile_node,
+    stale_keys,
+)
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
 from hostaffinity.runtime.kv import TopologyStore
-from hostaffinity.schema import EsxiHost, Event, NodePlacement, label_value
+from hostaffinity.runtime.workqueue import WorkQueue
+from hostaffinity.schema import (
+    EsxiHost,
+    Event,
+    NodePlacement,
+    NodeUnmatched,
+    host_key,
+    node_key,
+)
+from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 NODES = ResourceRef("", "v1", "nodes")
@@ -31,6 +57,10 @@ _patches = _meter.create_counter("node_labeller_label_patches", description="lab
 _warnings = _meter.create_counter(
     "node_labeller_node_warnings", description="problems reported on nodes, by reason"
 )
+_repairs = _meter.create_counter(
+    "node_labeller_kv_repairs",
+    description="topology keys a resync found not holding what was written, rewritten",
+)
 _patch_latency = _meter.create_histogram(
     "node_labeller_update_to_patch_seconds",
     unit="s",
@@ -38,6 +68,27 @@ _patch_latency = _meter.create_histogram(
 )
 
 Publish = Callable[[Event], Awaitable[object]]
+
+
+class NodeSource(Protocol):
+    """Where the labeller reads Nodes: the informer's cache, complete once `synced` is set."""
+
+    @property
+    def cache(self) -> Mapping[str, Node]: ...
+
+    @property
+    def synced(self) -> asyncio.Event: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Backoff of a key whose writes failed: base * 2**failures, capped."""
+
+    base_seconds: float = 0.05
+    max_seconds: float = 10.0
+
+
+DEFAULT_RETRY = Retry()
 
 
 @dataclass(slots=True)
@@ -51,8 +102,9 @@ class Timing:
 
 @dataclass(slots=True)
 class LabellerState:
+    """What the labeller knows of vCenter, and what it last wrote to the KV."""
+
     inventory: Inventory = field(default_factory=Inventory)
-    nodes: dict[str, Node] = field(default_factory=dict)
     placements: dict[str, NodePlacement] = field(default_factory=dict)
     hosts: dict[str, EsxiHost] = field(default_factory=dict)
     node_of_vm: dict[str, str] = field(default_factory=dict)
@@ -60,7 +112,7 @@ class LabellerState:
 
 
 class Labeller:
-    """Applies reconcile decisions; one lock per node keeps a node's writes in order."""
+    """Plans and applies the writes of each queued key; one worker per key at a time."""
 
     def __init__(
         self,
@@ -69,8 +121,10 @@ class Labeller:
         store: TopologyStore,
         publish: Publish,
         recorder: EventRecorder,
+        nodes: NodeSource,
         *,
-        patch_concurrency: int = 32,
+        workers: int = 32,
+        retry: Retry = DEFAULT_RETRY,
     ) -> None:
         self.settings = settings
         self.state = LabellerState()
@@ -78,15 +132,25 @@ class Labeller:
         self._store = store
         self._publish = publish
         self._recorder = recorder
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._slots = asyncio.Semaphore(patch_concurrency)
+        self._nodes = nodes
+        self._workers = workers
+        self.queue: WorkQueue[str] = WorkQueue(
+            "node-labeller", base_delay=retry.base_seconds, max_delay=retry.max_seconds
+        )
+        # Keys a resync found not holding what was written; cleared when rewritten.
+        self._stale: set[str] = set()
+        # Events of stored changes not yet published, per node, by id (in order).
+        self._unpublished: dict[str, dict[str, Event]] = {}
+        # The NodeUnmatched id announced per unplaced node, so a resync does not repeat it.
+        self._unmatched: dict[str, str] = {}
+        self._working = False
         self.inventory_synced = asyncio.Event()
         self.timings: dict[str, Timing] = {}
-        self._in_flight = 0
+        self.resyncs = 0
 
     def idle(self) -> bool:
-        """No node is being reconciled right now."""
-        return self._in_flight == 0
+        """Working, and every queued key is done: nothing queued, running or waiting to retry."""
+        return self._working and self.queue.idle()
 
     def load_topology(self, placements: Iterable[NodePlacement], hosts: Iterable[EsxiHost]) -> None:
         """Start from what the KV holds, so a restart publishes only what changed."""
@@ -96,89 +160,161 @@ class Labeller:
             self.state.version = max(self.state.version, placement.version)
         self.state.hosts.update((host.moid, host) for host in hosts)
 
-    async def on_inventory(self, batch: UpdateBatch) -> None:
-        """Apply one vCenter batch and bring every affected node up to date."""
+    async def run(self) -> None:
+        """Work the queue until cancelled, once vCenter's inventory and the Nodes are known
+        (before that, a Node missing from a partial cache would look deleted)."""
+        await self.inventory_synced.wait()
+        await self._nodes.synced.wait()
+        self._queue_everything()
+        self._working = True
+        await self.queue.run(self._reconcile_key, self._workers)
+
+    async def resync_forever(self, interval: float, read_vcenter_again: Callable[[], None]) -> None:
+        """Every `interval`: have vCenter's inventory read whole again, and `resync`."""
+        while True:
+            await asyncio.sleep(interval)
+            if not self._working:
+                continue
+            read_vcenter_again()
+            try:
+                await self.resync()
+            except Exception as error:  # NATS away: the next resync tries again
+                log.warning("resync failed (%r); next in %.0fs", error, interval)
+            raise_if_cancel_requested()  # a NATS call may have swallowed it
+
+    async def resync(self) -> None:
+        """Compare the KV with what was written, mark what differs for rewriting, queue all."""
+        stale = stale_keys(await self._store.snapshot(), self.state.placements, self.state.hosts)
+        for key in sorted(stale - self._stale):
+            log.warning("topology key %s does not hold what was written; rewriting it", key)
+            _repairs.add(1)
+        self._stale |= stale
+        self._queue_everything()
+        self.resyncs += 1
+
+    def on_inventory(self, batch: UpdateBatch) -> None:
+        """Apply one vCenter batch and queue every key it may have changed."""
         if batch.resync:
             self.state.inventory = Inventory()
-        affected_vms: set[str] | None = set()
+        affected_vms: set[str] = set()
+        hosts: set[str] = set()
+        everything = batch.resync
         for update in batch.updates:
             touched = self.state.inventory.apply(update)
-            if touched is None or affected_vms is None:
-                affected_vms = None
+            if touched is None:  # a cluster, folder or datacenter: any host may have moved
+                everything = True
             else:
                 affected_vms |= touched
-        await self._write_hosts()
-        if batch.resync or affected_vms is None:
-            nodes = set(self.state.nodes)
+            if update.obj_type == HOST:
+                hosts.add(update.moid)
+        if everything:
+            nodes = self._queue_everything()
         else:
             mapped = self.state.node_of_vm
             nodes = {mapped[vm] for vm in affected_vms if vm in mapped} | self._unplaced_nodes()
+            self._queue(nodes, hosts)
         for name in nodes:
             self.timings[name] = Timing(seen=batch.received_at)
         self.inventory_synced.set()
-        await self.reconcile(nodes)
 
-    async def on_node(self, node: Node | None, name: str) -> None:
+    def on_node(self, name: str) -> None:
         """A Node was added, changed (perhaps a hand-edited label) or deleted."""
-        if node is None:
-            self.state.nodes.pop(name, None)
-            if self.state.placements.pop(name, None) is not None:
-                await self._store.delete_node(name)
-            return
-        self.state.nodes[name] = node
-        if self.inventory_synced.is_set():
-            await self.reconcile([name])
+        self.queue.add(node_key(name))
 
-    async def reconcile(self, names: Iterable[str]) -> None:
-        await asyncio.gather(*(self._reconcile_one(name) for name in names))
+    def _queue(self, nodes: Iterable[str], hosts: Iterable[str]) -> None:
+        for name in nodes:
+            self.queue.add(node_key(name))
+        for moid in hosts:
+            self.queue.add(host_key(moid))
+
+    def _queue_everything(self) -> set[str]:
+        """Queue every node and host vCenter, Kubernetes or the KV knows; returns the nodes."""
+        nodes = set(self._nodes.cache) | set(self.state.placements)
+        self._queue(nodes, set(self.state.inventory.host_moids()) | set(self.state.hosts))
+        for key in self._stale:
+            self.queue.add(key)
+        return nodes
 
     def _unplaced_nodes(self) -> set[str]:
-        return {name for name in self.state.nodes if name not in self.state.placements}
+        return {name for name in self._nodes.cache if name not in self.state.placements}
 
-    async def _reconcile_one(self, name: str) -> None:
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        self._in_flight += 1
+    async def _reconcile_key(self, key: str) -> None:
+        stale = key in self._stale
+        self._stale.discard(key)  # a resync meanwhile marks it again, for the next round
         try:
-            await self._reconcile_locked(name, lock)
-        finally:
-            self._in_flight -= 1
+            if key.startswith(NODE_KEY_PREFIX):
+                await self._reconcile_node(key.removeprefix(NODE_KEY_PREFIX), stale)
+            else:
+                await self._reconcile_host(key.removeprefix(HOST_KEY_PREFIX), stale)
+        except BaseException:
+            if stale:
+                self._stale.add(key)
+            raise
 
-    async def _reconcile_locked(self, name: str, lock: asyncio.Lock) -> None:
-        async with self._slots, lock:
-            node = self.state.nodes.get(name)
-            if node is None:
-                return
-            try:
-                actions = reconcile_node(
-                    node,
-                    self.state.inventory,
-                    self.state.placements.get(name),
-                    self.settings,
-                    now=_now(),
-                    version=self.state.version + 1,
-                )
-                await self._apply(node, actions)
-            except Exception:  # one node's failure must not stop the others
-                log.exception("reconciling node %s failed; it is retried on its next change", name)
+    async def _reconcile_node(self, name: str, kv_stale: bool) -> None:
+        node = self._nodes.cache.get(name)
+        previous = self.state.placements.get(name)
+        if node is None:
+            actions = forget_node(name, previous, kv_stale=kv_stale)
+        else:
+            actions = reconcile_node(
+                node,
+                self.state.inventory,
+                previous,
+                self.settings,
+                now=_now(),
+                version=self.state.version + 1,
+                kv_stale=kv_stale,
+            )
+        await self._apply(node, actions)
 
-    async def _apply(self, node: Node, actions: NodeActions) -> None:
-        name = node.name
+    async def _reconcile_host(self, moid: str, kv_stale: bool) -> None:
+        previous = self.state.hosts.get(moid)
+        actions = reconcile_host(moid, self.state.inventory, previous, kv_stale=kv_stale)
+        if actions.put is not None:
+            await self._store.put_host(actions.put)
+            self.state.hosts[moid] = actions.put
+        elif actions.delete:
+            await self._store.delete_host(moid)
+            self.state.hosts.pop(moid, None)
+
+    async def _apply(self, node: Node | None, actions: NodeActions) -> None:
+        """KV, then labels, then events; raises at the first failed write (the key is retried)."""
+        name = actions.node
+        await self._write_placement(actions)
+        unpublished = self._unpublished.setdefault(name, {})
+        for event in actions.events:
+            if isinstance(event, NodeUnmatched):
+                if self._unmatched.get(name) == event.id:
+                    continue  # announced already; the warning Event series counts repeats
+                self._unmatched[name] = event.id
+            unpublished.setdefault(event.id, event)
+        if actions.label_patch is not None:
+            await self._patch(name, actions.label_patch)
+        while unpublished:
+            event_id, event = next(iter(unpublished.items()))
+            await self._publish(event)
+            del unpublished[event_id]
+        del self._unpublished[name]
+        if node is not None:
+            for warning in actions.warnings:
+                await self._report(node, warning.reason, warning.message)
+
+    async def _write_placement(self, actions: NodeActions) -> None:
+        name = actions.node
         if actions.placement is not None:
             self.state.version = max(self.state.version, actions.placement.version)
             await self._store.put_node(actions.placement)
             self.state.placements[name] = actions.placement
             self.state.node_of_vm[actions.placement.vm_moid] = name
+            self._unmatched.pop(name, None)
         elif actions.delete_placement:
-            gone = self.state.placements.pop(name, None)
             await self._store.delete_node(name)
+            gone = self.state.placements.pop(name, None)
             if gone is not None and self.state.node_of_vm.get(gone.vm_moid) == name:
                 del self.state.node_of_vm[gone.vm_moid]
-        if actions.label_patch is not None:
-            await self._patch(name, actions.label_patch)
-        for event in actions.events:
-            await self._publish(event)
-        for warning in actions.warnings:
-            await self._report(node, warning.reason, warning.message)
+        if name not in self._nodes.cache:
+            self._unmatched.pop(name, None)
 
     async def _patch(self, name: str, patch: dict[str, dict[str, str | None]]) -> None:
         timing = self.timings.get(name)
@@ -207,29 +343,6 @@ class Labeller:
         about = ObjectRef(kind="Node", name=node.name, uid=node.metadata.uid)
         if await self._recorder.record(about, reason, message):
             log.warning("node %s: %s: %s", node.name, reason, message)
-
-    async def _write_hosts(self) -> None:
-        inventory = self.state.inventory
-        for moid in inventory.host_moids():
-            facts = inventory.host(moid)
-            if facts is None:
-                continue
-            host = EsxiHost(
-                moid=moid,
-                name=facts.name,
-                label=label_value(facts.name),
-                cluster_moid=facts.cluster_moid,
-                cluster_name=facts.cluster_name,
-                datacenter=facts.datacenter,
-                connection_state=facts.connection_state,
-                in_maintenance_mode=facts.in_maintenance_mode,
-            )
-            if self.state.hosts.get(moid) != host:
-                await self._store.put_host(host)
-                self.state.hosts[moid] = host
-        for moid in set(self.state.hosts) - set(inventory.host_moids()):
-            await self._store.delete_host(moid)
-            del self.state.hosts[moid]
 
 
 def _now() -> str:

@@ -16,7 +16,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.node_labeller.labeller import NODES, Labeller
+from hostaffinity.node_labeller.labeller import NODES, Labeller, Retry
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import Settings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
@@ -100,6 +100,11 @@ class NodeLabellerService:
         watcher = self.watcher = InventoryWatcher(config.vcenter)
         try:
             store = await bus.ensure_layout()
+
+            async def on_node(event: InformerEvent[Node]) -> None:
+                labeller.on_node(event.key)
+
+            informer = self.informer = Informer(kube, NODES, on_node, msgspec_decoder(Node))
             labeller = Labeller(
                 Settings(
                     vcenter=config.vcenter_name or config.vcenter.host,
@@ -110,21 +115,19 @@ class NodeLabellerService:
                 store,
                 bus.publish_event,
                 EventRecorder(kube, f"hostaffinity-{SERVICE}", self.identity),
-                patch_concurrency=config.patch_concurrency,
+                informer,
+                workers=config.patch_concurrency,
+                retry=Retry(config.retry_base_seconds, config.retry_max_seconds),
             )
             labeller.load_topology(*await read_topology(store))
             self.labeller = labeller
-
-            async def on_node(event: InformerEvent[Node]) -> None:
-                deleted = event.type == "DELETED"
-                await labeller.on_node(None if deleted else event.obj, event.obj.name)
-
-            self.informer = Informer(kube, NODES, on_node, msgspec_decoder(Node))
             await _until_stopped(
                 self.stopping,
                 watcher.run(),
                 self._apply_batches(watcher, labeller),
-                self.informer.run(),
+                informer.run(),
+                labeller.run(),
+                labeller.resync_forever(config.resync_seconds, watcher.request_full_read),
             )
         finally:
             await bus.close()
@@ -133,7 +136,7 @@ class NodeLabellerService:
         while True:
             raise_if_cancel_requested()  # a publish in on_inventory may have swallowed it
             batch = await watcher.batches.get()
-            await labeller.on_inventory(batch)
+            labeller.on_inventory(batch)
 
 
 async def _until_stopped(stopping: asyncio.Event, *work: Coroutine[Any, Any, None]) -> None:

@@ -1,15 +1,21 @@
-"""What to do for one node: compare where its VM is now with the KV and the node's labels.
+"""What to do for one topology key: compare vCenter with the KV and the node's labels.
 
-A pure function of (node, inventory, previous placement); the service applies the actions it
-returns in order: KV first, then the label patch, then events, so a reader of the KV is never
-behind the labels and an event always describes a state that is already stored.
+Pure functions of (node, inventory, previous placement) and of (host, inventory, previous host
+record); the service applies the actions they return in order: KV first, then the label patch,
+then events, so a reader of the KV is never behind the labels and an event always describes a
+state that is already stored. `stale_keys` is the resync's comparison of the KV as it is with
+what the labeller last wrote there.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import msgspec
 
 from hostaffinity.node_labeller.inventory import HostFacts, Inventory
 from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
 from hostaffinity.node_labeller.nodes import Node
+from hostaffinity.runtime.kv import TopologySnapshot
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     ANNOTATION_VM,
@@ -17,6 +23,7 @@ from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     LABEL_LEGACY_HOST,
     LABEL_VSPHERE_CLUSTER,
+    EsxiHost,
     Event,
     NodeLabelled,
     NodePlaced,
@@ -24,7 +31,9 @@ from hostaffinity.schema import (
     NodeUnmatched,
     VmMoved,
     event_id,
+    host_key,
     label_value,
+    node_key,
 )
 
 SOURCE = "node-labeller"
@@ -57,6 +66,14 @@ class NodeActions:
     warnings: list[NodeWarning] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class HostActions:
+    """The KV write for one ESXi host record: a new value, a delete, or nothing."""
+
+    put: EsxiHost | None = None
+    delete: bool = False
+
+
 def owned_label_keys(settings: Settings) -> tuple[str, ...]:
     keys = (LABEL_ESXI_HOST, LABEL_VSPHERE_CLUSTER, LABEL_DATACENTER)
     return (*keys, LABEL_LEGACY_HOST) if settings.legacy_host_label else keys
@@ -70,10 +87,14 @@ def reconcile_node(
     *,
     now: str,
     version: int,
+    kv_stale: bool = False,
 ) -> NodeActions:
     """Decide the KV write, label patch, events and warnings that bring `node` up to date.
 
-    `version` is the number the new placement gets if it differs from `previous`.
+    `version` is the number the new placement gets if it differs from `previous`. `kv_stale`
+    says the KV holds something other than `previous` (garbage, a false placement, nothing): the
+    key is then rewritten, or deleted, even where `previous` is still true; that repair is no
+    change of placement, so it announces nothing.
     """
     actions = NodeActions(node=node.name)
     match = match_node(node, inventory, settings.fallback)
@@ -82,7 +103,7 @@ def reconcile_node(
         if isinstance(match, Unmatched):
             actions.warnings.append(NodeWarning("NodeUnmatched", match.reason))
             actions.events.append(_unmatched_event(node.name, match, now))
-        actions.delete_placement = previous is not None
+        actions.delete_placement = previous is not None or kv_stale
         actions.label_patch = _patch(node, {}, settings)
         return actions
 
@@ -105,6 +126,9 @@ def reconcile_node(
     )
     if previous is not None and _same_place(previous, placement):
         placement = previous
+        if kv_stale:
+            placement = msgspec.structs.replace(previous, observed_at=now, version=version)
+            actions.placement = placement
     else:
         actions.placement = placement
         actions.events.extend(_placement_events(previous, placement, match, now))
@@ -139,6 +163,51 @@ def reconcile_node(
             )
         )
     return actions
+
+
+def forget_node(name: str, previous: NodePlacement | None, *, kv_stale: bool) -> NodeActions:
+    """A node Kubernetes no longer has: its KV key goes (its labels went with the Node)."""
+    return NodeActions(node=name, delete_placement=previous is not None or kv_stale)
+
+
+def reconcile_host(
+    moid: str, inventory: Inventory, previous: EsxiHost | None, *, kv_stale: bool
+) -> HostActions:
+    """The `host.<moid>` record vCenter's inventory calls for, compared with `previous`."""
+    facts = inventory.host(moid)
+    if facts is None:
+        return HostActions(delete=previous is not None or kv_stale)
+    host = EsxiHost(
+        moid=moid,
+        name=facts.name,
+        label=label_value(facts.name),
+        cluster_moid=facts.cluster_moid,
+        cluster_name=facts.cluster_name,
+        datacenter=facts.datacenter,
+        connection_state=facts.connection_state,
+        in_maintenance_mode=facts.in_maintenance_mode,
+    )
+    return HostActions(put=host) if kv_stale or host != previous else HostActions()
+
+
+def stale_keys(
+    stored: TopologySnapshot,
+    placements: Mapping[str, NodePlacement],
+    hosts: Mapping[str, EsxiHost],
+) -> set[str]:
+    """KV keys whose value is not what the labeller last wrote: garbage or wrong-typed values,
+    false placements, keys it never wrote or deleted, keys it wrote that are gone."""
+    stale = {
+        node_key(node)
+        for node in stored.nodes.keys() | placements.keys()
+        if stored.nodes.get(node) != placements.get(node)
+    }
+    stale.update(
+        host_key(moid)
+        for moid in stored.hosts.keys() | hosts.keys()
+        if stored.hosts.get(moid) != hosts.get(moid)
+    )
+    return stale
 
 
 def desired_labels(placement: NodePlacement, settings: Settings) -> dict[str, str]:
