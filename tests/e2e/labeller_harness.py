@@ -32,15 +32,15 @@ def labeller_config(
     vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
 ) -> NodeLabellerConfig:
     """A labeller config for these parts; keywords override fields (`vcenter` too)."""
-    return NodeLabellerConfig(
-        vcenter=overrides.pop("vcenter", vc.settings()),
-        vcenter_name="vcsim",
-        nats=nats.settings(),
-        health=HealthSettings(host="127.0.0.1", port=0),
-        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
-        lease=FAST_LEASE,
-        **overrides,
-    )
+    fields: dict[str, Any] = {
+        "vcenter": vc.settings(),
+        "vcenter_name": "vcsim",
+        "nats": nats.settings(),
+        "health": HealthSettings(host="127.0.0.1", port=0),
+        "kubernetes": KubernetesSettings(kubeconfig=str(kubeconfig)),
+        "lease": FAST_LEASE,
+    }
+    return NodeLabellerConfig(**(fields | overrides))
 
 
 def node_object(name: str, **extra: Any) -> dict[str, Any]:

@@ -8,12 +8,14 @@ changes are made with RelocateVM_Task while the fault lasts.
 import asyncio
 import itertools
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from pyVmomi import vim
 
+from hostaffinity.node_labeller.config import LeaseSettings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
@@ -35,6 +37,24 @@ from tests.platform.vcsim import VcsimFactory
 
 NODES = [f"node-{i}" for i in range(1, 7)]
 HOSTS = ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
+# Moves made during an outage, spaced over it; node-1 moves twice, so a retry that applied the
+# first desired state after the second would show.
+OUTAGE_MOVES = [
+    ("node-1", "DC0_C0_H1"),
+    ("node-2", "DC0_C0_H2"),
+    ("node-1", "DC0_C0_H2"),
+    ("node-4", "DC0_C0_H1"),
+]
+RECOVERY_SECONDS = 30.0
+# No periodic resync during the outage tests: retries alone must converge.
+NO_RESYNC = 3600.0
+# A Lease that outlives an 8 s API outage (the labeller keeps leading through it).
+OUTAGE_LEASE = LeaseSettings(
+    namespace="kube-system",
+    duration_seconds=20.0,
+    renew_deadline_seconds=15.0,
+    retry_period_seconds=1.0,
+)
 
 
 def vcenter_truth(si: vim.ServiceInstance) -> dict[str, str]:
@@ -130,3 +150,124 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
     assert len(await asyncio.to_thread(session_keys, admin)) == 1, "the labeller logged out"
     moved = [(e.node, e.to_host_name) for e in await stream_events(bus) if isinstance(e, VmMoved)]
     assert moved == moves
+
+
+async def truth_everywhere(
+    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer
+) -> dict[str, tuple[str, str | None]]:
+    """Per node where the label and the KV entry disagree with vCenter: {node: (label, kv)}."""
+    truth = await asyncio.to_thread(vcenter_truth, admin)
+    checker = await Bus.connect(nats.settings(), name="checker")
+    try:
+        store = await checker.topology()
+        wrong = {}
+        for node in NODES:
+            placement = await store.get_node(node)
+            label = node_labels(kube, node).get(LABEL_ESXI_HOST, "")
+            stored = placement.host_name if placement is not None else None
+            if (label, stored) != (truth[node], truth[node]):
+                wrong[node] = (label, stored)
+        return wrong
+    finally:
+        await checker.close()
+
+
+async def converges(kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer) -> float:
+    """Seconds until every label and KV entry equals vCenter's truth; fails after 30 s."""
+    started = time.monotonic()
+    while wrong := await truth_everywhere(kube, admin, nats):
+        assert time.monotonic() - started < RECOVERY_SECONDS, f"not converged: {wrong}"
+        await asyncio.sleep(0.2)
+    return time.monotonic() - started
+
+
+async def moves_during(
+    outage: float, admin: vim.ServiceInstance, kept: Callable[[str, str], Awaitable[None]]
+) -> None:
+    """Make OUTAGE_MOVES spread over `outage` seconds, checking `kept(node, host)` after each."""
+    started = time.monotonic()
+    for index, (node, host) in enumerate(OUTAGE_MOVES):
+        await asyncio.sleep(max(0.0, started + index * outage / 5 - time.monotonic()))
+        await asyncio.to_thread(relocate, admin, node, host)
+        await kept(node, host)
+    await asyncio.sleep(max(0.0, started + outage - time.monotonic()))
+
+
+async def assert_every_move_announced(nats: NatsServer, moves: list[tuple[str, str]]) -> None:
+    """Each moved node's `vm.moved` events follow its moves in order and end where its last move
+    went. Moves of one VM while the KV could not be written coalesce (an event describes a
+    stored state, and the retry stores the newest one), so they need not all appear."""
+    checker = await Bus.connect(nats.settings(), name="checker")
+    try:
+        events = [e for e in await stream_events(checker) if isinstance(e, VmMoved)]
+    finally:
+        await checker.close()
+    for node in {node for node, _ in moves}:
+        made = [host for moved, host in moves if moved == node]
+        announced = [e.to_host_name for e in events if e.node == node]
+        assert announced, f"{node} moved to {made} but no vm.moved was announced"
+        assert announced[-1] == made[-1], (node, announced, made)
+        remaining = iter(made)
+        assert all(host in remaining for host in announced), (node, announced, made)
+    assert {e.node for e in events} == {node for node, _ in moves}
+
+
+@asynccontextmanager
+async def placed_labeller(
+    vcsim: VcsimFactory, nats: NatsServer, kube: KubeDouble, kubeconfig: Path
+) -> AsyncIterator[vim.ServiceInstance]:
+    """A labeller that has placed six nodes; yields the test's vCenter session."""
+    vc = vcsim(hosts=3, vms=6)
+    admin = vc.connect()
+    seed_nodes(kube, admin, NODES)
+    config = labeller_config(vc, nats, kubeconfig, lease=OUTAGE_LEASE, resync_seconds=NO_RESYNC)
+    async with running(config) as service:
+        await wait_ready(service)
+        yield admin
+
+
+async def test_nats_down_ten_seconds_with_moves_converges_and_loses_nothing(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    async with placed_labeller(vcsim, nats_server, kube_double, kubeconfig) as admin:
+        before = {node: node_labels(kube_double, node)[LABEL_ESXI_HOST] for node in NODES}
+        await nats_server.stop()
+
+        async def labels_wait_for_the_kv(node: str, host: str) -> None:
+            """KV first: with the KV unreachable no label may run ahead of it."""
+            await asyncio.sleep(0.5)
+            now = {node: node_labels(kube_double, node)[LABEL_ESXI_HOST] for node in NODES}
+            assert now == before
+
+        await moves_during(10.0, admin, labels_wait_for_the_kv)
+        await nats_server.start()  # same port, same store
+        await converges(kube_double, admin, nats_server)
+
+        await assert_every_move_announced(nats_server, OUTAGE_MOVES)
+
+
+async def test_api_down_eight_seconds_with_moves_converges_and_loses_nothing(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    async with placed_labeller(vcsim, nats_server, kube_double, kubeconfig) as admin:
+        await kube_double.kill()
+
+        async def kv_goes_on(node: str, host: str) -> None:
+            """The KV does not wait for the API: it follows vCenter during the outage."""
+            checker = await Bus.connect(nats_server.settings(), name="checker")
+            try:
+                store = await checker.topology()
+                deadline = time.monotonic() + 5.0
+                while (placement := await store.get_node(node)) is None or (
+                    placement.host_name != host
+                ):
+                    assert time.monotonic() < deadline, f"KV of {node} never showed {host}"
+                    await asyncio.sleep(0.05)
+            finally:
+                await checker.close()
+
+        await moves_during(8.0, admin, kv_goes_on)
+        await kube_double.revive()  # same port, same store
+        await converges(kube_double, admin, nats_server)
+
+        await assert_every_move_announced(nats_server, OUTAGE_MOVES)

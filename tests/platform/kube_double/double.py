@@ -140,6 +140,19 @@ class KubeDouble:
         """End every open watch stream now, as an apiserver restart or LB reset would."""
         self.server.disconnect_watches()
 
+    async def kill(self) -> None:
+        """Go away as a SIGKILLed kube-apiserver does: open watches and connections end and new
+        ones are refused, while the store (etcd) keeps everything for `revive`."""
+        self.server.disconnect_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def revive(self) -> None:
+        """Serve again on the same address after `kill`, at the same resourceVersions."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        await self.start(host, int(port))
+
     def compact(self) -> None:
         """Forget the event history: watches and Exact lists from older RVs now get 410."""
         self.store.compact()

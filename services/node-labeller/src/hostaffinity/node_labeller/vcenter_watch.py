@@ -97,24 +97,28 @@ class InventoryWatcher:
         _reconnects.add(1)
 
     async def _follow(self, session: VCenterSession) -> None:
-        """Build the view and filter, then poll; rebuild them whenever the session was renewed."""
+        """Build the view and filter, then poll; rebuild them when the session was renewed, or
+        when a full read is asked for (a new filter reports every object as entering)."""
+        collector = session.content.propertyCollector
         while True:
             relogins = session.relogins
-            collector = await session.call(_create_filter, session.content)
+            self._full_read = False
+            view, property_filter = await session.call(_create_filter, session.content)
             await self._poll(session, collector, relogins)
-            log.info("vCenter session renewed; rebuilding the inventory filter")
-            self._started_over()
+            if session.relogins != relogins:
+                log.info("vCenter session renewed; rebuilding the inventory filter")
+                self._started_over()
+            else:
+                await session.call(_destroy, view, property_filter)
 
     async def _poll(self, session: VCenterSession, collector: Any, relogins: int) -> None:
-        """Deliver batches until the session is renewed under us (its objects are gone then)."""
+        """Deliver batches until the session is renewed under us (its objects are gone then)
+        or a full read is asked for."""
         version = ""
         resync = True
         pending: list[ObjectUpdate] = []
         options = _COLLECTOR.WaitOptions(maxWaitSeconds=MAX_WAIT_SECONDS)
-        while session.relogins == relogins:
-            if self._full_read:
-                self._full_read = False
-                version, resync, pending = "", True, []
+        while session.relogins == relogins and not self._full_read:
             answer = await session.call(_wait_for_updates, collector, version, options)
             if answer is None or session.relogins != relogins:
                 continue
@@ -127,14 +131,18 @@ class InventoryWatcher:
             self._failures = 0
 
 
-def _create_filter(content: Any) -> Any:
-    """A container view over everything and one filter on it; returns the property collector.
+def _create_filter(content: Any) -> tuple[Any, Any]:
+    """A container view over everything and one filter on it.
 
-    Both live in the session: a logout or an ended session removes them, so they need no cleanup.
+    Both live in the session: a logout or an ended session removes them.
     """
     view = content.viewManager.CreateContainerView(content.rootFolder, _managed_types(), True)
-    content.propertyCollector.CreateFilter(_filter_spec(view), partialUpdates=False)
-    return content.propertyCollector
+    return view, content.propertyCollector.CreateFilter(_filter_spec(view), partialUpdates=False)
+
+
+def _destroy(view: Any, property_filter: Any) -> None:
+    property_filter.Destroy()
+    view.Destroy()
 
 
 def _wait_for_updates(collector: Any, version: str, options: Any) -> _Answer | None:
