@@ -18,7 +18,6 @@ from hostaffinity.runtime.config import (
     LeaderElectedSettings,
     LeaseSettings,
 )
-from hostaffinity.runtime.leader import micro_time
 from hostaffinity.runtime.runner import (
     DrainTimeout,
     LeadershipLost,
@@ -26,6 +25,7 @@ from hostaffinity.runtime.runner import (
     ServiceRunner,
     ServiceSpec,
 )
+from hostaffinity.schema import utc_timestamp
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 
@@ -190,7 +190,7 @@ async def test_losing_the_lease_cancels_the_work_within_the_bound(
         )
         assert lease is not None, "the Lease is named after the service"
         lease["spec"]["holderIdentity"] = "usurper"
-        lease["spec"]["renewTime"] = micro_time()
+        lease["spec"]["renewTime"] = utc_timestamp()
         kube_double.write(lease)
         usurped = time.monotonic()
         with pytest.raises(LeadershipLost):

@@ -74,7 +74,7 @@ class Bus:
                 _log.warning(
                     "cannot reach NATS at %s (%s); retrying in %.1f s",
                     ", ".join(settings.servers),
-                    err or type(err).__name__,
+                    str(err) or type(err).__name__,
                     delay,
                 )
                 await asyncio.sleep(delay)
