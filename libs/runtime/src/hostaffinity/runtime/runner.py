@@ -61,7 +61,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -132,6 +132,7 @@ class ServiceContext(Generic[C]):
     def __init__(
         self,
         config: C,
+        program: str,
         identity: str,
         kube: KubeClient,
         bus: Bus,
@@ -139,6 +140,8 @@ class ServiceContext(Generic[C]):
         group: asyncio.TaskGroup,
     ) -> None:
         self.config = config
+        # `hostaffinity-<service>`: the Event reporting component, the Lease's default name.
+        self.program = program
         # Unique per replica: the Lease holder name, the NATS client name, the Event reporter.
         self.identity = identity
         self.kube = kube
@@ -224,7 +227,9 @@ class ServiceRunner(Generic[C]):
     async def _work(self, kube: KubeClient, bus: Bus) -> None:
         async def in_group() -> None:
             async with asyncio.TaskGroup() as group:
-                context = ServiceContext(self.config, self.identity, kube, bus, self.health, group)
+                context = ServiceContext(
+                    self.config, self.spec.program, self.identity, kube, bus, self.health, group
+                )
                 group.create_task(self.spec.work(context), name=f"{self.spec.name}-work")
 
         _log.info("%s %s working", self.spec.program, self.identity)
@@ -272,6 +277,21 @@ class ServiceRunner(Generic[C]):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         return None if task.cancelled() else task.result()
+
+
+@contextlib.asynccontextmanager
+async def running_service(
+    spec: ServiceSpec[C], config: C, *, identity: str | None = None
+) -> AsyncIterator[ServiceRunner[C]]:
+    """The service running in this event loop until the block ends, then stopped as SIGTERM
+    would stop it (for tests, benchmarks and tools that embed a service)."""
+    runner = ServiceRunner(spec, config, identity=identity)
+    task = asyncio.create_task(runner.run(), name=spec.program)
+    try:
+        yield runner
+    finally:
+        runner.stop()
+        await task
 
 
 def run_service(spec: ServiceSpec[C], argv: Sequence[str] | None = None) -> None:
