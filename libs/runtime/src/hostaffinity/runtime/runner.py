@@ -171,6 +171,8 @@ class ServiceRunner(Generic[C]):
         self.health = HealthServer(config.health.host, config.health.port)
         self.bus: Bus | None = None
         self.elector: LeaderElector | None = None
+        # Set once /healthz, /readyz and /metrics answer (`health.port` is then the bound one).
+        self.listening = asyncio.Event()
         # Set once the work has started (for a leader-elected service: once it leads).
         self.working = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -188,6 +190,7 @@ class ServiceRunner(Generic[C]):
         """Until stopped, the work ends, or the Lease is lost (`LeadershipLost`)."""
         self.health.add_readiness_check("nats connected", lambda: self.bus is not None)
         await self.health.start()
+        self.listening.set()
         try:
             async with await api_client(self.config.kubernetes) as api:
                 kube = KubeClient(api, self.config.kubernetes)
@@ -283,10 +286,15 @@ class ServiceRunner(Generic[C]):
 async def running_service(
     spec: ServiceSpec[C], config: C, *, identity: str | None = None
 ) -> AsyncIterator[ServiceRunner[C]]:
-    """The service running in this event loop until the block ends, then stopped as SIGTERM
-    would stop it (for tests, benchmarks and tools that embed a service)."""
+    """The service running in this event loop, its health server listening, until the block
+    ends; then stopped as SIGTERM would stop it (for tests, benchmarks, embedding)."""
     runner = ServiceRunner(spec, config, identity=identity)
     task = asyncio.create_task(runner.run(), name=spec.program)
+    listening = asyncio.create_task(runner.listening.wait())
+    await asyncio.wait({task, listening}, return_when=asyncio.FIRST_COMPLETED)
+    listening.cancel()
+    if task.done():
+        task.result()  # it failed before listening: raise why
     try:
         yield runner
     finally:
