@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pyVmomi import vim
 
-from hostaffinity.node_labeller.config import LeaseSettings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import LeaseSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
 from tests.e2e.labeller_harness import (
     eventually,

@@ -19,12 +19,12 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.schema import utc_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class EventRecorder:
         series = self._occurrence((about, reason, message))
         if not series.take_token(time.monotonic(), self._burst, self._refill_seconds):
             return False
-        now = _rfc3339(datetime.now(UTC))
+        now = utc_timestamp()
         try:
             if not (series.name and await self._raise_count(series, now)):
                 await self._create(about, series, reason, message, kind, now)
@@ -199,8 +199,3 @@ class EventRecorder:
 
 def _events(namespace: str) -> ResourceRef:
     return ResourceRef("", "v1", "events", namespace)
-
-
-def _rfc3339(moment: datetime) -> str:
-    """Second precision is all a Time field keeps; six fractional digits also suit MicroTime."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -36,7 +35,7 @@ from hostaffinity.node_labeller.reconcile import (
 )
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NODES, KubeClient
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
 from hostaffinity.runtime.kv import TopologyStore
 from hostaffinity.runtime.workqueue import WorkQueue
@@ -47,11 +46,11 @@ from hostaffinity.schema import (
     NodeUnmatched,
     host_key,
     node_key,
+    utc_timestamp,
 )
 from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
-NODES = ResourceRef("", "v1", "nodes")
 _meter = metrics.get_meter("hostaffinity.node_labeller")
 _patches = _meter.create_counter("node_labeller_label_patches", description="label patches sent")
 _warnings = _meter.create_counter(
@@ -262,7 +261,7 @@ class Labeller:
                 self.state.inventory,
                 previous,
                 self.settings,
-                now=_now(),
+                now=utc_timestamp(),
                 version=self.state.version + 1,
                 kv_stale=kv_stale,
             )
@@ -343,7 +342,3 @@ class Labeller:
         about = ObjectRef(kind="Node", name=node.name, uid=node.metadata.uid)
         if await self._recorder.record(about, reason, message):
             log.warning("node %s: %s: %s", node.name, reason, message)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
