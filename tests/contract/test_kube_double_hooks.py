@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 
 from tests.platform.kube_double import KubeDouble
 
@@ -104,3 +105,30 @@ async def test_object_fault_answers_500_internal_error_like_the_server(
         session.get(kube_double.url + LEASE_PATH) as healthy,
     ):
         assert healthy.status == 200
+
+
+async def test_a_killed_double_refuses_then_serves_the_same_store_on_the_same_port(
+    kube_double: KubeDouble,
+) -> None:
+    """kill/revive stand for a SIGKILLed and restarted kube-apiserver over the same etcd."""
+    seeded = kube_double.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w-1"}})
+    url = kube_double.url
+    headers = {"Authorization": f"Bearer {kube_double.token}"}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        watch = await session.get(
+            f"{url}/api/v1/nodes",
+            params={"watch": "true", "resourceVersion": seeded["metadata"]["resourceVersion"]},
+        )
+        await kube_double.kill()
+        assert await asyncio.wait_for(watch.content.read(), 5) == b"", "open watches end"
+        watch.release()
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await session.get(f"{url}/api/v1/nodes/w-1")
+
+        await kube_double.revive()
+
+        assert kube_double.url == url
+        async with session.get(f"{url}/api/v1/nodes/w-1") as response:
+            node = await response.json()
+    assert response.status == 200
+    assert node["metadata"]["resourceVersion"] == seeded["metadata"]["resourceVersion"]
