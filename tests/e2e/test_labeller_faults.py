@@ -93,14 +93,23 @@ async def move_across_a_reset(
     admin: vim.ServiceInstance,
     node: str,
     hosts: Iterator[str],
+    *,
+    refused_for: float = 0.0,
 ) -> tuple[str, str]:
-    """Reset the watch's connections, move `node`'s VM meanwhile; returns (node, new host)."""
+    """Reset the watch's connections (and refuse new ones for `refused_for` seconds, so even
+    the old session's logout fails), moving `node`'s VM meanwhile; returns (node, new host)."""
     before = watcher.reconnects
-    assert proxy.reset() >= 1, "the watch holds a connection through the proxy"
+    if refused_for:
+        await proxy.refuse()
+    else:
+        assert proxy.reset() >= 1, "the watch holds a connection through the proxy"
     # The move happens while the watcher is backing off and logging in again.
     current = (await asyncio.to_thread(vcenter_truth, admin))[node]
     target = next(host for host in hosts if host != current)
     await asyncio.to_thread(relocate, admin, node, target)
+    if refused_for:
+        await asyncio.sleep(refused_for)
+        await proxy.accept()
     await eventually(lambda: watcher.reconnects > before, "the watch reconnected")
     return node, target
 
@@ -134,7 +143,12 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
             with peak_sessions(admin) as peak:
                 for round_ in range(20):
                     node = NODES[round_ % len(NODES)]
-                    moves.append(await move_across_a_reset(proxy, watcher, admin, node, hosts))
+                    refused_for = 1.0 if round_ % 5 == 4 else 0.0  # four rounds of twenty
+                    moves.append(
+                        await move_across_a_reset(
+                            proxy, watcher, admin, node, hosts, refused_for=refused_for
+                        )
+                    )
                     await labelled(kube_double, node, moves[-1][1])
             assert peak[0] <= 2, f"{peak[0]} vCenter sessions at once"
             assert watcher.reconnects >= 20

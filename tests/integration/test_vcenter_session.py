@@ -11,6 +11,7 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.runtime.vcenter import VCenterLoginError, VCenterSession, connect
+from tests.platform.tcp_proxy import TcpProxy
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 
@@ -202,3 +203,28 @@ async def test_reconnect_logs_the_old_session_out_and_keeps_working(vc: Vcsim) -
         assert active & set(keys) == {keys[-1]}
         assert session.reconnects == 3
         assert (await session.current_time()).year >= 2024
+
+
+async def test_a_logout_vcenter_did_not_answer_is_repeated_after_the_next_login(
+    vc: Vcsim,
+) -> None:
+    """A network failure during a reconnect must not leave the old session on vCenter."""
+    admin = vc.connect()
+    proxy = TcpProxy(vc.host, vc.port)
+    await proxy.start()
+    try:
+        async with VCenterSession(vc.settings(port=proxy.port)) as session:
+            old_key = await session_key(session)
+            await proxy.refuse()
+            with pytest.raises(ConnectionRefusedError):
+                await session.reconnect()  # neither the logout nor the login got through
+            assert old_key in await asyncio.to_thread(active_sessions, admin)
+
+            await proxy.accept()
+            await session.reconnect()
+
+            remaining = await asyncio.to_thread(active_sessions, admin)
+            assert old_key not in remaining
+            assert await session_key(session) in remaining
+    finally:
+        await proxy.stop()

@@ -6,6 +6,7 @@ through. Code under test points at the proxy; the test's own clients go to the s
     await proxy.start()
     settings = vc.settings(port=proxy.port)
     proxy.reset()   # every client connection through the proxy sees a reset now
+    await proxy.refuse()   # ... and new ones are refused until `await proxy.accept()`
 """
 
 import asyncio
@@ -22,8 +23,16 @@ class TcpProxy:
         self.port = 0
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+
+    async def refuse(self) -> None:
+        """Reset every connection and refuse new ones, as a server that went away."""
+        await self.stop()
+
+    async def accept(self) -> None:
+        """Accept connections again on the same port after `refuse`."""
+        await self.start()
 
     def reset(self) -> int:
         """Abort every open connection (both sides); returns how many there were."""
@@ -38,6 +47,7 @@ class TcpProxy:
             self._server.close()
             self.reset()
             await self._server.wait_closed()
+            self._server = None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

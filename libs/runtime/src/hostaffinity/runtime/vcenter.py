@@ -10,7 +10,8 @@ them, such as a `WaitForUpdatesEx` loop, rebuilds them when `relogins` has moved
 
 A caller that gives up on a session for any other reason (a network error, a fault it cannot
 place) calls `reconnect`, which logs the old session out before logging in again: vCenter limits
-the sessions it keeps, and one left behind lives until its idle timeout.
+the sessions it keeps, and one left behind lives until its idle timeout. When vCenter does not
+answer that logout, it is repeated after the next successful login.
 
 A caller whose calls block for long, such as a `WaitForUpdatesEx` long poll, owns a session of its
 own and keeps each call shorter than the keep-alive period: calls queue on the one thread, so a
@@ -21,8 +22,10 @@ pyVmomi 9 ships type stubs for the API (`vim.*`); `pyVim.connect.SmartConnect` h
 
 import asyncio
 import datetime
+import http.client
 import logging
 import ssl
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -34,6 +37,9 @@ from pyVmomi import vim
 from hostaffinity.runtime.config import Settings
 
 _log = logging.getLogger(__name__)
+
+# Old sessions remembered for a later logout when vCenter did not answer the first one.
+UNANSWERED_LOGOUTS = 16
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -144,6 +150,9 @@ class VCenterSession:
         self._service_instance: vim.ServiceInstance | None = None
         self._content: vim.ServiceInstanceContent | None = None
         self._keepalive: asyncio.Task[None] | None = None
+        # Old sessions whose logout vCenter did not answer (a network failure): each is logged
+        # out after the next login. Bounded: older ones end at vCenter's idle timeout.
+        self._unanswered: deque[vim.SessionManager] = deque(maxlen=UNANSWERED_LOGOUTS)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -231,6 +240,7 @@ class VCenterSession:
     # The methods below run on the session's thread only.
 
     def _connect(self) -> None:
+        self._log_out_unanswered()  # first, so old and new sessions never coexist
         si = connect(self.settings)
         self._service_instance = si
         self._content = si.RetrieveContent()
@@ -257,14 +267,31 @@ class VCenterSession:
         self.relogins += 1
 
     def _logout(self) -> None:
-        try:
-            self._session_manager().Logout()
-        except Exception as err:  # the session may already be gone; nothing to undo
-            _log.info("vCenter logout from %s: %r", self._where(), err)
-        if self._service_instance is not None:
-            self._service_instance._stub.DropConnections()  # close the pooled sockets now
+        manager = self._session_manager()
+        if not self._log_out(manager):
+            self._unanswered.append(manager)  # logged out once vCenter answers again
         self._service_instance = None
         self._content = None
+
+    def _log_out(self, manager: vim.SessionManager) -> bool:
+        """Log the session of `manager`'s connection out; False when vCenter did not answer, so
+        the session may live on there."""
+        try:
+            manager.Logout()
+        except (OSError, http.client.HTTPException) as err:
+            _log.info("vCenter %s did not answer a logout: %r", self._where(), err)
+            return False
+        except Exception as err:  # the session is already gone; nothing to undo
+            _log.info("vCenter logout from %s: %r", self._where(), err)
+        finally:
+            manager._stub.DropConnections()  # close the pooled sockets now
+        return True
+
+    def _log_out_unanswered(self) -> None:
+        """Sessions whose logout vCenter did not answer: try again (before a new login)."""
+        for manager in list(self._unanswered):
+            if self._log_out(manager):
+                self._unanswered.remove(manager)
 
     def _session_manager(self) -> vim.SessionManager:
         manager = self.content.sessionManager
