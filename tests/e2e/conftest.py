@@ -4,10 +4,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.labeller_harness import LabellerParts
 from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import VcsimFactory
 
 
 @pytest.fixture
 def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
     """A kubeconfig file for the Kubernetes double, as the services load credentials."""
     return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def parts(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> LabellerParts:
+    """vcsim, a nats-server and the Kubernetes double, for labeller replicas."""
+    return LabellerParts(vcsim, nats_server, kube_double, kubeconfig)

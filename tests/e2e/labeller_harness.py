@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import EVENTS_STREAM, TopologyEvent, decode_event
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
-from tests.platform.vcsim import Vcsim
+from tests.platform.vcsim import Vcsim, VcsimFactory
 
 FAST_LEASE = LeaseSettings(
     namespace="kube-system",
@@ -78,7 +78,9 @@ class Replica:
         return self.work.watcher
 
     @property
-    def labeller(self) -> Labeller | None:
+    def labeller(self) -> Labeller:
+        """The working Labeller (the replica leads)."""
+        assert self.work.labeller is not None, "the replica does not lead"
         return self.work.labeller
 
     def ready(self) -> bool:
@@ -93,6 +95,32 @@ async def running(
     work = NodeLabelling()
     async with running_service(service_spec(work), config, identity=identity) as runner:
         yield Replica(runner, work)
+
+
+@dataclass(frozen=True)
+class LabellerParts:
+    """The real parts a labeller runs against (the `parts` fixture of tests/e2e)."""
+
+    vcsim: VcsimFactory
+    nats: NatsServer
+    kube: KubeDouble
+    kubeconfig: Path
+
+    def vcenter(self, vms: int, nodes: Sequence[str]) -> tuple[Vcsim, vim.ServiceInstance]:
+        """vcsim with three hosts and `vms` node VMs, a Node for each of `nodes`, and the
+        test's own vCenter session."""
+        vc = self.vcsim(hosts=3, vms=vms)
+        admin = vc.connect()
+        seed_nodes(self.kube, admin, list(nodes))
+        return vc, admin
+
+    @contextlib.asynccontextmanager
+    async def labeller(self, vc: Vcsim, **overrides: Any) -> AsyncIterator[Replica]:
+        """A replica for these parts (config keywords override), ready: it has labelled."""
+        config = labeller_config(vc, self.nats, self.kubeconfig, **overrides)
+        async with running(config) as replica:
+            await wait_ready(replica)
+            yield replica
 
 
 async def eventually(check: Callable[[], bool], what: str, within: float = 15.0) -> None:

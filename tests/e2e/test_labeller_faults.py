@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 
 from pyVmomi import vim
 
@@ -20,20 +19,16 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import LeaseSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
 from tests.e2e.labeller_harness import (
+    LabellerParts,
     eventually,
-    labeller_config,
     node_labels,
     relocate,
-    running,
-    seed_nodes,
     stream_events,
     vm_by_name,
-    wait_ready,
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.tcp_proxy import TcpProxy
-from tests.platform.vcsim import VcsimFactory
 
 NODES = [f"node-{i}" for i in range(1, 7)]
 HOSTS = ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
@@ -121,24 +116,17 @@ async def labelled(kube: KubeDouble, node: str, host: str) -> None:
 
 
 async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
-    vcsim: VcsimFactory,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-    bus: Bus,
+    parts: LabellerParts, bus: Bus
 ) -> None:
-    vc = vcsim(hosts=3, vms=6)
-    admin = vc.connect()  # the test's one session; the labeller must hold at most one more
-    seed_nodes(kube_double, admin, NODES)
+    # `admin` is the test's one session; the labeller must hold at most one more.
+    vc, admin = parts.vcenter(vms=6, nodes=NODES)
     proxy = TcpProxy(vc.host, vc.port)
     await proxy.start()
-    config = labeller_config(vc, nats_server, kubeconfig, vcenter=vc.settings(port=proxy.port))
     hosts = itertools.cycle(HOSTS)
     moves: list[tuple[str, str]] = []
     try:
-        async with running(config) as service:
-            await wait_ready(service)
-            watcher = service.watcher
+        async with parts.labeller(vc, vcenter=vc.settings(port=proxy.port)) as replica:
+            watcher = replica.watcher
             assert watcher is not None
             with peak_sessions(admin) as peak:
                 for round_ in range(20):
@@ -149,13 +137,13 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
                             proxy, watcher, admin, node, hosts, refused_for=refused_for
                         )
                     )
-                    await labelled(kube_double, node, moves[-1][1])
+                    await labelled(parts.kube, node, moves[-1][1])
             assert peak[0] <= 2, f"{peak[0]} vCenter sessions at once"
             assert watcher.reconnects >= 20
             truth = await asyncio.to_thread(vcenter_truth, admin)
             store = await bus.topology()
             for node in NODES:
-                assert node_labels(kube_double, node)[LABEL_ESXI_HOST] == truth[node]
+                assert node_labels(parts.kube, node)[LABEL_ESXI_HOST] == truth[node]
                 placement = await store.get_node(node)
                 assert placement is not None
                 assert placement.host_name == truth[node]
@@ -166,14 +154,23 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
     assert moved == moves
 
 
+@asynccontextmanager
+async def checker(nats: NatsServer) -> AsyncIterator[Bus]:
+    """A connection of the test's own, made after NATS came back."""
+    bus = await Bus.connect(nats.settings(), name="checker")
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
 async def truth_everywhere(
     kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer
 ) -> dict[str, tuple[str, str | None]]:
     """Per node where the label and the KV entry disagree with vCenter: {node: (label, kv)}."""
     truth = await asyncio.to_thread(vcenter_truth, admin)
-    checker = await Bus.connect(nats.settings(), name="checker")
-    try:
-        store = await checker.topology()
+    async with checker(nats) as bus:
+        store = await bus.topology()
         wrong = {}
         for node in NODES:
             placement = await store.get_node(node)
@@ -182,8 +179,6 @@ async def truth_everywhere(
             if (label, stored) != (truth[node], truth[node]):
                 wrong[node] = (label, stored)
         return wrong
-    finally:
-        await checker.close()
 
 
 async def converges(kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer) -> float:
@@ -211,11 +206,8 @@ async def assert_every_move_announced(nats: NatsServer, moves: list[tuple[str, s
     """Each moved node's `vm.moved` events follow its moves in order and end where its last move
     went. Moves of one VM while the KV could not be written coalesce (an event describes a
     stored state, and the retry stores the newest one), so they need not all appear."""
-    checker = await Bus.connect(nats.settings(), name="checker")
-    try:
-        events = [e for e in await stream_events(checker) if isinstance(e, VmMoved)]
-    finally:
-        await checker.close()
+    async with checker(nats) as bus:
+        events = [e for e in await stream_events(bus) if isinstance(e, VmMoved)]
     for node in {node for node, _ in moves}:
         made = [host for moved, host in moves if moved == node]
         announced = [e.to_host_name for e in events if e.node == node]
@@ -227,61 +219,53 @@ async def assert_every_move_announced(nats: NatsServer, moves: list[tuple[str, s
 
 
 @asynccontextmanager
-async def placed_labeller(
-    vcsim: VcsimFactory, nats: NatsServer, kube: KubeDouble, kubeconfig: Path
-) -> AsyncIterator[vim.ServiceInstance]:
-    """A labeller that has placed six nodes; yields the test's vCenter session."""
-    vc = vcsim(hosts=3, vms=6)
-    admin = vc.connect()
-    seed_nodes(kube, admin, NODES)
-    config = labeller_config(vc, nats, kubeconfig, lease=OUTAGE_LEASE, resync_seconds=NO_RESYNC)
-    async with running(config) as service:
-        await wait_ready(service)
+async def placed_labeller(parts: LabellerParts) -> AsyncIterator[vim.ServiceInstance]:
+    """A labeller that has placed six nodes and rides out the outage; yields the test's
+    vCenter session."""
+    vc, admin = parts.vcenter(vms=6, nodes=NODES)
+    async with parts.labeller(vc, lease=OUTAGE_LEASE, resync_seconds=NO_RESYNC):
         yield admin
 
 
 async def test_nats_down_ten_seconds_with_moves_converges_and_loses_nothing(
-    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+    parts: LabellerParts,
 ) -> None:
-    async with placed_labeller(vcsim, nats_server, kube_double, kubeconfig) as admin:
-        before = {node: node_labels(kube_double, node)[LABEL_ESXI_HOST] for node in NODES}
-        await nats_server.stop()
+    async with placed_labeller(parts) as admin:
+        before = {node: node_labels(parts.kube, node)[LABEL_ESXI_HOST] for node in NODES}
+        await parts.nats.stop()
 
         async def labels_wait_for_the_kv(node: str, host: str) -> None:
             """KV first: with the KV unreachable no label may run ahead of it."""
             await asyncio.sleep(0.5)
-            now = {node: node_labels(kube_double, node)[LABEL_ESXI_HOST] for node in NODES}
+            now = {node: node_labels(parts.kube, node)[LABEL_ESXI_HOST] for node in NODES}
             assert now == before
 
         await moves_during(10.0, admin, labels_wait_for_the_kv)
-        await nats_server.start()  # same port, same store
-        await converges(kube_double, admin, nats_server)
+        await parts.nats.start()  # same port, same store
+        await converges(parts.kube, admin, parts.nats)
 
-        await assert_every_move_announced(nats_server, OUTAGE_MOVES)
+        await assert_every_move_announced(parts.nats, OUTAGE_MOVES)
 
 
 async def test_api_down_eight_seconds_with_moves_converges_and_loses_nothing(
-    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+    parts: LabellerParts,
 ) -> None:
-    async with placed_labeller(vcsim, nats_server, kube_double, kubeconfig) as admin:
-        await kube_double.kill()
+    async with placed_labeller(parts) as admin:
+        await parts.kube.kill()
 
         async def kv_goes_on(node: str, host: str) -> None:
             """The KV does not wait for the API: it follows vCenter during the outage."""
-            checker = await Bus.connect(nats_server.settings(), name="checker")
-            try:
-                store = await checker.topology()
+            async with checker(parts.nats) as bus:
+                store = await bus.topology()
                 deadline = time.monotonic() + 5.0
                 while (placement := await store.get_node(node)) is None or (
                     placement.host_name != host
                 ):
                     assert time.monotonic() < deadline, f"KV of {node} never showed {host}"
                     await asyncio.sleep(0.05)
-            finally:
-                await checker.close()
 
         await moves_during(8.0, admin, kv_goes_on)
-        await kube_double.revive()  # same port, same store
-        await converges(kube_double, admin, nats_server)
+        await parts.kube.revive()  # same port, same store
+        await converges(parts.kube, admin, parts.nats)
 
-        await assert_every_move_announced(nats_server, OUTAGE_MOVES)
+        await assert_every_move_announced(parts.nats, OUTAGE_MOVES)

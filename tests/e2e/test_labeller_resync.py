@@ -7,7 +7,6 @@ move that never happened. A recurring warning becomes one Event whose count rise
 """
 
 import json
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,18 +15,8 @@ import msgspec
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import TOPOLOGY_BUCKET, VmMoved, node_key
-from tests.e2e.labeller_harness import (
-    eventually,
-    labeller_config,
-    node_object,
-    running,
-    seed_nodes,
-    stream_events,
-    wait_ready,
-)
+from tests.e2e.labeller_harness import LabellerParts, eventually, node_object, stream_events
 from tests.platform.kube_double import KubeDouble
-from tests.platform.nats import NatsServer
-from tests.platform.vcsim import VcsimFactory
 
 NODES = [f"node-{i}" for i in range(1, 5)]
 RESYNC_SECONDS = 1.0
@@ -45,19 +34,10 @@ async def a_full_resync_after(labeller: Labeller) -> None:
 
 
 async def test_garbage_false_and_orphaned_kv_values_are_repaired_within_one_resync(
-    vcsim: VcsimFactory,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-    bus: Bus,
+    parts: LabellerParts, bus: Bus
 ) -> None:
-    vc = vcsim(hosts=3, vms=4)
-    seed_nodes(kube_double, vc.connect(), NODES)
-    config = labeller_config(vc, nats_server, kubeconfig, resync_seconds=RESYNC_SECONDS)
-    async with running(config) as service:
-        await wait_ready(service)
-        labeller = service.labeller
-        assert labeller is not None
+    vc, _ = parts.vcenter(vms=4, nodes=NODES)
+    async with parts.labeller(vc, resync_seconds=RESYNC_SECONDS) as replica:
         store = await bus.topology()
         raw = await bus.js.key_value(TOPOLOGY_BUCKET)
         truth = {node: await store.get_node(node) for node in NODES}
@@ -72,7 +52,7 @@ async def test_garbage_false_and_orphaned_kv_values_are_repaired_within_one_resy
         )
         await store.put_node(false)
         await store.put_node(msgspec.structs.replace(true_node_3, node="deleted-while-away"))
-        await a_full_resync_after(labeller)
+        await a_full_resync_after(replica.labeller)
 
         for node in NODES:
             repaired = await store.get_node(node)
@@ -82,31 +62,19 @@ async def test_garbage_false_and_orphaned_kv_values_are_repaired_within_one_resy
             assert repaired.host_name == expected.host_name, node
             assert repaired.vm_moid == expected.vm_moid, node
         assert await store.get_node("deleted-while-away") is None
-        assert labeller.idle()
         new_events = (await stream_events(bus))[len(events_before) :]
         assert not [e for e in new_events if isinstance(e, VmMoved)], "no move happened"
 
 
-async def test_a_deleted_nodes_kv_key_is_removed(
-    vcsim: VcsimFactory,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-    bus: Bus,
-) -> None:
-    vc = vcsim(hosts=3, vms=4)
-    seed_nodes(kube_double, vc.connect(), NODES)
-    config = labeller_config(vc, nats_server, kubeconfig, resync_seconds=RESYNC_SECONDS)
-    async with running(config) as service:
-        await wait_ready(service)
+async def test_a_deleted_nodes_kv_key_is_removed(parts: LabellerParts, bus: Bus) -> None:
+    vc, _ = parts.vcenter(vms=4, nodes=NODES)
+    async with parts.labeller(vc, resync_seconds=RESYNC_SECONDS) as replica:
         store = await bus.topology()
         assert await store.get_node("node-4") is not None
 
-        kube_double.delete("v1", "nodes", "node-4")
+        parts.kube.delete("v1", "nodes", "node-4")
 
-        labeller = service.labeller
-        assert labeller is not None
-        await a_full_resync_after(labeller)
+        await a_full_resync_after(replica.labeller)
         assert await store.get_node("node-4") is None
         assert await store.get_node("node-3") is not None
 
@@ -121,23 +89,13 @@ async def node_events(kube: KubeDouble, node: str) -> list[dict[str, Any]]:
         return [item for item in items if item["involvedObject"]["name"] == node]
 
 
-async def test_a_recurring_warning_is_one_event_whose_count_rises(
-    vcsim: VcsimFactory,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-) -> None:
-    vc = vcsim(hosts=3, vms=2)
-    seed_nodes(kube_double, vc.connect(), ["node-1"])
-    kube_double.seed(node_object("ghost"))
-    config = labeller_config(vc, nats_server, kubeconfig, resync_seconds=RESYNC_SECONDS)
-    async with running(config) as service:
-        await wait_ready(service)
-        labeller = service.labeller
-        assert labeller is not None
+async def test_a_recurring_warning_is_one_event_whose_count_rises(parts: LabellerParts) -> None:
+    vc, _ = parts.vcenter(vms=2, nodes=["node-1"])
+    parts.kube.seed(node_object("ghost"))
+    async with parts.labeller(vc, resync_seconds=RESYNC_SECONDS) as replica:
         for _ in range(3):
-            await a_full_resync_after(labeller)
+            await a_full_resync_after(replica.labeller)
 
-        [warning] = await node_events(kube_double, "ghost")
+        [warning] = await node_events(parts.kube, "ghost")
         assert warning["reason"] == "NodeUnmatched"
         assert warning["count"] >= 4  # the first labelling and at least three resyncs

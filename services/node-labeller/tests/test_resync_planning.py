@@ -15,7 +15,7 @@ from hostaffinity.node_labeller.reconcile import (
     stale_keys,
 )
 from hostaffinity.runtime.kv import TopologySnapshot, Undecodable
-from hostaffinity.schema import EsxiHost, NodePlacement
+from hostaffinity.schema import NodePlacement
 
 SETTINGS = Settings(vcenter="vc-1", fallback="vm-name")
 NOW = "2026-11-22T08:00:00.000000Z"
@@ -113,16 +113,8 @@ def test_stale_keys_are_every_difference_between_the_kv_and_what_was_written() -
 
 
 def test_a_host_record_equal_to_what_was_written_is_not_stale() -> None:
-    host = EsxiHost(
-        moid="host-1",
-        name="esx-1",
-        label="esx-1",
-        cluster_moid="domain-c7",
-        cluster_name="C0",
-        datacenter="DC0",
-        connection_state="connected",
-        in_maintenance_mode=False,
-    )
+    host = reconcile_host("host-1", inventory_with(), None, kv_stale=False).put
+    assert host is not None
     stored = TopologySnapshot(nodes={}, hosts={"host-1": host})
 
     assert stale_keys(stored, {}, {"host-1": host}) == set()
