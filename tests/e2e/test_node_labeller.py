@@ -80,6 +80,8 @@ async def test_labels_follow_the_vm_and_are_put_back(
             lambda: node_labels(kube_double, "node-1")[LABEL_ESXI_HOST] == "DC0_C0_H2",
             "node-1 relabelled after the vMotion",
         )
+        # Events follow the label patch (KV, patch, events): wait until node-1 is done.
+        await eventually(service.labeller.idle, "node-1's events published")
         moved = [e for e in await stream_events(bus) if isinstance(e, VmMoved)]
         assert [(e.node, e.from_host_name, e.to_host_name) for e in moved] == [
             ("node-1", "DC0_C0_H0", "DC0_C0_H2")

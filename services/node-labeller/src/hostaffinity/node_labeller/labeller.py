@@ -37,7 +37,7 @@ from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.kube import NODES, KubeClient
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
-from hostaffinity.runtime.kv import TopologyStore
+from hostaffinity.runtime.kv import TopologySnapshot, TopologyStore
 from hostaffinity.runtime.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
@@ -151,13 +151,19 @@ class Labeller:
         """Working, and every queued key is done: nothing queued, running or waiting to retry."""
         return self._working and self.queue.idle()
 
-    def load_topology(self, placements: Iterable[NodePlacement], hosts: Iterable[EsxiHost]) -> None:
-        """Start from what the KV holds, so a restart publishes only what changed."""
-        for placement in placements:
-            self.state.placements[placement.node] = placement
-            self.state.node_of_vm[placement.vm_moid] = placement.node
-            self.state.version = max(self.state.version, placement.version)
-        self.state.hosts.update((host.moid, host) for host in hosts)
+    def load_topology(self, stored: TopologySnapshot) -> None:
+        """Start from what the KV holds, so a restart publishes only what changed. A value that
+        does not decode, or names another node, is left out: the first resync rewrites it."""
+        for node, placement in stored.nodes.items():
+            if isinstance(placement, NodePlacement) and placement.node == node:
+                self.state.placements[node] = placement
+                self.state.node_of_vm[placement.vm_moid] = placement.node
+                self.state.version = max(self.state.version, placement.version)
+        self.state.hosts.update(
+            (moid, host)
+            for moid, host in stored.hosts.items()
+            if isinstance(host, EsxiHost) and host.moid == moid
+        )
 
     async def run(self) -> None:
         """Work the queue until cancelled, once vCenter's inventory and the Nodes are known

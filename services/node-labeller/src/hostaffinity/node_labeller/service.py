@@ -12,13 +12,10 @@ from hostaffinity.node_labeller.labeller import Labeller, Retry
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import Settings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
-from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.informer import Informer, InformerEvent, msgspec_decoder
 from hostaffinity.runtime.kube import NODES
 from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange, TopologyStore
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.schema import EsxiHost, NodePlacement
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +64,7 @@ class NodeLabelling:
             workers=config.patch_concurrency,
             retry=Retry(config.retry_base_seconds, config.retry_max_seconds),
         )
-        labeller.load_topology(*await read_topology(store))
+        labeller.load_topology(await store.snapshot())
         self.labeller = labeller
         ctx.start(watcher.run(), name="vcenter-watch")
         ctx.start(_apply_batches(watcher, labeller), name="inventory-batches")
@@ -81,21 +78,5 @@ class NodeLabelling:
 
 async def _apply_batches(watcher: InventoryWatcher, labeller: Labeller) -> None:
     while True:
-        raise_if_cancel_requested()  # a publish in on_inventory may have swallowed it
         batch = await watcher.batches.get()
         labeller.on_inventory(batch)
-
-
-async def read_topology(store: TopologyStore) -> tuple[list[NodePlacement], list[EsxiHost]]:
-    """Every placement and host the KV holds now (the watch's initial values)."""
-    placements: list[NodePlacement] = []
-    hosts: list[EsxiHost] = []
-    async with store.watch() as changes:
-        async for change in changes:
-            if isinstance(change, Bootstrapped):
-                break
-            if isinstance(change, NodeChange) and change.placement is not None:
-                placements.append(change.placement)
-            elif isinstance(change, HostChange) and change.host is not None:
-                hosts.append(change.host)
-    return placements, hosts
