@@ -7,9 +7,10 @@ changes.
 
 The watcher owns its `VCenterSession` (runtime/vcenter.py): every long poll blocks that session's
 one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most one poll and
-no other part of the service queues behind it. A session vCenter ended is logged in again by the
-session itself; the watcher then rebuilds its view and filter. Any other failure reconnects the
-session, which logs the old vCenter session out first, so reconnects never pile sessions up.
+no other part of the service queues behind it; a stop cancels the poll in flight
+(CancelWaitForUpdates) instead of waiting for it. A session vCenter ended is logged in again by
+the session itself; the watcher then rebuilds its view and filter. Any other failure reconnects
+the session, which logs the old vCenter session out first, so reconnects never pile sessions up.
 """
 
 import asyncio
@@ -90,6 +91,7 @@ class InventoryWatcher:
                     await asyncio.sleep(delay)
                 self._started_over()
         finally:
+            await asyncio.to_thread(_cancel_wait, session)
             await session.close()
 
     def _started_over(self) -> None:
@@ -143,6 +145,15 @@ def _create_filter(content: Any) -> tuple[Any, Any]:
 def _destroy(view: Any, property_filter: Any) -> None:
     property_filter.Destroy()
     view.Destroy()
+
+
+def _cancel_wait(session: VCenterSession) -> None:
+    """End the long poll in flight (from a thread of its own, as the session's thread is busy
+    with it), so that stopping waits for neither the poll nor the logout queued behind it."""
+    try:
+        session.content.propertyCollector.CancelWaitForUpdates()
+    except Exception:  # not logged in, or the session is gone: no poll is waiting then
+        log.debug("CancelWaitForUpdates failed", exc_info=True)
 
 
 def _wait_for_updates(collector: Any, version: str, options: Any) -> _Answer | None:
