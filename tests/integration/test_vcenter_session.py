@@ -180,7 +180,7 @@ async def test_close_logs_out(vc: Vcsim) -> None:
 
 
 def test_connect_logs_in_once_or_names_the_refusal(vc: Vcsim) -> None:
-    """The blocking login a WaitForUpdatesEx thread uses for its own connection."""
+    """The blocking login VCenterSession and one-shot commands (the CLI seed) use."""
     si = connect(vc.settings())
     current = session_manager(si).currentSession
     assert current is not None

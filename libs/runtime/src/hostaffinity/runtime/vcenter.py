@@ -95,9 +95,8 @@ def ssl_context(settings: VCenterSettings) -> ssl.SSLContext | None:
 def connect(settings: VCenterSettings) -> vim.ServiceInstance:
     """Log in once and return the pyVmomi service instance; blocking, with no keep-alive.
 
-    For a thread that owns its connection, such as a WaitForUpdatesEx loop whose long polls must
-    not hold up a `VCenterSession`'s calls; that caller logs out. Rejected credentials raise
-    `VCenterLoginError`.
+    What `VCenterSession` logs in with, and enough for a one-shot command (the caller logs out);
+    a service uses a `VCenterSession`. Rejected credentials raise `VCenterLoginError`.
     """
     try:
         # SmartConnect is unannotated; it returns a vim.ServiceInstance.
