@@ -67,17 +67,33 @@ def pod(
 
 def placement(node: str, vm: str, host: str, cluster: str = "domain-c1") -> NodePlacement:
     return NodePlacement(
-        node=node, vm_moid=vm, bios_uuid="", instance_uuid="", host_moid=host, host_name=host,
-        host_label=host, cluster_moid=cluster, cluster_name=cluster, datacenter="DC0",
-        vcenter=VCENTER, observed_at="2026-11-22T08:00:00Z", version=1,
-    )  # fmt: skip
+        node=node,
+        vm_moid=vm,
+        bios_uuid="",
+        instance_uuid="",
+        host_moid=host,
+        host_name=host,
+        host_label=host,
+        cluster_moid=cluster,
+        cluster_name=cluster,
+        datacenter="DC0",
+        vcenter=VCENTER,
+        observed_at="2026-11-22T08:00:00Z",
+        version=1,
+    )
 
 
 def host(moid: str, cluster: str = "domain-c1", *, maintenance: bool = False) -> EsxiHost:
     return EsxiHost(
-        moid=moid, name=moid, label=moid, cluster_moid=cluster, cluster_name=cluster,
-        datacenter="DC0", connection_state="connected", in_maintenance_mode=maintenance,
-    )  # fmt: skip
+        moid=moid,
+        name=moid,
+        label=moid,
+        cluster_moid=cluster,
+        cluster_name=cluster,
+        datacenter="DC0",
+        connection_state="connected",
+        in_maintenance_mode=maintenance,
+    )
 
 
 def topology(

@@ -104,8 +104,9 @@ def test_anti_affinity_becomes_cliques(pods: list[Any], expected: list[tuple[str
 
 
 def test_cluster_wide_physical_reading() -> None:
-    result = run_plan(replicas("node1", "node3", key=HOSTNAME_KEY), PLACEMENTS, HOSTS,
-                      cluster_wide=True)  # fmt: skip
+    result = run_plan(
+        replicas("node1", "node3", key=HOSTNAME_KEY), PLACEMENTS, HOSTS, cluster_wide=True
+    )
     assert rules(result) == [("vm1", "vm3")]
 
 
@@ -118,10 +119,11 @@ def test_preferred_translated_when_the_setting_says_so() -> None:
 def test_match_label_keys_keep_revisions_apart_only_from_their_own() -> None:
     term = {"matchLabelKeys": ["pod-template-hash"]}
     pods = [
-        apply_label_keys(pod(f"{rev}-{n}", n, WEB | {"pod-template-hash": rev}, apart_from=WEB,
-                             extra_term=term))
+        apply_label_keys(
+            pod(f"{rev}-{n}", n, WEB | {"pod-template-hash": rev}, apart_from=WEB, extra_term=term)
+        )
         for rev, n in (("a", "node1"), ("a", "node3"), ("b", "node2"), ("b", "node5"))
-    ]  # fmt: skip
+    ]
     assert rules(run_plan(pods, PLACEMENTS, HOSTS)) == [("vm1", "vm3"), ("vm2", "vm5")]
 
 
@@ -143,12 +145,17 @@ def test_groups_spanning_clusters_are_split_per_cluster() -> None:
         for h, cluster, nodes in (("h", "domain-c1", (1, 2, 3)), ("g", "domain-c2", (4, 5, 6)))
         for i in nodes
     }
-    hosts = {**{f"h{i}": host(f"h{i}", "domain-c1") for i in range(3)},
-             **{f"g{i}": host(f"g{i}", "domain-c2") for i in range(3)}}  # fmt: skip
+    hosts = {
+        **{f"h{i}": host(f"h{i}", "domain-c1") for i in range(3)},
+        **{f"g{i}": host(f"g{i}", "domain-c2") for i in range(3)},
+    }
     result = run_plan(replicas("node1", "node2", "node4", "node5", "node6"), placements, hosts)
-    assert [(c, rules_of) for c, rules_of in sorted(
-        (moid, [o.vms for o in cp.objects.values()]) for moid, cp in result.clusters.items()
-    )] == [("domain-c1", [("vm1", "vm2")]), ("domain-c2", [("vm4", "vm5", "vm6")])]  # fmt: skip
+    assert [
+        (c, rules_of)
+        for c, rules_of in sorted(
+            (moid, [o.vms for o in cp.objects.values()]) for moid, cp in result.clusters.items()
+        )
+    ] == [("domain-c1", [("vm1", "vm2")]), ("domain-c2", [("vm4", "vm5", "vm6")])]
 
 
 def test_pods_of_another_vcenter_or_without_placement_are_left_out() -> None:
@@ -224,13 +231,16 @@ def test_node_affinity_on_hosts_is_a_should_vm_host_rule_with_two_groups() -> No
     assert objects["host-group"].hosts == ("h0", "h1")
     rule = objects["vm-host"]
     assert (rule.vm_group, rule.host_group, rule.mandatory) == (
-        objects["vm-group"].name, objects["host-group"].name, False,
-    )  # fmt: skip
+        objects["vm-group"].name,
+        objects["host-group"].name,
+        False,
+    )
     assert rule.name == object_name("vm-host", "domain-c1", "hosts:h0,h1:should")
 
 
 def test_node_affinity_must_by_setting() -> None:
-    result = run_plan([pod("a", "node1", on_hosts=["h0"])], PLACEMENTS, HOSTS,
-                      vm_host_mandatory=True)  # fmt: skip
+    result = run_plan(
+        [pod("a", "node1", on_hosts=["h0"])], PLACEMENTS, HOSTS, vm_host_mandatory=True
+    )
     (rule,) = [o for o in result.clusters["domain-c1"].objects.values() if o.kind == "vm-host"]
     assert rule.mandatory

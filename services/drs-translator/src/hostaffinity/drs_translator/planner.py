@@ -224,19 +224,33 @@ def _plan_vm_rules(cluster: str, graph: _Graph, usable_hosts: int, result: Plan)
         pods = _clique_pods(clique, graph)
         vms = tuple(sorted(clique.vms))
         obj = DrsObject(
-            name=name, kind="vm-anti-affinity", cluster_moid=cluster, vms=vms, pods=pods,
+            name=name,
+            kind="vm-anti-affinity",
+            cluster_moid=cluster,
+            vms=vms,
+            pods=pods,
             reason=clique.key,
-        )  # fmt: skip
+        )
         if len(vms) > usable_hosts:
-            _hold(result, cluster_plan, obj, "too-few-hosts",
-                  f"{len(vms)} VMs must be on different hosts, but cluster {cluster} has "
-                  f"{usable_hosts} usable hosts (connected, not in maintenance)")  # fmt: skip
+            _hold(
+                result,
+                cluster_plan,
+                obj,
+                "too-few-hosts",
+                f"{len(vms)} VMs must be on different hosts, but cluster {cluster} has "
+                f"{usable_hosts} usable hosts (connected, not in maintenance)",
+            )
             continue
         split = [c for c in components if len(c & clique.vms) >= 2]
         if split:
-            _hold(result, cluster_plan, obj, "together-and-apart",
-                  "VMs " + ", ".join(sorted(split[0] & clique.vms)) + " are asked to be both "
-                  "on one host and on different hosts")  # fmt: skip
+            _hold(
+                result,
+                cluster_plan,
+                obj,
+                "together-and-apart",
+                "VMs " + ", ".join(sorted(split[0] & clique.vms)) + " are asked to be both "
+                "on one host and on different hosts",
+            )
             continue
         cluster_plan.objects[name] = obj
     for component in components:
@@ -246,12 +260,21 @@ def _plan_vm_rules(cluster: str, graph: _Graph, usable_hosts: int, result: Plan)
             {p for pair, by in graph.together.items() if pair[0] in component for p in by}
         )
         obj = DrsObject(
-            name=name, kind="vm-affinity", cluster_moid=cluster, vms=vms, pods=tuple(asked),
+            name=name,
+            kind="vm-affinity",
+            cluster_moid=cluster,
+            vms=vms,
+            pods=tuple(asked),
             reason="required affinity on the ESXi host",
-        )  # fmt: skip
+        )
         if any(edge(a, b) in graph.apart for a in vms for b in vms if a < b):
-            _hold(result, cluster_plan, obj, "together-and-apart",
-                  "these VMs are asked to be on one host, and some of them apart")  # fmt: skip
+            _hold(
+                result,
+                cluster_plan,
+                obj,
+                "together-and-apart",
+                "these VMs are asked to be on one host, and some of them apart",
+            )
             continue
         cluster_plan.objects[name] = obj
 
@@ -329,13 +352,33 @@ def _plan_host_rules(
         reason = f"node affinity on hosts {', '.join(moids)}"
         cluster_plan = result.cluster(cluster)
         for obj in (
-            DrsObject(name=vm_group, kind="vm-group", cluster_moid=cluster,
-                      vms=tuple(sorted(vms)), pods=pods_asked, reason=reason),
-            DrsObject(name=host_group, kind="host-group", cluster_moid=cluster, hosts=moids,
-                      pods=pods_asked, reason=reason),
-            DrsObject(name=rule, kind="vm-host", cluster_moid=cluster, vm_group=vm_group,
-                      host_group=host_group, mandatory=mandatory, pods=pods_asked, reason=reason),
-        ):  # fmt: skip
+            DrsObject(
+                name=vm_group,
+                kind="vm-group",
+                cluster_moid=cluster,
+                vms=tuple(sorted(vms)),
+                pods=pods_asked,
+                reason=reason,
+            ),
+            DrsObject(
+                name=host_group,
+                kind="host-group",
+                cluster_moid=cluster,
+                hosts=moids,
+                pods=pods_asked,
+                reason=reason,
+            ),
+            DrsObject(
+                name=rule,
+                kind="vm-host",
+                cluster_moid=cluster,
+                vm_group=vm_group,
+                host_group=host_group,
+                mandatory=mandatory,
+                pods=pods_asked,
+                reason=reason,
+            ),
+        ):
             cluster_plan.objects[obj.name] = obj
 
 
