@@ -246,19 +246,37 @@ class DrsApplier:
     async def _conflict(
         self, cluster: str, obj: DrsObject, reason: str, message: str, attempt: int = 0
     ) -> None:
+        await self.report_conflict(
+            cluster, obj.name, reason, message, vms=obj.vms, pods=obj.pods, attempt=attempt
+        )
+
+    async def report_conflict(
+        self,
+        cluster: str,
+        name: str,
+        reason: str,
+        message: str,
+        *,
+        vms: Sequence[str],
+        pods: Sequence[str],
+        attempt: int = 0,
+    ) -> None:
+        """`drs.rule.conflict` on the bus and the conflicts metric."""
         self._metrics.conflicts.add(1, {"reason": reason})
         await self._send(
             DrsRuleConflict(
-                id=event_id("drs.rule.conflict", self._vcenter, cluster, obj.name, reason, attempt),
+                id=event_id(
+                    "drs.rule.conflict", self._vcenter, cluster, name, reason, *vms, *pods, attempt
+                ),
                 occurred_at=now_text(),
                 source=SOURCE,
                 vcenter=self._vcenter,
                 cluster_moid=cluster,
-                name=obj.name,
+                name=name,
                 reason=reason,
                 message=message,
-                vms=list(obj.vms),
-                pods=list(obj.pods),
+                vms=list(vms),
+                pods=list(pods),
             )
         )
 
