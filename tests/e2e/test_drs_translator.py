@@ -4,8 +4,13 @@ double and the real node-labeller providing the placements.
 vcsim puts VM i on host i mod 3, so node1/node4 share DC0_C0_H0, node2/node5 H1, node3/node6 H2.
 """
 
+import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,8 +19,10 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
+import yaml
 from pyVmomi import vim
 
+from hostaffinity.drs_translator.applier import PAUSE_AFTER_RECONFIGURE_ENV
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import (
     DRS_BUCKET,
@@ -315,3 +322,67 @@ async def test_conflicts_are_reported_and_nothing_is_sent(
         }
         kube_double.delete("v1", "pods", "r4", "default")  # still working: 3 fit on 3 hosts
         await settle(lambda: len(drs_state(si)) == 1, "rule for three replicas")
+
+
+def start_subprocess(config_path: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """The console entry point as a separate process (so that it can be killed with -9)."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hostaffinity.drs_translator.main",
+                "--config",
+                str(config_path),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ | env,
+        )
+
+
+async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
+    vc: Vcsim,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+    bus: Bus,
+    tmp_path: Path,
+) -> None:
+    si = vc.connect()
+    expected = sorted([vm(si, "node1"), vm(si, "node3")])
+    config_path = tmp_path / "drs-translator.yaml"
+    config = drs_config(vc, nats_server, kubeconfig)
+    config_path.write_text(yaml.safe_dump(msgspec.to_builtins(config)))
+    paused, log = tmp_path / "paused", tmp_path / "drs-translator.log"
+    kube_double.seed(pod_manifest("p1", "node1", WEB, apart_from=WEB))
+    kube_double.seed(pod_manifest("p2", "node3", WEB, apart_from=WEB))
+    async with labeller(vc, nats_server, kubeconfig):
+        first = start_subprocess(config_path, log, **{PAUSE_AFTER_RECONFIGURE_ENV: str(paused)})
+        try:
+            await eventually(paused.exists, "the pause after the reconfigure", 30)
+            assert list(anti_rules(si).values()) == [expected]  # vCenter has it...
+            (pending,) = (await records(bus)).values()
+            assert pending.state == "pending"  # ...the record is only the intent
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        second = start_subprocess(config_path, log)
+        try:
+            deadline = time.monotonic() + 30
+            while [r.state for r in (await records(bus)).values()] != ["applied"]:
+                assert second.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                await asyncio.sleep(0.05)
+        finally:
+            second.terminate()
+            # Wait without blocking the loop: the Kubernetes double it releases its Lease to
+            # runs in this process.
+            await eventually(lambda: second.poll() is not None, "the second run to stop", 15)
+            assert second.returncode == 0, log.read_text()
+    assert list(anti_rules(si).values()) == [expected]
+    assert len(drs_state(si)) == 1
+    (record,) = (await records(bus)).values()
+    assert (record.vms, record.pods) == (expected, ["default/p1", "default/p2"])
+    conflicts = await events_of(bus, DrsRuleConflict)
+    assert conflicts == []  # the rule was recognised as ours, not reported as a stranger

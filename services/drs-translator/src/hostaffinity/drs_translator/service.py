@@ -19,6 +19,7 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.informer import Informer, InformerEvent
 from hostaffinity.runtime.kube import ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder
@@ -127,8 +128,10 @@ async def _follow_topology(store: TopologyStore, translator: DrsTranslator) -> N
         try:
             async with store.watch() as changes:
                 async for change in changes:
+                    raise_if_cancel_requested()  # nats-py's wait_for may have swallowed it
                     translator.on_topology(change)
         except Exception as error:  # nats-py raises its own types for a lost connection
+            raise_if_cancel_requested()  # ...and sometimes for a cancellation
             _log.warning(
                 "topology watch failed (%r); reopening in %gs", error, TOPOLOGY_RETRY_SECONDS
             )

@@ -25,6 +25,7 @@ from hostaffinity.drs_translator.planner import (
     plan,
 )
 from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
 from hostaffinity.schema import EsxiHost, NodePlacement
@@ -121,6 +122,7 @@ class DrsTranslator:
         """Plan and apply until cancelled; the first cycle reads vCenter whole."""
         next_resync = 0.0
         while True:
+            raise_if_cancel_requested()  # a NATS call in the cycle may have swallowed it
             now = time.monotonic()
             full = now >= next_resync or self._resync_now.is_set()
             self._resync_now.clear()
@@ -128,6 +130,7 @@ class DrsTranslator:
             try:
                 await self.cycle(reread=full)
             except Exception as err:  # vCenter or NATS away: log, wait, try again
+                raise_if_cancel_requested()
                 _log.warning(
                     "DRS cycle failed (%r); retrying in %.1fs",
                     err,
