@@ -15,8 +15,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -106,13 +106,13 @@ class DrsApplier:
                 await self._announce(cluster, changes)
             return
         if changes:
-            await self._record_intent(changes)
+            previous = await self._record_intent(changes)
             try:
                 await self._config.reconfigure(cluster, changes)
             except ReconfigureRefused as refusal:
                 self._metrics.reconfigures.add(1, {"outcome": "refused"})
                 _log.warning("vCenter refused the batch for %s (%s); isolating", cluster, refusal)
-                await self._isolate(plan)
+                await self._isolate(cluster, changes, previous)
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
                 await _pause_if_asked()
@@ -144,17 +144,20 @@ class DrsApplier:
                 due.append(change)
         return due
 
-    async def _record_intent(self, changes: Sequence[Change]) -> None:
+    async def _record_intent(self, changes: Sequence[Change]) -> dict[str, DrsOwnership | None]:
+        """Write `pending`/`removing` records; returns each name's record from before."""
+        previous: dict[str, DrsOwnership | None] = {}
         for change in changes:
             obj = change.obj
+            existing = previous[obj.name] = self._records.of(obj.cluster_moid).get(obj.name)
             if change.op == "remove":
-                existing = self._records.of(obj.cluster_moid).get(obj.name)
                 if existing is not None:
                     await self._records.put(_with_state(existing, "removing"))
             else:
                 await self._records.put(
                     obj.record(self._vcenter, state="pending", recorded_at=now_text())
                 )
+        return previous
 
     async def _done(self, cluster: str, changes: Sequence[Change]) -> None:
         actual = self._actual.setdefault(cluster, {})
@@ -177,18 +180,39 @@ class DrsApplier:
                 )
         await self._announce(cluster, changes)
 
-    async def _isolate(self, plan: ClusterPlan) -> None:
-        cluster = plan.cluster_moid
+    async def _isolate(
+        self,
+        cluster: str,
+        changes: Sequence[Change],
+        previous: Mapping[str, DrsOwnership | None],
+    ) -> None:
+        """After a refused batch: keep what took effect, send the rest one change per call."""
         await self._read(cluster)
-        for change in self._due(cluster, self._diff(plan).changes):
+        actual = self._actual[cluster]
+        for change in changes:
+            name = change.obj.name
+            if _took_effect(change, actual):
+                await self._done(cluster, [change])
+                continue
+            alone = change
+            if change.op != "add" and name in actual:  # address vCenter's current rule key
+                alone = Change(change.op, replace(change.obj, key=actual[name].key))
             try:
-                await self._config.reconfigure(cluster, [change])
+                await self._config.reconfigure(cluster, [alone])
             except ReconfigureRefused as refusal:
                 self._metrics.reconfigures.add(1, {"outcome": "refused"})
+                await self._restore(cluster, name, previous.get(name))
                 await self._refused(cluster, change, str(refusal))
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
-                await self._done(cluster, [change])
+                await self._done(cluster, [alone])
+
+    async def _restore(self, cluster: str, name: str, record: DrsOwnership | None) -> None:
+        """Undo an intent vCenter refused: a name it would not let us add is not ours."""
+        if record is None:
+            await self._records.delete(cluster, name)
+        else:
+            await self._records.put(record)
 
     async def _refused(self, cluster: str, change: Change, reason: str) -> None:
         key = (cluster, change.obj.name)
@@ -314,6 +338,13 @@ class DrsApplier:
             await self._publish(event)
         except Exception as err:  # the bus may be away; the records and vCenter are consistent
             _log.warning("could not publish %s: %r", event.id, err)
+
+
+def _took_effect(change: Change, actual: Mapping[str, DrsObject]) -> bool:
+    present = actual.get(change.obj.name)
+    if change.op == "remove":
+        return present is None
+    return present is not None and present.same_content(change.obj)
 
 
 def _with_state(record: DrsOwnership, state: DrsRecordState) -> DrsOwnership:
