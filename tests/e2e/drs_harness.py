@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.cluster_config import ClusterConfig
@@ -18,16 +19,14 @@ from hostaffinity.drs_translator.translator import DrsTranslator
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
 from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec
 from hostaffinity.schema import LABEL_ESXI_HOST
+from tests.e2e.labeller_harness import FAST_LEASE as LABELLER_LEASE
 from tests.e2e.labeller_harness import eventually
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import Vcsim
 
-FAST_LEASE = LeaseSettings(
-    name="hostaffinity-drs-translator",
-    namespace="kube-system",
-    duration_seconds=2.0,
-    renew_deadline_seconds=1.5,
-    retry_period_seconds=0.2,
+# The node-labeller harness's fast Lease timings, under the translator's own Lease name.
+FAST_LEASE = msgspec.convert(
+    msgspec.to_builtins(LABELLER_LEASE) | {"name": "hostaffinity-drs-translator"}, LeaseSettings
 )
 
 

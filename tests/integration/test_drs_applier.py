@@ -3,6 +3,7 @@
 import asyncio
 from typing import Any
 
+import pytest
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.applier import DrsApplier
@@ -15,7 +16,7 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, DrsRuleConflict, DrsRulesApplied, Event
 from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure
-from tests.platform.vcsim import VcsimFactory
+from tests.platform.vcsim import Vcsim, VcsimFactory
 
 _vim: Any = vim
 
@@ -28,13 +29,19 @@ def plan_of(cluster: str, *objects: DrsObject) -> ClusterPlan:
     return ClusterPlan(cluster, {o.name: o for o in objects})
 
 
-async def test_a_refused_change_is_isolated_reported_and_backed_off(
-    vcsim: VcsimFactory, bus: Bus
-) -> None:
+@pytest.fixture
+def inventory(vcsim: VcsimFactory) -> tuple[Vcsim, vim.ServiceInstance, str, list[str]]:
+    """vcsim with 3 hosts and 6 VMs: (vcsim, a session, the cluster moid, VM moids sorted)."""
     vc = vcsim(hosts=3, vms=6)
     si = vc.connect()
-    cluster = cluster_of(si)._moId
-    vms = sorted(vm._moId for vm in cluster_of(si).resourcePool.vm)
+    cluster = cluster_of(si)
+    return vc, si, cluster._moId, sorted(vm._moId for vm in cluster.resourcePool.vm)
+
+
+async def test_a_refused_change_is_isolated_reported_and_backed_off(
+    inventory: tuple[Vcsim, vim.ServiceInstance, str, list[str]], bus: Bus
+) -> None:
+    vc, si, cluster, vms = inventory
     published: list[Event] = []
 
     async def publish(event: Event) -> None:
@@ -90,12 +97,9 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
 
 
 async def test_dry_run_plans_and_publishes_but_writes_nothing(
-    vcsim: VcsimFactory, bus: Bus
+    inventory: tuple[Vcsim, vim.ServiceInstance, str, list[str]], bus: Bus
 ) -> None:
-    vc = vcsim(hosts=3, vms=6)
-    si = vc.connect()
-    cluster = cluster_of(si)._moId
-    vms = sorted(vm._moId for vm in cluster_of(si).resourcePool.vm)
+    vc, si, cluster, vms = inventory
     kv = await bus.js.key_value(DRS_BUCKET)
     records = OwnershipRecords(kv, "vcsim")
     published: list[Event] = []

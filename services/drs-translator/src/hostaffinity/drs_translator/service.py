@@ -8,8 +8,8 @@ first plan waits until all three have replayed their current state, so a restart
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from collections.abc import Callable
+from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
@@ -20,7 +20,7 @@ from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
-from hostaffinity.runtime.informer import Informer, InformerEvent
+from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.kv import TopologyStore
@@ -29,7 +29,6 @@ from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 PODS: Final = ResourceRef("", "v1", "pods")
 NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
@@ -37,18 +36,6 @@ TOPOLOGY_RETRY_SECONDS: Final = 2.0
 _SYNC_POLL_SECONDS: Final = 0.05
 
 Observer = Callable[[DrsTranslator, ClusterConfig], None]
-
-
-def _handler(
-    upsert: Callable[[T], None], remove: Callable[[str], None]
-) -> Callable[[InformerEvent[T]], Awaitable[None]]:
-    async def handle(event: InformerEvent[T]) -> None:
-        if event.type == "DELETED":
-            remove(event.key)
-        else:
-            upsert(event.obj)
-
-    return handle
 
 
 async def translate(
@@ -91,12 +78,15 @@ async def translate(
             ),
         )
         pods: Informer[Pod] = Informer(
-            ctx.kube, PODS, _handler(translator.upsert_pod, translator.remove_pod), decode_pod
+            ctx.kube,
+            PODS,
+            upsert_or_remove(translator.upsert_pod, translator.remove_pod),
+            decode_pod,
         )
         namespaces: Informer[Namespace] = Informer(
             ctx.kube,
             NAMESPACES,
-            _handler(translator.upsert_namespace, translator.remove_namespace),
+            upsert_or_remove(translator.upsert_namespace, translator.remove_namespace),
             decode_namespace,
         )
         ctx.add_readiness("pods synced", pods.synced.is_set)
