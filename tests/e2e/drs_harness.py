@@ -99,8 +99,10 @@ def pod_manifest(
     *,
     apart_from: dict[str, str] | None = None,
     near: dict[str, str] | None = None,
+    on_hosts: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A scheduled Pod with required (anti-)affinity on the ESXi-host key."""
+    """A scheduled Pod with required (anti-)affinity on the ESXi-host key, or required node
+    affinity `In` the host label values `on_hosts`."""
     spec: dict[str, Any] = {
         "nodeName": node,
         "containers": [{"name": "app", "image": "registry.invalid/pause:3"}],
@@ -110,6 +112,13 @@ def pod_manifest(
         if selector is not None:
             term = {"labelSelector": {"matchLabels": selector}, "topologyKey": LABEL_ESXI_HOST}
             affinity[kind] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if on_hosts is not None:
+        expression = {"key": LABEL_ESXI_HOST, "operator": "In", "values": on_hosts}
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+            }
+        }
     if affinity:
         spec["affinity"] = affinity
     metadata = {"name": name, "namespace": "default", "labels": labels}

@@ -324,6 +324,34 @@ async def test_conflicts_are_reported_and_nothing_is_sent(
         await settle(lambda: len(drs_state(si)) == 1, "rule for three replicas")
 
 
+async def test_node_affinity_on_a_host_becomes_groups_and_a_should_rule(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    si = vc.connect()
+    host = next(h for h in cluster_of(si).host if h.name == "DC0_C0_H1")
+    async with (
+        labeller(vc, nats_server, kubeconfig),
+        running_translator(drs_config(vc, nats_server, kubeconfig)) as drs,
+    ):
+        kube_double.seed(pod_manifest("pinned", "node2", {"app": "db"}, on_hosts=["DC0_C0_H1"]))
+        await settle(lambda: len(drs_state(si)) == 3, "VM group, host group, VM-Host rule")
+        by_type = {v["_type"]: v for v in drs_state(si).values()}
+        vm_group = by_type["vim.cluster.VmGroup"]
+        host_group = by_type["vim.cluster.HostGroup"]
+        rule = by_type["vim.cluster.VmHostRuleInfo"]
+        assert vm_group["vm"] == [vm(si, "node2")]
+        assert host_group["host"] == [host._moId]
+        assert (rule["vmGroupName"], rule["affineHostGroupName"], rule["mandatory"]) == (
+            vm_group["name"],
+            host_group["name"],
+            False,
+        )
+        mark = dict(drs.calls)
+        kube_double.delete("v1", "pods", "pinned", "default")
+        await settle(lambda: drs_state(si) == {}, "all three removed")
+        assert (await calls(drs, mark))["ReconfigureComputeResource_Task"] == 1
+
+
 def start_subprocess(config_path: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
     """The console entry point as a separate process (so that it can be killed with -9)."""
     with log.open("ab") as out:

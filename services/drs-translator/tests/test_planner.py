@@ -92,6 +92,20 @@ CASES = [
         [],
         id="preferred-not-translated-by-default",
     ),
+    pytest.param(
+        # KubeVirt: the virt-launcher pod carries the VMI's labels and affinity.
+        [
+            pod(
+                f"virt-launcher-db-{i}",
+                f"node{i}",
+                {"kubevirt.io": "virt-launcher", "kubevirt.io/domain": f"db-{i}", "vm": "db"},
+                apart_from={"vm": "db"},
+            )
+            for i in (2, 4, 6)
+        ],
+        [("vm2", "vm4", "vm6")],
+        id="kubevirt-virt-launcher-pods",
+    ),
 ]
 
 
