@@ -258,7 +258,7 @@ async def test_one_rule_follows_the_replicas_and_foreign_rules_stay_identical(
     print("vCenter calls per step:", json.dumps(calls_per_step, sort_keys=True))
 
 
-async def test_a_rule_deleted_by_hand_is_back_after_the_resync_with_a_drift_event(
+async def test_a_rule_of_ours_changed_by_hand_is_repaired_at_the_resync_with_drift_events(
     vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
 ) -> None:
     si = vc.connect()
@@ -281,8 +281,22 @@ async def test_a_rule_deleted_by_hand_is_back_after_the_resync_with_a_drift_even
             assert anti_rules(si) == {}
             await settle(lambda: anti_rules(si) == {name: expected}, "rule repaired", 10)
             print("vCenter calls, hand deletion to repair:", await calls(drs, mark))
+
+            (rule,) = [r for r in cluster_of(si).configurationEx.rule if r.name == name]
+            rule.vm = [vm_by_name(si, "node1"), vm_by_name(si, "node5")]  # an edit by hand
+            reconfigure(
+                si,
+                _vim.cluster.ConfigSpecEx(
+                    rulesSpec=[_vim.cluster.RuleSpec(operation="edit", info=rule)]
+                ),
+            )
+            assert anti_rules(si) != {name: expected}
+            await settle(lambda: anti_rules(si) == {name: expected}, "edit undone", 10)
     drift = await events_of(bus, DrsRuleDrift)
-    assert [(e.name, e.change, e.expected_vms) for e in drift] == [(name, "deleted", expected)]
+    assert [(e.name, e.change, e.expected_vms, e.found_vms) for e in drift] == [
+        (name, "deleted", expected, []),
+        (name, "edited", expected, sorted([vm(si, "node1"), vm(si, "node5")])),
+    ]
 
 
 async def test_conflicts_are_reported_and_nothing_is_sent(

@@ -63,6 +63,7 @@ class Conflict:
 class Untranslatable:
     """A pod whose host-level term DRS cannot express exactly."""
 
+    cluster_moid: str
     pod: str
     message: str
 
@@ -198,6 +199,7 @@ def _add_together(
                 continue
         result.untranslatable.append(
             Untranslatable(
+                vm.cluster,
                 record.key,
                 f"required affinity {term.describe()} is met by pods on {len(vms)} VMs; a DRS "
                 "VM-VM affinity rule would keep all of them together, which is more than asked",

@@ -59,4 +59,7 @@ class OwnershipRecords:
 
     async def delete(self, cluster_moid: str, name: str) -> None:
         await self._kv.delete(drs_rule_key(self._vcenter, cluster_moid, name))
-        self.by_cluster.get(cluster_moid, {}).pop(name, None)
+        names = self.by_cluster.get(cluster_moid, {})
+        names.pop(name, None)
+        if not names:  # a cluster with nothing of ours left is no longer visited
+            self.by_cluster.pop(cluster_moid, None)

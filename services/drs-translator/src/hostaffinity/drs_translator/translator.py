@@ -205,7 +205,8 @@ class DrsTranslator:
             if key in self._reported:
                 continue
             await self._applier.report_conflict(
-                "", "", "not-translatable", problem.message, vms=(), pods=(problem.pod,)
+                problem.cluster_moid, "", "not-translatable", problem.message,
+                vms=(), pods=(problem.pod,),
             )
             await self._pod_events((problem.pod,), "DrsNotTranslatable", problem.message)
         self._reported = current
