@@ -205,8 +205,12 @@ class DrsTranslator:
             if key in self._reported:
                 continue
             await self._applier.report_conflict(
-                problem.cluster_moid, "", "not-translatable", problem.message,
-                vms=(), pods=(problem.pod,),
+                problem.cluster_moid,
+                "",
+                "not-translatable",
+                problem.message,
+                vms=(),
+                pods=(problem.pod,),
             )
             await self._pod_events((problem.pod,), "DrsNotTranslatable", problem.message)
         self._reported = current
