@@ -10,21 +10,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
 
 from hostaffinity.affinity.model import decode_namespace, decode_node, decode_pod
-from hostaffinity.runtime.informer import Informer, InformerSettings, upsert_or_remove
+from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PODS: Final = ResourceRef("", "v1", "pods")
 NODES: Final = ResourceRef("", "v1", "nodes")
 NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 RETRY_SECONDS: Final = 2.0
+
+
+def _handler(
+    upsert: Callable[[T], None], remove: Callable[[str], None]
+) -> Callable[[InformerEvent[T]], Awaitable[None]]:
+    async def handle(event: InformerEvent[T]) -> None:
+        if event.type == "DELETED":
+            remove(event.key)
+        else:
+            upsert(event.obj)
+
+    return handle
 
 
 class CacheFeeds:
@@ -44,21 +57,21 @@ class CacheFeeds:
             Informer(
                 client,
                 PODS,
-                upsert_or_remove(cache.upsert_pod, cache.remove_pod),
+                _handler(cache.upsert_pod, cache.remove_pod),
                 decode_pod,
                 settings=settings,
             ),
             Informer(
                 client,
                 NODES,
-                upsert_or_remove(cache.upsert_node, cache.remove_node),
+                _handler(cache.upsert_node, cache.remove_node),
                 decode_node,
                 settings=settings,
             ),
             Informer(
                 client,
                 NAMESPACES,
-                upsert_or_remove(cache.upsert_namespace, cache.remove_namespace),
+                _handler(cache.upsert_namespace, cache.remove_namespace),
                 decode_namespace,
                 settings=settings,
             ),
