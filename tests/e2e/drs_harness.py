@@ -4,6 +4,7 @@ vcsim's DRS rules and groups field by field."""
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,5 +164,5 @@ def reconfigure(si: vim.ServiceInstance, spec: Any) -> None:
     """One ReconfigureComputeResource_Task as an administrator, waited for."""
     task = cluster_of(si).ReconfigureComputeResource_Task(spec=spec, modify=True)
     while task.info.state not in ("success", "error"):
-        pass
+        time.sleep(0.005)
     assert task.info.state == "success", task.info.error

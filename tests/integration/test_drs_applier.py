@@ -118,3 +118,17 @@ async def test_dry_run_plans_and_publishes_but_writes_nothing(
     (applied,) = published
     assert isinstance(applied, DrsRulesApplied)
     assert (applied.added, applied.dry_run) == (["hostaffinity-anti-c"], True)
+
+
+async def test_a_record_that_does_not_decode_is_left_out_so_its_rule_is_never_touched(
+    bus: Bus,
+) -> None:
+    kv = await bus.js.key_value(DRS_BUCKET)
+    good = anti("domain-c1", "hostaffinity-anti-good", "vm-1", "vm-2")
+    await OwnershipRecords(kv, "vcsim").put(good.record("vcsim", state="applied", recorded_at="t"))
+    await kv.put("rule.vcsim.domain-c1.hostaffinity-anti-bad", b"{not json")
+    await kv.put("rule.other.domain-c1.hostaffinity-anti-x", b"{}")
+    records = OwnershipRecords(kv, "vcsim")
+    await records.load()
+    assert list(records.by_cluster) == ["domain-c1"]
+    assert list(records.of("domain-c1")) == [good.name]
