@@ -8,6 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.runtime.config import ServiceSettings, Settings, env_names, load_config
 from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
@@ -18,6 +19,7 @@ NOT_KUBERNETES_OBJECTS = {"kustomization.yaml"}
 # The config record each service loads, by its compose service and Deployment name.
 SERVICE_CONFIGS: dict[str, type[Settings]] = {
     "node-labeller": NodeLabellerConfig,
+    "drs-translator": DrsTranslatorConfig,
     "scheduler-extender": SchedulerExtenderSettings,
 }
 # Values for settings that have no default, as the Secret would provide them.
