@@ -43,3 +43,7 @@ def event_subject(event_type: str) -> str:
 def dlq_subject(service: str) -> str:
     """Subject where a service parks the messages it could not decode."""
     return f"{DLQ_SUBJECT_PREFIX}.{service}"
+
+
+# Pod annotation asking for a topology spread over ESXi hosts; the value is the maxSkew.
+POD_SPREAD_ACROSS_HOSTS = "hostaffinity.io/spread-across-hosts"
