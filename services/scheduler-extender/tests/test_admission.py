@@ -14,19 +14,19 @@ from typing import Any
 import jsonpatch
 import msgspec
 import pytest
+from admission_golden import CASES, FIXTURE, recorded_reviews, review
 
-from hostaffinity.schema.names import (
-    LABEL_ESXI_HOST,
-    POD_PHYSICAL_ANTI_AFFINITY,
-    POD_SPREAD_ACROSS_HOSTS,
-)
 from hostaffinity.scheduler_extender.admission import MutationSettings, Outcome, plan_pod
 from hostaffinity.scheduler_extender.admission_review import (
     decode_review,
     encode_answer,
     mutation_for,
 )
-from admission_golden import CASES, FIXTURE, recorded_reviews, review
+from hostaffinity.schema.names import (
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    POD_SPREAD_ACROSS_HOSTS,
+)
 
 DEFAULT = MutationSettings()
 
