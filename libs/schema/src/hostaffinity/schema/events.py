@@ -77,7 +77,25 @@ class ExtenderDecision(Event, frozen=True, kw_only=True, tag="extender.decision"
     message: str = ""
 
 
-TopologyEvent = VmMoved | NodePlaced | NodeLabelled | NodeUnmatched | ExtenderDecision
+class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
+    """What the admission webhook changed in a pod at creation (a sample, not all).
+
+    Pods made from a template have no name at admission: `pod` is namespace/generateName
+    (or the name when set) and `request_uid` the admission request's uid. `twins` counts the
+    hostname anti-affinity terms given (required) or moved to (preferred) the ESXi-host key;
+    `host_label_required` and `spread_added` say what else the patch added.
+    """
+
+    pod: str
+    request_uid: str
+    owner: str = ""
+    twins: int = 0
+    host_label_required: bool = False
+    spread_added: bool = False
+    warnings: list[str] = []
+
+
+TopologyEvent = VmMoved | NodePlaced | NodeLabelled | NodeUnmatched | ExtenderDecision | PodMutated
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
     "vm.moved",
@@ -85,6 +103,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     "node.labelled",
     "node.unmatched",
     "extender.decision",
+    "pod.mutated",
 )
 
 _encoder = msgspec.json.Encoder()

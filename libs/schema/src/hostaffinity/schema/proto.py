@@ -17,6 +17,7 @@ from hostaffinity.schema.events import (
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
+    PodMutated,
     VmMoved,
 )
 from hostaffinity.schema.names import (
@@ -35,6 +36,7 @@ EVENT_MESSAGES: tuple[type[Event], ...] = (
     NodeLabelled,
     NodeUnmatched,
     ExtenderDecision,
+    PodMutated,
 )
 VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (NodePlacement, EsxiHost, DeadLetter)
 

@@ -94,6 +94,8 @@ class Mutation:
     operations: list[Operation] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     twins: int = 0
+    host_label_required: bool = False
+    spread_added: bool = False
 
     @property
     def outcome(self) -> Outcome:
@@ -268,17 +270,22 @@ def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
     labels = _mapping(metadata.get("labels"), "metadata.labels")
     spec = _mapping(pod.get("spec"), "spec")
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
-    operations: list[Operation] = []
-    twins = 0
+    twins: list[Operation] = []
+    host_label: list[Operation] = []
+    spread: list[Operation] = []
     if opted_in(annotations, settings):
         anti = _mapping(affinity.get("podAntiAffinity"), "podAntiAffinity")
-        operations = _twin_operations(anti)
-        twins = len(operations)
-        required_twin = any(op["op"] == "add" for op in operations)
+        twins = _twin_operations(anti)
+        required_twin = any(op["op"] == "add" for op in twins)
         if settings.require_host_label and _has_required_host_term(affinity, required_twin):
-            operations.extend(_host_label_operations(affinity))
+            host_label = _host_label_operations(affinity)
     if POD_SPREAD_ACROSS_HOSTS in annotations:
         max_skew = _max_skew(annotations[POD_SPREAD_ACROSS_HOSTS])
         when = settings.spread_when_unsatisfiable
-        operations.extend(_spread_operations(spec, labels, max_skew, when))
-    return Mutation(operations=operations, twins=twins)
+        spread = _spread_operations(spec, labels, max_skew, when)
+    return Mutation(
+        operations=[*twins, *host_label, *spread],
+        twins=len(twins),
+        host_label_required=bool(host_label),
+        spread_added=bool(spread),
+    )

@@ -22,6 +22,8 @@ from hostaffinity.runtime.config import ConfigError, load_config
 from hostaffinity.runtime.health import HealthServer
 from hostaffinity.runtime.kube import KubeClient, api_client
 from hostaffinity.runtime.telemetry import setup_telemetry
+from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
+from hostaffinity.scheduler_extender.admission_setup import running_webhook
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
@@ -29,6 +31,7 @@ from hostaffinity.scheduler_extender.decisions import SOURCE, DecisionPublisher
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
+from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS = 0.5
@@ -49,6 +52,7 @@ class RunningExtender:
     cache: ExtenderCache
     server: ExtenderServer
     health: HealthServer
+    webhook: AdmissionWebhook | None
 
 
 @contextlib.asynccontextmanager
@@ -82,7 +86,13 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
             await health.start()
             await server.start(settings.extender.host, settings.extender.port, tls)
             try:
-                yield RunningExtender(cache, server, health)
+                async with contextlib.AsyncExitStack() as admission:
+                    webhook = None
+                    if settings.webhook.enabled:
+                        webhook = await admission.enter_async_context(
+                            _admission(settings, client, bus, tasks, group)
+                        )
+                    yield RunningExtender(cache, server, health, webhook)
             finally:
                 await server.stop()
                 await health.stop()
@@ -90,6 +100,32 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
                     task.cancel()
     finally:
         await bus.close()
+
+
+def _admission(
+    settings: SchedulerExtenderSettings,
+    client: KubeClient,
+    bus: Bus,
+    tasks: list[asyncio.Task[None]],
+    group: asyncio.TaskGroup,
+) -> contextlib.AbstractAsyncContextManager[AdmissionWebhook]:
+    """The admission webhook and its sampled `pod.mutated` publisher."""
+    metrics = AdmissionMetrics()
+    mutations = DecisionPublisher(
+        bus.publish_event,
+        ratio=settings.webhook.event_sample_ratio,
+        capacity=settings.extender.decision_queue_size,
+        on_drop=metrics.dropped_event,
+    )
+    tasks.append(group.create_task(mutations.run()))
+    return running_webhook(
+        settings.webhook,
+        settings.shared,
+        settings.kubernetes.namespace,
+        client,
+        mutations.offer_event,
+        metrics,
+    )
 
 
 async def serve(settings: SchedulerExtenderSettings) -> None:

@@ -1,0 +1,193 @@
+"""The admission webhook as the scheduler-extender service runs it, over HTTPS, self-signed path.
+
+The Kubernetes double holds the shipped MutatingWebhookConfiguration (k8s/base); the service makes
+its CA and serving certificate, keeps them in a Secret and writes the CA into that configuration.
+Then, as kube-apiserver would: the served certificate must verify against that caBundle alone,
+a recorded review must come back with the patch, and a body that is not a review gets 400 while
+the service stays ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
+from hostaffinity.scheduler_extender.config import (
+    ExtenderSettings,
+    SchedulerExtenderSettings,
+    WebhookSettings,
+)
+from hostaffinity.scheduler_extender.main import RunningExtender, running_extender
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGURATION = ROOT / "k8s" / "base" / "scheduler-extender" / "mutatingwebhookconfiguration.yaml"
+FIXTURE = (
+    ROOT.parent / "shared" / "fixtures" / "kube-apiserver-admission" / "pod-create-review.json"
+)
+WEBHOOKS = "admissionregistration.k8s.io/v1"
+
+
+@pytest.fixture
+def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
+    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def settings(nats: NatsServer, kubeconfig: Path) -> SchedulerExtenderSettings:
+    return SchedulerExtenderSettings(
+        nats=nats.settings(),
+        health=HealthSettings(host="127.0.0.1", port=0),
+        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+        extender=ExtenderSettings(host="127.0.0.1", port=0),
+        webhook=WebhookSettings(host="127.0.0.1", port=0, extra_hostnames=["127.0.0.1"]),
+    )
+
+
+async def eventually_true(check: Any, what: str) -> None:
+    for _ in range(250):
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(what)
+
+
+async def ready(service: RunningExtender) -> bool:
+    url = f"http://127.0.0.1:{service.health.port}/readyz"
+    async with aiohttp.ClientSession() as http, http.get(url) as response:
+        return response.status == 200
+
+
+@contextlib.asynccontextmanager
+async def service(
+    nats: NatsServer, kubeconfig: Path, kube: KubeDouble
+) -> AsyncIterator[RunningExtender]:
+    """The service, ready, with its webhook listening and the caBundle written."""
+    async with running_extender(settings(nats, kubeconfig)) as running:
+        await eventually_true(lambda: ready(running), "the service never became ready")
+
+        async def webhook_up() -> bool:
+            assert running.webhook is not None
+            return running.webhook.serving and written_ca(kube) is not None
+
+        await eventually_true(webhook_up, "the webhook never listened with its caBundle written")
+        yield running
+
+
+def written_ca(kube: KubeDouble) -> bytes | None:
+    stored = kube.read(WEBHOOKS, "mutatingwebhookconfigurations", "hostaffinity-pod-host-terms")
+    assert stored is not None
+    bundle = stored["webhooks"][0]["clientConfig"].get("caBundle")
+    return None if bundle is None else base64.b64decode(bundle)
+
+
+async def post(service: RunningExtender, body: bytes, ca: bytes) -> tuple[int, bytes]:
+    """POST /mutate trusting only `ca`, with the host name checked, as kube-apiserver does."""
+    assert service.webhook is not None
+    trust = ssl.create_default_context(cadata=ca.decode())
+    url = f"https://127.0.0.1:{service.webhook.port}/mutate?timeout=2s"
+    headers = {"Content-Type": "application/json", "User-Agent": "kube-apiserver-admission"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=body, headers=headers, ssl=trust) as response,
+    ):
+        return response.status, await response.read()
+
+
+@pytest.fixture(autouse=True)
+def telemetry() -> Telemetry:
+    """Installed as the service's main() does, so the instruments reach /metrics."""
+    return setup_telemetry("hostaffinity-tests")
+
+
+async def refused_reviews(service: RunningExtender) -> float:
+    """hostaffinity_webhook_reviews_total{outcome="refused"} as /metrics serves it."""
+    url = f"http://127.0.0.1:{service.health.port}/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as response:
+        exposed = await response.text()
+    for family in text_string_to_metric_families(exposed):
+        for sample in family.samples:
+            if sample.name == "hostaffinity_webhook_reviews_total" and (
+                sample.labels.get("outcome") == "refused"
+            ):
+                return sample.value
+    return 0.0
+
+
+@pytest.fixture
+def shipped_configuration(kube_double: KubeDouble) -> dict[str, Any]:
+    """Our namespace and the webhook configuration as k8s/base ships it (no caBundle)."""
+    kube_double.seed(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
+    )
+    configuration: dict[str, Any] = yaml.safe_load(CONFIGURATION.read_text())
+    return kube_double.seed(configuration)
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_self_signed_certificate_verifies_against_the_written_ca_bundle(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    recorded = json.loads(FIXTURE.read_text())["reviews"][0]
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        ca = written_ca(kube_double)
+        assert ca is not None
+        status, body = await post(running, json.dumps(recorded["request_body"]).encode(), ca)
+        assert status == 200
+        response = json.loads(body)["response"]
+        assert response["uid"] == recorded["request_body"]["request"]["uid"]
+        assert response["patchType"] == "JSONPatch"
+        assert json.loads(base64.b64decode(response["patch"]))[0]["value"]["topologyKey"] == (
+            "hostaffinity.io/esxi-host"
+        )
+        # A CA that is not the one written does not verify the server.
+        other = kube_double.read("v1", "secrets", "hostaffinity-webhook-tls", "hostaffinity")
+        assert other is not None
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await post(running, b"{}", base64.b64decode(other["data"]["tls.crt"]))
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_malformed_body_gets_400_and_the_service_stays_ready(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        ca = written_ca(kube_double)
+        assert ca is not None
+        before = await refused_reviews(running)
+        for body in (b"", b"{not json", b'{"request": {"uid": 1}}', b"[]"):
+            status, text = await post(running, body, ca)
+            assert status == 400, (body, text)
+            assert b"not an AdmissionReview" in text
+        assert await ready(running)
+        assert await refused_reviews(running) == before + 4
+        recorded = json.loads(FIXTURE.read_text())["reviews"][0]["request_body"]
+        status, _ = await post(running, json.dumps(recorded).encode(), ca)
+        assert status == 200
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_a_restart_keeps_the_certificate_the_api_server_trusts(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """Replicas share one identity through the Secret: the second start reuses it."""
+    async with service(nats_server, kubeconfig, kube_double):
+        first = written_ca(kube_double)
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        assert first is not None
+        status, _ = await post(running, b"{}", first)
+        assert status == 400
+    assert written_ca(kube_double) == first
