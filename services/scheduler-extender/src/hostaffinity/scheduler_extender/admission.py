@@ -141,7 +141,8 @@ def host_twin(term: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _twin_operations(anti: Mapping[str, Any]) -> list[Operation]:
-    """Add required twins that are not there yet; move preferred hostname terms to the host."""
+    """A twin for each required hostname term that has none yet (a twin: a host-key term whose
+    other fields are equal); each preferred hostname term moved to the host key."""
     operations: list[Operation] = []
     required = _sequence(anti.get(REQUIRED), f"podAntiAffinity.{REQUIRED}")
     for position, term in enumerate(required):
@@ -149,7 +150,6 @@ def _twin_operations(anti: Mapping[str, Any]) -> list[Operation]:
     host_terms = [_without_key(t) for t in required if t.get("topologyKey") == LABEL_ESXI_HOST]
     for term in required:
         if term.get("topologyKey") == HOSTNAME_KEY and _without_key(term) not in host_terms:
-            host_terms.append(_without_key(term))
             path = f"{ANTI_AFFINITY_PATH}/{REQUIRED}/-"
             operations.append({"op": "add", "path": path, "value": host_twin(term)})
     preferred = _sequence(anti.get(PREFERRED), f"podAntiAffinity.{PREFERRED}")
@@ -173,6 +173,10 @@ def _has_required_host_term(affinity: Mapping[str, Any], twins_added: bool) -> b
     return False
 
 
+def _requires_host_label(expression: Mapping[str, Any]) -> bool:
+    return expression.get("key") == LABEL_ESXI_HOST and expression.get("operator") == "Exists"
+
+
 def _host_label_operations(affinity: Mapping[str, Any]) -> list[Operation]:
     """Require the host label on every node the pod may take (node affinity terms are ORed)."""
     base = "/spec/affinity/nodeAffinity"
@@ -190,7 +194,7 @@ def _host_label_operations(affinity: Mapping[str, Any]) -> list[Operation]:
         expressions = _sequence(
             _mapping(term, "nodeSelectorTerm").get("matchExpressions"), "matchExpressions"
         )
-        if HOST_LABEL_EXISTS in expressions:
+        if any(_requires_host_label(_mapping(e, "matchExpression")) for e in expressions):
             continue
         if "matchExpressions" in term:
             operations.append({"op": "add", "path": f"{path}/-", "value": HOST_LABEL_EXISTS})
