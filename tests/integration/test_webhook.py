@@ -23,6 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
 from hostaffinity.scheduler_extender.config import (
@@ -31,6 +32,14 @@ from hostaffinity.scheduler_extender.config import (
     WebhookSettings,
 )
 from hostaffinity.scheduler_extender.main import RunningExtender, running_extender
+from hostaffinity.schema import (
+    EVENTS_STREAM,
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    PodMutated,
+    decode_event,
+    event_subject,
+)
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 
@@ -40,6 +49,8 @@ FIXTURE = (
     ROOT.parent / "shared" / "fixtures" / "kube-apiserver-admission" / "pod-create-review.json"
 )
 WEBHOOKS = "admissionregistration.k8s.io/v1"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 @pytest.fixture
@@ -53,7 +64,9 @@ def settings(nats: NatsServer, kubeconfig: Path) -> SchedulerExtenderSettings:
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
         extender=ExtenderSettings(host="127.0.0.1", port=0),
-        webhook=WebhookSettings(host="127.0.0.1", port=0, extra_hostnames=["127.0.0.1"]),
+        webhook=WebhookSettings(
+            host="127.0.0.1", port=0, extra_hostnames=["127.0.0.1"], event_sample_ratio=1.0
+        ),
     )
 
 
@@ -191,3 +204,92 @@ async def test_a_restart_keeps_the_certificate_the_api_server_trusts(
         status, _ = await post(running, b"{}", first)
         assert status == 400
     assert written_ca(kube_double) == first
+
+
+def opted_in_pod(name: str, *, twin: bool, annotated: bool = True) -> dict[str, Any]:
+    """A pod as stored: with our twin and host label requirement when the webhook was reached."""
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": HOSTNAME_KEY}
+    affinity: dict[str, Any] = {"podAntiAffinity": {REQUIRED: [term]}}
+    if twin:
+        affinity["podAntiAffinity"][REQUIRED].append(term | {"topologyKey": LABEL_ESXI_HOST})
+        exists = {"key": LABEL_ESXI_HOST, "operator": "Exists"}
+        affinity["nodeAffinity"] = {
+            REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [exists]}]}
+        }
+    annotations = {POD_PHYSICAL_ANTI_AFFINITY: "true"} if annotated else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "apps", "labels": {"app": "web"},
+                     "annotations": annotations},
+        "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1"}],
+                 "affinity": affinity},
+    }  # fmt: skip
+
+
+def warnings_about(kube: KubeDouble, pod: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in kube.store.objects("events", "apps")
+        if e["involvedObject"]["name"] == pod and e["reason"] == "AdmittedWithoutHostTerms"
+    ]
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_opted_in_pods_admitted_without_the_webhook_get_an_event(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """Fail-open made visible: pods created while the webhook was down carry no twin."""
+    kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+    kube_double.seed(opted_in_pod("missed", twin=False))
+    kube_double.seed(opted_in_pod("mutated", twin=True))
+    kube_double.seed(opted_in_pod("plain", twin=False, annotated=False))
+    async with service(nats_server, kubeconfig, kube_double):
+
+        async def reported() -> bool:
+            return bool(warnings_about(kube_double, "missed"))
+
+        await eventually_true(reported, "no Event on the pod admitted without its twin")
+        (event,) = warnings_about(kube_double, "missed")
+        assert event["type"] == "Warning"
+        assert "1 host-key twin(s)" in event["message"]
+        assert "host label requirement" in event["message"]
+        late = opted_in_pod("missed-later", twin=False)
+        kube_double.seed(late)
+
+        async def reported_later() -> bool:
+            return bool(warnings_about(kube_double, "missed-later"))
+
+        await eventually_true(reported_later, "a pod created while running was not reported")
+        assert not warnings_about(kube_double, "mutated")
+        assert not warnings_about(kube_double, "plain")
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_a_patched_pod_is_published_as_pod_mutated_but_not_a_dry_run(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, bus: Bus
+) -> None:
+    first, dry = (r["request_body"] for r in json.loads(FIXTURE.read_text())["reviews"][:2])
+    subject = event_subject("pod.mutated")
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        ca = written_ca(kube_double)
+        assert ca is not None
+        for review in (first, dry):
+            status, _ = await post(running, json.dumps(review).encode(), ca)
+            assert status == 200
+
+        async def published() -> bool:
+            info = await bus.js.stream_info(EVENTS_STREAM, subjects_filter=subject)
+            return bool(info.state.subjects)
+
+        await eventually_true(published, "no pod.mutated event reached the stream")
+        await asyncio.sleep(0.2)  # the dry run's event, were it sent, would be there by now
+    info = await bus.js.stream_info(EVENTS_STREAM, subjects_filter=subject)
+    assert info.state.subjects == {subject: 1}
+    message = await bus.js.get_last_msg(EVENTS_STREAM, subject)
+    event = decode_event(message.data or b"")
+    assert isinstance(event, PodMutated)
+    assert event.request_uid == first["request"]["uid"]
+    assert event.pod == "apps/web-7c9f8d6b5d-"
+    assert event.owner == "ReplicaSet/web-7c9f8d6b5d"
+    assert (event.twins, event.host_label_required, event.spread_added) == (2, True, False)

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -22,16 +23,23 @@ from typing import TypeVar
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.runtime.config import SharedSettings
-from hostaffinity.runtime.kube import KubeClient
+from hostaffinity.runtime.informer import Informer
+from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.scheduler_extender.admission import MutationSettings
 from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
 from hostaffinity.scheduler_extender.certificates import server_context, service_hostnames
 from hostaffinity.scheduler_extender.config import WebhookSettings
+from hostaffinity.scheduler_extender.decisions import DecisionPublisher
+from hostaffinity.scheduler_extender.fail_open import TwinlessPods, pod_admission_decoder
 from hostaffinity.scheduler_extender.registration import RegistrationError, WebhookRegistration
-from hostaffinity.scheduler_extender.webhook import AdmissionWebhook, OfferEvent
+from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
+from hostaffinity.schema import Event
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+EVENT_COMPONENT = "hostaffinity-scheduler-extender"
+PODS = ResourceRef("", "v1", "pods")
 T = TypeVar("T")
 
 
@@ -94,16 +102,24 @@ async def running_webhook(
     shared: SharedSettings,
     namespace: str,
     client: KubeClient,
-    offer_event: OfferEvent,
-    metrics: AdmissionMetrics,
+    publish: Callable[[Event], Awaitable[object]],
+    queue_size: int,
 ) -> AsyncIterator[AdmissionWebhook]:
-    """The webhook starting in the background; stopped (reviews in flight answered) on exit."""
-    webhook = AdmissionWebhook(
-        mutation_settings(shared, settings),
-        metrics,
-        offer_event,
-        max_body_bytes=settings.max_body_bytes,
+    """The webhook starting in the background, its `pod.mutated` publisher and the twinless-pod
+    reporter; all stopped on exit (reviews in flight answered first)."""
+    mutation = mutation_settings(shared, settings)
+    reporter = TwinlessPods(EventRecorder(client, EVENT_COMPONENT, socket.gethostname()))
+    metrics = AdmissionMetrics(reporter.count)
+    publisher = DecisionPublisher(
+        publish,
+        ratio=settings.event_sample_ratio,
+        capacity=queue_size,
+        on_drop=metrics.dropped_event,
     )
+    webhook = AdmissionWebhook(
+        mutation, metrics, publisher.offer_event, max_body_bytes=settings.max_body_bytes
+    )
+    pods = Informer(client, PODS, reporter.handle, pod_admission_decoder(mutation))
     registration = None
     if settings.certificates == "self-signed":
         registration = WebhookRegistration(
@@ -116,11 +132,15 @@ async def running_webhook(
                 *settings.extra_hostnames,
             ],
         )
-    starting = asyncio.create_task(_serve(webhook, settings, registration))
+    tasks = [
+        asyncio.create_task(_serve(webhook, settings, registration)),
+        asyncio.create_task(publisher.run()),
+        asyncio.create_task(pods.run()),
+    ]
     try:
         yield webhook
     finally:
-        starting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await starting
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await webhook.stop()

@@ -22,7 +22,6 @@ from hostaffinity.runtime.config import ConfigError, load_config
 from hostaffinity.runtime.health import HealthServer
 from hostaffinity.runtime.kube import KubeClient, api_client
 from hostaffinity.runtime.telemetry import setup_telemetry
-from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
 from hostaffinity.scheduler_extender.admission_setup import running_webhook
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
@@ -90,7 +89,14 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
                     webhook = None
                     if settings.webhook.enabled:
                         webhook = await admission.enter_async_context(
-                            _admission(settings, client, bus, tasks, group)
+                            running_webhook(
+                                settings.webhook,
+                                settings.shared,
+                                settings.kubernetes.namespace,
+                                client,
+                                bus.publish_event,
+                                settings.extender.decision_queue_size,
+                            )
                         )
                     yield RunningExtender(cache, server, health, webhook)
             finally:
@@ -100,32 +106,6 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
                     task.cancel()
     finally:
         await bus.close()
-
-
-def _admission(
-    settings: SchedulerExtenderSettings,
-    client: KubeClient,
-    bus: Bus,
-    tasks: list[asyncio.Task[None]],
-    group: asyncio.TaskGroup,
-) -> contextlib.AbstractAsyncContextManager[AdmissionWebhook]:
-    """The admission webhook and its sampled `pod.mutated` publisher."""
-    metrics = AdmissionMetrics()
-    mutations = DecisionPublisher(
-        bus.publish_event,
-        ratio=settings.webhook.event_sample_ratio,
-        capacity=settings.extender.decision_queue_size,
-        on_drop=metrics.dropped_event,
-    )
-    tasks.append(group.create_task(mutations.run()))
-    return running_webhook(
-        settings.webhook,
-        settings.shared,
-        settings.kubernetes.namespace,
-        client,
-        mutations.offer_event,
-        metrics,
-    )
 
 
 async def serve(settings: SchedulerExtenderSettings) -> None:
