@@ -15,6 +15,7 @@ import contextlib
 import json
 import ssl
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
 from hostaffinity.scheduler_extender.config import (
     ExtenderSettings,
     SchedulerExtenderSettings,
     WebhookSettings,
 )
-from hostaffinity.scheduler_extender.main import RunningExtender, running_extender
+from hostaffinity.scheduler_extender.main import service_spec
+from hostaffinity.scheduler_extender.service import Extender
+from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 from hostaffinity.schema import (
     EVENTS_STREAM,
     LABEL_ESXI_HOST,
@@ -42,12 +46,11 @@ from hostaffinity.schema import (
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
+from tests.shared_fixtures import shared_fixture_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURATION = ROOT / "k8s" / "base" / "scheduler-extender" / "mutatingwebhookconfiguration.yaml"
-FIXTURE = (
-    ROOT.parent / "shared" / "fixtures" / "kube-apiserver-admission" / "pod-create-review.json"
-)
+FIXTURE = shared_fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
 WEBHOOKS = "admissionregistration.k8s.io/v1"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -78,8 +81,16 @@ async def eventually_true(check: Any, what: str) -> None:
     raise AssertionError(what)
 
 
-async def ready(service: RunningExtender) -> bool:
-    url = f"http://127.0.0.1:{service.health.port}/readyz"
+@dataclass(frozen=True)
+class RunningExtender:
+    """The parts of the started service these tests look at."""
+
+    health_port: int
+    webhook: AdmissionWebhook
+
+
+async def ready(health_port: int) -> bool:
+    url = f"http://127.0.0.1:{health_port}/readyz"
     async with aiohttp.ClientSession() as http, http.get(url) as response:
         return response.status == 200
 
@@ -89,15 +100,18 @@ async def service(
     nats: NatsServer, kubeconfig: Path, kube: KubeDouble
 ) -> AsyncIterator[RunningExtender]:
     """The service, ready, with its webhook listening and the caBundle written."""
-    async with running_extender(settings(nats, kubeconfig)) as running:
-        await eventually_true(lambda: ready(running), "the service never became ready")
+    work = Extender()
+    async with running_service(service_spec(work), settings(nats, kubeconfig)) as runner:
+        await eventually_true(lambda: ready(runner.health.port), "the service never became ready")
 
         async def webhook_up() -> bool:
-            assert running.webhook is not None
-            return running.webhook.serving and written_ca(kube) is not None
+            return (
+                work.webhook is not None and work.webhook.serving and written_ca(kube) is not None
+            )
 
         await eventually_true(webhook_up, "the webhook never listened with its caBundle written")
-        yield running
+        assert work.webhook is not None
+        yield RunningExtender(runner.health.port, work.webhook)
 
 
 def written_ca(kube: KubeDouble) -> bytes | None:
@@ -109,7 +123,6 @@ def written_ca(kube: KubeDouble) -> bytes | None:
 
 async def post(service: RunningExtender, body: bytes, ca: bytes) -> tuple[int, bytes]:
     """POST /mutate trusting only `ca`, with the host name checked, as kube-apiserver does."""
-    assert service.webhook is not None
     trust = ssl.create_default_context(cadata=ca.decode())
     url = f"https://127.0.0.1:{service.webhook.port}/mutate?timeout=2s"
     headers = {"Content-Type": "application/json", "User-Agent": "kube-apiserver-admission"}
@@ -128,7 +141,7 @@ def telemetry() -> Telemetry:
 
 async def refused_reviews(service: RunningExtender) -> float:
     """hostaffinity_webhook_reviews_total{outcome="refused"} as /metrics serves it."""
-    url = f"http://127.0.0.1:{service.health.port}/metrics"
+    url = f"http://127.0.0.1:{service.health_port}/metrics"
     async with aiohttp.ClientSession() as http, http.get(url) as response:
         exposed = await response.text()
     for family in text_string_to_metric_families(exposed):
@@ -185,7 +198,7 @@ async def test_malformed_body_gets_400_and_the_service_stays_ready(
             status, text = await post(running, body, ca)
             assert status == 400, (body, text)
             assert b"not an AdmissionReview" in text
-        assert await ready(running)
+        assert await ready(running.health_port)
         assert await refused_reviews(running) == before + 4
         recorded = json.loads(FIXTURE.read_text())["reviews"][0]["request_body"]
         status, _ = await post(running, json.dumps(recorded).encode(), ca)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 from hostaffinity.schema.names import (
@@ -19,9 +18,9 @@ from hostaffinity.schema.names import (
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
+from tests.shared_fixtures import shared_fixture_dir
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-FIXTURE = SHARED / "fixtures" / "kube-apiserver-admission" / "pod-create-review.json"
+FIXTURE = shared_fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
 HOSTNAME = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -24,22 +23,20 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.runtime.config import SharedSettings
 from hostaffinity.runtime.informer import Informer
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import PODS
 from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.scheduler_extender.admission import MutationSettings
 from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
 from hostaffinity.scheduler_extender.certificates import server_context, service_hostnames
-from hostaffinity.scheduler_extender.config import WebhookSettings
+from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings, WebhookSettings
 from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.fail_open import TwinlessPods, pod_admission_decoder
 from hostaffinity.scheduler_extender.registration import RegistrationError, WebhookRegistration
 from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
-from hostaffinity.schema import Event
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
-EVENT_COMPONENT = "hostaffinity-scheduler-extender"
-PODS = ResourceRef("", "v1", "pods")
 T = TypeVar("T")
 
 
@@ -98,20 +95,17 @@ async def _serve(
 
 @contextlib.asynccontextmanager
 async def running_webhook(
-    settings: WebhookSettings,
-    shared: SharedSettings,
-    namespace: str,
-    client: KubeClient,
-    publish: Callable[[Event], Awaitable[object]],
-    queue_size: int,
+    ctx: ServiceContext[SchedulerExtenderSettings], queue_size: int
 ) -> AsyncIterator[AdmissionWebhook]:
     """The webhook starting in the background, its `pod.mutated` publisher and the twinless-pod
     reporter; all stopped on exit (reviews in flight answered first)."""
-    mutation = mutation_settings(shared, settings)
-    reporter = TwinlessPods(EventRecorder(client, EVENT_COMPONENT, socket.gethostname()))
+    settings, client = ctx.config.webhook, ctx.kube
+    namespace = ctx.config.kubernetes.namespace
+    mutation = mutation_settings(ctx.config.shared, settings)
+    reporter = TwinlessPods(EventRecorder(client, ctx.program, ctx.identity))
     metrics = AdmissionMetrics(reporter.count)
     publisher = DecisionPublisher(
-        publish,
+        ctx.bus.publish_event,
         ratio=settings.event_sample_ratio,
         capacity=queue_size,
         on_drop=metrics.dropped_event,

@@ -58,4 +58,3 @@ class SchedulerExtenderSettings(ServiceSettings, frozen=True):
 
     extender: ExtenderSettings = ExtenderSettings()
     webhook: WebhookSettings = WebhookSettings()
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
