@@ -28,7 +28,7 @@ from hostaffinity.affinity.model import Node, Pod
 from hostaffinity.scheduler_extender.admission import MutationSettings, plan_pod
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
 from libs.affinity.tests.builders import engine, node
-from libs.affinity.tests.test_properties import NAMESPACES, selectors
+from libs.affinity.tests.test_properties import NAMESPACES, pod_terms
 
 NODE_NAMES = [f"n{i}" for i in range(6)]
 HOSTS = ["h1", "h2", "h3"]
@@ -39,14 +39,8 @@ PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 @st.composite
 def terms(draw: st.DrawFn, keys: list[str]) -> dict[str, Any]:
-    term: dict[str, Any] = {"topologyKey": draw(st.sampled_from(keys))}
-    label_selector = draw(selectors(["app", "tier"], ["a", "b", "c", "x"]))
-    if label_selector is not None:
-        term["labelSelector"] = label_selector
-    if draw(st.booleans()):
-        term["namespaces"] = draw(st.lists(st.sampled_from([*NAMESPACES, "gone"]), max_size=2))
-    if draw(st.booleans()):
-        term["namespaceSelector"] = draw(selectors(["team", "env"], ["a", "b", "prod"]))
+    """The engine properties' random term, on one of `keys`, sometimes with matchLabelKeys."""
+    term: dict[str, Any] = draw(pod_terms()) | {"topologyKey": draw(st.sampled_from(keys))}
     if draw(st.booleans()):
         term["matchLabelKeys"] = ["pod-template-hash"]
     return term
