@@ -26,14 +26,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.kube import KubeClient, api_client
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
+from hostaffinity.scheduler_extender.certificates import service_hostnames
 from hostaffinity.scheduler_extender.config import (
     ExtenderSettings,
     SchedulerExtenderSettings,
     WebhookSettings,
 )
 from hostaffinity.scheduler_extender.main import service_spec
+from hostaffinity.scheduler_extender.registration import WebhookRegistration
 from hostaffinity.scheduler_extender.service import Extender
 from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 from hostaffinity.schema import (
@@ -306,3 +309,32 @@ async def test_a_patched_pod_is_published_as_pod_mutated_but_not_a_dry_run(
     assert event.pod == "apps/web-7c9f8d6b5d-"
     assert event.owner == "ReplicaSet/web-7c9f8d6b5d"
     assert (event.twins, event.host_label_required, event.spread_added) == (2, True, False)
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_replicas_starting_together_settle_on_one_identity(
+    kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    """Three replicas race to create the Secret: one wins, the others read its identity; a
+    Secret made for other names is replaced (under its resourceVersion) by one of them."""
+    names = service_hostnames("scheduler-extender", "hostaffinity")
+    async with await api_client(KubernetesSettings(kubeconfig=str(kubeconfig))) as api:
+        client = KubeClient(api)
+
+        def replica(hostnames: list[str]) -> WebhookRegistration:
+            return WebhookRegistration(
+                client,
+                namespace="hostaffinity",
+                secret_name="hostaffinity-webhook-tls",
+                configuration_name="hostaffinity-pod-host-terms",
+                hostnames=hostnames,
+            )
+
+        first = await asyncio.gather(*(replica(names[:1]).serving_identity() for _ in range(3)))
+        assert len({identity.ca_pem for identity in first}) == 1
+        renewed = await asyncio.gather(*(replica(names).serving_identity() for _ in range(3)))
+        assert len({identity.ca_pem for identity in renewed}) == 1
+        assert renewed[0].ca_pem != first[0].ca_pem
+        stored = kube_double.read("v1", "secrets", "hostaffinity-webhook-tls", "hostaffinity")
+        assert stored is not None
+        assert base64.b64decode(stored["data"]["ca.crt"]) == renewed[0].ca_pem
