@@ -175,6 +175,16 @@ def test_spread_can_be_hard_by_setting() -> None:
             id="spread-zero",
         ),
         pytest.param(
+            lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: "2147483648"}),
+            "must be a whole number from 1 to 2147483647",
+            id="spread-beyond-int32",
+        ),
+        pytest.param(
+            lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: "\u00b2"}),
+            "must be a whole number",
+            id="spread-unicode-digit",
+        ),
+        pytest.param(
             lambda p: p["spec"]["affinity"]["podAntiAffinity"].update(
                 {"requiredDuringSchedulingIgnoredDuringExecution": {"topologyKey": "x"}}
             ),

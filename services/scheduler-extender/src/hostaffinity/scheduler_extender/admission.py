@@ -64,6 +64,10 @@ PER_POD_LABELS: Final = frozenset({
 # name, VMI id: template.go podLabels); every key under a *kubevirt.io prefix is left out.
 KUBEVIRT_LABEL_SUFFIX: Final = "kubevirt.io"
 
+# topologySpreadConstraints[].maxSkew is an int32: a larger one would fail validation after our
+# patch and so refuse the pod, which the webhook must never cause.
+MAX_SKEW_LIMIT: Final = 2**31 - 1
+
 Operation = dict[str, Any]
 WhenUnsatisfiable = Literal["ScheduleAnyway", "DoNotSchedule"]
 
@@ -236,11 +240,14 @@ def spread_constraint(
 
 
 def _max_skew(value: object) -> int:
-    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
-        return int(value)
+    """The annotation as a maxSkew the API server will accept (an int32 >= 1)."""
+    whole = isinstance(value, str) and value.isascii() and value.isdigit()
+    if whole and 1 <= int(str(value)) <= MAX_SKEW_LIMIT:
+        return int(str(value))
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
     raise UninterpretablePod(
-        f"annotation {POD_SPREAD_ACROSS_HOSTS} must be a whole number >= 1 (the maxSkew), "
-        f"not {value!r}"
+        f"annotation {POD_SPREAD_ACROSS_HOSTS} must be a whole number from 1 to {MAX_SKEW_LIMIT} "
+        f"(the maxSkew), not {shown}"
     )
 
 
