@@ -161,29 +161,17 @@ def test_spread_can_be_hard_by_setting() -> None:
     assert stored["spec"]["affinity"] == pod["spec"]["affinity"]
 
 
+def _spread(value: str) -> Any:
+    return lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: value})
+
+
 @pytest.mark.parametrize(
     ("mangle", "says"),
     [
-        pytest.param(
-            lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: "two"}),
-            "must be a whole number",
-            id="spread-not-a-number",
-        ),
-        pytest.param(
-            lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: "0"}),
-            "must be a whole number",
-            id="spread-zero",
-        ),
-        pytest.param(
-            lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: "2147483648"}),
-            "must be a whole number from 1 to 2147483647",
-            id="spread-beyond-int32",
-        ),
-        pytest.param(
-            lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: "\u00b2"}),
-            "must be a whole number",
-            id="spread-unicode-digit",
-        ),
+        pytest.param(_spread("two"), "must be a whole number", id="spread-not-a-number"),
+        pytest.param(_spread("0"), "must be a whole number", id="spread-zero"),
+        pytest.param(_spread("2147483648"), "from 1 to 2147483647", id="spread-beyond-int32"),
+        pytest.param(_spread("\u00b2"), "must be a whole number", id="spread-unicode-digit"),
         pytest.param(
             lambda p: p["spec"]["affinity"]["podAntiAffinity"].update(
                 {"requiredDuringSchedulingIgnoredDuringExecution": {"topologyKey": "x"}}
@@ -197,8 +185,7 @@ def test_spread_can_be_hard_by_setting() -> None:
             id="anti-affinity-not-an-object",
         ),
         pytest.param(
-            lambda p: p["metadata"]["labels"].clear()
-            or p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: "1"}),
+            lambda p: p["metadata"]["labels"].clear() or _spread("1")(p),
             "no labels its replicas share",
             id="spread-without-labels",
         ),
