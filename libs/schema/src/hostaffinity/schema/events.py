@@ -123,6 +123,24 @@ class DrsRuleDrift(Event, frozen=True, kw_only=True, tag="drs.rule.drift"):
     found_vms: list[str] = []
 
 
+class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
+    """What the admission webhook changed in a pod at creation (a sample, not all).
+
+    Pods made from a template have no name at admission: `pod` is namespace/generateName
+    (or the name when set) and `request_uid` the admission request's uid. `twins` counts the
+    hostname anti-affinity terms given (required) or moved to (preferred) the ESXi-host key;
+    `host_label_required` and `spread_added` say what else the patch added.
+    """
+
+    pod: str
+    request_uid: str
+    owner: str = ""
+    twins: int = 0
+    host_label_required: bool = False
+    spread_added: bool = False
+    warnings: list[str] = []
+
+
 TopologyEvent = (
     VmMoved
     | NodePlaced
@@ -132,6 +150,7 @@ TopologyEvent = (
     | DrsRulesApplied
     | DrsRuleConflict
     | DrsRuleDrift
+    | PodMutated
 )
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
@@ -143,6 +162,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     "drs.rules.applied",
     "drs.rule.conflict",
     "drs.rule.drift",
+    "pod.mutated",
 )
 
 _encoder = msgspec.json.Encoder()

@@ -58,3 +58,7 @@ def drs_rule_key(vcenter: str, cluster_moid: str, name: str) -> str:
 
 def _key_safe(part: str) -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c in "-_=/.") else "-" for c in part)
+
+
+# Pod annotation asking for a topology spread over ESXi hosts; the value is the maxSkew.
+POD_SPREAD_ACROSS_HOSTS = "hostaffinity.io/spread-across-hosts"

@@ -21,6 +21,7 @@ from hostaffinity.schema.events import (
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
+    PodMutated,
     VmMoved,
 )
 from hostaffinity.schema.names import (
@@ -49,6 +50,7 @@ VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     EsxiHost,
     DeadLetter,
     DrsOwnership,
+    PodMutated,
 )
 
 
