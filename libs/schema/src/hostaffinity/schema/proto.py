@@ -17,6 +17,8 @@ from hostaffinity.schema.events import (
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
+    PodEvicted,
+    VmiMigrationRequested,
     VmMoved,
 )
 from hostaffinity.schema.names import (
@@ -35,6 +37,8 @@ EVENT_MESSAGES: tuple[type[Event], ...] = (
     NodeLabelled,
     NodeUnmatched,
     ExtenderDecision,
+    PodEvicted,
+    VmiMigrationRequested,
 )
 VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (NodePlacement, EsxiHost, DeadLetter)
 
