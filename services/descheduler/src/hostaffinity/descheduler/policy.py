@@ -201,3 +201,27 @@ def _attr(point: str) -> str:
 
 def _unsupported(name: str) -> str:
     return f"plugin {name!r} is not supported (supported: {', '.join(sorted(REGISTRY))})"
+
+
+# What runs without a policy file: every strategy, required rules only, upstream's defaults.
+DEFAULT_POLICY: Final[Mapping[str, Any]] = {
+    "apiVersion": API_VERSION,
+    "kind": KIND,
+    "profiles": [
+        {
+            "name": "hostaffinity",
+            "pluginConfig": [{"name": DEFAULT_EVICTOR, "args": {}}],
+            "plugins": {
+                "deschedule": {
+                    "enabled": [
+                        "RemovePodsViolatingInterPodAntiAffinity",
+                        "RemovePodsViolatingInterPodAffinity",
+                        "RemovePodsViolatingNodeAffinity",
+                        "RemovePodsViolatingNodeTaints",
+                    ]
+                },
+                "balance": {"enabled": ["RemoveDuplicates"]},
+            },
+        }
+    ],
+}
