@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import PodEvicted
+from hostaffinity.schema import PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,
     ReplicaSet,
@@ -149,3 +149,123 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
         "RemovePodsViolating" in e["message"] or "RemoveDuplicates" in e["message"]
         for e in pod_events
     )
+
+
+def vmi_object(
+    name: str, node: str, *, strategy: str = "LiveMigrate", migratable: bool = True
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}},
+            "evictionStrategy": strategy,
+        },
+        "status": {
+            "phase": "Running",
+            "nodeName": node,
+            "conditions": [
+                {
+                    "type": "LiveMigratable",
+                    "status": "True" if migratable else "False",
+                    "message": "" if migratable else "cannot migrate VMI with non-shared PVCs",
+                }
+            ],
+        },
+    }
+
+
+def launcher_object(vmi: str, node: str) -> dict[str, Any]:
+    pod = pod_object(f"virt-launcher-{vmi}-x7k2p", "vm", node, owner=vmi, affinity=None)
+    pod["metadata"]["labels"] = {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi}
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "name": vmi,
+            "uid": f"uid-{vmi}",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return pod
+
+
+TAINT_POLICY = {
+    "apiVersion": "descheduler/v1alpha2",
+    "kind": "DeschedulerPolicy",
+    "profiles": [
+        {
+            "name": "taints",
+            "pluginConfig": [],
+            "plugins": {"deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}},
+        }
+    ],
+}
+
+
+async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    kube = kube_double
+    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+    for name in ("worker-1", "worker-2", "worker-3"):
+        node = node_object(name)
+        node["spec"] = {"taints": [taint]}
+        kube.seed(node)
+    kube.seed(node_object("spare-1"))
+    kube.seed(node_object("spare-2"))
+    sources = ["worker-1", "worker-2", "worker-3"]
+    for i in range(10):
+        kube.seed(vmi_object(f"vm-{i}", sources[i % 3]))
+        kube.seed(launcher_object(f"vm-{i}", sources[i % 3]))
+    kube.seed(vmi_object("pinned", "worker-1", migratable=False))
+    kube.seed(launcher_object("pinned", "worker-1"))
+    config = descheduler_config(
+        nats_server, kubeconfig, write_policy(tmp_path, TAINT_POLICY), debounce_seconds=0.2
+    )
+
+    def migrations() -> list[dict[str, Any]]:
+        return kube.store.objects("virtualmachineinstancemigrations.kubevirt.io", "default")
+
+    async with running_descheduler(config) as service:
+        await eventually(lambda: len(migrations()) == 5, "five migrations")
+        # More cycles while those are in flight create none: the limits count them.
+        assert service.loop is not None
+        cycles = service.loop.cycles
+        kube.write(node_object("spare-3"))  # a trigger
+        await eventually(
+            lambda: service.loop is not None and service.loop.cycles > cycles, "another cycle"
+        )
+        assert len(migrations()) == 5
+        by_source: dict[str, int] = {}
+        for migration in migrations():
+            vmi = kube.read(
+                "kubevirt.io/v1", "virtualmachineinstances", migration["spec"]["vmiName"], "default"
+            )
+            assert vmi is not None
+            source = vmi["status"]["nodeName"]
+            by_source[source] = by_source.get(source, 0) + 1
+        assert max(by_source.values()) <= 2
+        # One finishes: exactly one more may start.
+        done = migrations()[0]
+        kube.write({**done, "status": {"phase": "Succeeded"}}, manager="virt-controller")
+        await eventually(lambda: len(migrations()) == 6, "a sixth migration after one finished")
+        assert service.executor is not None
+        await eventually(service.executor.idle, "the executor done")
+    pods = kube.store.objects("pods", "default")
+    assert not any(p["metadata"].get("deletionTimestamp") for p in pods), "a VM pod was evicted"
+    assert not any(m["spec"]["vmiName"] == "pinned" for m in migrations())
+    warnings = [
+        e for e in kube.store.objects("events", "default") if e.get("reason") == "CannotLiveMigrate"
+    ]
+    assert warnings
+    assert warnings[0]["involvedObject"]["name"] == "pinned"
+    assert "non-shared PVCs" in warnings[0]["message"]
+    bus = await Bus.connect(nats_server.settings(), name="test")
+    try:
+        requested = [e for e in await stream_events(bus) if isinstance(e, VmiMigrationRequested)]
+    finally:
+        await bus.close()
+    assert len(requested) == 6
