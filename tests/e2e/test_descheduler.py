@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import PodEvicted, VmiMigrationRequested
+from hostaffinity.schema import LABEL_ESXI_HOST, PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,
     ReplicaSet,
@@ -22,9 +22,16 @@ from tests.e2e.descheduler_harness import (
     pod_object,
     running_descheduler,
 )
-from tests.e2e.labeller_harness import stream_events
+from tests.e2e.labeller_harness import (
+    labeller_config,
+    relocate,
+    running,
+    stream_events,
+    wait_ready,
+)
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
+from tests.platform.vcsim import VcsimFactory
 
 SPREAD_POLICY = {
     "apiVersion": "descheduler/v1alpha2",
@@ -269,3 +276,70 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     finally:
         await bus.close()
     assert len(requested) == 6
+
+
+def web_pod(name: str, node: str) -> dict[str, Any]:
+    apart = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": LABEL_ESXI_HOST}
+            ]
+        }
+    }
+    return pod_object(name, "web", node, owner="web-rs", affinity=apart)
+
+
+def terminating(kube: KubeDouble) -> list[str]:
+    return sorted(
+        p["metadata"]["name"]
+        for p in kube.store.objects("pods", "default")
+        if p["metadata"].get("deletionTimestamp")
+    )
+
+
+@pytest.mark.parametrize("hosts", [3, 2], ids=["another-host-fits", "no-other-host"])
+async def test_seed_004_vmotion_onto_a_shared_host_evicts_exactly_one(
+    hosts: int,
+    vcsim: VcsimFactory,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+) -> None:
+    kube = kube_double
+    # vcsim puts VM i on host i mod `hosts`: node1 on H0, node2 on H1, node3 (if 3) on H2.
+    names = [f"node{i}" for i in range(1, hosts + 1)]
+    vc = vcsim(hosts=hosts, vm_names=names)
+    for name in names:
+        kube.seed(node_object(name))
+    kube.seed(web_pod("web-1", "node1"))
+    kube.seed(web_pod("web-2", "node2"))
+    config = descheduler_config(nats_server, kubeconfig)
+    async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
+        await wait_ready(labeller)
+        async with running_descheduler(config) as service:
+            assert service.loop is not None
+            await eventually(
+                lambda: service.loop is not None and service.loop.cycles >= 1, "first cycle"
+            )
+            assert terminating(kube) == []
+            # Hold the label patch of node2: only the KV and vm.moved can tell the descheduler.
+            hold = kube.hold_patches("nodes", "node2")
+            cycles = service.loop.cycles
+            relocate(vc.connect(), "node2", "DC0_C0_H0")
+            moved = time.monotonic()
+            if hosts == 3:
+                await eventually(lambda: bool(terminating(kube)), "an eviction", within=5)
+                assert time.monotonic() - moved < 2.0
+                await asyncio.sleep(1.5)  # more cycles run: still only one
+                assert len(terminating(kube)) == 1, terminating(kube)
+            else:
+                await eventually(
+                    lambda: service.loop is not None and service.loop.cycles > cycles,
+                    "a cycle after the move",
+                )
+                await asyncio.sleep(1.0)
+                assert terminating(kube) == []
+                assert service.loop.last is not None
+                [skip] = service.loop.last.plan.skipped
+                assert "esxi-host=DC0_C0_H0" in skip.rule
+            hold.release()
