@@ -15,16 +15,13 @@ from typing import Any, Final, TypeVar
 
 from hostaffinity.affinity.model import decode_namespace, decode_node, decode_pod
 from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PODS: Final = ResourceRef("", "v1", "pods")
-NODES: Final = ResourceRef("", "v1", "nodes")
-NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 RETRY_SECONDS: Final = 2.0
 
 
