@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings, LeaseSettings
+from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings
 from hostaffinity.descheduler.executor import ExecutorSettings
-from hostaffinity.descheduler.main import DeschedulerService, read_policy
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.descheduler.main import service_spec
+from hostaffinity.descheduler.service import Descheduling
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from hostaffinity.runtime.runner import running_service
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 
@@ -55,20 +57,12 @@ def descheduler_config(
 @contextlib.asynccontextmanager
 async def running_descheduler(
     config: DeschedulerConfig, identity: str = "descheduler-a"
-) -> AsyncIterator[DeschedulerService]:
-    """The service as main() wires it, until the block ends (then stopped as SIGTERM would)."""
-    service = DeschedulerService(config, read_policy(config), identity)
-    task = asyncio.create_task(service.run())
-    try:
-        await eventually(
-            lambda: service.feeds is not None and service.feeds.synced(),
-            "descheduler synced",
-            within=20,
-        )
-        yield service
-    finally:
-        service.stopping.set()
-        await asyncio.wait_for(task, 15)
+) -> AsyncIterator[Descheduling]:
+    """The service as main() starts it, until the block ends (then stopped as SIGTERM would)."""
+    work = Descheduling()
+    async with running_service(service_spec(work), config, identity=identity):
+        await eventually(work.synced, "descheduler synced", within=20)
+        yield work
 
 
 async def eventually(check: Callable[[], bool], what: str, within: float = 15.0) -> None:

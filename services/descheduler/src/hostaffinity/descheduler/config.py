@@ -4,21 +4,9 @@ The eviction policy itself is an upstream DeschedulerPolicy file (`descheduler.p
 without one the built-in policy (policy.DEFAULT_POLICY) runs.
 """
 
-from typing import Literal
-
 from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.kubevirt import MigrationLimits
-from hostaffinity.runtime.config import ServiceSettings, Settings
-
-
-class LeaseSettings(Settings, frozen=True):
-    """The Lease that keeps exactly one descheduler active."""
-
-    name: str = "hostaffinity-descheduler"
-    namespace: str = "hostaffinity"
-    duration_seconds: float = 15.0
-    renew_deadline_seconds: float = 10.0
-    retry_period_seconds: float = 2.0
+from hostaffinity.runtime.config import LeaderElectedSettings, Settings
 
 
 class DeschedulerSettings(Settings, frozen=True):
@@ -40,9 +28,8 @@ class DeschedulerSettings(Settings, frozen=True):
     consumer_durable: str = "hostaffinity-descheduler"
 
 
-class DeschedulerConfig(ServiceSettings, frozen=True):
-    """Everything the descheduler reads at start."""
+class DeschedulerConfig(LeaderElectedSettings, frozen=True):
+    """Everything the descheduler reads at start; only the Lease holder (`lease`, by default
+    `hostaffinity-descheduler`) deschedules."""
 
     descheduler: DeschedulerSettings = DeschedulerSettings()
-    lease: LeaseSettings = LeaseSettings()
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

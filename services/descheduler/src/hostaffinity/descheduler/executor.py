@@ -31,6 +31,7 @@ DRY_RUN: Final = "dry-run"
 BLOCKED: Final = "blocked"
 GONE: Final = "gone"
 ERROR: Final = "error"
+MANAGED_BY: Final = "hostaffinity-descheduler"
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
 
 
@@ -180,7 +181,7 @@ class Executor:
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "labels": {"app.kubernetes.io/managed-by": "hostaffinity-descheduler"},
+                "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
                 "annotations": {"hostaffinity.io/descheduler-strategy": action.strategy},
             },
             "spec": {"vmiName": vmi_name},

@@ -27,7 +27,6 @@ from hostaffinity.schema import Event, PodEvicted, VmiMigrationRequested, event_
 _log = logging.getLogger(__name__)
 SOURCE: Final = "descheduler"
 PUBLISH_TIMEOUT_S: Final = 5.0
-MANAGED_BY: Final = "hostaffinity-descheduler"
 Publish = Callable[[Event], Awaitable[object]]
 
 
