@@ -240,7 +240,12 @@ class Controllers:
                     and p["metadata"]["labels"].get("app") == app
                 )
 
-            target = min(nodes, key=lambda n: (load(n), n["metadata"]["name"]))
+            def preference(node: dict[str, Any], spec: dict[str, Any] = pod["spec"]) -> int:
+                return _preferred_weight(spec, node["metadata"].get("labels") or {})
+
+            # NodeAffinity's preferred terms first, then spreading (the default profile's scores
+            # reduced to the two this test cluster exercises).
+            target = min(nodes, key=lambda n: (-preference(n), load(n), n["metadata"]["name"]))
             bound = {
                 **pod,
                 "spec": {**pod["spec"], "nodeName": target["metadata"]["name"]},
@@ -287,3 +292,14 @@ def _owned(pod: dict[str, Any], owner: str) -> bool:
 def _ready(pod: dict[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _preferred_weight(spec: dict[str, Any], labels: dict[str, str]) -> int:
+    """Sum of the pod's preferred node affinity weights this node's labels satisfy (In only)."""
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    total = 0
+    for term in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+        expressions = term["preference"].get("matchExpressions") or []
+        if all(labels.get(e["key"]) in e.get("values", []) for e in expressions):
+            total += int(term["weight"])
+    return total

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import LABEL_ESXI_HOST, PodEvicted, VmiMigrationRequested
+from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement, PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,
     ReplicaSet,
@@ -343,3 +343,99 @@ async def test_seed_004_vmotion_onto_a_shared_host_evicts_exactly_one(
                 [skip] = service.loop.last.plan.skipped
                 assert "esxi-host=DC0_C0_H0" in skip.rule
             hold.release()
+
+
+def placement(node: str, host: str) -> NodePlacement:
+    return NodePlacement(
+        node=node,
+        vm_moid=f"vm-{node}",
+        bios_uuid="",
+        instance_uuid="",
+        host_moid=f"m-{host}",
+        host_name=host,
+        host_label=host,
+        cluster_moid="c",
+        cluster_name="C0",
+        datacenter="DC0",
+        vcenter="vc",
+        observed_at="2026-11-22T08:00:00Z",
+        version=1,
+    )
+
+
+async def test_a_pod_that_lands_back_is_not_evicted_again_inside_the_cooldown(
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    bus: Bus,
+    tmp_path: Path,
+) -> None:
+    """A loop the descheduler cannot see coming: kube-scheduler prefers node n2 (a preferred
+    node affinity this policy does not enforce), so the evicted replica comes straight back to
+    the same ESXi host. The cooldown stops a second eviction."""
+    kube = kube_double
+    topology = await bus.topology()
+    for name, host in (("n1", "esx-a"), ("n2", "esx-a"), ("n3", "esx-b")):
+        kube.seed(node_object(name))
+        await topology.put_node(placement(name, host))
+    likes_n2 = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}
+                        ]
+                    },
+                }
+            ]
+        }
+    }
+    kube.seed(pod_object("web-0", "web", "n1", owner="web-rs", affinity=likes_n2))
+    kube.seed(pod_object("web-1", "web", "n2", owner="web-rs", affinity=likes_n2))
+    policy = {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "profiles": [
+            {
+                "name": "hosts",
+                "pluginConfig": [{"name": "RemoveDuplicates", "args": {"domain": "esxi-host"}}],
+                "plugins": {"balance": {"enabled": ["RemoveDuplicates"]}},
+            }
+        ],
+    }
+    controllers = Controllers(kube, [ReplicaSet("web-rs", "web", 2, likes_n2)])
+    config = descheduler_config(
+        nats_server,
+        kubeconfig,
+        write_policy(tmp_path, policy),
+        debounce_seconds=0.1,
+        interval_seconds=0.3,
+        cooldown_seconds=60,
+    )
+    helpers = asyncio.create_task(controllers.run())
+    try:
+        async with running_descheduler(config) as service:
+            await eventually(lambda: bool(controllers.evicted), "the first eviction")
+            await eventually(
+                lambda: any(
+                    p["spec"].get("nodeName") == "n2"
+                    and "new" in p["metadata"]["name"]
+                    and not p["metadata"].get("deletionTimestamp")
+                    for p in kube.store.objects("pods", "default")
+                ),
+                "the replacement back on n2",
+            )
+            assert service.loop is not None
+            cycles = service.loop.cycles
+            await eventually(
+                lambda: service.loop is not None and service.loop.cycles >= cycles + 3,
+                "three more cycles",
+            )
+            assert service.loop.last is not None
+            reasons = [why for skip in service.loop.last.plan.skipped for _, why in skip.reasons]
+    finally:
+        helpers.cancel()
+    assert len(controllers.evicted) == 1, controllers.evicted
+    assert any("cooling down" in why for why in reasons), reasons
