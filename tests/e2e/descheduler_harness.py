@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from hostaffinity.descheduler.main import service_spec
 from hostaffinity.descheduler.service import Descheduling
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
 from hostaffinity.runtime.runner import running_service
+from tests.e2e.labeller_harness import eventually
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 
@@ -63,14 +64,6 @@ async def running_descheduler(
     async with running_service(service_spec(work), config, identity=identity):
         await eventually(work.synced, "descheduler synced", within=20)
         yield work
-
-
-async def eventually(check: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def node_object(

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
+from descheduler_builders import vmi_json
 
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement, PodEvicted, VmiMigrationRequested
+from hostaffinity.schema import LABEL_ESXI_HOST, PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,
     ReplicaSet,
@@ -29,6 +30,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     wait_ready,
 )
+from tests.integration.test_extender import placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
@@ -158,31 +160,6 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
     )
 
 
-def vmi_object(
-    name: str, node: str, *, strategy: str = "LiveMigrate", migratable: bool = True
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}},
-            "evictionStrategy": strategy,
-        },
-        "status": {
-            "phase": "Running",
-            "nodeName": node,
-            "conditions": [
-                {
-                    "type": "LiveMigratable",
-                    "status": "True" if migratable else "False",
-                    "message": "" if migratable else "cannot migrate VMI with non-shared PVCs",
-                }
-            ],
-        },
-    }
-
-
 def launcher_object(vmi: str, node: str) -> dict[str, Any]:
     pod = pod_object(f"virt-launcher-{vmi}-x7k2p", "vm", node, owner=vmi, affinity=None)
     pod["metadata"]["labels"] = {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi}
@@ -225,9 +202,9 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     kube.seed(node_object("spare-2"))
     sources = ["worker-1", "worker-2", "worker-3"]
     for i in range(10):
-        kube.seed(vmi_object(f"vm-{i}", sources[i % 3]))
+        kube.seed(vmi_json(f"vm-{i}", sources[i % 3]))
         kube.seed(launcher_object(f"vm-{i}", sources[i % 3]))
-    kube.seed(vmi_object("pinned", "worker-1", migratable=False))
+    kube.seed(vmi_json("pinned", "worker-1", migratable=False))
     kube.seed(launcher_object("pinned", "worker-1"))
     config = descheduler_config(
         nats_server, kubeconfig, write_policy(tmp_path, TAINT_POLICY), debounce_seconds=0.2
@@ -343,24 +320,6 @@ async def test_seed_004_vmotion_onto_a_shared_host_evicts_exactly_one(
                 [skip] = service.loop.last.plan.skipped
                 assert "esxi-host=DC0_C0_H0" in skip.rule
             hold.release()
-
-
-def placement(node: str, host: str) -> NodePlacement:
-    return NodePlacement(
-        node=node,
-        vm_moid=f"vm-{node}",
-        bios_uuid="",
-        instance_uuid="",
-        host_moid=f"m-{host}",
-        host_name=host,
-        host_label=host,
-        cluster_moid="c",
-        cluster_name="C0",
-        datacenter="DC0",
-        vcenter="vc",
-        observed_at="2026-11-22T08:00:00Z",
-        version=1,
-    )
 
 
 async def test_a_pod_that_lands_back_is_not_evicted_again_inside_the_cooldown(

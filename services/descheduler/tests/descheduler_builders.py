@@ -145,38 +145,40 @@ def pod(
     return decode_pod(json.dumps(pod_json(name, node_name, labels, **kwargs)))
 
 
-def vmi(
+def vmi_json(
     name: str,
     node_name: str,
     *,
     strategy: str | None = "LiveMigrate",
     migratable: bool = True,
     namespace: str = "default",
-) -> VirtualMachineInstance:
-    spec: dict[str, Any] = {"domain": {"devices": {}}}
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}
+    }
     if strategy is not None:
         spec["evictionStrategy"] = strategy
-    return decode_vmi(
-        json.dumps(
-            {
-                "apiVersion": "kubevirt.io/v1",
-                "kind": "VirtualMachineInstance",
-                "metadata": {"name": name, "namespace": namespace, "uid": f"uid-vmi-{name}"},
-                "spec": spec,
-                "status": {
-                    "phase": "Running",
-                    "nodeName": node_name,
-                    "conditions": [
-                        {
-                            "type": "LiveMigratable",
-                            "status": "True" if migratable else "False",
-                            "message": "" if migratable else "disks are not shared",
-                        }
-                    ],
-                },
-            }
-        )
-    )
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-vmi-{name}"},
+        "spec": spec,
+        "status": {
+            "phase": "Running",
+            "nodeName": node_name,
+            "conditions": [
+                {
+                    "type": "LiveMigratable",
+                    "status": "True" if migratable else "False",
+                    "message": "" if migratable else "cannot migrate VMI with non-shared PVCs",
+                }
+            ],
+        },
+    }
+
+
+def vmi(name: str, node_name: str, **kwargs: Any) -> VirtualMachineInstance:
+    return decode_vmi(json.dumps(vmi_json(name, node_name, **kwargs)))
 
 
 def launcher(

@@ -11,9 +11,7 @@ from hostaffinity.descheduler.policy import PolicyError, load_policy, parse_poli
 from hostaffinity.descheduler.protections import DAEMONSET, LOCAL_STORAGE, WITH_PVC
 from hostaffinity.descheduler.strategies import StrategyArgsError, build_strategy
 from hostaffinity.descheduler.strategies.node_affinity import REQUIRED, NodeAffinity
-
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
-FIXTURE = SHARED / "fixtures" / "descheduler" / "policy-affinity-v1alpha2.yaml"
+from tests.shared_fixtures import shared_fixture_dir
 
 
 def policy(**overrides: Any) -> dict[str, Any]:
@@ -32,8 +30,9 @@ def policy(**overrides: Any) -> dict[str, Any]:
 
 
 def test_the_shared_fixture_policy_loads() -> None:
-    assert FIXTURE.is_file(), f"missing fixture {FIXTURE}"
-    loaded = load_policy(FIXTURE)
+    fixture = shared_fixture_dir("descheduler") / "policy-affinity-v1alpha2.yaml"
+    assert fixture.is_file(), f"missing fixture {fixture}"
+    loaded = load_policy(fixture)
     [profile] = loaded.profiles
     assert [s.name for s in profile.strategies] == [
         "RemovePodsViolatingInterPodAntiAffinity",
