@@ -341,9 +341,9 @@ def _preferred(key: str, value: str, weight: int = 10) -> dict[str, object]:
         # available, should be evicted".
         ([node("n1"), node("n2", {"disk": "ssd"})], ["default/p"]),
         # Upstream "Pod is scheduled on node without matching labels, but no node where pod fits
-        # is available, should not evict".
+        # is available, should not evict [required affinity]".
         ([node("n1"), node("n2", {"disk": "ssd"}, unschedulable=True)], []),
-        # Upstream "Pod that requests too much and is scheduled on node without matching labels".
+        # Ours: the only matching node has no room for the pod's requests.
         ([node("n1"), node("n2", {"disk": "ssd"}, cpu="50m")], []),
     ],
     ids=["other-node-fits", "other-node-cordoned", "other-node-too-small"],
@@ -361,6 +361,8 @@ def test_node_selector_counts_as_required_node_affinity() -> None:
 
 
 def test_preferred_node_affinity_moves_only_to_a_clearly_better_node() -> None:
+    """Upstream "Pod is scheduled on node without matching labels, another schedulable node
+    available with better fit, should be evicted"; plus our minimum gain."""
     args = NodeAffinityArgs(node_affinity_type=[PREFERRED], min_preferred_gain=5)
     better = cluster(
         [node("n1"), node("n2", {"zone": "a"})],
@@ -389,16 +391,20 @@ def test_preferred_node_affinity_moves_only_to_a_clearly_better_node() -> None:
     [
         # Upstream "Pods not tolerating node taint should be evicted".
         (NodeTaintsArgs(), NOSCHED, [], ["default/p"]),
-        # Upstream "Pods with tolerations but not tolerating node taint should be evicted" / the
-        # tolerated counterpart.
+        # Upstream "Pods tolerating includedTaint should not get evicted. Pods not tolerating
+        # includedTaints should get evicted" (the tolerating half).
         (NodeTaintsArgs(), NOSCHED, [{"key": "dedicated", "operator": "Exists"}], []),
-        # Upstream "Critical and non critical pods, pods not tolerating node taint can't be
-        # evicted because the only available node does not have enough resources" -> our fit.
+        # Upstream "Pods not tolerating excluded node taints (by key) should not be evicted".
         (NodeTaintsArgs(excluded_taints=["dedicated"]), NOSCHED, [], []),
+        # Upstream "The excluded taint matches the key of node1's taint, but does not match the
+        # value".
         (NodeTaintsArgs(excluded_taints=["dedicated=other"]), NOSCHED, [], ["default/p"]),
         (NodeTaintsArgs(included_taints=["dedicated=infra"]), NOSCHED, [], ["default/p"]),
+        # Upstream "Pods not tolerating PreferNoSchedule node taint should not be evicted when
+        # not enabled".
         (NodeTaintsArgs(), {"key": "soft", "effect": "PreferNoSchedule"}, [], []),
-        # Upstream "Pod not tolerating PreferNoSchedule taint and includePreferNoSchedule".
+        # Upstream "Pods not tolerating PreferNoSchedule node taint should be evicted when
+        # enabled".
         (
             NodeTaintsArgs(include_prefer_no_schedule=True),
             {"key": "soft", "effect": "PreferNoSchedule"},
@@ -439,8 +445,8 @@ def test_prefer_no_schedule_pod_is_not_moved_to_another_soft_tainted_node() -> N
 
 
 def test_duplicates_spread_piled_replicas_when_other_nodes_fit() -> None:
-    """Seed 001 and upstream "Three pods in the `dev` Namespace, bound to same ReplicaSet. 2
-    should be evicted" -- here with three nodes: down to ceil(5/3) = 2 per node."""
+    """Seed 001: five replicas on one node, three nodes: down to ceil(5/3) = 2 per node, as
+    upstream's RemoveDuplicates balances to the average over the nodes the pods fit."""
     pods = [pod(f"r{i}", "n1", WEB, created_minutes_ago=i) for i in range(5)]
     state = cluster([node("n1"), node("n2"), node("n3")], pods)
     plan = decide_once(state, Duplicates(DuplicatesArgs()))
