@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from descheduler_builders import (
     anti_affinity,
@@ -12,6 +14,7 @@ from descheduler_builders import (
     node,
     pod,
     vmi,
+    vmi_json,
 )
 
 from hostaffinity.affinity.model import LabelSelector
@@ -285,3 +288,25 @@ def test_durations() -> None:
     assert parse_duration("90s") == 90
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("5 minutes")
+
+
+def test_seed_002_a_rule_added_to_a_running_vm_moves_it_live() -> None:
+    """The VM's new anti-affinity reached the VMI spec, not its virt-launcher pod (immutable);
+    the descheduler reads the VMI's rules and migrates it instead of waiting for a restart."""
+    from hostaffinity.descheduler.kubevirt import decode_vmi
+
+    apart = anti_affinity({"app": "fedora"})
+    state = cluster(
+        [node("n1"), node("n2")],
+        [launcher("vm-a", "n1", {"app": "fedora"}), launcher("vm-b", "n1", {"app": "fedora"})],
+        vmis=[vmi("vm-a", "n1"), vmi("vm-b", "n1")],
+    )
+    strategy = InterPodAntiAffinity(InterPodAntiAffinityArgs())
+    assert decide_once(state, strategy).actions == []
+    edited = vmi_json("vm-a", "n1")
+    edited["spec"]["affinity"] = apart
+    state.upsert_vmi(decode_vmi(json.dumps(edited)))
+    plan = decide_once(state, strategy)
+    assert [(a.outcome, a.target) for a in plan.actions] == [(Outcome.MIGRATE, "n2")]
+    state.upsert_vmi(vmi("vm-a", "n1"))  # the rule is taken back
+    assert decide_once(state, strategy).actions == []

@@ -185,7 +185,7 @@ class Cycle:
     def finish(self) -> Plan:
         """Undo the planned moves in the index and hand over the plan."""
         for original in reversed(self._moved):
-            self.state.upsert_pod(original)
+            self.state.place(original)
         self._moved.clear()
         return self.plan
 

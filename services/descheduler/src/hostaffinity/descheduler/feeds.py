@@ -142,8 +142,14 @@ class Feeds:
     async def _vmi(self, event: InformerEvent[VirtualMachineInstance]) -> None:
         if event.type == "DELETED":
             self._state.remove_vmi(event.key)
-        else:
-            self._state.upsert_vmi(event.obj)
+            return
+        old = self._state.vmis.get(event.key)
+        self._state.upsert_vmi(event.obj)
+        if old is not None and (
+            old.spec.affinity != event.obj.spec.affinity
+            or old.spec.node_selector != event.obj.spec.node_selector
+        ):
+            self._trigger.poke(f"VMI {event.key} rules changed")
 
     async def _migration(self, event: InformerEvent[VirtualMachineInstanceMigration]) -> None:
         if event.type == "DELETED":

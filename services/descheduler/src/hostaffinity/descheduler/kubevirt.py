@@ -13,11 +13,11 @@ migrations already in flight count against them.
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
-from hostaffinity.affinity.model import ObjectMeta, Pod
+from hostaffinity.affinity.model import Affinity, ObjectMeta, Pod
 
 VIRT_LAUNCHER_LABEL: Final = "kubevirt.io"
 VIRT_LAUNCHER_VALUE: Final = "virt-launcher"
@@ -27,6 +27,7 @@ LIVE_MIGRATE_IF_POSSIBLE: Final = "LiveMigrateIfPossible"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 PARALLEL_MIGRATIONS_PER_CLUSTER: Final = 5
 PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: Final = 2
+P = TypeVar("P", bound=Pod)
 
 
 class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -41,6 +42,8 @@ class VmiCondition(_ApiStruct, frozen=True):
 
 class VmiSpec(_ApiStruct, frozen=True):
     eviction_strategy: str | None = None
+    affinity: Affinity | None = None
+    node_selector: dict[str, str] | None = None
 
 
 class VmiStatus(_ApiStruct, frozen=True):
@@ -114,6 +117,25 @@ def launcher_vmi(pod: Pod) -> str | None:
         if ref.kind == VMI_KIND:
             return f"{pod.metadata.namespace}/{ref.name}"
     return None
+
+
+def with_vmi_rules(pod: P, vmi: VirtualMachineInstance | None) -> P:
+    """The virt-launcher pod as the VMI's *current* rules would schedule it.
+
+    A launcher pod's affinity is fixed when KubeVirt creates it; a rule added to the running VM
+    reaches the VMI spec but not the pod (seed 002), and only a restart or a live migration
+    applies it. So the VMI's affinity replaces the pod's, and its nodeSelector is laid over the
+    pod's (which also holds KubeVirt's own keys, e.g. kubevirt.io/schedulable).
+    """
+    if vmi is None or (vmi.spec.affinity is None and not vmi.spec.node_selector):
+        return pod
+    spec = pod.spec
+    affinity = vmi.spec.affinity if vmi.spec.affinity is not None else spec.affinity
+    selector = spec.node_selector
+    if vmi.spec.node_selector:
+        selector = {**(selector or {}), **vmi.spec.node_selector}
+    new_spec = msgspec.structs.replace(spec, affinity=affinity, node_selector=selector)
+    return msgspec.structs.replace(pod, spec=new_spec)
 
 
 class MoveKind(enum.Enum):

@@ -19,6 +19,8 @@ from hostaffinity.affinity.model import Namespace
 from hostaffinity.descheduler.kubevirt import (
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
+    launcher_vmi,
+    with_vmi_rules,
 )
 from hostaffinity.descheduler.model import (
     DeschedulerNode,
@@ -68,13 +70,26 @@ class ClusterState:
         self.pdbs: dict[str, PodDisruptionBudget] = {}
         self.vmis: dict[str, VirtualMachineInstance] = {}
         self.migrations: dict[str, VirtualMachineInstanceMigration] = {}
+        # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
+        self._launchers: dict[str, DeschedulerPod] = {}
 
     # -- pods ----------------------------------------------------------------------------------
 
     def upsert_pod(self, pod: DeschedulerPod) -> None:
-        """Add or update a pod; unassigned and finished pods are only forgotten."""
+        """Add or update a pod; unassigned and finished pods are only forgotten.
+
+        A virt-launcher pod is kept with its VMI's current rules (kubevirt.with_vmi_rules)."""
+        self.remove_pod(pod.key)
+        vmi = launcher_vmi(pod)
+        if vmi is not None:
+            self._launchers[vmi] = pod
+            pod = with_vmi_rules(pod, self.vmis.get(vmi))
+        self.place(pod)
+
+    def place(self, pod: DeschedulerPod) -> None:
+        """Index the pod as it is (a planned move, or undoing one)."""
         key = pod.key
-        self.remove_pod(key)
+        self._forget(key)
         if not pod.spec.node_name or pod.status.phase in _TERMINAL:
             return
         try:
@@ -89,9 +104,16 @@ class ClusterState:
         self.workloads.setdefault(workload_of(pod), set()).add(key)
 
     def remove_pod(self, key: str) -> None:
+        pod = self._forget(key)
+        vmi = None if pod is None else launcher_vmi(pod)
+        launcher = None if vmi is None else self._launchers.get(vmi)
+        if vmi is not None and launcher is not None and launcher.key == key:
+            del self._launchers[vmi]
+
+    def _forget(self, key: str) -> DeschedulerPod | None:
         pod = self.pods.pop(key, None)
         if pod is None:
-            return
+            return None
         self.index.remove_pod(key)
         _add(self.usage.setdefault(pod.spec.node_name, {}), self.requests.pop(key), -1)
         workload = workload_of(pod)
@@ -100,12 +122,12 @@ class ClusterState:
             replicas.discard(key)
             if not replicas:
                 del self.workloads[workload]
+        return pod
 
     def move_pod(self, key: str, node: str) -> DeschedulerPod:
         """Place a pod on another node in the index (a planned move); returns the original."""
         pod = self.pods[key]
-        moved = _on_node(pod, node)
-        self.upsert_pod(moved)
+        self.place(_on_node(pod, node))
         return pod
 
     # -- nodes, namespaces, placements ---------------------------------------------------------
@@ -140,9 +162,16 @@ class ClusterState:
 
     def upsert_vmi(self, vmi: VirtualMachineInstance) -> None:
         self.vmis[vmi.key] = vmi
+        self._rederive(vmi.key)
 
     def remove_vmi(self, key: str) -> None:
         self.vmis.pop(key, None)
+        self._rederive(key)
+
+    def _rederive(self, vmi: str) -> None:
+        launcher = self._launchers.get(vmi)
+        if launcher is not None and launcher.key in self.pods:
+            self.place(with_vmi_rules(launcher, self.vmis.get(vmi)))
 
     def upsert_migration(self, migration: VirtualMachineInstanceMigration) -> None:
         self.migrations[migration.key] = migration
