@@ -79,3 +79,12 @@ async def test_a_burst_of_triggers_makes_one_cycle_after_the_debounce() -> None:
 async def test_the_interval_runs_a_cycle_without_triggers() -> None:
     trigger = CycleTrigger(debounce_s=0.0, interval_s=0.05)
     assert await asyncio.wait_for(trigger.next(), 1) == ["interval"]
+
+
+async def test_a_flood_of_triggers_keeps_a_few_reasons_and_counts_the_rest() -> None:
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=60)
+    for i in range(1000):
+        trigger.poke(f"pod {i} assigned")
+    reasons = await asyncio.wait_for(trigger.next(), 1)
+    assert len(reasons) == CycleTrigger.KEPT_REASONS + 1
+    assert reasons[-1] == f"{1000 - CycleTrigger.KEPT_REASONS} more"

@@ -42,16 +42,25 @@ def pod_trigger(old: DeschedulerPod | None, new: DeschedulerPod | None) -> str |
 
 
 class CycleTrigger:
-    """Collects reasons; `next()` returns them one debounce window after the first one."""
+    """Collects reasons; `next()` returns them one debounce window after the first one.
+
+    Only the first `KEPT_REASONS` are kept word for word (an initial list of 150,000 pods pokes
+    once per pod); the rest are counted."""
+
+    KEPT_REASONS = 10
 
     def __init__(self, debounce_s: float, interval_s: float) -> None:
         self._debounce = debounce_s
         self._interval = interval_s
         self._reasons: list[str] = []
+        self._more = 0
         self._poked = asyncio.Event()
 
     def poke(self, reason: str) -> None:
-        self._reasons.append(reason)
+        if len(self._reasons) < self.KEPT_REASONS:
+            self._reasons.append(reason)
+        else:
+            self._more += 1
         self._poked.set()
 
     async def next(self) -> list[str]:
@@ -62,5 +71,8 @@ class CycleTrigger:
             self._reasons.append("interval")
         await asyncio.sleep(self._debounce)
         reasons, self._reasons = self._reasons, []
+        if self._more:
+            reasons.append(f"{self._more} more")
+            self._more = 0
         self._poked.clear()
         return reasons
