@@ -16,7 +16,7 @@ from tests.shared_fixtures import (
     shared_fixture_dir,
 )
 
-# A quoted or spaced absolute path into one machine's directories (as /work/shared/hooks/before-stop
+# A quoted or spaced absolute path into one machine's directories (as the shared before-stop hook
 # looks for them); the pattern is split so that this file does not match itself.
 MACHINE_PATH = re.compile("[\"' ](/" + "(?:work|root|home|tmp))/[A-Za-z]")
 TRACKED = ("*.py", "*.sh", "*.yaml", "*.yml", "*.toml")

@@ -71,6 +71,7 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import (
     ConfigError,
     LeaderElectedSettings,
+    LeaseSettings,
     LoggingSettings,
     ServiceSettings,
     load_config,
@@ -207,11 +208,10 @@ class ServiceRunner(Generic[C]):
             await self.health.stop()
 
     async def _lead_then_work(self, kube: KubeClient, bus: Bus) -> None:
-        config = self.config
-        if not isinstance(config, LeaderElectedSettings):
+        if not self.spec.leader_elected:
             await self._work(kube, bus)
             return
-        lease = config.lease
+        lease = self._lease()
         self.elector = LeaderElector(
             kube,
             namespace=lease.namespace,
@@ -253,8 +253,8 @@ class ServiceRunner(Generic[C]):
             work.result()  # raises what ended the work
 
     async def _cancel(self, work: asyncio.Task[None]) -> None:
-        if self._lost.is_set() and isinstance(self.config, LeaderElectedSettings):
-            lease = self.config.lease
+        if self._lost.is_set():
+            lease = self._lease()
             bound = lease.duration_seconds - lease.renew_deadline_seconds
             why = "the Lease was lost"
         else:
@@ -266,6 +266,10 @@ class ServiceRunner(Generic[C]):
             raise DrainTimeout(f"the work did not stop within {bound:.1f} s after {why}")
         if not work.cancelled() and work.exception() is not None:
             _log.error("the work failed while stopping", exc_info=work.exception())
+
+    def _lease(self) -> LeaseSettings:
+        assert isinstance(self.config, LeaderElectedSettings)  # ServiceSpec checked the type
+        return self.config.lease
 
     async def _unless_stopped(self, step: Coroutine[Any, Any, T]) -> T | None:
         """`step`'s result, or None when a stop came first (then `step` is cancelled)."""
