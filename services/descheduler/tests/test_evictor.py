@@ -281,6 +281,9 @@ def test_anti_affine_pair_prefers_the_pod_that_can_move() -> None:
     )
     plan = decide_once(state, InterPodAntiAffinity(InterPodAntiAffinityArgs()))
     assert evicted(plan) == ["default/old"]
+    assert plan.actions[0].why == (
+        "default/old chosen because default/new stays: pod belongs to a DaemonSet"
+    )
 
 
 def test_durations() -> None:

@@ -16,6 +16,7 @@ informer event lands in the middle, and the planned moves are undone before it r
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Callable, Iterable
@@ -176,6 +177,9 @@ class Cycle:
             if refusal is None:
                 action, refusal = self._place(pod, violation, protections)
             if action is not None:
+                if reasons:  # the preferred candidates could not go: say so instead
+                    passed = "; ".join(f"{k} stays: {why}" for k, why in reasons)
+                    action = dataclasses.replace(action, why=f"{key} chosen because {passed}")
                 self._commit(action)
                 return action
             reasons.append((key, refusal or "no reason"))
