@@ -3,8 +3,8 @@ Pods, Nodes, Namespaces, PodDisruptionBudgets (and KubeVirt VMIs and migrations)
 KV watch, and `vm.moved` on a durable consumer. Each feed pokes the trigger when a change may
 have created a violation or a place to go.
 
-A `vm.moved` event sets the node's placement at once (the node-labeller writes the KV before it
-publishes, so the watch normally has it already; whichever comes first wins, both say the same).
+A `vm.moved` event starts a cycle; the placement it reports is already in the KV (the
+node-labeller writes the KV before it publishes), which the watch applies.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hostaffinity.descheduler.triggers import CycleTrigger, node_trigger, pod_tr
 from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
-from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent, VmMoved, label_value
+from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent, VmMoved
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -100,9 +100,12 @@ class Feeds:
             group.create_task(self._follow_topology())
 
     async def on_event(self, event: TopologyEvent) -> None:
-        """The durable consumer's handler: a VM moved to another ESXi host."""
+        """The durable consumer's handler: a VM moved to another ESXi host, so run a cycle.
+
+        The placement itself comes from the topology KV only: the node-labeller writes it
+        before publishing, and a consumer that replays old events (a new durable starts at the
+        stream's beginning) must not set a placement back to where a VM used to be."""
         if isinstance(event, VmMoved):
-            self._state.set_placement(event.node, label_value(event.to_host_name))
             self._trigger.poke(f"vm.moved {event.node} -> {event.to_host_name}")
 
     # -- handlers ------------------------------------------------------------------------------
