@@ -399,7 +399,9 @@ async def evict_through_double(
                 return None
 
             evictor = Evictor(EvictorSettings(), load_policy(POLICY).limits)
-            executor = Executor(client, state, evictor, settings, report, report_stay)
+            executor = Executor(
+                client, state, evictor, settings, report, report_stay, lambda _reason: None
+            )
             runner = asyncio.create_task(executor.run())
             started = time.perf_counter()
             await executor.submit(plan)

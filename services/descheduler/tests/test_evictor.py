@@ -313,3 +313,29 @@ def test_seed_002_a_rule_added_to_a_running_vm_moves_it_live() -> None:
     assert [(a.outcome, a.target) for a in plan.actions] == [(Outcome.MIGRATE, "n2")]
     state.upsert_vmi(vmi("vm-a", "n1"))  # the rule is taken back
     assert decide_once(state, strategy).actions == []
+
+
+def test_a_refused_eviction_is_decided_again_after_its_backoff_despite_the_cooldown() -> None:
+    clock = [1000.0]
+    evictor = Evictor(EvictorSettings(cooldown_seconds=600), EvictionLimits(), lambda: clock[0])
+    state = tainted_cluster(pod("p1", "n1"), pod("p2", "n1"))
+    evictor.record_evicted("default/ReplicaSet/web-rs")  # p1 went; p2's eviction got a 429
+    evictor.retry_later("default/p2", 5.0, attempts=1)
+    waiting = decide_once(state, TAINTS, evictor=evictor)
+    assert evicted(waiting) == []
+    reasons = dict(r for s in waiting.skipped for r in s.reasons)
+    assert "trying again" in reasons["default/p2"]
+    assert "cooling down" in reasons["default/p1"]
+    clock[0] += 6
+    due = decide_once(state, TAINTS, evictor=evictor)
+    assert evicted(due) == ["default/p2"]  # finishing what was decided is not a loop
+
+
+def test_a_due_retry_whose_rule_now_holds_is_dropped() -> None:
+    clock = [1000.0]
+    evictor = Evictor(EvictorSettings(), EvictionLimits(), lambda: clock[0])
+    evictor.retry_later("default/p", 1.0, attempts=3)
+    clock[0] += 2
+    state = cluster([node("n1"), node("n2")], [pod("p", "n1")])  # the taint is gone
+    assert evicted(decide_once(state, TAINTS, evictor=evictor)) == []
+    assert evictor.retrying == {}

@@ -103,8 +103,21 @@ class Plan:
     dry_run: bool = False
 
 
+@dataclass(frozen=True)
+class Retry:
+    """A pod whose eviction a PodDisruptionBudget refused: decided again from `not_before`."""
+
+    not_before: float
+    attempts: int
+
+
 class Evictor:
-    """Long-lived: holds cooldowns and the pods whose eviction is still being retried."""
+    """Long-lived: cooldowns, evictions in flight, and the pods waiting to be tried again.
+
+    A refused eviction is not retried blindly: the pod is decided again by a later cycle (the
+    rule may have been repaired, its target filled), which the cooldown does not hold back,
+    since finishing what was decided is not a loop.
+    """
 
     def __init__(
         self,
@@ -117,10 +130,27 @@ class Evictor:
         self._clock = clock
         self._cooldown: dict[str, float] = {}
         self.in_progress: set[str] = set()
+        self.retrying: dict[str, Retry] = {}
 
     def record_evicted(self, workload: str) -> None:
         """An eviction or migration of this workload went through: start its cooldown."""
         self._cooldown[workload] = self._clock()
+
+    def attempts(self, pod: str) -> int:
+        """How many evictions of `pod` were refused so far."""
+        retry = self.retrying.get(pod)
+        return 0 if retry is None else retry.attempts
+
+    def retry_later(self, pod: str, delay: float, attempts: int) -> None:
+        """Decide about `pod` again after `delay` seconds."""
+        self.retrying[pod] = Retry(self._clock() + delay, attempts)
+
+    def give_up(self, pod: str) -> None:
+        """No more retries for `pod` (done, gone, or out of attempts)."""
+        self.retrying.pop(pod, None)
+
+    def now(self) -> float:
+        return self._clock()
 
     def cooling(self, workload: str) -> bool:
         since = self._cooldown.get(workload)
@@ -161,6 +191,7 @@ class Cycle:
             self._migrations_out[source] = self._migrations_out.get(source, 0) + 1
         self._migrations_total = len(self._migrating_vmis)
         self._cursor = 0
+        self._clock_now = evictor.now()
 
     def resolve(self, violation: Violation, protections: Protections) -> Action | None:
         """Pick the first candidate that may go and has somewhere to go; plan its move."""
@@ -187,10 +218,17 @@ class Cycle:
         return None
 
     def finish(self) -> Plan:
-        """Undo the planned moves in the index and hand over the plan."""
+        """Undo the planned moves in the index and hand over the plan.
+
+        A pod that was due for another try but was not chosen again no longer needs one (its
+        rule holds now, or it cannot go): from here on it is decided like any other pod."""
         for original in reversed(self._moved):
             self.state.place(original)
         self._moved.clear()
+        evictor = self.evictor
+        for pod, retry in list(evictor.retrying.items()):
+            if retry.not_before <= self._clock_now and pod not in self._chosen:
+                evictor.give_up(pod)
         return self.plan
 
     # -- checks --------------------------------------------------------------------------------
@@ -199,6 +237,10 @@ class Cycle:
         evictor, limits = self.evictor, self.evictor.limits
         if pod.key in evictor.in_progress:
             return "an eviction of this pod is already under way"
+        retry = evictor.retrying.get(pod.key)
+        if retry is not None and self._clock_now < retry.not_before:
+            wait = retry.not_before - self._clock_now
+            return f"a PodDisruptionBudget refused its eviction; trying again in {wait:.1f}s"
         refusal = protections.refuse(self.state, pod, self.now)
         if refusal is not None:
             return refusal
@@ -206,7 +248,7 @@ class Cycle:
         cooling = self._cooling.get(workload)
         if cooling is None:
             cooling = self._cooling[workload] = evictor.cooling(workload)
-        if cooling:
+        if cooling and retry is None:
             return f"workload {workload} is cooling down after an eviction"
         node, namespace = pod.spec.node_name, pod.metadata.namespace
         if limits.per_node is not None and self._per_node.get(node, 0) >= limits.per_node:

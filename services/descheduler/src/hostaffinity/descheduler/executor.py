@@ -1,8 +1,9 @@
 """Carries out a plan: the only code that calls the Eviction API or creates migrations.
 
 policy/v1 Eviction only (PodDisruptionBudgets hold): 201 is done; 429 means a budget said no
-(or was not observed yet), so the pod is not evicted and the eviction is tried again later with
-backoff (the server's `retryAfterSeconds` when it gives one); 404 means the pod is already gone.
+(or was not observed yet), so the pod is not evicted: after a backoff (the server's
+`retryAfterSeconds` when it gives one) a cycle runs and decides about it again, against the
+cluster as it is then; 404 means the pod is already gone.
 Calls run with bounded parallelism. In dry-run nothing is called and results are `dry-run`.
 A virt-launcher pod is never evicted: its VMI gets a VirtualMachineInstanceMigration.
 """
@@ -14,7 +15,6 @@ import json
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final
 
 import msgspec
@@ -41,19 +41,14 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     parallelism: int = 16
     retry_initial_seconds: float = 2.0
     retry_max_seconds: float = 60.0
-    # After this many 429s the pod is released; the next cycle decides about it afresh.
+    # After this many 429s the pod is treated as any other: the cooldown applies to it again.
     max_attempts: int = 30
     grace_period_seconds: int | None = None
 
 
-@dataclass(frozen=True)
-class Attempt:
-    action: Action
-    number: int = 1
-
-
 Report = Callable[[Action, str], Awaitable[None]]
 ReportStay = Callable[[VmiStays], Awaitable[None]]
+Poke = Callable[[str], None]
 
 
 class Executor:
@@ -67,6 +62,7 @@ class Executor:
         settings: ExecutorSettings,
         report: Report,
         report_stay: ReportStay,
+        poke: Poke,
     ) -> None:
         self._client = client
         self._state = state
@@ -74,12 +70,13 @@ class Executor:
         self._settings = settings
         self._report = report
         self._report_stay = report_stay
-        self._queue: asyncio.Queue[Attempt] = asyncio.Queue()
+        self._poke = poke
+        self._queue: asyncio.Queue[Action] = asyncio.Queue()
         self._timers: set[asyncio.TimerHandle] = set()
         self._busy = 0
 
     def idle(self) -> bool:
-        """Nothing queued, running or waiting for a retry."""
+        """Nothing queued or running, and no retry waiting for its cycle."""
         return self._queue.empty() and not self._busy and not self._timers
 
     async def submit(self, plan: Plan) -> None:
@@ -91,7 +88,7 @@ class Executor:
                 await self._report(action, DRY_RUN)
                 continue
             self._evictor.in_progress.add(action.pod)
-            self._queue.put_nowait(Attempt(action))
+            self._queue.put_nowait(action)
 
     async def run(self) -> None:
         try:
@@ -105,50 +102,51 @@ class Executor:
 
     async def _work(self) -> None:
         while True:
-            attempt = await self._queue.get()
+            action = await self._queue.get()
             self._busy += 1
             try:
-                await self._carry_out(attempt)
+                await self._carry_out(action)
             except Exception:  # one failed call never stops the worker
-                _log.exception("eviction of %s failed unexpectedly", attempt.action.pod)
-                self._finish(attempt.action)
+                _log.exception("eviction of %s failed unexpectedly", action.pod)
+                self._evictor.give_up(action.pod)
             finally:
+                self._evictor.in_progress.discard(action.pod)
                 self._busy -= 1
 
-    async def _carry_out(self, attempt: Attempt) -> None:
-        action = attempt.action
+    async def _carry_out(self, action: Action) -> None:
         current = self._state.pods.get(action.pod)
         if current is None or current.metadata.uid != action.uid:
-            self._finish(action)  # gone or replaced since the decision: nothing to do
+            self._evictor.give_up(action.pod)  # gone or replaced since the decision
             return
         if action.outcome is Outcome.MIGRATE:
             result, retry_after = await self._migrate(action), None
         else:
             result, retry_after = await self._evict(action)
-        if result == BLOCKED and attempt.number < self._settings.max_attempts:
-            await self._report(action, result)
-            self._retry(attempt, retry_after)
-            return
-        self._finish(action)
+        if result == BLOCKED:
+            self._retry_later(action, retry_after)
+        else:
+            self._evictor.give_up(action.pod)
         if result in (EVICTED, MIGRATED):
             self._evictor.record_evicted(action.workload)
         await self._report(action, result)
 
-    def _finish(self, action: Action) -> None:
-        self._evictor.in_progress.discard(action.pod)
-
-    def _retry(self, attempt: Attempt, retry_after: float | None) -> None:
+    def _retry_later(self, action: Action, retry_after: float | None) -> None:
+        """Back off, then have a cycle decide about the pod again."""
         settings = self._settings
-        backoff = settings.retry_initial_seconds * 2 ** (attempt.number - 1)
+        attempt = self._evictor.attempts(action.pod) + 1
+        if attempt > settings.max_attempts:
+            self._evictor.give_up(action.pod)
+            return
+        backoff = settings.retry_initial_seconds * 2 ** (attempt - 1)
         delay = min(settings.retry_max_seconds, max(backoff, retry_after or 0.0))
-        loop = asyncio.get_running_loop()
-        nxt = Attempt(attempt.action, attempt.number + 1)
+        self._evictor.retry_later(action.pod, delay, attempt)
+        reason = f"retry eviction of {action.pod} (attempt {attempt + 1})"
 
         def fire() -> None:
             self._timers.discard(handle)
-            self._queue.put_nowait(nxt)
+            self._poke(reason)
 
-        handle = loop.call_later(delay, fire)
+        handle = asyncio.get_running_loop().call_later(delay, fire)
         self._timers.add(handle)
 
     async def _evict(self, action: Action) -> tuple[str, float | None]:

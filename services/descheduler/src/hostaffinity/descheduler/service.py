@@ -128,7 +128,7 @@ class Descheduling:
                 eviction, grace_period_seconds=policy.grace_period_seconds
             )
         executor = self.executor = Executor(
-            ctx.kube, state, evictor, eviction, reporter.action, reporter.stay
+            ctx.kube, state, evictor, eviction, reporter.action, reporter.stay, trigger.poke
         )
         feeds = self.feeds = Feeds(
             ctx.kube,
