@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from descheduler_builders import anti_affinity, node, pod
@@ -88,3 +89,31 @@ async def test_a_flood_of_triggers_keeps_a_few_reasons_and_counts_the_rest() -> 
     reasons = await asyncio.wait_for(trigger.next(), 1)
     assert len(reasons) == CycleTrigger.KEPT_REASONS + 1
     assert reasons[-1] == f"{1000 - CycleTrigger.KEPT_REASONS} more"
+
+
+def test_vmi_and_migration_changes() -> None:
+    from descheduler_builders import vmi, vmi_json
+
+    from hostaffinity.descheduler.kubevirt import decode_migration, decode_vmi
+    from hostaffinity.descheduler.triggers import migration_trigger, vmi_trigger
+
+    edited = vmi_json("vm-a", "n1")
+    edited["spec"]["affinity"] = anti_affinity({"app": "db"})
+    assert vmi_trigger(vmi("vm-a", "n1"), decode_vmi(json.dumps(edited))) is not None
+    assert vmi_trigger(vmi("vm-a", "n1"), vmi("vm-a", "n2")) is None
+    assert vmi_trigger(None, vmi("vm-a", "n1")) is None
+
+    def migration(phase: str) -> object:
+        return decode_migration(
+            json.dumps(
+                {
+                    "metadata": {"name": "m", "namespace": "default"},
+                    "spec": {"vmiName": "vm-a"},
+                    "status": {"phase": phase},
+                }
+            )
+        )
+
+    assert migration_trigger(migration("Running"), migration("Succeeded")) is not None  # type: ignore[arg-type]
+    assert migration_trigger(migration("Succeeded"), migration("Succeeded")) is None  # type: ignore[arg-type]
+    assert migration_trigger(None, migration("Running")) is None  # type: ignore[arg-type]

@@ -14,23 +14,25 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-from hostaffinity.affinity.model import Namespace, decode_namespace
+from hostaffinity.affinity.model import decode_namespace
 from hostaffinity.descheduler.kubevirt import (
-    VirtualMachineInstance,
     VirtualMachineInstanceMigration,
     decode_migration,
     decode_vmi,
 )
 from hostaffinity.descheduler.model import (
-    DeschedulerNode,
-    DeschedulerPod,
-    PodDisruptionBudget,
     decode_node,
     decode_pdb,
     decode_pod,
 )
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.triggers import CycleTrigger, node_trigger, pod_trigger
+from hostaffinity.descheduler.triggers import (
+    CycleTrigger,
+    migration_trigger,
+    node_trigger,
+    pod_trigger,
+    vmi_trigger,
+)
 from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
@@ -66,23 +68,49 @@ class Feeds:
         self._topology = topology
         self._state = state
         self._trigger = trigger
-        self._on_migration = on_migration
         self.placements_synced = False
 
         def informer(ref: ResourceRef, handler: Handler[Any], decode: Any) -> Informer[Any]:
             return Informer(client, ref, handler, decode, settings=settings)
 
+        handle = self._handler
         self.required: list[Informer[Any]] = [
-            informer(PODS, self._pod, decode_pod),
-            informer(NODES, self._node, decode_node),
-            informer(NAMESPACES, self._namespace, decode_namespace),
-            informer(PDBS, self._pdb, decode_pdb),
+            informer(
+                PODS,
+                handle(state.pods.get, state.upsert_pod, state.remove_pod, pod_trigger),
+                decode_pod,
+            ),
+            informer(
+                NODES,
+                handle(state.nodes.get, state.upsert_node, state.remove_node, node_trigger),
+                decode_node,
+            ),
+            informer(
+                NAMESPACES,
+                handle(_unknown, state.upsert_namespace, state.remove_namespace),
+                decode_namespace,
+            ),
+            informer(PDBS, handle(state.pdbs.get, state.upsert_pdb, state.remove_pdb), decode_pdb),
         ]
         self.optional: list[Informer[Any]] = []
         if kubevirt:
             self.optional = [
-                informer(VMIS, self._vmi, decode_vmi),
-                informer(MIGRATIONS, self._migration, decode_migration),
+                informer(
+                    VMIS,
+                    handle(state.vmis.get, state.upsert_vmi, state.remove_vmi, vmi_trigger),
+                    decode_vmi,
+                ),
+                informer(
+                    MIGRATIONS,
+                    handle(
+                        state.migrations.get,
+                        state.upsert_migration,
+                        state.remove_migration,
+                        migration_trigger,
+                        then=on_migration,
+                    ),
+                    decode_migration,
+                ),
             ]
 
     def synced(self) -> bool:
@@ -110,58 +138,29 @@ class Feeds:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    async def _pod(self, event: InformerEvent[DeschedulerPod]) -> None:
-        old = self._state.pods.get(event.key)
-        if event.type == "DELETED":
-            self._state.remove_pod(event.key)
-            return
-        self._state.upsert_pod(event.obj)
-        reason = pod_trigger(old, event.obj)
-        if reason is not None:
-            self._trigger.poke(reason)
+    def _handler(
+        self,
+        current: Callable[[str], T | None],
+        upsert: Callable[[T], None],
+        remove: Callable[[str], None],
+        why: Callable[[T | None, T], str | None] | None = None,
+        then: Callable[[T], Awaitable[None]] | None = None,
+    ) -> Handler[T]:
+        """Apply an informer event to the state; poke the trigger when `why` names a reason."""
 
-    async def _node(self, event: InformerEvent[DeschedulerNode]) -> None:
-        old = self._state.nodes.get(event.key)
-        if event.type == "DELETED":
-            self._state.remove_node(event.key)
-            return
-        self._state.upsert_node(event.obj)
-        reason = node_trigger(old, event.obj)
-        if reason is not None:
-            self._trigger.poke(reason)
+        async def handle(event: InformerEvent[T]) -> None:
+            old = current(event.key)
+            if event.type == "DELETED":
+                remove(event.key)
+                return
+            upsert(event.obj)
+            if then is not None:
+                await then(event.obj)
+            reason = None if why is None else why(old, event.obj)
+            if reason is not None:
+                self._trigger.poke(reason)
 
-    async def _namespace(self, event: InformerEvent[Namespace]) -> None:
-        if event.type == "DELETED":
-            self._state.remove_namespace(event.key)
-        else:
-            self._state.upsert_namespace(event.obj)
-
-    async def _pdb(self, event: InformerEvent[PodDisruptionBudget]) -> None:
-        if event.type == "DELETED":
-            self._state.remove_pdb(event.key)
-        else:
-            self._state.upsert_pdb(event.obj)
-
-    async def _vmi(self, event: InformerEvent[VirtualMachineInstance]) -> None:
-        if event.type == "DELETED":
-            self._state.remove_vmi(event.key)
-            return
-        old = self._state.vmis.get(event.key)
-        self._state.upsert_vmi(event.obj)
-        if old is not None and (
-            old.spec.affinity != event.obj.spec.affinity
-            or old.spec.node_selector != event.obj.spec.node_selector
-        ):
-            self._trigger.poke(f"VMI {event.key} rules changed")
-
-    async def _migration(self, event: InformerEvent[VirtualMachineInstanceMigration]) -> None:
-        if event.type == "DELETED":
-            self._state.remove_migration(event.key)
-            return
-        self._state.upsert_migration(event.obj)
-        await self._on_migration(event.obj)
-        if not event.obj.in_flight:
-            self._trigger.poke(f"migration {event.key} {event.obj.status.phase}")
+        return handle
 
     async def _follow_topology(self) -> None:
         while True:
@@ -180,3 +179,8 @@ class Feeds:
                 self.placements_synced = False
                 _log.warning("topology watch failed (%r); reopening in %gs", error, RETRY_SECONDS)
                 await asyncio.sleep(RETRY_SECONDS)
+
+
+def _unknown(_key: str) -> None:
+    """Namespaces start no cycle, so their previous state is not looked up."""
+    return None

@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from hostaffinity.descheduler.kubevirt import (
+    VirtualMachineInstance,
+    VirtualMachineInstanceMigration,
+)
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
 
 
@@ -39,6 +43,24 @@ def pod_trigger(old: DeschedulerPod | None, new: DeschedulerPod | None) -> str |
     if old.spec.affinity != new.spec.affinity:
         return f"pod {new.key} affinity changed"
     return None
+
+
+def vmi_trigger(old: VirtualMachineInstance | None, new: VirtualMachineInstance) -> str | None:
+    """A rule added to (or taken from) a running VM: its launcher pod is judged anew."""
+    if old is None:
+        return None
+    if old.spec.affinity != new.spec.affinity or old.spec.node_selector != new.spec.node_selector:
+        return f"VMI {new.key} rules changed"
+    return None
+
+
+def migration_trigger(
+    old: VirtualMachineInstanceMigration | None, new: VirtualMachineInstanceMigration
+) -> str | None:
+    """A migration finished: its slot under KubeVirt's limits is free again."""
+    if new.in_flight or (old is not None and not old.in_flight):
+        return None
+    return f"migration {new.key} {new.status.phase}"
 
 
 class CycleTrigger:
