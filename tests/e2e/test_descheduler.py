@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import yaml
 from descheduler_builders import vmi_json
+from prometheus_client import REGISTRY
 
 from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import LABEL_ESXI_HOST, PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,
@@ -35,6 +37,8 @@ from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
 
+EVICTED_METRIC = "hostaffinity_descheduler_pods_evicted_total"
+CYCLES_METRIC = "hostaffinity_descheduler_cycle_duration_seconds_count"
 SPREAD_POLICY = {
     "apiVersion": "descheduler/v1alpha2",
     "kind": "DeschedulerPolicy",
@@ -71,6 +75,12 @@ PREFER_APART = {
 
 
 @pytest.fixture
+def telemetry() -> Telemetry:
+    """Installed as a service would, so the counters reach /metrics (the registry)."""
+    return setup_telemetry("hostaffinity-tests")
+
+
+@pytest.fixture
 def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
     return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
 
@@ -79,6 +89,16 @@ def write_policy(tmp_path: Path, policy: dict[str, Any]) -> Path:
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(policy), encoding="utf-8")
     return path
+
+
+def metric(name: str, **labels: str) -> float:
+    """A sample's value as /metrics shows it (summed over the labels not named)."""
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
 
 
 def per_node(kube: KubeDouble) -> dict[str, int]:
@@ -91,7 +111,11 @@ def per_node(kube: KubeDouble) -> dict[str, int]:
 
 
 async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under_a_pdb(
-    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    tmp_path: Path,
+    telemetry: Telemetry,
 ) -> None:
     kube = kube_double
     for name in ("worker-1", "worker-2", "worker-3"):
@@ -112,6 +136,8 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
     config = descheduler_config(
         nats_server, kubeconfig, write_policy(tmp_path, SPREAD_POLICY), debounce_seconds=0.5
     )
+    evicted_before = metric(EVICTED_METRIC, namespace="default", result="evicted")
+    cycles_before = metric(CYCLES_METRIC)
     helpers = asyncio.create_task(controllers.run())
     try:
         async with running_descheduler(config) as service:
@@ -137,6 +163,9 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
     finally:
         helpers.cancel()
     assert len(controllers.evicted) == 3, controllers.evicted
+    assert metric(EVICTED_METRIC, namespace="default", result="evicted") - evicted_before == 3
+    assert metric(EVICTED_METRIC, namespace="default", result="blocked") >= 1
+    assert metric(CYCLES_METRIC) > cycles_before
     assert controllers.min_available == 4  # maxUnavailable 1: one replica away at a time
     bus = await Bus.connect(nats_server.settings(), name="test")
     try:
