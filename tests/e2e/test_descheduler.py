@@ -427,3 +427,43 @@ async def test_a_pod_that_lands_back_is_not_evicted_again_inside_the_cooldown(
         helpers.cancel()
     assert len(controllers.evicted) == 1, controllers.evicted
     assert any("cooling down" in why for why in reasons), reasons
+
+
+async def test_nats_down_loses_nothing(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """NATS stops while a node is tainted: the descheduler does not crash, the pod is evicted
+    (during the outage, or once the topology watch is back), and the pod.evicted event reaches
+    the stream after NATS returns."""
+    kube = kube_double
+    kube.seed(node_object("worker-1"))
+    kube.seed(node_object("worker-2"))
+    kube.seed(pod_object("app-0", "app", "worker-1", owner="app-rs", affinity=None))
+    config = descheduler_config(nats_server, kubeconfig, debounce_seconds=0.2)
+    async with running_descheduler(config) as service:
+        await eventually(
+            lambda: service.loop is not None and service.loop.cycles >= 1, "first cycle"
+        )
+        await nats_server.stop()
+        tainted = node_object("worker-1")
+        tainted["spec"] = {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}
+        kube.write(tainted)
+        await asyncio.sleep(2.0)  # NATS stays away a while
+        await nats_server.start()
+        await eventually(lambda: terminating(kube) == ["app-0"], "the eviction", within=30)
+        assert service.executor is not None
+        await eventually(service.executor.idle, "the executor idle")
+        bus = await Bus.connect(nats_server.settings(), name="test")
+        try:
+
+            async def published() -> bool:
+                events = await stream_events(bus)
+                return any(isinstance(e, PodEvicted) and e.pod == "default/app-0" for e in events)
+
+            for _ in range(150):
+                if await published():
+                    break
+                await asyncio.sleep(0.1)
+            assert await published(), "pod.evicted never reached the stream"
+        finally:
+            await bus.close()

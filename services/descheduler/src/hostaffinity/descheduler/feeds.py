@@ -175,6 +175,8 @@ class Feeds:
                             self._state.set_placement(change.node, host)
                         elif isinstance(change, Bootstrapped):
                             self.placements_synced = True
+                            # Cycles skipped while the watch was down run now.
+                            self._trigger.poke("topology watch (re)started")
             except Exception as error:  # nats-py raises its own types for a lost connection
                 self.placements_synced = False
                 _log.warning("topology watch failed (%r); reopening in %gs", error, RETRY_SECONDS)

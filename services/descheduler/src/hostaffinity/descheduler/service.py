@@ -24,7 +24,7 @@ from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.policy import DEFAULT_POLICY, Policy, load_policy, parse_policy
-from hostaffinity.descheduler.reporting import SOURCE, Reporter
+from hostaffinity.descheduler.reporting import SOURCE, Outbox, Reporter
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
 from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
@@ -119,9 +119,8 @@ class Descheduling:
             ),
             policy.limits,
         )
-        reporter = Reporter(
-            EventRecorder(ctx.kube, ctx.program, ctx.identity), ctx.bus.publish_event, metrics
-        )
+        outbox = Outbox(ctx.bus.publish_event, metrics.dropped_event)
+        reporter = Reporter(EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, metrics)
         eviction = settings.eviction
         if eviction.grace_period_seconds is None and policy.grace_period_seconds is not None:
             eviction = msgspec.structs.replace(
@@ -151,4 +150,5 @@ class Descheduling:
         ctx.start(feeds.run(), name="feeds")
         ctx.start(consumer.run(), name="vm-moved-consumer")
         ctx.start(executor.run(), name="executor")
+        ctx.start(outbox.run(), name="bus-outbox")
         await self.loop.run()
