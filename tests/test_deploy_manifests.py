@@ -15,6 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from hostaffinity.descheduler.config import DeschedulerConfig
+from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.runtime.config import ServiceSettings, Settings, env_names, load_config
@@ -40,6 +42,7 @@ SERVICE_CONFIGS: dict[str, type[Settings]] = {
     "node-labeller": NodeLabellerConfig,
     "drs-translator": DrsTranslatorConfig,
     "scheduler-extender": SchedulerExtenderSettings,
+    "descheduler": DeschedulerConfig,
 }
 # Values for settings that have no default, as the Secret would provide them.
 REQUIRED_SAMPLES = {
@@ -310,3 +313,16 @@ def test_deployment_config_files_and_env_load_with_the_service_config(
     }
     assert set(environ) <= env_names(SERVICE_CONFIGS[service])
     load_config(SERVICE_CONFIGS[service], paths, environ=environ)
+
+
+def test_descheduler_policy_in_the_configmap_loads(tmp_path: Path) -> None:
+    configmap = next(
+        doc
+        for _, doc in manifest_documents()
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "hostaffinity-descheduler"
+    )
+    path = tmp_path / "descheduler-policy.yaml"
+    path.write_text(configmap["data"]["descheduler-policy.yaml"], encoding="utf-8")
+    policy = load_policy(path)
+    assert policy.limits.total == 100
+    assert [s.name for s in policy.profiles[0].strategies][-1] == "RemoveDuplicates"

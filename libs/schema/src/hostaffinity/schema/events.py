@@ -141,6 +141,34 @@ class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
     warnings: list[str] = []
 
 
+class PodEvicted(Event, frozen=True, kw_only=True, tag="pod.evicted"):
+    """The descheduler asked the Eviction API to evict a pod, and what came of it.
+
+    `strategy` is the plugin that found the violation and `rule` the violated rule in words;
+    `result` is evicted, dry-run, or blocked (a PodDisruptionBudget said no: retried later).
+    """
+
+    pod: str
+    pod_uid: str
+    node: str
+    strategy: str
+    rule: str
+    result: str
+    owner: str = ""
+
+
+class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration.requested"):
+    """The descheduler created a VirtualMachineInstanceMigration instead of evicting a
+    virt-launcher pod, so the VM moves live rather than being restarted."""
+
+    vmi: str
+    migration: str
+    node: str
+    strategy: str
+    rule: str
+    pod: str = ""
+
+
 TopologyEvent = (
     VmMoved
     | NodePlaced
@@ -151,6 +179,8 @@ TopologyEvent = (
     | DrsRuleConflict
     | DrsRuleDrift
     | PodMutated
+    | PodEvicted
+    | VmiMigrationRequested
 )
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
@@ -163,6 +193,8 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     "drs.rule.conflict",
     "drs.rule.drift",
     "pod.mutated",
+    "pod.evicted",
+    "vmi.migration.requested",
 )
 
 _encoder = msgspec.json.Encoder()

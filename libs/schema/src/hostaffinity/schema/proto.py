@@ -21,7 +21,9 @@ from hostaffinity.schema.events import (
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
+    PodEvicted,
     PodMutated,
+    VmiMigrationRequested,
     VmMoved,
 )
 from hostaffinity.schema.names import (
@@ -44,13 +46,15 @@ EVENT_MESSAGES: tuple[type[Event], ...] = (
     DrsRulesApplied,
     DrsRuleConflict,
     DrsRuleDrift,
+    PodMutated,
+    PodEvicted,
+    VmiMigrationRequested,
 )
 VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     NodePlacement,
     EsxiHost,
     DeadLetter,
     DrsOwnership,
-    PodMutated,
 )
 
 
