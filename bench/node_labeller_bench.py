@@ -110,6 +110,7 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
                     f"({vms} nodes labelled)"
                 )
                 await measure_moves(work, vc, hosts, moves)
+                await measure_resync(work, vms)
                 await asyncio.to_thread(
                     measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
                 )
@@ -157,6 +158,31 @@ async def measure_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) 
             f"  {name:<40} median {statistics.median(ms):7.1f}  p99 {percentile(ms, 0.99):7.1f}"
             f"  max {max(ms):7.1f}"
         )
+
+
+async def measure_resync(work: NodeLabelling, vms: int, rounds: int = 5) -> None:
+    """What one periodic resync costs at this scale when nothing differs: vCenter's inventory
+    read whole, the KV read and compared, every node planned again, nothing written. The read
+    starts when the long poll in flight returns, so up to 2 s of each figure is that wait."""
+    labeller, watcher = work.labeller, work.watcher
+    assert labeller is not None
+    assert watcher is not None
+    first = time.monotonic()
+    durations = []
+    for _ in range(rounds):
+        started = time.monotonic()
+        reads = labeller.inventory_reads
+        watcher.request_full_read()
+        await labeller.resync()
+        while labeller.inventory_reads == reads or not labeller.idle():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        durations.append((time.monotonic() - started) * 1000)
+    patched = sum(1 for t in labeller.timings.values() if t.seen >= first and t.patch_sent)
+    print(
+        f"resync of {vms} nodes (vCenter read whole, KV compared, all planned), {rounds} rounds"
+        f" (ms): median {statistics.median(durations):7.1f}  max {max(durations):7.1f}"
+        f"  (label patches sent: {patched})"
+    )
 
 
 def measure_simulator_floor(vc: Vcsim, hosts: int, vms: int, moves: int) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import metrics
 
@@ -146,6 +147,8 @@ class Labeller:
         self.inventory_synced = asyncio.Event()
         self.timings: dict[str, Timing] = {}
         self.resyncs = 0
+        # Complete vCenter inventories applied: the first, one per re-login and per resync.
+        self.inventory_reads = 0
 
     def idle(self) -> bool:
         """Working, and every queued key is done: nothing queued, running or waiting to retry."""
@@ -189,7 +192,10 @@ class Labeller:
 
     async def resync(self) -> None:
         """Compare the KV with what was written, mark what differs for rewriting, queue all."""
-        stale = stale_keys(await self._store.snapshot(), self.state.placements, self.state.hosts)
+        candidates = stale_keys(
+            await self._store.snapshot(), self.state.placements, self.state.hosts
+        )
+        stale = {key for key in candidates if await self._still_differs(key)}
         for key in sorted(stale - self._stale):
             log.warning("topology key %s does not hold what was written; rewriting it", key)
             _repairs.add(1)
@@ -197,10 +203,23 @@ class Labeller:
         self._queue_everything()
         self.resyncs += 1
 
+    async def _still_differs(self, key: str) -> bool:
+        """A key the snapshot says differs, read again on its own: a watch-based snapshot can
+        miss keys, and a worker may have written the key since."""
+        try:
+            if key.startswith(NODE_KEY_PREFIX):
+                node = key.removeprefix(NODE_KEY_PREFIX)
+                return await self._store.get_node(node) != self.state.placements.get(node)
+            moid = key.removeprefix(HOST_KEY_PREFIX)
+            return await self._store.get_host(moid) != self.state.hosts.get(moid)
+        except msgspec.DecodeError:
+            return True
+
     def on_inventory(self, batch: UpdateBatch) -> None:
         """Apply one vCenter batch and queue every key it may have changed."""
         if batch.resync:
             self.state.inventory = Inventory()
+            self.inventory_reads += 1
         affected_vms: set[str] = set()
         hosts: set[str] = set()
         everything = batch.resync
