@@ -6,17 +6,18 @@ trusts the KV, so each must be put right within one resync interval, with no `vm
 move that never happened. A recurring warning becomes one Event whose count rises.
 """
 
-import json
-from typing import Any
-
-import aiohttp
 import msgspec
 
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import TOPOLOGY_BUCKET, VmMoved, node_key
-from tests.e2e.labeller_harness import LabellerParts, eventually, node_object, stream_events
-from tests.platform.kube_double import KubeDouble
+from tests.e2e.labeller_harness import (
+    LabellerParts,
+    eventually,
+    node_events,
+    node_object,
+    stream_events,
+)
 
 NODES = [f"node-{i}" for i in range(1, 5)]
 RESYNC_SECONDS = 1.0
@@ -79,16 +80,6 @@ async def test_a_deleted_nodes_kv_key_is_removed(parts: LabellerParts, bus: Bus)
         assert await store.get_node("node-3") is not None
 
 
-async def node_events(kube: KubeDouble, node: str) -> list[dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {kube.token}"}
-    async with (
-        aiohttp.ClientSession(headers=headers) as http,
-        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
-    ):
-        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
-        return [item for item in items if item["involvedObject"]["name"] == node]
-
-
 async def test_a_recurring_warning_is_one_event_whose_count_rises(parts: LabellerParts) -> None:
     vc, _ = parts.vcenter(vms=2, nodes=["node-1"])
     parts.kube.seed(node_object("ghost"))
@@ -96,6 +87,8 @@ async def test_a_recurring_warning_is_one_event_whose_count_rises(parts: Labelle
         for _ in range(3):
             await a_full_resync_after(replica.labeller)
 
-        [warning] = await node_events(parts.kube, "ghost")
+        [warning] = [
+            e for e in await node_events(parts.kube) if e["involvedObject"]["name"] == "ghost"
+        ]
         assert warning["reason"] == "NodeUnmatched"
         assert warning["count"] >= 4  # the first labelling and at least three resyncs

@@ -2,12 +2,8 @@
 
 import asyncio
 import contextlib
-import json
 import time
 from pathlib import Path
-from typing import Any
-
-import aiohttp
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import (
@@ -24,6 +20,7 @@ from hostaffinity.schema import (
 from tests.e2e.labeller_harness import (
     eventually,
     labeller_config,
+    node_events,
     node_labels,
     node_object,
     relocate,
@@ -44,16 +41,6 @@ HOSTS = ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
 def expected_host(index: int) -> str:
     """vcsim places VM i (from 0) on the i-th host, round-robin."""
     return HOSTS[index % len(HOSTS)]
-
-
-async def node_events(kube: KubeDouble) -> list[dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {kube.token}"}
-    async with (
-        aiohttp.ClientSession(headers=headers) as http,
-        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
-    ):
-        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
-        return items
 
 
 async def test_labels_follow_the_vm_and_are_put_back(
