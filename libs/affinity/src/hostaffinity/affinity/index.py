@@ -36,6 +36,7 @@ from hostaffinity.affinity.interpod import (
 )
 from hostaffinity.affinity.model import Namespace, Node, Pod, Taint
 from hostaffinity.affinity.selectors import IN, Selector
+from hostaffinity.affinity.workloads import WorkloadRef, workload_of
 
 TermKind = Literal["required_affinity", "required_anti", "preferred_affinity", "preferred_anti"]
 TERM_KINDS: Final[tuple[TermKind, ...]] = (
@@ -66,6 +67,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     node: str
     labels: dict[str, str]
     terms: PodTerms
+    workload: WorkloadRef | None = None  # what it is a replica of (exposure reads it)
 
 
 class NodeRecord(msgspec.Struct, frozen=True, gc=False):
@@ -193,6 +195,7 @@ class ClusterIndex:
             node=pod.spec.node_name,
             labels=pod.metadata.labels,
             terms=compile_pod_terms(pod, self.physical_anti_affinity),
+            workload=workload_of(pod),
         )
         self._pods[key] = record
         ns = record.namespace
