@@ -1,0 +1,289 @@
+"""`hostaffinity topology | exposure | what-if maintenance` against the Kubernetes double and a real
+nats-server; the what-if and topology cases take their placements from the node-labeller
+following vcsim, the exposure cases from placements written to the topology KV."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hostaffinity.cli.main import main
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
+from tests.e2e.labeller_harness import (
+    eventually,
+    labeller_config,
+    node_labels,
+    node_object,
+    running,
+    wait_ready,
+)
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import VcsimFactory
+
+ANTI_HOST = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": LABEL_ESXI_HOST}
+        ]
+    }
+}
+ALLOCATABLE = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+
+
+@pytest.fixture
+def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
+    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+class Cli:
+    """Runs `hostaffinity` as main() does, in a thread, so the double and NATS keep serving."""
+
+    def __init__(self, kubeconfig: Path, nats: NatsServer, capsys: pytest.CaptureFixture[str]):
+        self.common = ["--kubeconfig", str(kubeconfig), "--nats", nats.url]
+        self.capsys = capsys
+
+    async def __call__(self, *argv: str) -> tuple[int, str, str]:
+        command = list(argv)
+        position = 3 if command[0] == "what-if" else 1  # options go after the subcommand
+        while position < len(command) and not command[position].startswith("-"):
+            position += 1
+        command[position:position] = self.common
+        self.capsys.readouterr()
+        code = await asyncio.to_thread(_exit_code, command)
+        captured = self.capsys.readouterr()
+        return code, captured.out, captured.err
+
+    async def json(self, *argv: str) -> tuple[int, Any]:
+        code, out, err = await self(*argv, "-o", "json")
+        assert out, err
+        return code, json.loads(out)
+
+
+def _exit_code(argv: Sequence[str]) -> int:
+    try:
+        main(list(argv))
+    except SystemExit as exited:
+        return int(exited.code or 0)
+    raise AssertionError("main() always exits")
+
+
+@pytest.fixture
+def cli(kubeconfig: Path, nats_server: NatsServer, capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(kubeconfig, nats_server, capsys)
+
+
+def deployment_pod(
+    index: int, node: str, affinity: dict[str, Any] | None = None, app: str = "web"
+) -> dict[str, Any]:
+    """Replica `index` of the Deployment `app` (its ReplicaSet `<app>-5d8f7`), bound to `node`."""
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.invalid/app:1",
+                "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+            }
+        ],
+    }
+    if affinity is not None:
+        spec["affinity"] = affinity
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": f"{app}-5d8f7",
+        "uid": f"uid-{app}-5d8f7",
+        "controller": True,
+    }
+    metadata = {
+        "name": f"{app}-5d8f7-{index}",
+        "namespace": "shop",
+        "labels": {"app": app, "pod-template-hash": "5d8f7"},
+        "ownerReferences": [owner],
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def placement(node: str, host: str) -> NodePlacement:
+    return NodePlacement(
+        node=node, vm_moid=f"vm-{node}", bios_uuid="", instance_uuid="", host_moid=f"host-{host}",
+        host_name=f"{host}.example.com", host_label=host, cluster_moid="domain-c7",
+        cluster_name="C0", datacenter="DC0", vcenter="vc", observed_at="2026-11-22T08:00:00Z",
+        version=1,
+    )  # fmt: skip
+
+
+def esxi_host(host: str) -> EsxiHost:
+    return EsxiHost(
+        moid=f"host-{host}", name=f"{host}.example.com", label=host, cluster_moid="domain-c7",
+        cluster_name="C0", datacenter="DC0", connection_state="connected",
+        in_maintenance_mode=False,
+    )  # fmt: skip
+
+
+async def seed_kv_cluster(kube: KubeDouble, bus: Bus, hosts: dict[str, str]) -> None:
+    topology = await bus.topology()
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
+    for node, host in hosts.items():
+        kube.seed(node_object(node, status={"allocatable": ALLOCATABLE}))
+        await topology.put_node(placement(node, host))
+        await topology.put_host(esxi_host(host))
+
+
+async def test_exposure_finds_two_of_three_replicas_on_one_host_then_reports_the_rule(
+    kube_double: KubeDouble, bus: Bus, cli: Cli
+) -> None:
+    await seed_kv_cluster(kube_double, bus, {"n1": "esx-a", "n2": "esx-a", "n3": "esx-b"})
+    for index, node in enumerate(("n1", "n2", "n3")):
+        kube_double.seed(deployment_pod(index, node))
+
+    code, report = await cli.json("exposure")
+    assert code == 0
+    assert report == {
+        "min_replicas": 2,
+        "workloads": [
+            {
+                "kind": "Deployment", "namespace": "shop", "name": "web", "replicas": 3,
+                "hosts": 2, "worst_host": "esx-a", "on_worst_host": 2, "share": 0.6667,
+                "unplaced": 0, "coverage": "none", "drs_rule": False,
+            }
+        ],
+    }  # fmt: skip
+    code, out, err = await cli("exposure", "--fail-on-exposed")
+    assert code == 1
+    assert "2/3 (67%)" in out
+    assert "reading pods ... 3 in" in err  # progress on stderr, never on stdout
+
+    for index in range(3):  # pods are immutable: the Deployment rolls them with the new spec
+        kube_double.delete("v1", "pods", f"web-5d8f7-{index}", "shop")
+    for index, node in enumerate(("n1", "n2", "n3")):
+        kube_double.seed(deployment_pod(index, node, ANTI_HOST))
+    code, report = await cli.json("exposure", "-n", "shop")
+    assert [(w["name"], w["coverage"], w["share"]) for w in report["workloads"]] == [
+        ("web", "required", 0.6667)
+    ]
+    code, report = await cli.json("exposure", "-n", "elsewhere")
+    assert report["workloads"] == []
+
+
+async def test_exposure_marks_a_workload_with_a_drs_rule_of_ours(
+    kube_double: KubeDouble, bus: Bus, cli: Cli
+) -> None:
+    await seed_kv_cluster(kube_double, bus, {"n1": "esx-a", "n2": "esx-a"})
+    for index, node in enumerate(("n1", "n2")):
+        kube_double.seed(deployment_pod(index, node))
+        kube_double.seed(deployment_pod(index, node, app="api"))
+    drs = await bus.js.create_key_value(bucket="hostaffinity-drs")
+    record = {"rule": "hostaffinity-shop-web", "pods": ["shop/web-5d8f7-0", "shop/web-5d8f7-1"]}
+    await drs.put("rule.vc.domain-c7.hostaffinity-shop-web", json.dumps(record).encode())
+    await drs.put("rule.vc.domain-c7.broken", b"{not json")
+
+    code, report = await cli.json("exposure")
+    assert code == 0
+    assert {w["name"]: w["drs_rule"] for w in report["workloads"]} == {"web": True, "api": False}
+
+
+async def test_exposure_groups_by_a_label_set_given_by_flag(
+    kube_double: KubeDouble, bus: Bus, cli: Cli
+) -> None:
+    await seed_kv_cluster(kube_double, bus, {"n1": "esx-a", "n2": "esx-a"})
+    for index, node in enumerate(("n1", "n2")):
+        pod = deployment_pod(index, node)
+        del pod["metadata"]["ownerReferences"]
+        kube_double.seed(pod)
+    assert (await cli.json("exposure"))[1]["workloads"] == []  # bare pods have no owner
+    _, report = await cli.json("exposure", "--label-set", "app")
+    assert [(w["kind"], w["name"]) for w in report["workloads"]] == [("LabelSet", "app=web")]
+
+
+@contextlib.asynccontextmanager
+async def labelled_cluster(
+    vcsim: VcsimFactory, kube: KubeDouble, nats: NatsServer, kubeconfig: Path, hosts: int
+) -> AsyncIterator[None]:
+    """vcsim with one node VM per host (node-1 on H0, ...), the labeller following it, and one
+    replica of a host-anti-affine Deployment on each of the first three nodes."""
+    vc = vcsim(hosts=hosts, vms=hosts)
+    nodes = [f"node-{i}" for i in range(1, hosts + 1)]
+    for name in nodes:
+        kube.seed(node_object(name, status={"allocatable": ALLOCATABLE}))
+    kube.seed(node_object("orphan"))  # no VM: the labeller cannot place it
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
+    for index, node in enumerate(nodes[:3]):
+        kube.seed(deployment_pod(index, node, ANTI_HOST))
+    async with running(labeller_config(vc, nats, kubeconfig)) as labeller:
+        await wait_ready(labeller)
+        await eventually(
+            lambda: all(LABEL_ESXI_HOST in node_labels(kube, n) for n in nodes), "nodes labelled"
+        )
+        yield
+
+
+async def test_what_if_on_three_hosts_reports_the_rule_unsatisfiable(
+    vcsim: VcsimFactory,
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    cli: Cli,
+) -> None:
+    async with labelled_cluster(vcsim, kube_double, nats_server, kubeconfig, hosts=3):
+        code, report = await cli.json("what-if", "maintenance", "DC0_C0_H0")
+        assert code == 1
+        assert report["hosts"] == ["DC0_C0_H0"]
+        assert report["nodes"] == ["node-1"]
+        assert [(m["pod"], m["verdict"]) for m in report["moves"]] == [
+            ("shop/web-5d8f7-0", "unsatisfiable")
+        ]
+        assert report["ok"] is False
+        [rule] = report["unsatisfiable_rules"]
+        assert rule["pod"] == "shop/web-5d8f7-0"
+        assert LABEL_ESXI_HOST in rule["rule"]
+        code, out, _ = await cli("what-if", "maintenance", "DC0_C0_H0")
+        assert code == 1
+        assert "unsatisfiable" in out
+        assert "1 pod(s) would have nowhere to go" in out
+
+        code, topology = await cli.json("topology")
+        assert code == 0
+        [datacenter] = topology["datacenters"]
+        [cluster] = datacenter["clusters"]
+        assert (datacenter["name"], cluster["name"]) == ("DC0", "DC0_C0")
+        assert [(h["name"], [n["name"] for n in h["nodes"]]) for h in cluster["hosts"]] == [
+            ("DC0_C0_H0", ["node-1"]), ("DC0_C0_H1", ["node-2"]), ("DC0_C0_H2", ["node-3"])
+        ]  # fmt: skip
+        assert {h["connection_state"] for h in cluster["hosts"]} == {"connected"}
+        assert [n["pods"] for h in cluster["hosts"] for n in h["nodes"]] == [1, 1, 1]
+        assert [n["name"] for n in topology["unplaced_nodes"]] == ["orphan"]
+        code, out, _ = await cli("topology", "--cluster", "DC0_C0")
+        assert "(no known ESXi host)" not in out
+        assert "DC0_C0_H2" in out
+
+        code, out, err = await cli("what-if", "maintenance", "no-such-host")
+        assert code == 1
+        assert "no ESXi host named no-such-host" in err
+
+
+async def test_what_if_on_four_hosts_the_replica_can_move(
+    vcsim: VcsimFactory,
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    cli: Cli,
+) -> None:
+    async with labelled_cluster(vcsim, kube_double, nats_server, kubeconfig, hosts=4):
+        code, report = await cli.json("what-if", "maintenance", "DC0_C0_H0")
+        assert code == 0
+        assert [(m["pod"], m["verdict"], m["to_node"]) for m in report["moves"]] == [
+            ("shop/web-5d8f7-0", "moves", "node-4")
+        ]
+        assert report["unsatisfiable_rules"] == []
+        code, out, _ = await cli("what-if", "maintenance", "DC0_C0_H0")
+        assert code == 0
+        assert "every pod has somewhere to go" in out
