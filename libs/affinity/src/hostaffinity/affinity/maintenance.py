@@ -5,14 +5,16 @@ nowhere to put them). The plan removes those nodes and their pods from the index
 movers one at a time as kube-scheduler would: the engine's filter in kube-scheduler mode
 (unschedulable, taints, node affinity, inter-pod affinity on every domain, the host domain
 included), then requests against allocatable (resources.insufficient). Each placed mover is
-added to the index, so replicas of one anti-affine set are checked against each other. Nodes are
-tried with the most free CPU at the start first (LeastAllocated's preference, not re-sorted
-between pods). DaemonSet and static pods stay with their node and are not counted.
+added to the index, so replicas of one anti-affine set are checked against each other. Each goes
+to the fitting node with the most free CPU at that moment (LeastAllocated's preference, on CPU
+only), so movers spread as the scheduler would spread them. DaemonSet and static pods stay with
+their node and are not counted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import heapq
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 import msgspec
@@ -28,15 +30,18 @@ from hostaffinity.schema.reports import MaintenanceReport, PodMove, Unsatisfiabl
 _INTER_POD: Final = frozenset({explain.INTER_POD_AFFINITY, explain.HOST_AFFINITY})
 _CPU: Final = "cpu"
 _MAX_RULES_PER_POD: Final = 3
+_FILTERED: Final = "filtered out"
 
 
 class _Capacity:
-    """Allocatable, what the pods on each node request, and how many pods run there."""
+    """Allocatable, what the pods on each node request, how many pods run there, and the nodes
+    by free CPU (a heap with lazy deletion: an entry whose figure changed since is skipped)."""
 
     def __init__(self, allocatable: Mapping[str, Resources]) -> None:
         self.allocatable = allocatable
         self.used: dict[str, Resources] = {}
         self.pods: dict[str, int] = {}
+        self._heap: list[tuple[int, str]] = []
 
     def add(self, node: str, request: Mapping[str, int]) -> None:
         used = self.used.setdefault(node, {})
@@ -49,13 +54,40 @@ class _Capacity:
             request, self.allocatable.get(node, {}), self.used.get(node, {}), self.pods.get(node, 0)
         )
 
-    def roomiest_first(self, nodes: Iterable[str]) -> list[str]:
-        def free_cpu(node: str) -> int:
-            return self.allocatable.get(node, {}).get(_CPU, 0) - self.used.get(node, {}).get(
-                _CPU, 0
-            )
+    def _free_cpu(self, node: str) -> int:
+        return self.allocatable.get(node, {}).get(_CPU, 0) - self.used.get(node, {}).get(_CPU, 0)
 
-        return sorted(nodes, key=lambda node: (-free_cpu(node), node))
+    def rank(self, nodes: Iterable[str]) -> None:
+        """Start ranking these nodes (the ones left after the hosts are gone)."""
+        self._heap = [(-self._free_cpu(node), node) for node in nodes]
+        heapq.heapify(self._heap)
+
+    def take_roomiest(
+        self, fits: Callable[[str], list[str]], request: Mapping[str, int]
+    ) -> tuple[str | None, dict[str, int]]:
+        """The node with the most free CPU that `fits` accepts (empty list: no shortfall), with
+        the request added to it; else None and how many nodes lacked what."""
+        skipped: list[tuple[int, str]] = []
+        shortfalls: dict[str, int] = {}
+        chosen = None
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            node = entry[1]
+            if -entry[0] != self._free_cpu(node):
+                continue  # stale: a fresher entry for this node is in the heap
+            skipped.append(entry)
+            lacking = fits(node)
+            if not lacking:
+                chosen = node
+                skipped.pop()
+                self.add(node, request)
+                heapq.heappush(self._heap, (-self._free_cpu(node), node))
+                break
+            for reason in lacking:
+                shortfalls[reason] = shortfalls.get(reason, 0) + 1
+        for entry in skipped:
+            heapq.heappush(self._heap, entry)
+        return chosen, shortfalls
 
 
 def hosts_nodes(engine: AffinityEngine, hosts: Iterable[str]) -> list[str]:
@@ -89,12 +121,12 @@ def plan_maintenance(
         index.remove_pod(key)
     for node in gone:
         index.remove_node(node)
-    order = capacity.roomiest_first(index.all_nodes())
+    capacity.rank(index.all_nodes())
     moves: list[PodMove] = []
     rules: list[UnsatisfiableRule] = []
     for key in movers:
         pod = pods[key]
-        move, pod_rules = _place(engine, capacity, order, pod, requests.get(key, {}))
+        move, pod_rules = _place(engine, capacity, pod, requests.get(key, {}))
         moves.append(move)
         rules.extend(pod_rules)
     return MaintenanceReport(
@@ -109,7 +141,6 @@ def plan_maintenance(
 def _place(
     engine: AffinityEngine,
     capacity: _Capacity,
-    order: list[str],
     pod: Pod,
     request: Mapping[str, int],
 ) -> tuple[PodMove, list[UnsatisfiableRule]]:
@@ -130,17 +161,15 @@ def _place(
             move, verdict=verdict, reason=result.summary()
         ), unsatisfiable
     feasible = set(result.feasible)
-    shortfalls: dict[str, int] = {}
-    for node in order:
-        if node not in feasible:
-            continue
-        lacking = capacity.lacks(node, request)
-        if not lacking:
-            capacity.add(node, request)
-            engine.index.upsert_pod(_bound(pod, node))
-            return msgspec.structs.replace(move, to_node=node), []
-        for reason in lacking:
-            shortfalls[reason] = shortfalls.get(reason, 0) + 1
+
+    def fits(node: str) -> list[str]:
+        return capacity.lacks(node, request) if node in feasible else [_FILTERED]
+
+    node, shortfalls = capacity.take_roomiest(fits, request)
+    if node is not None:
+        engine.index.upsert_pod(_bound(pod, node))
+        return msgspec.structs.replace(move, to_node=node), []
+    shortfalls.pop(_FILTERED, None)
     counts = ", ".join(f"{count} {reason}" for reason, count in sorted(shortfalls.items()))
     reason = f"0/{len(feasible)} nodes that pass the filters have room: {counts}"
     return msgspec.structs.replace(move, verdict="no-room", reason=reason), []
