@@ -2,9 +2,9 @@
 
 "Warm read": the snapshot (API objects, topology KV, DRS records) is already in memory, as after
 the command's reads; each run then does what the command does after reading: build the engine's
-index, compute the report, render both the table and the JSON. The decode of the raw API JSON
-(the pod list's pages, as the API server sends them) is timed apart, and last the
-scheduler-extender's exposure gauge recount over a built index (what a scrape costs its loop).
+index (exposure, what-if), compute the report, render both the table and the JSON. The decode
+of the raw API JSON (the pod list's pages, as the API server sends them) is timed apart, and
+last the scheduler-extender's exposure gauge recount over a built index (what a scrape costs).
 The cluster comes from bench/cluster.py; every pod gets a ReplicaSet owner (its workload) and
 requests, every node allocatable, every host a record in the KV.
 """
@@ -110,7 +110,7 @@ def main() -> None:
     print(f"decode of the pod list's raw JSON: {decoded} pods in {seconds:.2f} s (not in answers)")
 
     def topology() -> str:
-        result = topology_report(snapshot, build_engine(snapshot, options).index)
+        result = topology_report(snapshot)
         render_topology(result)
         msgspec.json.encode(result)
         return f"{len(result.datacenters[0].clusters)} clusters"
@@ -130,7 +130,7 @@ def main() -> None:
         stuck = sum(m.verdict != "moves" for m in result.moves)
         return f"{len(result.nodes)} nodes, {len(result.moves)} pods to move, {stuck} stuck"
 
-    print("answers from the warm snapshot (index build + report + table + JSON):")
+    print("answers from the warm snapshot (index build where used + report + table + JSON):")
     for label, answer in (
         ("topology", topology),
         ("exposure", exposure),

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,8 +205,19 @@ async def test_exposure_groups_by_a_label_set_given_by_flag(
     assert [(w["kind"], w["name"]) for w in report["workloads"]] == [("LabelSet", "app=web")]
 
 
+LabelledCluster = Callable[[int], contextlib.AbstractAsyncContextManager[None]]
+
+
+@pytest.fixture
+def labelled_cluster(
+    vcsim: VcsimFactory, kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> LabelledCluster:
+    """`async with labelled_cluster(hosts):` see `labelled`."""
+    return functools.partial(labelled, vcsim, kube_double, nats_server, kubeconfig)
+
+
 @contextlib.asynccontextmanager
-async def labelled_cluster(
+async def labelled(
     vcsim: VcsimFactory, kube: KubeDouble, nats: NatsServer, kubeconfig: Path, hosts: int
 ) -> AsyncIterator[None]:
     """vcsim with one node VM per host (node-1 on H0, ...), the labeller following it, and one
@@ -226,30 +238,41 @@ async def labelled_cluster(
         yield
 
 
-async def test_what_if_on_three_hosts_reports_the_rule_unsatisfiable(
-    vcsim: VcsimFactory,
-    kube_double: KubeDouble,
-    nats_server: NatsServer,
-    kubeconfig: Path,
+@pytest.mark.parametrize(
+    ("hosts", "exit_code", "moves", "rules"),
+    [
+        pytest.param(
+            3, 1, [("shop/web-5d8f7-0", "unsatisfiable", "")], 1, id="3-hosts-unsatisfiable"
+        ),
+        pytest.param(4, 0, [("shop/web-5d8f7-0", "moves", "node-4")], 0, id="4-hosts-moves"),
+    ],
+)
+async def test_what_if_maintenance_of_a_host_holding_one_anti_affine_replica(
+    labelled_cluster: LabelledCluster,
     cli: Cli,
+    hosts: int,
+    exit_code: int,
+    moves: list[tuple[str, str, str]],
+    rules: int,
 ) -> None:
-    async with labelled_cluster(vcsim, kube_double, nats_server, kubeconfig, hosts=3):
+    async with labelled_cluster(hosts):
         code, report = await cli.json("what-if", "maintenance", "DC0_C0_H0")
-        assert code == 1
-        assert report["hosts"] == ["DC0_C0_H0"]
-        assert report["nodes"] == ["node-1"]
-        assert [(m["pod"], m["verdict"]) for m in report["moves"]] == [
-            ("shop/web-5d8f7-0", "unsatisfiable")
-        ]
-        assert report["ok"] is False
-        [rule] = report["unsatisfiable_rules"]
-        assert rule["pod"] == "shop/web-5d8f7-0"
-        assert LABEL_ESXI_HOST in rule["rule"]
+        assert code == exit_code
+        assert (report["hosts"], report["nodes"]) == (["DC0_C0_H0"], ["node-1"])
+        assert [(m["pod"], m["verdict"], m["to_node"]) for m in report["moves"]] == moves
+        assert report["ok"] is (exit_code == 0)
+        assert [r["pod"] for r in report["unsatisfiable_rules"]] == ["shop/web-5d8f7-0"] * rules
+        assert all(LABEL_ESXI_HOST in r["rule"] for r in report["unsatisfiable_rules"])
         code, out, _ = await cli("what-if", "maintenance", "DC0_C0_H0")
-        assert code == 1
-        assert "unsatisfiable" in out
-        assert "1 pod(s) would have nowhere to go" in out
+        assert code == exit_code
+        verdict = "1 pod(s) would have nowhere to go" if rules else "every pod has somewhere to go"
+        assert verdict in out
 
+
+async def test_topology_from_the_labellers_placements(
+    labelled_cluster: LabelledCluster, cli: Cli
+) -> None:
+    async with labelled_cluster(3):
         code, topology = await cli.json("topology")
         assert code == 0
         [datacenter] = topology["datacenters"]
@@ -268,22 +291,3 @@ async def test_what_if_on_three_hosts_reports_the_rule_unsatisfiable(
         code, out, err = await cli("what-if", "maintenance", "no-such-host")
         assert code == 1
         assert "no ESXi host named no-such-host" in err
-
-
-async def test_what_if_on_four_hosts_the_replica_can_move(
-    vcsim: VcsimFactory,
-    kube_double: KubeDouble,
-    nats_server: NatsServer,
-    kubeconfig: Path,
-    cli: Cli,
-) -> None:
-    async with labelled_cluster(vcsim, kube_double, nats_server, kubeconfig, hosts=4):
-        code, report = await cli.json("what-if", "maintenance", "DC0_C0_H0")
-        assert code == 0
-        assert [(m["pod"], m["verdict"], m["to_node"]) for m in report["moves"]] == [
-            ("shop/web-5d8f7-0", "moves", "node-4")
-        ]
-        assert report["unsatisfiable_rules"] == []
-        code, out, _ = await cli("what-if", "maintenance", "DC0_C0_H0")
-        assert code == 0
-        assert "every pod has somewhere to go" in out

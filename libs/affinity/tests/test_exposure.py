@@ -116,6 +116,20 @@ PREFER_HOST = preferred(
 OPT_IN = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
 
 
+# (case, how the replicas are built, the coverage reported); two of three share esx-a in each.
+COVERAGE_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("two-of-three-share-a-host", {}, "none"),
+    ("required-host-anti-affinity", {"affinity": ANTI_HOST}, "required"),
+    ("preferred-host-anti-affinity", {"affinity": PREFER_HOST}, "preferred"),
+    ("hostname-term-is-not-host-level", {"affinity": ANTI_HOSTNAME}, "none"),
+    (
+        "hostname-term-read-physically-with-opt-in",
+        {"affinity": ANTI_HOSTNAME, "annotations": OPT_IN},
+        "required",
+    ),
+]
+
+
 def three(nodes: tuple[str, str, str], **kw: Any) -> list[Pod]:
     return [replica(f"web-{i}", n, **kw) for i, n in enumerate(nodes)]
 
@@ -124,30 +138,9 @@ def three(nodes: tuple[str, str, str], **kw: Any) -> list[Pod]:
     ("pods", "expected"),
     [
         pytest.param(three(("n1", "n3", "n4")), [], id="spread-not-exposed"),
-        pytest.param(
-            three(("n1", "n2", "n3")),
-            [("esx-a", 2, 0.6667, "none")],
-            id="two-of-three-share-a-host",
-        ),
-        pytest.param(
-            three(("n1", "n2", "n3"), affinity=ANTI_HOST),
-            [("esx-a", 2, 0.6667, "required")],
-            id="required-host-anti-affinity",
-        ),
-        pytest.param(
-            three(("n1", "n2", "n3"), affinity=PREFER_HOST),
-            [("esx-a", 2, 0.6667, "preferred")],
-            id="preferred-host-anti-affinity",
-        ),
-        pytest.param(
-            three(("n1", "n2", "n3"), affinity=ANTI_HOSTNAME),
-            [("esx-a", 2, 0.6667, "none")],
-            id="hostname-term-is-not-host-level",
-        ),
-        pytest.param(
-            three(("n1", "n2", "n3"), affinity=ANTI_HOSTNAME, annotations=OPT_IN),
-            [("esx-a", 2, 0.6667, "required")],
-            id="hostname-term-read-physically-with-opt-in",
+        *(
+            pytest.param(three(("n1", "n2", "n3"), **kw), [("esx-a", 2, 0.6667, rule)], id=name)
+            for name, kw, rule in COVERAGE_CASES
         ),
         pytest.param(
             [*three(("n1", "n2", "n1")), replica("web-3", "gone")],

@@ -116,6 +116,11 @@ def _discard2(mapping: dict[K, dict[J, set[V]]], key: K, inner: J, item: V) -> N
             del mapping[key]
 
 
+def counts_on_its_node(pod: Pod) -> bool:
+    """Whether kube-scheduler counts the pod on a node: assigned and not finished."""
+    return bool(pod.spec.node_name) and pod.status.phase not in _TERMINAL_PHASES
+
+
 def freeze_gc_after_initial_load() -> None:
     """Collect garbage, then move every live object to the GC's permanent generation.
 
@@ -187,7 +192,7 @@ class ClusterIndex:
         """Add or update a pod; an unassigned or finished pod is dropped from the index."""
         key = pod.key
         self.remove_pod(key)
-        if not pod.spec.node_name or pod.status.phase in _TERMINAL_PHASES:
+        if not counts_on_its_node(pod):
             return
         record = PodRecord(
             key=key,

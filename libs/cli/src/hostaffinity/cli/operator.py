@@ -76,7 +76,7 @@ def _options(args: argparse.Namespace) -> EngineOptions:
 
 
 def _topology(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
-    report = topology_report(snapshot, build_engine(snapshot, _options(args)).index, args.cluster)
+    report = topology_report(snapshot, args.cluster)
     return report, render_topology(report), 0
 
 

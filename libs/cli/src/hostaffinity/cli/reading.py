@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Final, TextIO, TypeVar
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
+from typing import Any, Final, NamedTuple, TextIO, TypeVar
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -34,8 +34,12 @@ from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.informer import Informer, InformerEvent
 from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
+from hostaffinity.schema import EsxiHost, NodePlacement
 
 T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
+S = TypeVar("S", bound=Sized)
 NODES: Final = ResourceRef("", "v1", "nodes")
 PODS: Final = ResourceRef("", "v1", "pods")
 NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
@@ -53,15 +57,15 @@ class Progress:
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream  # None: whatever sys.stderr is when a line is written
 
-    def step(self, what: str) -> Callable[[int], None]:
+    async def counted(self, what: str, reading: Awaitable[S]) -> S:
+        """Await one read, announcing it before and counting what it returned after."""
+        stream = self._stream or sys.stderr
         started = time.perf_counter()
-        print(f"reading {what} ...", end="", file=self._stream or sys.stderr, flush=True)
-
-        def done(count: int) -> None:
-            elapsed = time.perf_counter() - started
-            print(f" {count} in {elapsed:.1f} s", file=self._stream or sys.stderr, flush=True)
-
-        return done
+        print(f"reading {what} ...", end="", file=stream, flush=True)
+        result = await reading
+        elapsed = time.perf_counter() - started
+        print(f" {len(result)} in {elapsed:.1f} s", file=self._stream or sys.stderr, flush=True)
+        return result
 
 
 class _Vmi(msgspec.Struct, frozen=True):
@@ -98,7 +102,7 @@ def _pod_with_requests(raw: bytes) -> tuple[Pod, Resources]:
     return decode_pod(raw), pod_requests(raw)
 
 
-def _node_with_allocatable(raw: bytes) -> tuple[Node, Resources]:
+def _with_allocatable(raw: bytes) -> tuple[Node, Resources]:
     return decode_node(raw), node_allocatable(raw)
 
 
@@ -127,22 +131,18 @@ async def read_api(
     """Nodes, pods, namespaces and KubeVirt VMIs into the snapshot."""
     async with await api_client(settings) as api:
         client = KubeClient(api)
-        done = progress.step("nodes")
-        nodes = await list_objects(client, NODES, _node_with_allocatable)
-        snapshot.nodes = {name: node for name, (node, _) in nodes.items()}
-        snapshot.allocatable = {name: allocatable for name, (_, allocatable) in nodes.items()}
-        done(len(nodes))
-        done = progress.step("namespaces")
-        snapshot.namespaces = await list_objects(client, NAMESPACES, decode_namespace)
-        done(len(snapshot.namespaces))
-        done = progress.step("pods")
-        pods = await list_objects(client, PODS, _pod_with_requests)
-        snapshot.pods = {key: pod for key, (pod, _) in pods.items()}
-        snapshot.requests = {key: requests for key, (_, requests) in pods.items()}
-        done(len(pods))
-        done = progress.step("KubeVirt VMIs")
-        snapshot.vmi_owners = await vmi_owners(client)
-        done(len(snapshot.vmi_owners))
+        nodes = await progress.counted("nodes", list_objects(client, NODES, _with_allocatable))
+        snapshot.nodes, snapshot.allocatable = _split(nodes)
+        snapshot.namespaces = await progress.counted(
+            "namespaces", list_objects(client, NAMESPACES, decode_namespace)
+        )
+        pods = await progress.counted("pods", list_objects(client, PODS, _pod_with_requests))
+        snapshot.pods, snapshot.requests = _split(pods)
+        snapshot.vmi_owners = await progress.counted("KubeVirt VMIs", vmi_owners(client))
+
+
+def _split(pairs: Mapping[str, tuple[A, B]]) -> tuple[dict[str, A], dict[str, B]]:
+    return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
 
 
 def strings_in(value: Any) -> Iterator[str]:
@@ -162,45 +162,54 @@ async def read_bus(settings: NatsSettings, snapshot: ClusterSnapshot, progress: 
     """Placements and hosts from the topology KV; DRS ownership records when the bucket exists."""
     bus = await Bus.connect(settings, name="hostaffinity-cli")
     try:
-        done = progress.step("topology KV")
-        async with (await bus.topology()).watch() as changes:
-            async for change in changes:
-                if isinstance(change, Bootstrapped):
-                    break
-                if isinstance(change, NodeChange) and change.placement is not None:
-                    snapshot.placements[change.node] = change.placement
-                elif isinstance(change, HostChange) and change.host is not None:
-                    snapshot.hosts[change.moid] = change.host
-        done(len(snapshot.placements) + len(snapshot.hosts))
-        done = progress.step("DRS ownership records")
-        mentions, records = await _drs_mentions(bus)
-        snapshot.drs_mentions = mentions
-        done(records)
+        topology = await progress.counted("topology KV", _topology(bus))
+        snapshot.placements, snapshot.hosts = topology
+        records = await progress.counted("DRS ownership records", _drs_records(bus))
+        snapshot.drs_mentions = frozenset().union(*records)
     finally:
         await bus.close()
 
 
-async def _drs_mentions(bus: Bus) -> tuple[frozenset[str], int]:
+class _Topology(NamedTuple):
+    placements: dict[str, NodePlacement]
+    hosts: dict[str, EsxiHost]
+
+    def __len__(self) -> int:  # what the progress line counts: KV entries
+        return len(self.placements) + len(self.hosts)
+
+
+async def _topology(bus: Bus) -> _Topology:
+    topology = _Topology({}, {})
+    async with (await bus.topology()).watch() as changes:
+        async for change in changes:
+            if isinstance(change, Bootstrapped):
+                break
+            if isinstance(change, NodeChange) and change.placement is not None:
+                topology.placements[change.node] = change.placement
+            elif isinstance(change, HostChange) and change.host is not None:
+                topology.hosts[change.moid] = change.host
+    return topology
+
+
+async def _drs_records(bus: Bus) -> list[frozenset[str]]:
+    """The strings of each ownership record (keys `rule.>`); undecodable records skipped."""
     try:
         kv = await bus.js.key_value(DRS_BUCKET)
     except BucketNotFoundError:
-        return frozenset(), 0
-    mentions: set[str] = set()
-    records = 0
+        return []
+    records: list[frozenset[str]] = []
     watcher = await kv.watchall()
     try:
         while (entry := await anext(watcher)) is not None:
             if not entry.key.startswith(DRS_RULE_PREFIX) or entry.operation in (KV_DEL, KV_PURGE):
                 continue
             try:
-                mentions.update(strings_in(msgspec.json.decode(entry.value or b"")))
+                records.append(frozenset(strings_in(msgspec.json.decode(entry.value or b""))))
             except msgspec.DecodeError:
                 print(f"DRS record {entry.key} is not JSON; skipped", file=sys.stderr)
-                continue
-            records += 1
     finally:
         await watcher.stop()  # type: ignore[no-untyped-call]
-    return frozenset(mentions), records
+    return records
 
 
 async def read_snapshot(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.index import counts_on_its_node
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.cli.tables import table
 from hostaffinity.schema import NodePlacement
@@ -28,11 +28,9 @@ def _in_cluster(placement: NodePlacement, cluster: str | None) -> bool:
     return cluster is None or cluster in (placement.cluster_name, placement.cluster_moid)
 
 
-def topology_report(
-    snapshot: ClusterSnapshot, index: ClusterIndex, cluster: str | None = None
-) -> TopologyReport:
+def topology_report(snapshot: ClusterSnapshot, cluster: str | None = None) -> TopologyReport:
     """The tree for every node the API knows (only `cluster`'s, by name or moid, when given)."""
-    pods = Counter(record.node for record in index.pods())
+    pods = Counter(p.spec.node_name for p in snapshot.pods.values() if counts_on_its_node(p))
     tree: dict[str, dict[tuple[str, str], dict[str, list[NodeView]]]] = {}
     unplaced: list[NodeView] = []
     for name in sorted(snapshot.nodes):
