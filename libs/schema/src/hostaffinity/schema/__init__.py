@@ -3,8 +3,12 @@
 Services and outside subscribers import names from here so that they always agree.
 """
 
+from hostaffinity.schema.drs import DRS_NAME_PREFIX, DrsObjectKind, DrsOwnership, DrsRecordState
 from hostaffinity.schema.events import (
     EVENT_TYPES,
+    DrsRuleConflict,
+    DrsRuleDrift,
+    DrsRulesApplied,
     Event,
     ExtenderDecision,
     NodeLabelled,
@@ -22,6 +26,7 @@ from hostaffinity.schema.names import (
     ANNOTATION_VM,
     DLQ_STREAM,
     DLQ_SUBJECT_PREFIX,
+    DRS_BUCKET,
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
     LABEL_DATACENTER,
@@ -31,6 +36,7 @@ from hostaffinity.schema.names import (
     POD_PHYSICAL_ANTI_AFFINITY,
     TOPOLOGY_BUCKET,
     dlq_subject,
+    drs_rule_key,
     event_subject,
     host_key,
     node_key,
@@ -43,6 +49,8 @@ __all__ = [
     "ANNOTATION_VM",
     "DLQ_STREAM",
     "DLQ_SUBJECT_PREFIX",
+    "DRS_BUCKET",
+    "DRS_NAME_PREFIX",
     "EVENTS_STREAM",
     "EVENTS_SUBJECT_PREFIX",
     "EVENT_TYPES",
@@ -54,6 +62,12 @@ __all__ = [
     "SCHEMA_VERSION",
     "TOPOLOGY_BUCKET",
     "DeadLetter",
+    "DrsObjectKind",
+    "DrsOwnership",
+    "DrsRecordState",
+    "DrsRuleConflict",
+    "DrsRuleDrift",
+    "DrsRulesApplied",
     "EsxiHost",
     "Event",
     "ExtenderDecision",
@@ -65,6 +79,7 @@ __all__ = [
     "VmMoved",
     "decode_event",
     "dlq_subject",
+    "drs_rule_key",
     "encode_event",
     "event_id",
     "event_subject",

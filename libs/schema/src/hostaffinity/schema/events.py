@@ -77,7 +77,62 @@ class ExtenderDecision(Event, frozen=True, kw_only=True, tag="extender.decision"
     message: str = ""
 
 
-TopologyEvent = VmMoved | NodePlaced | NodeLabelled | NodeUnmatched | ExtenderDecision
+class DrsRulesApplied(Event, frozen=True, kw_only=True, tag="drs.rules.applied"):
+    """The drs-translator changed one vSphere cluster's DRS rules and groups in one reconfigure.
+
+    The lists hold rule or group names; with `dry_run` nothing was written, this is the plan.
+    """
+
+    vcenter: str
+    cluster_moid: str
+    added: list[str] = []
+    edited: list[str] = []
+    removed: list[str] = []
+    dry_run: bool = False
+
+
+class DrsRuleConflict(Event, frozen=True, kw_only=True, tag="drs.rule.conflict"):
+    """A DRS rule was not sent, or a rule we found is not ours to touch.
+
+    `reason`: `too-few-hosts` (an anti-affinity group larger than the cluster's usable hosts),
+    `together-and-apart` (one VM pair both kept together and apart), `not-translatable` (a term
+    DRS cannot express exactly), `prefix-without-record` (a rule with our prefix that we have no
+    record of: reported, never touched), `refused` (vCenter rejected it; retried with backoff).
+    """
+
+    vcenter: str
+    cluster_moid: str
+    name: str
+    reason: str
+    message: str
+    vms: list[str] = []
+    pods: list[str] = []
+
+
+class DrsRuleDrift(Event, frozen=True, kw_only=True, tag="drs.rule.drift"):
+    """A DRS rule or group of ours was changed or deleted outside hostaffinity, and was repaired.
+
+    `change` is `deleted` or `edited`; `found_vms` is what vCenter held (empty when deleted).
+    """
+
+    vcenter: str
+    cluster_moid: str
+    name: str
+    change: str
+    expected_vms: list[str] = []
+    found_vms: list[str] = []
+
+
+TopologyEvent = (
+    VmMoved
+    | NodePlaced
+    | NodeLabelled
+    | NodeUnmatched
+    | ExtenderDecision
+    | DrsRulesApplied
+    | DrsRuleConflict
+    | DrsRuleDrift
+)
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
     "vm.moved",
@@ -85,6 +140,9 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     "node.labelled",
     "node.unmatched",
     "extender.decision",
+    "drs.rules.applied",
+    "drs.rule.conflict",
+    "drs.rule.drift",
 )
 
 _encoder = msgspec.json.Encoder()

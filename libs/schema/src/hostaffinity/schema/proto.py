@@ -11,7 +11,11 @@ from typing import Any
 
 import msgspec
 
+from hostaffinity.schema.drs import DrsOwnership
 from hostaffinity.schema.events import (
+    DrsRuleConflict,
+    DrsRuleDrift,
+    DrsRulesApplied,
     Event,
     ExtenderDecision,
     NodeLabelled,
@@ -21,6 +25,7 @@ from hostaffinity.schema.events import (
 )
 from hostaffinity.schema.names import (
     DLQ_STREAM,
+    DRS_BUCKET,
     EVENTS_STREAM,
     TOPOLOGY_BUCKET,
     dlq_subject,
@@ -36,8 +41,16 @@ EVENT_MESSAGES: tuple[type[Event], ...] = (
     NodeLabelled,
     NodeUnmatched,
     ExtenderDecision,
+    DrsRulesApplied,
+    DrsRuleConflict,
+    DrsRuleDrift,
 )
-VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (NodePlacement, EsxiHost, DeadLetter)
+VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
+    NodePlacement,
+    EsxiHost,
+    DeadLetter,
+    DrsOwnership,
+)
 # What the `hostaffinity` command prints with `-o json`.
 CLI_REPORTS: tuple[type[msgspec.Struct], ...] = (TopologyReport, ExposureReport, MaintenanceReport)
 
@@ -122,7 +135,10 @@ def _asyncapi() -> dict[str, Any]:
             "description": (
                 "Topology and placement events. The current topology is the JetStream KV bucket "
                 f"{TOPOLOGY_BUCKET}: node.<node-name> holds a NodePlacement, host.<host-moid> "
-                "an EsxiHost (schemas/NodePlacement.json, schemas/EsxiHost.json)."
+                "an EsxiHost (schemas/NodePlacement.json, schemas/EsxiHost.json). The KV "
+                f"bucket {DRS_BUCKET} holds rule.<vcenter>.<cluster-moid>.<name> → a "
+                "DrsOwnership (schemas/DrsOwnership.json) for every DRS rule or group the "
+                "drs-translator created."
             ),
         },
         "channels": channels,
