@@ -21,6 +21,7 @@ from cluster import build_cluster
 from figures import peak_rss_mib, percentile
 
 from hostaffinity.affinity.exposure import exposed_per_namespace
+from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.affinity.model import OwnerReference, Pod
 from hostaffinity.cli.exposure import exposure_report, render_exposure
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
@@ -89,6 +90,7 @@ def main() -> None:
     args = parser.parse_args()
 
     snapshot = build_snapshot(args.scale, args.seed)
+    freeze_gc_after_initial_load()  # as the command does once its reads are done
     hosts = sorted({p.host_label for p in snapshot.placements.values()})
     print(
         f"scale {args.scale}: {len(snapshot.nodes)} nodes, {len(hosts)} ESXi hosts, "

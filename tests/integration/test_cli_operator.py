@@ -12,11 +12,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from hostaffinity.cli.main import main
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
+from hostaffinity.schema import (
+    DRS_BUCKET,
+    LABEL_ESXI_HOST,
+    DrsOwnership,
+    EsxiHost,
+    NodePlacement,
+    drs_rule_key,
+)
 from tests.e2e.labeller_harness import (
     eventually,
     labeller_config,
@@ -182,14 +190,29 @@ async def test_exposure_marks_a_workload_with_a_drs_rule_of_ours(
     for index, node in enumerate(("n1", "n2")):
         kube_double.seed(deployment_pod(index, node))
         kube_double.seed(deployment_pod(index, node, app="api"))
-    drs = await bus.js.create_key_value(bucket="hostaffinity-drs")
-    record = {"rule": "hostaffinity-shop-web", "pods": ["shop/web-5d8f7-0", "shop/web-5d8f7-1"]}
-    await drs.put("rule.vc.domain-c7.hostaffinity-shop-web", json.dumps(record).encode())
-    await drs.put("rule.vc.domain-c7.broken", b"{not json")
+    kube_double.seed(deployment_pod(0, "n1", app="old"))
+    kube_double.seed(deployment_pod(1, "n2", app="old"))
+    drs = await bus.js.key_value(DRS_BUCKET)  # the layout creates it
+    for name, pods, state in (
+        ("web", ["shop/web-5d8f7-0", "shop/web-5d8f7-1"], "applied"),
+        ("old", ["shop/old-5d8f7-0", "shop/old-5d8f7-1"], "removing"),
+    ):
+        record = DrsOwnership(
+            vcenter="vc", cluster_moid="domain-c7", name=f"hostaffinity-{name}",
+            kind="vm-anti-affinity", vms=["vm-n1", "vm-n2"], pods=pods, state=state,
+        )  # fmt: skip
+        await drs.put(drs_rule_key("vc", "domain-c7", record.name), msgspec.json.encode(record))
+    await drs.put(drs_rule_key("vc", "domain-c7", "broken"), b"{not json")
 
     code, report = await cli.json("exposure")
     assert code == 0
-    assert {w["name"]: w["drs_rule"] for w in report["workloads"]} == {"web": True, "api": False}
+    assert {w["name"]: w["drs_rule"] for w in report["workloads"]} == {
+        "web": True,
+        "api": False,
+        "old": False,  # its rule is being removed
+    }
+    _, _, err = await cli("exposure")
+    assert "DRS record rule.vc.domain-c7.broken skipped" in err
 
 
 async def test_exposure_groups_by_a_label_set_given_by_flag(

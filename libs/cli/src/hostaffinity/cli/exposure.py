@@ -11,21 +11,11 @@ from collections.abc import Sequence
 import msgspec
 
 from hostaffinity.affinity.exposure import by_labels, by_owner, exposed_workloads, replica_groups
-from hostaffinity.affinity.index import ClusterIndex, PodRecord
+from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.cli.tables import table
 from hostaffinity.schema.reports import ExposedWorkload, ExposureReport
-
-
-def _has_drs_rule(
-    workload: WorkloadRef, replicas: Sequence[PodRecord], mentions: frozenset[str]
-) -> bool:
-    """An ownership record names the workload (`namespace/name` or kind/namespace/name) or a pod."""
-    if not mentions:
-        return False
-    names = {f"{workload.namespace}/{workload.name}", str(workload)}
-    return not names.isdisjoint(mentions) or any(r.key in mentions for r in replicas)
 
 
 def exposure_report(
@@ -43,7 +33,7 @@ def exposure_report(
     found = [
         msgspec.structs.replace(
             exposed,
-            drs_rule=_has_drs_rule(workload, groups[workload], snapshot.drs_mentions),
+            drs_rule=any(r.key in snapshot.drs_pods for r in groups[workload]),
         )
         for exposed in exposed_workloads(index, groups, min_replicas)
         for workload in [WorkloadRef(exposed.kind, exposed.namespace, exposed.name)]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.cli.exposure import exposure_report, render_exposure
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
 from hostaffinity.cli.reading import Progress, read_snapshot
@@ -112,6 +113,9 @@ def run(
             NatsSettings(servers=[args.nats]),
             Progress(),
         )
+        # The snapshot lives until exit: keep the GC from walking its ~1M objects while the
+        # index is built.
+        freeze_gc_after_initial_load()
         report, text, status = answer(args, snapshot)
         if args.output == "json":
             print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())

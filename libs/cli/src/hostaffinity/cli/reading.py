@@ -1,5 +1,5 @@
 """Reading a ClusterSnapshot: the API through the runtime's informer (paged lists of raw JSON
-into msgspec structs), the topology KV through its watch, the drs-translator's bucket as raw JSON.
+into msgspec structs), the topology KV through its watch, the drs-translator's ownership records.
 
 Progress goes to stderr, one line per source, because a 150,000-pod list takes a while on a real
 API server. Nothing is written anywhere.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sized
+from collections.abc import Awaitable, Callable, Mapping, Sized
 from typing import Any, Final, NamedTuple, TextIO, TypeVar
 
 import msgspec
@@ -34,7 +34,8 @@ from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.informer import Informer, InformerEvent
 from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
-from hostaffinity.schema import EsxiHost, NodePlacement
+from hostaffinity.schema import DRS_BUCKET, DrsOwnership, EsxiHost, NodePlacement
+from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -44,11 +45,7 @@ NODES: Final = ResourceRef("", "v1", "nodes")
 PODS: Final = ResourceRef("", "v1", "pods")
 NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
-# The drs-translator's ownership records (ARCHITECTURE.md "The bus"), keys
-# rule.<vcenter>.<cluster-moid>.<name>. Read as plain JSON: any string in a record that names a
-# pod (`namespace/name`) or a workload ties the rule to it.
-DRS_BUCKET: Final = "hostaffinity-drs"
-DRS_RULE_PREFIX: Final = "rule."
+_DRS_DECODER: Final = msgspec.json.Decoder(DrsOwnership)
 
 
 class Progress:
@@ -145,19 +142,6 @@ def _split(pairs: Mapping[str, tuple[A, B]]) -> tuple[dict[str, A], dict[str, B]
     return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
 
 
-def strings_in(value: Any) -> Iterator[str]:
-    """Every string anywhere in a decoded JSON value (keys included)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield str(key)
-            yield from strings_in(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings_in(item)
-
-
 async def read_bus(settings: NatsSettings, snapshot: ClusterSnapshot, progress: Progress) -> None:
     """Placements and hosts from the topology KV; DRS ownership records when the bucket exists."""
     bus = await Bus.connect(settings, name="hostaffinity-cli")
@@ -165,7 +149,9 @@ async def read_bus(settings: NatsSettings, snapshot: ClusterSnapshot, progress: 
         topology = await progress.counted("topology KV", _topology(bus))
         snapshot.placements, snapshot.hosts = topology
         records = await progress.counted("DRS ownership records", _drs_records(bus))
-        snapshot.drs_mentions = frozenset().union(*records)
+        snapshot.drs_pods = frozenset(
+            pod for record in records if record.state != "removing" for pod in record.pods
+        )
     finally:
         await bus.close()
 
@@ -191,22 +177,25 @@ async def _topology(bus: Bus) -> _Topology:
     return topology
 
 
-async def _drs_records(bus: Bus) -> list[frozenset[str]]:
-    """The strings of each ownership record (keys `rule.>`); undecodable records skipped."""
+async def _drs_records(bus: Bus) -> list[DrsOwnership]:
+    """The drs-translator's ownership records; one that does not decode is reported and skipped."""
     try:
         kv = await bus.js.key_value(DRS_BUCKET)
     except BucketNotFoundError:
         return []
-    records: list[frozenset[str]] = []
+    records: list[DrsOwnership] = []
     watcher = await kv.watchall()
     try:
         while (entry := await anext(watcher)) is not None:
-            if not entry.key.startswith(DRS_RULE_PREFIX) or entry.operation in (KV_DEL, KV_PURGE):
+            if not entry.key.startswith(DRS_RULE_KEY_PREFIX) or entry.operation in (
+                KV_DEL,
+                KV_PURGE,
+            ):
                 continue
             try:
-                records.append(frozenset(strings_in(msgspec.json.decode(entry.value or b""))))
-            except msgspec.DecodeError:
-                print(f"DRS record {entry.key} is not JSON; skipped", file=sys.stderr)
+                records.append(_DRS_DECODER.decode(entry.value or b""))
+            except msgspec.DecodeError as error:
+                print(f"DRS record {entry.key} skipped: {error}", file=sys.stderr)
     finally:
         await watcher.stop()  # type: ignore[no-untyped-call]
     return records

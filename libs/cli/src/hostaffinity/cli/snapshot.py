@@ -24,7 +24,7 @@ class ClusterSnapshot:
 
     `requests` (per pod key) and `allocatable` (per node) are the resource figures the API
     objects carry; `vmi_owners` maps (namespace, VMI name) to the VMI's controller;
-    `drs_mentions` holds every string found in the drs-translator's ownership records.
+    `drs_pods` are the pods (`namespace/name`) the drs-translator's ownership records name.
     """
 
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -35,7 +35,7 @@ class ClusterSnapshot:
     placements: dict[str, NodePlacement] = field(default_factory=dict)
     hosts: dict[str, EsxiHost] = field(default_factory=dict)
     vmi_owners: dict[tuple[str, str], WorkloadRef] = field(default_factory=dict)
-    drs_mentions: frozenset[str] = frozenset()
+    drs_pods: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -67,8 +67,8 @@ class ExposedWorkload(_Report, frozen=True):
 
     `share` is `on_worst_host / replicas`: the fraction one host failure takes. `coverage` is the
     strongest host-level anti-affinity rule its pods carry that selects all of its replicas
-    (the physical reading of hostname terms included). `drs_rule`: an ownership record in the
-    `hostaffinity-drs` bucket names one of its pods or the workload.
+    (the physical reading of hostname terms included). `drs_rule`: a DrsOwnership record in the
+    `hostaffinity-drs` bucket (not being removed) names one of its pods.
     """
 
     kind: str
