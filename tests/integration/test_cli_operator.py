@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import msgspec
 import pytest
 
@@ -44,6 +45,12 @@ ANTI_HOST = {
         ]
     }
 }
+PROTO = Path(__file__).resolve().parents[2] / "proto" / "schemas"
+REPORTS = {
+    "topology": "TopologyReport",
+    "exposure": "ExposureReport",
+    "what-if": "MaintenanceReport",
+}
 ALLOCATABLE = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 
 
@@ -71,9 +78,13 @@ class Cli:
         return code, captured.out, captured.err
 
     async def json(self, *argv: str) -> tuple[int, Any]:
+        """The command's `-o json` document, validated against its JSON Schema in proto/."""
         code, out, err = await self(*argv, "-o", "json")
         assert out, err
-        return code, json.loads(out)
+        document = json.loads(out)
+        schema = json.loads((PROTO / f"{REPORTS[argv[0]]}.json").read_text(encoding="utf-8"))
+        jsonschema.Draft202012Validator(schema).validate(document)
+        return code, document
 
 
 def _exit_code(argv: Sequence[str]) -> int:
