@@ -325,3 +325,47 @@ async def test_topology_from_the_labellers_placements(
         code, out, err = await cli("what-if", "maintenance", "no-such-host")
         assert code == 1
         assert "no ESXi host named no-such-host" in err
+
+
+def launcher_pod(vmi: str, node: str) -> dict[str, Any]:
+    """The virt-launcher pod KubeVirt runs a VMI in: owned by the VMI, labelled with its uid."""
+    pod = deployment_pod(0, node, app="win")
+    pod["metadata"] = {
+        "name": f"virt-launcher-{vmi}-x7k2p",
+        "namespace": "shop",
+        "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": f"uid-{vmi}"},
+        "ownerReferences": [
+            {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": vmi,
+             "uid": f"uid-{vmi}", "controller": True, "blockOwnerDeletion": True}
+        ],
+    }  # fmt: skip
+    return pod
+
+
+async def test_kubevirt_vmis_count_as_replicas_of_their_replica_set_and_move_by_name(
+    kube_double: KubeDouble, bus: Bus, cli: Cli
+) -> None:
+    await seed_kv_cluster(kube_double, bus, {"n1": "esx-a", "n2": "esx-a", "n3": "esx-b"})
+    owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceReplicaSet",
+             "name": "win-pool", "uid": "uid-win-pool", "controller": True}  # fmt: skip
+    for vmi, node in (("win-pool-a1", "n1"), ("win-pool-b2", "n2")):
+        kube_double.seed(
+            {
+                "apiVersion": "kubevirt.io/v1",
+                "kind": "VirtualMachineInstance",
+                "metadata": {"name": vmi, "namespace": "shop", "ownerReferences": [owner]},
+                "spec": {"domain": {"devices": {}}},
+            }
+        )
+        kube_double.seed(launcher_pod(vmi, node))
+
+    _, report = await cli.json("exposure")
+    assert [(w["kind"], w["name"], w["on_worst_host"]) for w in report["workloads"]] == [
+        ("VirtualMachineInstanceReplicaSet", "win-pool", 2)
+    ]
+    code, report = await cli.json("what-if", "maintenance", "esx-a.example.com")  # by full name
+    assert code == 0
+    assert [(m["vmi"], m["to_node"]) for m in report["moves"]] == [
+        ("shop/win-pool-a1", "n3"),
+        ("shop/win-pool-b2", "n3"),
+    ]
