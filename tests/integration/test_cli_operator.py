@@ -369,3 +369,12 @@ async def test_kubevirt_vmis_count_as_replicas_of_their_replica_set_and_move_by_
         ("shop/win-pool-a1", "n3"),
         ("shop/win-pool-b2", "n3"),
     ]
+
+
+async def test_an_unreachable_bus_is_a_clear_error_after_the_timeout(
+    kube_double: KubeDouble, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["topology", "--kubeconfig", str(kubeconfig), "--nats", "nats://127.0.0.1:9"]
+    code = await asyncio.to_thread(_exit_code, [*argv, "--timeout", "1"])
+    assert code == 1
+    assert "could not read the cluster and the topology KV within 1 s" in capsys.readouterr().err

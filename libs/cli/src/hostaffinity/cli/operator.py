@@ -9,6 +9,7 @@ a workload or `what-if maintenance` leaves a pod nowhere to go; 2 for bad argume
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import Callable
 
 import msgspec
@@ -22,6 +23,7 @@ from hostaffinity.cli.topology import render_topology, topology_report
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 
 Answer = tuple[msgspec.Struct, str, int]  # report, its table, exit status
+READ_TIMEOUT_SECONDS = 120.0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +43,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         choices=("fail", "pass"),
         default="fail",
         help="as the services' shared.unknown_placement",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=READ_TIMEOUT_SECONDS,
+        help="give up reading after this many seconds (NATS or the API unreachable)",
     )
 
 
@@ -106,13 +114,20 @@ def run(
     """The async entry point main() runs for a command: read, answer, print, exit status."""
 
     async def command(args: argparse.Namespace) -> int:
-        snapshot = await read_snapshot(
-            KubernetesSettings(
-                kubeconfig=args.kubeconfig, context=args.context, server=args.server
-            ),
-            NatsSettings(servers=[args.nats]),
-            Progress(),
+        kubernetes = KubernetesSettings(
+            kubeconfig=args.kubeconfig, context=args.context, server=args.server
         )
+        try:
+            async with asyncio.timeout(args.timeout):
+                snapshot = await read_snapshot(
+                    kubernetes, NatsSettings(servers=[args.nats]), Progress()
+                )
+        except TimeoutError as error:
+            # The bus and the informer retry for ever, as services should; a command gives up.
+            raise RuntimeError(
+                f"could not read the cluster and the topology KV within {args.timeout:g} s "
+                "(see the warnings above)"
+            ) from error
         # The snapshot lives until exit: keep the GC from walking its ~1M objects while the
         # index is built.
         freeze_gc_after_initial_load()

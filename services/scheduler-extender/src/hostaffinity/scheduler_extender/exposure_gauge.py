@@ -1,8 +1,9 @@
 """`hostaffinity_workloads_exposed{namespace}`: the `hostaffinity exposure` figure, for alerting.
 
 Counted from the cache's index by the affinity library's exposure module, the one the CLI uses.
-A count walks every assigned pod (~0.3 s at 150,000 pods) on the event loop the decisions share,
-so it is refreshed at most every `refresh_seconds` whatever the scrape interval. A namespace
+A count walks every assigned pod (~0.15 s at 150,000 pods, bench/cli_bench.py) on the event
+loop the decisions share, so it is refreshed at most every `refresh_seconds` whatever the scrape
+interval. A namespace
 that had exposed workloads reports 0 once it has none, so an alert on it resolves.
 """
 
