@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,10 @@ async def test_exposure_finds_two_of_three_replicas_on_one_host_then_reports_the
     code, out, err = await cli("exposure", "--fail-on-exposed")
     assert code == 1
     assert "2/3 (67%)" in out
-    assert "reading pods ... 3 in" in err  # progress on stderr, never on stdout
+    # Progress on stderr, never on stdout (other log lines may interleave in one test process).
+    assert "reading pods ..." in err
+    assert re.search(r" 3 in \d+\.\d s", err)
+    assert "reading" not in out
 
     for index in range(3):  # pods are immutable: the Deployment rolls them with the new spec
         kube_double.delete("v1", "pods", f"web-5d8f7-{index}", "shop")
