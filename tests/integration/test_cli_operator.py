@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -89,10 +90,15 @@ class Cli:
 
 
 def _exit_code(argv: Sequence[str]) -> int:
+    """main()'s exit status; the log handler it installs on the captured stderr is removed after,
+    so later tests do not log into a closed stream."""
+    handlers = list(logging.root.handlers)
     try:
         main(list(argv))
     except SystemExit as exited:
         return int(exited.code or 0)
+    finally:
+        logging.root.handlers = handlers
     raise AssertionError("main() always exits")
 
 
