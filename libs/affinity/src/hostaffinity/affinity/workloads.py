@@ -11,6 +11,7 @@ VMI's own owner (a VirtualMachineInstanceReplicaSet) is known only to callers th
 
 from __future__ import annotations
 
+import sys
 from typing import Final
 
 import msgspec
@@ -54,8 +55,9 @@ def workload_of(pod: Pod) -> WorkloadRef | None:
     if ref.kind == REPLICA_SET:
         suffix = "-" + pod.metadata.labels.get(POD_TEMPLATE_HASH, "")
         if len(suffix) > 1 and ref.name.endswith(suffix) and len(ref.name) > len(suffix):
-            return WorkloadRef(DEPLOYMENT, namespace, ref.name[: -len(suffix)])
-    return WorkloadRef(ref.kind, namespace, ref.name)
+            return WorkloadRef(DEPLOYMENT, namespace, sys.intern(ref.name[: -len(suffix)]))
+    # Interned: the index keeps one per pod, and replicas share their owner's strings.
+    return WorkloadRef(sys.intern(ref.kind), namespace, sys.intern(ref.name))
 
 
 def stays_with_node(pod: Pod) -> bool:
