@@ -1,4 +1,5 @@
-"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream."""
+"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream, and the
+operator's `topology`, `exposure` and `what-if maintenance`."""
 
 import argparse
 import asyncio
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit
 import msgspec
 from nats.js.api import DeliverPolicy
 
+from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
@@ -89,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     events.add_argument("--nats", default="nats://127.0.0.1:4222")
     events.add_argument("--all", action="store_true", help="from the start of the stream")
     events.set_defaults(run=follow_events)
+    add_operator_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:

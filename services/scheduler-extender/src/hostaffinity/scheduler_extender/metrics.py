@@ -2,7 +2,8 @@
 
 Recorded through OpenTelemetry; the runtime's Prometheus exporter serves them on /metrics as
 `hostaffinity_extender_request_duration_seconds`, `hostaffinity_extender_decisions_total`,
-`hostaffinity_extender_cache_age_seconds` and `hostaffinity_extender_decision_events_dropped_total`.
+`hostaffinity_extender_cache_age_seconds` and `hostaffinity_extender_decision_events_dropped_total`,
+and `hostaffinity_workloads_exposed{namespace}` (exposure_gauge.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.exposure_gauge import ExposureGauge
 
 # kube-scheduler waits httpTimeout (5 s by default); answers should take well under 10 ms.
 LATENCY_BUCKETS_SECONDS: Final = (
@@ -47,6 +49,12 @@ class ExtenderMetrics:
             unit="s",
             description="Seconds since each cache source last changed",
         )
+        self._exposure = ExposureGauge(cache)
+        meter.create_observable_gauge(
+            "hostaffinity_workloads_exposed",
+            callbacks=[self._exposed],
+            description="Workloads with two or more replicas on one ESXi host, per namespace",
+        )
 
     def answered(self, verb: str, outcome: str, seconds: float) -> None:
         """One request answered."""
@@ -58,3 +66,7 @@ class ExtenderMetrics:
 
     def _ages(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(age, {"source": s}) for s, age in self._cache.ages().items()]
+
+    def _exposed(self, _options: CallbackOptions) -> Iterable[Observation]:
+        counts = self._exposure.counts().items()
+        return [Observation(count, {"namespace": ns}) for ns, count in counts]
