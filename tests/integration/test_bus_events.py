@@ -3,7 +3,9 @@
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -14,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
+from hostaffinity.runtime.deadletters import PARKED_PAYLOAD_LIMIT
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import (
     DLQ_STREAM,
@@ -283,3 +286,61 @@ async def test_client_reconnects_after_server_restart_and_publishes_and_consumes
     messages = [record.getMessage() for record in caplog.records]
     assert "disconnected from NATS; reconnecting" in messages
     assert "reconnected to NATS" in messages
+
+
+NESTED = b'{"type": "node.placed", "id": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+BAD_UTF8 = b'{"type": "node.placed", "id": "\xc3\x28", "node": "n"}'
+OVERSIZE = b'{"type": "node.placed", "id": "' + b"x" * 1_000_000 + b'"}'
+
+
+@pytest.mark.parametrize(
+    "undecodable", [BAD_UTF8, NESTED, OVERSIZE], ids=["invalid-utf8", "nested", "1MB"]
+)
+async def test_undecodable_bytes_are_parked_with_a_copy_that_fits_and_acked(
+    bus: Bus, undecodable: bytes
+) -> None:
+    await bus.js.publish(event_subject("node.placed"), undecodable)
+    good = node_placed("worker-3")
+    await bus.publish_event(good)
+    recorder = Recorder()
+
+    async with consuming(bus, recorder, consumer_settings()):
+        await recorder.wait_for(1)
+
+    assert recorder.events == [good]
+    letter = await dead_letter(bus)
+    assert letter.payload_size == len(undecodable)
+    assert undecodable.startswith(letter.payload)
+    assert len(letter.payload) == min(len(undecodable), PARKED_PAYLOAD_LIMIT)
+    assert letter.reason.startswith("does not decode: ")
+    assert ("payload cut" in letter.reason) == (undecodable is OVERSIZE)
+    info = await bus.js.consumer_info(EVENTS_STREAM, SERVICE)
+    assert (info.ack_floor.stream_seq, info.num_ack_pending) == (2, 0)
+
+
+async def test_cli_events_reports_undecodable_bytes_and_goes_on(
+    bus: Bus, nats_server: NatsServer
+) -> None:
+    for undecodable in (BAD_UTF8, NESTED, OVERSIZE):
+        await bus.js.publish(event_subject("node.placed"), undecodable)
+    good = node_placed("worker-4")
+    await bus.publish_event(good)
+    cli = Path(sys.executable).parent / "hostaffinity"
+    process = await asyncio.create_subprocess_exec(
+        str(cli), "events", "--all", "--nats", nats_server.url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        async with asyncio.timeout(WAIT_SECONDS):
+            line = await process.stdout.readline()
+        assert decode_event(line) == good
+        errors = [await process.stderr.readline() for _ in range(3)]
+    finally:
+        process.terminate()
+        await process.wait()
+    assert all(e.startswith(b"undecodable message on hostaffinity.events.") for e in errors)
+    assert [e.split(b"(")[1].split(b" ")[0] for e in errors] == [
+        str(len(b)).encode() for b in (BAD_UTF8, NESTED, OVERSIZE)
+    ]

@@ -5,6 +5,7 @@ Services and outside subscribers import names from here so that they always agre
 
 from hostaffinity.schema.events import (
     EVENT_TYPES,
+    UNDECODABLE,
     Event,
     ExtenderDecision,
     NodeLabelled,
@@ -53,6 +54,7 @@ __all__ = [
     "POD_PHYSICAL_ANTI_AFFINITY",
     "SCHEMA_VERSION",
     "TOPOLOGY_BUCKET",
+    "UNDECODABLE",
     "DeadLetter",
     "EsxiHost",
     "Event",

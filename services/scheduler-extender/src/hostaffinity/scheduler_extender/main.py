@@ -39,6 +39,8 @@ def build_cache(settings: SchedulerExtenderSettings) -> ExtenderCache:
     return ExtenderCache(
         physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
         fail_unplaced=shared.unknown_placement == "fail",
+        inflight_capacity=settings.extender.inflight_capacity,
+        inflight_max_age_seconds=settings.extender.inflight_max_age_seconds,
     )
 
 
@@ -56,7 +58,6 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
     """Everything started; on exit the HTTP server finishes its requests first, then the feeds,
     the publisher and the connections stop."""
     cache = build_cache(settings)
-    metrics = ExtenderMetrics(cache)
     health = HealthServer(settings.health.host, settings.health.port)
     for source in SOURCES:
         health.add_readiness_check(f"{source} synced", functools.partial(cache.is_synced, source))
@@ -65,6 +66,8 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
         topology = await bus.ensure_layout()
         async with await api_client(settings.kubernetes) as api, asyncio.TaskGroup() as group:
             client = KubeClient(api)
+            feeds = CacheFeeds(client, topology, cache, link=bus.link_epoch)
+            metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
             decisions = DecisionPublisher(
                 bus.publish_event,
                 ratio=settings.extender.decision_sample_ratio,
@@ -72,11 +75,16 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
                 on_drop=metrics.dropped_event,
             )
             tasks = [
-                group.create_task(CacheFeeds(client, topology, cache).run()),
+                group.create_task(feeds.run()),
                 group.create_task(decisions.run()),
             ]
             server = ExtenderServer(
-                cache, Binder(client, settings.extender.bind_timeout_seconds), metrics, decisions
+                cache,
+                Binder(client, settings.extender.bind_timeout_seconds),
+                metrics,
+                decisions,
+                max_body_bytes=settings.extender.max_body_bytes,
+                inflight_wait_seconds=settings.extender.inflight_wait_seconds,
             )
             tls = server_tls(settings.extender.tls_cert_file, settings.extender.tls_key_file)
             await health.start()

@@ -4,13 +4,36 @@ The Go structs carry no json tags, so the JSON keys are the Go field names (`Pod
 `FailedAndUnresolvableNodes`, `PodUID`, ...). Node objects are kept as raw JSON: with
 `nodeCacheCapable: false` kube-scheduler takes the nodes it gets back as they are, so the
 extender returns the very bytes it was sent.
+
+Only what a decision reads is built: a node's name (not its status, images or conditions), and of
+a pod's annotations only the physical opt-in. Anything that does not decode (bad JSON, invalid
+UTF-8 inside a string, nesting too deep, a wrong type) is one `MalformedRequest` with a short
+reason, which the server answers with 400.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgspec
 
-from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.model import ObjectMeta, OwnerReference, Pod, PodSpec, PodStatus
+from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY, UNDECODABLE
+
+# A reason longer than this is cut: the answer goes into kube-scheduler's log and events.
+REASON_LIMIT: Final = 200
+
+
+class MalformedRequest(ValueError):
+    """The body is not a request of the verb's type; the text says why, briefly."""
+
+
+def _malformed(error: Exception) -> MalformedRequest:
+    if isinstance(error, RecursionError):
+        return MalformedRequest("JSON nested too deeply")
+    if isinstance(error, UnicodeDecodeError):
+        return MalformedRequest(f"invalid UTF-8 at byte {error.start} of a string")
+    return MalformedRequest(str(error)[:REASON_LIMIT])
 
 
 class _Wire(msgspec.Struct, rename="pascal"):
@@ -24,10 +47,48 @@ class NodeList(msgspec.Struct):
     items: list[msgspec.Raw] = msgspec.field(default_factory=list)
 
 
+class _OptIn(msgspec.Struct):
+    """Of a pod's annotations, the one the engine reads; the others are skipped unbuilt."""
+
+    physical: str | None = msgspec.field(default=None, name=POD_PHYSICAL_ANTI_AFFINITY)
+
+
+class _PodMeta(msgspec.Struct, rename="camel"):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: _OptIn = msgspec.field(default_factory=_OptIn)
+    owner_references: list[OwnerReference] = msgspec.field(default_factory=list)
+
+
+class _WirePod(msgspec.Struct):
+    metadata: _PodMeta = msgspec.field(default_factory=_PodMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+    def pod(self) -> Pod:
+        meta = self.metadata
+        physical = meta.annotations.physical
+        annotations = {} if physical is None else {POD_PHYSICAL_ANTI_AFFINITY: physical}
+        return Pod(
+            metadata=ObjectMeta(
+                name=meta.name,
+                namespace=meta.namespace,
+                uid=meta.uid,
+                labels=meta.labels,
+                annotations=annotations,
+                owner_references=meta.owner_references,
+            ),
+            spec=self.spec,
+            status=self.status,
+        )
+
+
 class ExtenderArgs(_Wire):
     """The body of a filter or prioritize call: names only when nodeCacheCapable is true."""
 
-    pod: Pod
+    pod: _WirePod
     nodes: NodeList | None = None
     node_names: list[str] | None = None
 
@@ -108,15 +169,20 @@ _encoder = msgspec.json.Encoder()
 
 
 def decode_args(body: bytes) -> tuple[Pod, AskedNodes]:
-    """The pod and candidate nodes of a filter or prioritize body; raises msgspec.DecodeError
-    (or its subclass ValidationError) on a malformed one."""
-    args = _args_decoder.decode(body)
-    return args.pod, asked_nodes(args)
+    """The pod and candidate nodes of a filter or prioritize body; raises MalformedRequest."""
+    try:
+        args = _args_decoder.decode(body)
+        return args.pod.pod(), asked_nodes(args)
+    except UNDECODABLE as error:
+        raise _malformed(error) from error
 
 
 def decode_binding(body: bytes) -> ExtenderBindingArgs:
-    """Decode a bind body; raises msgspec.DecodeError on a malformed one."""
-    return _binding_decoder.decode(body)
+    """Decode a bind body; raises MalformedRequest."""
+    try:
+        return _binding_decoder.decode(body)
+    except UNDECODABLE as error:
+        raise _malformed(error) from error
 
 
 def encode(answer: ExtenderFilterResult | ExtenderBindingResult | list[HostPriority]) -> bytes:

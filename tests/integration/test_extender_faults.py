@@ -1,0 +1,205 @@
+"""scheduler-extender with NATS (and the API) taken away while a VM moves: it may say "not ready"
+and answer `Error`, but never "ready" with a placement older than the move for long.
+
+Real parts: a real nats-server stopped and started on the same port and store, vcsim with a
+RelocateVM_Task, the real node-labeller writing the topology KV, the Kubernetes double.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from hostaffinity.node_labeller.config import NodeLabellerConfig
+from hostaffinity.node_labeller.main import NodeLabellerService
+from hostaffinity.scheduler_extender.main import RunningExtender
+from tests.e2e.labeller_harness import labeller_config, node_object, relocate, running, wait_ready
+from tests.integration.test_extender import extender, filter_args, pod_object
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import VcsimFactory
+
+SAMPLE_SECONDS = 0.1
+STALE_READY_LIMIT_SECONDS = 2.0
+RECOVERY_LIMIT_SECONDS = 30.0
+NODES = ["node1", "node2", "node3"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    ready: bool
+    knows_move: bool | None  # None: the filter answered Error (no decision)
+
+
+class Sampler:
+    """Every 100 ms: /readyz, and whether the filter of p3 (anti-affine to p1 on node1's host)
+    rejects node3, which is true only once the extender knows node3 moved to node1's host."""
+
+    def __init__(self, running_ext: RunningExtender, kube: KubeDouble) -> None:
+        self._ext = running_ext
+        self._kube = kube
+        self.samples: list[Sample] = []
+
+    async def _one(self, http: aiohttp.ClientSession) -> Sample:
+        ready_url = f"http://127.0.0.1:{self._ext.health.port}/readyz"
+        filter_url = f"http://127.0.0.1:{self._ext.server.port}/filter"
+        async with http.get(ready_url) as response:
+            ready = response.status == 200
+        body = filter_args(self._kube, "p3", NODES)
+        async with http.post(filter_url, json=body) as response:
+            answer = await response.json()
+        knows = None if answer["Error"] else "node3" in answer["FailedNodes"]
+        return Sample(time.monotonic(), ready, knows)
+
+    async def run(self) -> None:
+        async with aiohttp.ClientSession() as http:
+            while True:
+                self.samples.append(await self._one(http))
+                await asyncio.sleep(SAMPLE_SECONDS)
+
+    def longest_ready_and_stale(self, since: float) -> float:
+        """The longest run of samples after `since` answering ready with the pre-move view."""
+        longest, start = 0.0, None
+        for sample in self.samples:
+            if sample.at < since:
+                continue
+            if sample.ready and sample.knows_move is False:
+                start = sample.at if start is None else start
+                longest = max(longest, sample.at - start + SAMPLE_SECONDS)
+            else:
+                start = None
+        return longest
+
+
+@contextlib.asynccontextmanager
+async def deployment(config: NodeLabellerConfig) -> AsyncIterator[list[NodeLabellerService]]:
+    """The labeller as a Deployment runs it: a replica that exits (it does when the API is gone
+    longer than its Lease) is started again, 1 s later."""
+    replicas: list[NodeLabellerService] = []
+    first = asyncio.Event()
+
+    async def restart_forever() -> None:
+        while True:
+            replica = NodeLabellerService(config, f"replica-{len(replicas)}")
+            replicas.append(replica)
+            first.set()
+            try:
+                await replica.run()
+            except Exception as error:
+                logging.getLogger(__name__).warning("labeller replica exited: %r", error)
+            await asyncio.sleep(1.0)
+
+    task = asyncio.create_task(restart_forever())
+    await first.wait()
+    try:
+        yield replicas
+    finally:
+        replicas[-1].stopping.set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@contextlib.asynccontextmanager
+async def sampling(sampler: Sampler) -> AsyncIterator[None]:
+    task = asyncio.create_task(sampler.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def until(sampler: Sampler, within: float) -> float:
+    """Seconds until the extender is ready and answers with the move known."""
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        last = sampler.samples[-1] if sampler.samples else None
+        if last is not None and last.ready and last.knows_move:
+            return time.monotonic() - started
+        await asyncio.sleep(SAMPLE_SECONDS)
+    raise AssertionError(f"extender did not learn the move within {within}s of recovery")
+
+
+async def test_a_vm_moved_while_nats_was_down_never_leaves_the_extender_ready_and_stale(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
+) -> None:
+    # vcsim puts VM i on host i mod 2: node1 and node2 on DC0_C0_H0, node3 on DC0_C0_H1.
+    vc = vcsim(hosts=2, vm_names=["node1", "node3", "node2"])
+    kubeconfig = kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+    for name in NODES:
+        kube_double.seed(node_object(name))
+    kube_double.seed(pod_object("p1", "p1", node="node1"))
+    kube_double.seed(pod_object("p3", "p3", avoid="p1"))
+    async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
+        await wait_ready(labeller)
+        async with extender(nats_server, kubeconfig) as running_ext:
+            sampler = Sampler(running_ext, kube_double)
+            async with sampling(sampler):
+                await asyncio.sleep(1.0)
+                assert sampler.samples[-1].ready
+                assert sampler.samples[-1].knows_move is False
+                await nats_server.stop()
+                await asyncio.sleep(1.0)
+                await asyncio.to_thread(relocate, vc.connect(), "node3", "DC0_C0_H0")
+                moved = time.monotonic()
+                await asyncio.sleep(9.0)
+                await nats_server.start()
+                took = await until(sampler, RECOVERY_LIMIT_SECONDS)
+            assert sampler.longest_ready_and_stale(moved) <= STALE_READY_LIMIT_SECONDS, (
+                f"ready with the pre-move placement for "
+                f"{sampler.longest_ready_and_stale(moved):.1f}s; learned the move {took:.1f}s "
+                "after NATS came back"
+            )
+            down = [s for s in sampler.samples if moved + 1.0 < s.at < moved + 8.0]
+            assert down
+            assert not any(s.ready for s in down), "ready while NATS was down"
+            assert all(s.knows_move is None for s in down), "decided while NATS was down"
+
+
+async def test_after_nats_down_10s_and_the_api_down_8s_answers_equal_vcenter_within_30s(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
+) -> None:
+    vc = vcsim(hosts=2, vm_names=["node1", "node3", "node2"])
+    kubeconfig = kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+    for name in NODES:
+        kube_double.seed(node_object(name))
+    kube_double.seed(pod_object("p1", "p1", node="node1"))
+    kube_double.seed(pod_object("p3", "p3", avoid="p1"))
+    api_port = int(kube_double.url.rsplit(":", 1)[1])
+    async with deployment(labeller_config(vc, nats_server, kubeconfig)) as labellers:
+        await wait_ready(labellers[0])
+        async with extender(nats_server, kubeconfig) as running_ext:
+            url = f"http://127.0.0.1:{running_ext.server.port}/filter"
+            body = filter_args(kube_double, "p3", NODES)
+
+            async def answer() -> tuple[list[str], list[str]] | None:
+                async with aiohttp.ClientSession() as http, http.post(url, json=body) as reply:
+                    got = await reply.json()
+                return None if got["Error"] else (got["NodeNames"], sorted(got["FailedNodes"]))
+
+            assert await answer() == (["node3"], ["node1", "node2"])
+            await nats_server.stop()
+            await kube_double.stop()
+            si = vc.connect()
+            # Two moves during the outage: node3 joins node1's host, node2 leaves it.
+            await asyncio.to_thread(relocate, si, "node3", "DC0_C0_H0")
+            await asyncio.to_thread(relocate, si, "node2", "DC0_C0_H1")
+            await asyncio.sleep(8.0)
+            await kube_double.start(port=api_port)
+            await asyncio.sleep(2.0)
+            await nats_server.start()
+            recovered = time.monotonic()
+            truth = (["node2"], ["node1", "node3"])
+            while (latest := await answer()) != truth:
+                assert time.monotonic() - recovered < RECOVERY_LIMIT_SECONDS, latest
+                await asyncio.sleep(SAMPLE_SECONDS)
