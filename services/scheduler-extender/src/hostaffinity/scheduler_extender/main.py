@@ -51,6 +51,7 @@ class RunningExtender:
     cache: ExtenderCache
     server: ExtenderServer
     health: HealthServer
+    feeds: CacheFeeds
 
 
 @contextlib.asynccontextmanager
@@ -90,7 +91,7 @@ async def running_extender(settings: SchedulerExtenderSettings) -> AsyncIterator
             await health.start()
             await server.start(settings.extender.host, settings.extender.port, tls)
             try:
-                yield RunningExtender(cache, server, health)
+                yield RunningExtender(cache, server, health, feeds)
             finally:
                 await server.stop()
                 await health.stop()
