@@ -4,12 +4,15 @@ The order is kube-scheduler's (pkg/scheduler/schedule_one.go and pkg/scheduler/e
 v1.36), not the convenient one:
 
 - One scheduling loop (`ScheduleOne`): a pod is popped, `schedulingCycle` → `SchedulePod`:
-  `findNodesThatFitPod` runs the filter plugins, then `findNodesThatPassExtenders` calls each
-  extender's `Filter` (extender.go: `NodeNames` when `nodeCacheCapable`, the full `NodeList`
-  otherwise; an ignorable extender's error skips it); `prioritizeNodes` adds each extender's
-  `Prioritize` score * weight * (MaxNodeScore / MaxExtenderPriority) to the plugins' scores (an
-  extender's prioritize error is only logged); `selectHost` takes the highest total, ties by
-  reservoir sampling; `assume` puts the pod in the scheduler's own cache on that node.
+  `findNodesThatFitPod` runs the filter plugins over the nodes from a rotating start and stops
+  at `numFeasibleNodesToFind` (every node below 100; else `percentageOfNodesToScore`, by
+  default 50 - nodes/125 percent, at least 5% and 100 nodes: ~500 of 5,000), then
+  `findNodesThatPassExtenders` calls each extender's `Filter` (extender.go: `NodeNames` when
+  `nodeCacheCapable`, the full `NodeList` otherwise; an ignorable extender's error skips it);
+  `prioritizeNodes` adds each extender's `Prioritize` score * weight * (MaxNodeScore /
+  MaxExtenderPriority) to the plugins' scores (an extender's prioritize error is only logged);
+  `selectHost` takes the highest total, ties by reservoir sampling; `assume` puts the pod in the
+  scheduler's own cache on that node.
 - Then `go func() { bindingCycle(...) }()`: the next pod's cycle starts at once. The binding
   cycle (here after a random 0-50 ms, and sometimes never) runs `extendersBinding` (an extender
   with `bindVerb`; an ignorable extender's failed bind is skipped, "Skipping extender in bind")
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import random
 import time
@@ -45,6 +49,9 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod, decode_node, decode_pod
 
 MAX_NODE_SCORE: Final = 100
+MIN_FEASIBLE_NODES_TO_FIND: Final = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: Final = 5
+BASE_PERCENTAGE_OF_NODES_TO_SCORE: Final = 50
 MAX_EXTENDER_PRIORITY: Final = 10
 Json = dict[str, Any]
 
@@ -88,6 +95,16 @@ class ExtenderConfig:
     ignorable: bool = True
 
 
+def feasible_nodes_to_find(all_nodes: int, percentage: int = 0) -> int:
+    """numFeasibleNodesToFind (schedule_one.go): how many feasible nodes end the search."""
+    if all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return all_nodes
+    if percentage <= 0:
+        percentage = BASE_PERCENTAGE_OF_NODES_TO_SCORE - all_nodes // 125
+        percentage = max(percentage, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
 @dataclass(frozen=True)
 class Binding:
     """How binding cycles behave: the delay before the bind, and how often one never ends or
@@ -113,6 +130,7 @@ class KubeScheduler:
         bound: Sequence[Json] = (),
         binding: Binding | None = None,
         rng: random.Random | None = None,
+        percentage_of_nodes_to_score: int = 0,
     ) -> None:
         self._http = http
         self._api = api_url
@@ -120,6 +138,8 @@ class KubeScheduler:
         self._extender = extender
         self._nodes = nodes
         self._names = [node["metadata"]["name"] for node in nodes]
+        self._to_find = feasible_nodes_to_find(len(nodes), percentage_of_nodes_to_score)
+        self._next_start = 0
         self._binding = binding or Binding()
         self._rng = rng or random.Random()
         self._index = ClusterIndex()
@@ -184,7 +204,7 @@ class KubeScheduler:
         model = decode_pod(_dumps(pod))
         own = self._engine.filter(model, self._names, mode=FilterMode.KUBE_SCHEDULER)
         reasons = {node: why.reason for node, why in own.rejected.items()}
-        feasible = own.feasible
+        feasible = self._first_feasible(set(own.feasible))
         if feasible:
             feasible, refused = await self._filter(pod, feasible)
             reasons.update(refused)
@@ -199,6 +219,20 @@ class KubeScheduler:
         cycle = asyncio.create_task(self._binding_cycle(pod, node))
         self._cycles.add(cycle)
         cycle.add_done_callback(self._cycles.discard)
+
+    def _first_feasible(self, feasible: set[str]) -> list[str]:
+        """The first `numFeasibleNodesToFind` feasible nodes from the rotating start index."""
+        names, start = self._names, self._next_start
+        found: list[str] = []
+        processed = 0
+        for name in itertools.chain(names[start:], names[:start]):
+            processed += 1
+            if name in feasible:
+                found.append(name)
+                if len(found) == self._to_find:
+                    break
+        self._next_start = (start + processed) % len(names)
+        return found
 
     def _args(self, pod: Json, names: list[str]) -> Json:
         if self._extender.node_cache_capable:
