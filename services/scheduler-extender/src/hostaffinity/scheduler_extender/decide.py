@@ -170,7 +170,7 @@ def filter_nodes(
         failed.update(dict.fromkeys(set(passed).difference(held), reservation_message(pod, host)))
         passed = held
         cache.reserve(pod, held[0])
-    nodes, names = asked.answer(passed)
+    nodes, names = asked.answer(passed) if concerned else asked.everyone()
     answer = ExtenderFilterResult(
         nodes=nodes,
         node_names=names,

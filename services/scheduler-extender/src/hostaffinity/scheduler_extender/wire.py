@@ -13,6 +13,7 @@ reason, which the server answers with 400.
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 import msgspec
@@ -89,14 +90,16 @@ class ExtenderArgs(_Wire):
     """The body of a filter or prioritize call: names only when nodeCacheCapable is true."""
 
     pod: _WirePod
-    nodes: NodeList | None = None
+    # The NodeList as received (JSON null with nodeCacheCapable): read only as far as a
+    # decision needs, and echoed untouched when every node passes.
+    nodes: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
     node_names: list[str] | None = None
 
 
 class ExtenderFilterResult(_Wire):
     """Nodes that passed (in the form they were asked in) and why the others failed."""
 
-    nodes: NodeList | None = None
+    nodes: NodeList | msgspec.Raw | None = None
     node_names: list[str] | None = None
     failed_nodes: dict[str, str] = msgspec.field(default_factory=dict)
     # Preemption cannot help these; kube-scheduler lets them win over FailedNodes.
@@ -134,33 +137,56 @@ class _NamedNode(msgspec.Struct):
     metadata: _NodeMeta = msgspec.field(default_factory=_NodeMeta)
 
 
-class AskedNodes(msgspec.Struct, frozen=True):
-    """The candidate nodes of a call: their names, and the raw objects when sent in full."""
+class _NamedNodeList(msgspec.Struct):
+    items: list[_NamedNode] = msgspec.field(default_factory=list)
 
-    names: list[str]
-    objects: NodeList | None
+
+_named_nodes = msgspec.json.Decoder(_NamedNodeList | None)
+_node_list = msgspec.json.Decoder(NodeList)
+
+
+class AskedNodes:
+    """The candidate nodes of a call: names (nodeCacheCapable) or the NodeList as received.
+
+    A NodeList's names are read (skipping everything else in the nodes) only when asked for,
+    and its items split only when some node fails: a pass-all answer echoes the bytes as
+    received.
+    """
+
+    def __init__(self, names: list[str] | None, nodes: msgspec.Raw | None = None) -> None:
+        self._names = names
+        self._nodes = nodes
+
+    @functools.cached_property
+    def names(self) -> list[str]:
+        if self._names is not None:
+            return self._names
+        listed = _named_nodes.decode(self._nodes) if self._nodes is not None else None
+        return [item.metadata.name for item in listed.items] if listed is not None else []
+
+    def everyone(self) -> tuple[msgspec.Raw | None, list[str] | None]:
+        """Every asked node, in the form it was asked in."""
+        if self._nodes is None:
+            return None, self.names
+        return self._nodes, None
 
     def answer(self, passed: list[str]) -> tuple[NodeList | None, list[str] | None]:
         """`passed` (a subset of `names`) in the form the nodes were asked in."""
-        if self.objects is None:
+        if self._nodes is None:
             return None, passed
+        listed = _node_list.decode(self._nodes)
         keep = set(passed)
-        pairs = zip(self.objects.items, self.names, strict=True)
-        items = [raw for raw, name in pairs if name in keep]
-        return NodeList(metadata=self.objects.metadata, items=items), None
-
-
-_named_node = msgspec.json.Decoder(_NamedNode)
+        pairs = zip(listed.items, self.names, strict=True)
+        return NodeList(listed.metadata, [raw for raw, name in pairs if name in keep]), None
 
 
 def asked_nodes(args: ExtenderArgs) -> AskedNodes:
     """The candidates from NodeNames (nodeCacheCapable) or from the full NodeList."""
-    if args.node_names is not None:
-        return AskedNodes(args.node_names, None)
-    if args.nodes is None:
-        return AskedNodes([], None)
-    names = [_named_node.decode(raw).metadata.name for raw in args.nodes.items]
-    return AskedNodes(names, args.nodes)
+    if bytes(args.nodes) == b"null":
+        return AskedNodes(args.node_names or [])
+    asked = AskedNodes(None, args.nodes)
+    _ = asked.names  # a malformed NodeList is the request's fault: found here, not later
+    return AskedNodes(args.node_names) if args.node_names is not None else asked
 
 
 _args_decoder = msgspec.json.Decoder(ExtenderArgs)
