@@ -27,9 +27,15 @@ sys.path.insert(0, str(REPO))
 
 from figures import peak_rss_mib, percentile  # noqa: E402
 
-from hostaffinity.node_labeller.config import LeaseSettings, NodeLabellerConfig  # noqa: E402
-from hostaffinity.node_labeller.main import NodeLabellerService  # noqa: E402
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings  # noqa: E402
+from hostaffinity.node_labeller.config import NodeLabellerConfig  # noqa: E402
+from hostaffinity.node_labeller.main import service_spec  # noqa: E402
+from hostaffinity.node_labeller.service import NodeLabelling  # noqa: E402
+from hostaffinity.runtime.config import (  # noqa: E402
+    HealthSettings,
+    KubernetesSettings,
+    LeaseSettings,
+)
+from hostaffinity.runtime.runner import running_service  # noqa: E402
 from tests.e2e.labeller_harness import host_by_name, vm_by_name  # noqa: E402
 from tests.platform.nats import NatsServer  # noqa: E402
 from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim  # noqa: E402
@@ -94,30 +100,30 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
                 lease=LeaseSettings(namespace="kube-system"),
             )
             rss_before = peak_rss_mib()
-            service = NodeLabellerService(config, "bench")
-            task = asyncio.create_task(service.run())
-            started = time.monotonic()
-            while service._standby or not service.ready():  # noqa: ASYNC110 (polls a state)
-                await asyncio.sleep(0.01)
-            print(
-                f"first complete labelling: {time.monotonic() - started:.2f} s "
-                f"({vms} nodes labelled)"
-            )
-            await measure_moves(service, vc, hosts, moves)
-            await asyncio.to_thread(measure_simulator_floor, vc, hosts, vms, max(10, moves // 5))
-            print(
-                f"peak RSS of the labeller process: {peak_rss_mib():.0f} MiB "
-                f"(before the labeller started: {rss_before:.0f} MiB)"
-            )
-            service.stopping.set()
-            await task
+            work = NodeLabelling()
+            async with running_service(service_spec(work), config, identity="bench"):
+                started = time.monotonic()
+                while not work.ready():  # noqa: ASYNC110 (polls a state)
+                    await asyncio.sleep(0.01)
+                print(
+                    f"first complete labelling: {time.monotonic() - started:.2f} s "
+                    f"({vms} nodes labelled)"
+                )
+                await measure_moves(work, vc, hosts, moves)
+                await asyncio.to_thread(
+                    measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
+                )
+                print(
+                    f"peak RSS of the labeller process: {peak_rss_mib():.0f} MiB "
+                    f"(before the labeller started: {rss_before:.0f} MiB)"
+                )
     finally:
         await nats.stop()
         vc.stop()
 
 
-async def measure_moves(service: NodeLabellerService, vc: Vcsim, hosts: int, moves: int) -> None:
-    labeller = service.labeller
+async def measure_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) -> None:
+    labeller = work.labeller
     assert labeller is not None
     si = vc.connect()
     wall_minus_mono = time.time() - time.monotonic()

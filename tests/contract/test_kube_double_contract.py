@@ -17,15 +17,15 @@ import functools
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.platform.kube_double import KubeDouble
+from tests.shared_fixtures import shared_fixture_dir
 
-FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures" / "kube-apiserver"
+FIXTURES = shared_fixture_dir("kube-apiserver")
 TIME_SCALE = 0.2
 MAX_GAP_S = 0.5
 USER_AGENTS = {

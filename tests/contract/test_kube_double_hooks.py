@@ -1,5 +1,5 @@
-"""The double's test hooks that the recordings cannot exercise: held PATCHes, held watch
-events, SA tokens."""
+"""The double's test hooks that the recordings cannot exercise: held PATCHes, object faults
+(held, slow, failing requests), held watch events and SA tokens."""
 
 from __future__ import annotations
 
@@ -66,3 +66,63 @@ async def test_service_account_token_is_forbidden(kube_double: KubeDouble) -> No
         body = await response.json()
     assert response.status == 403
     assert "system:serviceaccount:authz:no-rbac" in body["message"]
+
+
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/held"
+
+
+def _lease() -> dict[str, object]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "held", "namespace": "kube-system"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 2},
+    }
+
+
+async def test_object_fault_holds_every_verb_then_carries_it_out(kube_double: KubeDouble) -> None:
+    kube_double.seed(_lease())
+    fault = kube_double.fault("leases", "held", "kube-system")
+    fault.hold()
+    headers = {"Authorization": f"Bearer {kube_double.token}"}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        sent = asyncio.create_task(session.get(kube_double.url + LEASE_PATH))
+        await asyncio.sleep(0.3)
+        assert not sent.done(), "a held GET waits"
+        assert fault.requests == 1
+        fault.release()
+        response = await asyncio.wait_for(sent, 5)
+        assert response.status == 200
+        # Other objects of the kind are not affected.
+        other = LEASE_PATH.replace("/held", "/other")
+        async with session.get(kube_double.url + other) as missing:
+            assert missing.status == 404
+
+
+async def test_object_fault_answers_500_internal_error_like_the_server(
+    kube_double: KubeDouble,
+) -> None:
+    kube_double.seed(_lease())
+    fault = kube_double.fault("leases", "held", "kube-system")
+    fault.failing = True
+    headers = {"Authorization": f"Bearer {kube_double.token}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.put(kube_double.url + LEASE_PATH, json=_lease()) as response,
+    ):
+        body = await response.json()
+    assert response.status == 500
+    # The shape of metav1.Status from NewInternalError (apimachinery/pkg/api/errors/errors.go);
+    # the recorded watch ERROR in 02-watch-nodes-bookmarks.json has the same kind/reason/code.
+    assert body["kind"] == "Status"
+    assert body["status"] == "Failure"
+    assert body["reason"] == "InternalError"
+    assert body["code"] == 500
+    assert body["message"].startswith("Internal error occurred: ")
+    assert body["details"]["causes"][0]["message"] in body["message"]
+    fault.clear()
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.get(kube_double.url + LEASE_PATH) as healthy,
+    ):
+        assert healthy.status == 200

@@ -5,16 +5,20 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from pyVmomi import vim
 
-from hostaffinity.node_labeller.config import LeaseSettings, NodeLabellerConfig
-from hostaffinity.node_labeller.main import NodeLabellerService
+from hostaffinity.node_labeller.config import NodeLabellerConfig
+from hostaffinity.node_labeller.main import service_spec
+from hostaffinity.node_labeller.service import NodeLabelling
+from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import EVENTS_STREAM, TopologyEvent, decode_event
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
@@ -46,18 +50,33 @@ def node_object(name: str, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {}}, **extra}
 
 
+@dataclass(frozen=True)
+class Replica:
+    """One labeller replica started through the runner, as `main()` starts it."""
+
+    runner: ServiceRunner[NodeLabellerConfig]
+    work: NodeLabelling
+
+    @property
+    def standby(self) -> bool:
+        return not self.runner.working.is_set()
+
+    @property
+    def watcher(self) -> InventoryWatcher | None:
+        return self.work.watcher
+
+    def ready(self) -> bool:
+        return self.work.ready()
+
+
 @contextlib.asynccontextmanager
 async def running(
     config: NodeLabellerConfig, identity: str = "replica-a"
-) -> AsyncIterator[NodeLabellerService]:
+) -> AsyncIterator[Replica]:
     """A replica running until the block ends (then stopped as SIGTERM would)."""
-    service = NodeLabellerService(config, identity)
-    task = asyncio.create_task(service.run())
-    try:
-        yield service
-    finally:
-        service.stopping.set()
-        await asyncio.wait_for(task, 15)
+    work = NodeLabelling()
+    async with running_service(service_spec(work), config, identity=identity) as runner:
+        yield Replica(runner, work)
 
 
 async def eventually(check: Callable[[], bool], what: str, within: float = 15.0) -> None:
@@ -68,8 +87,8 @@ async def eventually(check: Callable[[], bool], what: str, within: float = 15.0)
         await asyncio.sleep(0.02)
 
 
-async def wait_ready(service: NodeLabellerService, within: float = 20.0) -> None:
-    await eventually(lambda: not service._standby and service.ready(), "labeller ready", within)
+async def wait_ready(replica: Replica, within: float = 20.0) -> None:
+    await eventually(lambda: not replica.standby and replica.ready(), "labeller ready", within)
 
 
 def node_labels(kube: KubeDouble, name: str) -> dict[str, str]:

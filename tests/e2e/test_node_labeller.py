@@ -149,10 +149,10 @@ async def test_a_second_replica_takes_over(
         await wait_ready(first)
         async with running(config, "replica-b") as second:
             await asyncio.sleep(5 * config.lease.retry_period_seconds)
-            assert second._standby, "only one replica may lead"
+            assert second.standby, "only one replica may lead"
             await first_replica.aclose()  # replica-a stops; its Lease is given up
             started = time.monotonic()
-            await eventually(lambda: not second._standby, "replica-b leads", within=10)
+            await eventually(lambda: not second.standby, "replica-b leads", within=10)
             assert time.monotonic() - started < config.lease.duration_seconds
             await wait_ready(second)
             relocate(vc.connect(), "node-3", "DC0_C0_H0")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,13 @@ import pytest
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.runner import running_service
+from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderSettings
-from hostaffinity.scheduler_extender.main import RunningExtender, running_extender
+from hostaffinity.scheduler_extender.feeds import CacheFeeds
+from hostaffinity.scheduler_extender.http import ExtenderServer
+from hostaffinity.scheduler_extender.main import service_spec
+from hostaffinity.scheduler_extender.service import Extender
 from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement
 from tests.e2e.labeller_harness import (
     eventually,
@@ -33,6 +39,16 @@ from tests.platform.vcsim import VcsimFactory
 ANTI = "node(s) didn't match pod anti-affinity rules"
 
 
+@dataclass(frozen=True)
+class RunningExtender:
+    """The parts of a started extender the tests look at."""
+
+    cache: ExtenderCache
+    server: ExtenderServer
+    feeds: CacheFeeds
+    health_port: int
+
+
 @pytest.fixture
 def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
     return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
@@ -40,15 +56,16 @@ def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
 
 @contextlib.asynccontextmanager
 async def extender(nats: NatsServer, kubeconfig: Path) -> AsyncIterator[RunningExtender]:
-    """The service as main() wires it, on loopback ports, once /readyz says ready."""
+    """The service as main() starts it, on loopback ports, once /readyz says ready."""
     settings = SchedulerExtenderSettings(
         nats=nats.settings(),
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
         extender=ExtenderSettings(host="127.0.0.1", port=0, decision_sample_ratio=1.0),
     )
-    async with running_extender(settings) as extender:
-        url = f"http://127.0.0.1:{extender.health.port}/readyz"
+    work = Extender()
+    async with running_service(service_spec(work), settings) as runner:
+        url = f"http://127.0.0.1:{runner.health.port}/readyz"
         statuses: list[int] = []
 
         async def ready() -> bool:
@@ -61,7 +78,10 @@ async def extender(nats: NatsServer, kubeconfig: Path) -> AsyncIterator[RunningE
                 break
             await asyncio.sleep(0.02)
         assert statuses[-1] == 200, statuses
-        yield extender
+        assert work.cache is not None
+        assert work.server is not None
+        assert work.feeds is not None
+        yield RunningExtender(work.cache, work.server, work.feeds, runner.health.port)
 
 
 async def call(extender: RunningExtender, verb: str, body: dict[str, Any]) -> Any:

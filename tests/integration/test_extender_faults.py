@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import msgspec
+import yaml
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.node_labeller.main import NodeLabellerService
-from hostaffinity.scheduler_extender.main import RunningExtender
-from tests.e2e.labeller_harness import labeller_config, node_object, relocate, running, wait_ready
-from tests.integration.test_extender import extender, filter_args, pod_object
+from tests.e2e.labeller_harness import (
+    labeller_config,
+    node_object,
+    relocate,
+    running,
+    wait_ready,
+)
+from tests.integration.test_extender import RunningExtender, extender, filter_args, pod_object
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
@@ -49,7 +55,7 @@ class Sampler:
         self.samples: list[Sample] = []
 
     async def _one(self, http: aiohttp.ClientSession) -> Sample:
-        ready_url = f"http://127.0.0.1:{self._ext.health.port}/readyz"
+        ready_url = f"http://127.0.0.1:{self._ext.health_port}/readyz"
         filter_url = f"http://127.0.0.1:{self._ext.server.port}/filter"
         async with http.get(ready_url) as response:
             ready = response.status == 200
@@ -80,32 +86,36 @@ class Sampler:
 
 
 @contextlib.asynccontextmanager
-async def deployment(config: NodeLabellerConfig) -> AsyncIterator[list[NodeLabellerService]]:
-    """The labeller as a Deployment runs it: a replica that exits (it does when the API is gone
-    longer than its Lease) is started again, 1 s later."""
-    replicas: list[NodeLabellerService] = []
-    first = asyncio.Event()
+async def labeller_deployment(config: NodeLabellerConfig, workdir: Path) -> AsyncIterator[None]:
+    """The node-labeller as production runs it: its own process (the console script), started
+    again 1 s after it exits, as a Deployment's kubelet would (it exits when it loses its Lease,
+    which an 8 s API outage makes it do)."""
+    path = workdir / "node-labeller.yaml"
+    path.write_text(yaml.safe_dump(msgspec.to_builtins(config)), encoding="utf-8")
+    program = Path(sys.executable).parent / "hostaffinity-node-labeller"
+    current: list[asyncio.subprocess.Process] = []
 
     async def restart_forever() -> None:
-        while True:
-            replica = NodeLabellerService(config, f"replica-{len(replicas)}")
-            replicas.append(replica)
-            first.set()
-            try:
-                await replica.run()
-            except Exception as error:
-                logging.getLogger(__name__).warning("labeller replica exited: %r", error)
-            await asyncio.sleep(1.0)
+        with (workdir / "node-labeller.log").open("ab") as log:
+            while True:
+                process = await asyncio.create_subprocess_exec(
+                    str(program), "--config", str(path), stdout=log, stderr=log
+                )
+                current[:] = [process]
+                await process.wait()
+                await asyncio.sleep(1.0)
 
     task = asyncio.create_task(restart_forever())
-    await first.wait()
     try:
-        yield replicas
+        yield
     finally:
-        replicas[-1].stopping.set()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        for process in current:
+            if process.returncode is None:
+                process.terminate()
+                await process.wait()
 
 
 @contextlib.asynccontextmanager
@@ -176,30 +186,33 @@ async def test_after_nats_down_10s_and_the_api_down_8s_answers_equal_vcenter_wit
     kube_double.seed(pod_object("p1", "p1", node="node1"))
     kube_double.seed(pod_object("p3", "p3", avoid="p1"))
     api_port = int(kube_double.url.rsplit(":", 1)[1])
-    async with deployment(labeller_config(vc, nats_server, kubeconfig)) as labellers:
-        await wait_ready(labellers[0])
-        async with extender(nats_server, kubeconfig) as running_ext:
-            url = f"http://127.0.0.1:{running_ext.server.port}/filter"
-            body = filter_args(kube_double, "p3", NODES)
+    deployed = labeller_deployment(labeller_config(vc, nats_server, kubeconfig), tmp_path)
+    async with deployed, extender(nats_server, kubeconfig) as running_ext:
+        url = f"http://127.0.0.1:{running_ext.server.port}/filter"
+        body = filter_args(kube_double, "p3", NODES)
 
-            async def answer() -> tuple[list[str], list[str]] | None:
-                async with aiohttp.ClientSession() as http, http.post(url, json=body) as reply:
-                    got = await reply.json()
-                return None if got["Error"] else (got["NodeNames"], sorted(got["FailedNodes"]))
+        async def answer() -> tuple[list[str], list[str]] | None:
+            async with aiohttp.ClientSession() as http, http.post(url, json=body) as reply:
+                got = await reply.json()
+            return None if got["Error"] else (got["NodeNames"], sorted(got["FailedNodes"]))
 
-            assert await answer() == (["node3"], ["node1", "node2"])
-            await nats_server.stop()
-            await kube_double.stop()
-            si = vc.connect()
-            # Two moves during the outage: node3 joins node1's host, node2 leaves it.
-            await asyncio.to_thread(relocate, si, "node3", "DC0_C0_H0")
-            await asyncio.to_thread(relocate, si, "node2", "DC0_C0_H1")
-            await asyncio.sleep(8.0)
-            await kube_double.start(port=api_port)
-            await asyncio.sleep(2.0)
-            await nats_server.start()
-            recovered = time.monotonic()
-            truth = (["node2"], ["node1", "node3"])
-            while (latest := await answer()) != truth:
-                assert time.monotonic() - recovered < RECOVERY_LIMIT_SECONDS, latest
-                await asyncio.sleep(SAMPLE_SECONDS)
+        before = (["node3"], ["node1", "node2"])
+        started = time.monotonic()
+        while (latest := await answer()) != before:  # the labeller's first placements
+            assert time.monotonic() - started < RECOVERY_LIMIT_SECONDS, latest
+            await asyncio.sleep(SAMPLE_SECONDS)
+        await nats_server.stop()
+        await kube_double.stop()
+        si = vc.connect()
+        # Two moves during the outage: node3 joins node1's host, node2 leaves it.
+        await asyncio.to_thread(relocate, si, "node3", "DC0_C0_H0")
+        await asyncio.to_thread(relocate, si, "node2", "DC0_C0_H1")
+        await asyncio.sleep(8.0)
+        await kube_double.start(port=api_port)
+        await asyncio.sleep(2.0)
+        await nats_server.start()
+        recovered = time.monotonic()
+        truth = (["node2"], ["node1", "node3"])
+        while (latest := await answer()) != truth:
+            assert time.monotonic() - recovered < RECOVERY_LIMIT_SECONDS, latest
+            await asyncio.sleep(SAMPLE_SECONDS)

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
+from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.informer import (
     Informer,
     InformerEvent,
@@ -22,7 +23,7 @@ from hostaffinity.runtime.kube import KubeClient, ResourceRef
 from tests.platform.kube_double import KubeDouble
 
 NODES = ResourceRef("", "v1", "nodes")
-FAST = InformerSettings(page_size=2, watch_timeout_s=30, worker_idle_s=0.2)
+FAST = InformerSettings(page_size=2, worker_idle_s=0.2)
 
 
 class NodeMeta(msgspec.Struct):
@@ -57,7 +58,7 @@ async def _eventually(condition: Callable[[], bool], within_s: float = 10.0) -> 
 @pytest.fixture
 async def client(kube_double: KubeDouble) -> AsyncIterator[KubeClient]:
     async with ApiClient(kube_double.configuration()) as api:
-        yield KubeClient(api)
+        yield KubeClient(api, KubernetesSettings(watch_timeout_seconds=30))
 
 
 async def _running(informer: Informer[Any]) -> asyncio.Task[None]:

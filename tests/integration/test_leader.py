@@ -1,16 +1,20 @@
-"""Lease leader election against the Kubernetes API double."""
+"""Lease leader election against the Kubernetes API double, healthy and unhealthy: a leader
+whose renewals hang, fail or crawl steps down within the renew deadline, a rival takes over only
+after the lease duration, and the two never both say they lead."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from hostaffinity.runtime.kube import KubeClient
-from hostaffinity.runtime.leader import LeaderElector, micro_time
+from hostaffinity.runtime.leader import LeaderElector
+from hostaffinity.schema import utc_timestamp
 from tests.platform.kube_double import KubeDouble
 
 LEASE_S = 2.0
@@ -36,14 +40,11 @@ def _candidate(client: KubeClient, identity: str, lost: list[str] | None = None)
 
 
 async def _first_leader(a: LeaderElector, b: LeaderElector) -> tuple[LeaderElector, LeaderElector]:
-    done, _ = await asyncio.wait(
-        {asyncio.create_task(a.wait_until_leader()), asyncio.create_task(b.wait_until_leader())},
-        timeout=5,
-        return_when=asyncio.FIRST_COMPLETED,
-    )
-    assert done, "nobody became leader"
-    for task in done:
+    waits = {asyncio.create_task(a.wait_until_leader()), asyncio.create_task(b.wait_until_leader())}
+    done, _ = await asyncio.wait(waits, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
         task.cancel()
+    assert done, "nobody became leader"
     await asyncio.sleep(3 * 0.2)  # a few more rounds: the other must not also lead
     assert a.is_leader != b.is_leader, "exactly one candidate leads"
     return (a, b) if a.is_leader else (b, a)
@@ -93,7 +94,7 @@ async def test_leader_that_loses_the_lease_is_told(
         )
         assert lease is not None
         lease["spec"]["holderIdentity"] = "usurper"
-        lease["spec"]["renewTime"] = micro_time()
+        lease["spec"]["renewTime"] = utc_timestamp()
         kube_double.write(lease)
         for _ in range(60):
             if not elector.is_leader:
@@ -102,7 +103,92 @@ async def test_leader_that_loses_the_lease_is_told(
         assert lost == ["candidate-a"]
 
 
-def test_micro_time_always_has_six_digits() -> None:
-    from datetime import UTC, datetime
+FAULT_LEASE_S = 3.0
+FAULT_RENEW_S = 1.5
+# Time for the event loop to act on a deadline on a busy machine; well below the gap between the
+# renew deadline and the lease duration, which is what keeps two leaders apart.
+LOOP_SLACK_S = 0.5
 
-    assert micro_time(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05.000000Z"
+
+class LeaderSampler:
+    """Samples both candidates' `is_leader` every 10 ms, as a watchdog would."""
+
+    def __init__(self, a: LeaderElector, b: LeaderElector) -> None:
+        self.both = 0
+        self.first_lead: dict[str, float] = {}
+        self._pair = (a, b)
+        self._task = asyncio.create_task(self._sample())
+
+    async def _sample(self) -> None:
+        while True:
+            leading = [e for e in self._pair if e.is_leader]
+            self.both += len(leading) == 2
+            for elector in leading:
+                self.first_lead.setdefault(elector.identity, time.monotonic())
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+@pytest.mark.parametrize("fault_kind", ["hung", "failing", "slow"])
+async def test_a_leader_whose_api_is_unhealthy_steps_down_before_a_rival_takes_over(
+    kube_double: KubeDouble, client: KubeClient, fault_kind: str
+) -> None:
+    lost_at: dict[str, float] = {}
+
+    def candidate(identity: str) -> LeaderElector:
+        return LeaderElector(
+            client,
+            namespace="kube-system",
+            name="hostaffinity-test",
+            identity=identity,
+            lease_duration_s=FAULT_LEASE_S,
+            renew_deadline_s=FAULT_RENEW_S,
+            retry_period_s=0.2,
+            on_lost=lambda: lost_at.setdefault(identity, time.monotonic()) and None,
+        )
+
+    a, b = candidate("candidate-a"), candidate("candidate-b")
+    a.start()
+    b.start()
+    try:
+        leader, follower = await _first_leader(a, b)
+        sampler = LeaderSampler(a, b)
+        fault = kube_double.fault("leases", "hostaffinity-test", "kube-system")
+        if fault_kind == "hung":
+            fault.hold()
+        elif fault_kind == "failing":
+            fault.failing = True
+        else:
+            fault.delay_s = 1.5 * FAULT_RENEW_S  # every call outlives the renew deadline
+        faulted_at = time.monotonic()
+        await _eventually_true(lambda: leader.identity in lost_at, within=FAULT_LEASE_S)
+        # The last renewal that succeeded was sent before the fault began.
+        assert leader.renewed_at <= faulted_at
+        stepped_down_after = lost_at[leader.identity] - leader.renewed_at
+        assert stepped_down_after <= FAULT_RENEW_S + LOOP_SLACK_S
+        assert stepped_down_after < FAULT_LEASE_S
+        assert not leader.is_leader
+        assert not follower.is_leader, "nobody can take an unreachable Lease"
+
+        await asyncio.sleep(FAULT_LEASE_S + 1.0 - (time.monotonic() - faulted_at))
+        fault.clear()  # the API recovers; the held or slow calls are still carried out
+        await asyncio.wait_for(follower.wait_until_leader(), FAULT_LEASE_S * 3)
+        await asyncio.sleep(0.2)  # a few more samples
+        await sampler.close()
+        assert sampler.first_lead[follower.identity] >= leader.renewed_at + FAULT_LEASE_S
+        assert sampler.both == 0, "the two candidates both said they lead"
+        assert list(lost_at) == [leader.identity]
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def _eventually_true(check: Callable[[], bool], within: float) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)

@@ -10,9 +10,13 @@ import pytest
 
 from hostaffinity.affinity.interpod import apply_label_keys
 from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, decode_pod
+from tests.shared_fixtures import shared_fixture_files
 
-ORACLE = Path("/work/shared/fixtures/kube-scheduler-oracle")
-WITH_KEYS = [p for p in sorted(ORACLE.glob("kso-*.json")) if "LabelKeys" in p.read_text()]
+WITH_KEYS = [
+    p
+    for p in shared_fixture_files("kube-scheduler-oracle", "kso-*.json")
+    if "LabelKeys" in p.read_text()
+]
 
 
 def test_decode_ignores_unknown_fields_and_keeps_null_apart_from_empty() -> None:
@@ -56,6 +60,10 @@ def test_decode_node_and_namespace() -> None:
     assert decode_namespace(b'{"metadata":{"name":"ns","labels":{"x":"y"}}}').metadata.labels == {
         "x": "y"
     }
+
+
+def test_the_oracle_has_its_label_keys_cases() -> None:
+    assert len(WITH_KEYS) == 46
 
 
 @pytest.mark.parametrize("path", WITH_KEYS, ids=[p.stem for p in WITH_KEYS])

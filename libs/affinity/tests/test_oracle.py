@@ -19,11 +19,9 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.explain import fit_error_message
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Node, Pod
+from tests.shared_fixtures import shared_fixture_files
 
-ORACLE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "kube-scheduler-oracle"
-if not ORACLE.is_dir():
-    ORACLE = Path("/work/shared/fixtures/kube-scheduler-oracle")
-CASES = sorted(ORACLE.glob("kso-*.json"))
+CASES = shared_fixture_files("kube-scheduler-oracle", "kso-*.json")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 NOT_HELPFUL = re.compile(r"(\d+) Preemption is not helpful for scheduling")
 

@@ -28,8 +28,9 @@ from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST, ExtenderDecision
+from tests.shared_fixtures import shared_fixture_dir
 
-FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kube-scheduler-extender"
+FIXTURES = shared_fixture_dir("kube-scheduler-extender")
 HOSTS = {"sched-node-1": "esx-a", "sched-node-2": "esx-a", "sched-node-3": "esx-b"}
 # db-0 (app=db) runs on sched-node-1, so on ESXi host esx-a.
 DB_0 = {"metadata": {"name": "db-0", "namespace": "k8sreal-s", "labels": {"app": "db"}},

@@ -16,6 +16,6 @@ Modules: `store` (revisions, history, watch fan-out), `server` (HTTP verbs), `ac
 """
 
 from .double import KubeDouble
-from .server import PatchHold
+from .server import ObjectFault, PatchHold
 
-__all__ = ["KubeDouble", "PatchHold"]
+__all__ = ["KubeDouble", "ObjectFault", "PatchHold"]

@@ -14,7 +14,7 @@ from . import admission, fieldsets
 from .actions import register_service_account
 from .auth import User
 from .resources import RESOURCES, Resource, for_kind, lookup
-from .server import KubeApiServer, PatchHold
+from .server import KubeApiServer, ObjectFault, PatchHold
 from .store import Store, key_of
 
 _SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -165,6 +165,15 @@ class KubeDouble:
             hold = self.server.watch_holds.pop(resource.storage_key, None)
             if hold is not None:
                 hold.release()
+
+    def fault(self, plural: str, name: str, namespace: str | None = None) -> ObjectFault:
+        """The fault hook of one object (every verb on its path); healthy until told otherwise."""
+        resources = _resources_named(plural)
+        key = (resources[0].storage_key, (namespace or "", name))
+        fault = self.server.faults.setdefault(key, ObjectFault())
+        for resource in resources:
+            self.server.faults[(resource.storage_key, (namespace or "", name))] = fault
+        return fault
 
     def service_account_token(self, namespace: str, name: str) -> str:
         """A token for a ServiceAccount with no RBAC permissions (creating the SA if needed)."""

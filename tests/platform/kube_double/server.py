@@ -50,6 +50,49 @@ class PatchHold:
 
 
 @dataclass
+class ObjectFault:
+    """What an unhealthy apiserver does to every request on one object, whatever the verb:
+    hold it until released (etcd stalled), delay it (overloaded), or answer 500 InternalError
+    (etcd unreachable). A held or delayed request is still carried out afterwards, as a real
+    server finishes a request its client has given up on."""
+
+    delay_s: float = 0.0
+    failing: bool = False
+    held: bool = False
+    requests: int = 0
+    _released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def hold(self) -> None:
+        self.held = True
+        self._released.clear()
+
+    def release(self) -> None:
+        self.held = False
+        self._released.set()
+
+    def clear(self) -> None:
+        """Healthy again: no delay, no failure, nothing held."""
+        self.delay_s, self.failing = 0.0, False
+        self.release()
+
+    async def apply(self) -> None:
+        self.requests += 1
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.held:
+            await self._released.wait()
+        if self.failing:
+            # apimachinery/pkg/api/errors/errors.go NewInternalError: message, reason, causes.
+            cause = "etcdserver: request timed out"
+            raise errors.status(
+                500,
+                "InternalError",
+                f"Internal error occurred: {cause}",
+                {"causes": [{"message": cause}]},
+            )
+
+
+@dataclass
 class Request:
     """What the verbs need from one HTTP request."""
 
@@ -122,6 +165,7 @@ class KubeApiServer:
         self.watch_progress = watch_progress
         self.holds: dict[tuple[str, Key], PatchHold] = {}
         self.watch_holds: dict[str, PatchHold] = {}
+        self.faults: dict[tuple[str, Key], ObjectFault] = {}
         self.actions = SubresourceActions(self)
         self._closing = asyncio.Event()
 
@@ -160,6 +204,9 @@ class KubeApiServer:
         if not allowed(user, verb, route.resource.plural):
             raise forbidden(user, verb, route)
         request = Request(route, query, _manager(http, query), user, http)
+        fault = self.faults.get((route.resource.storage_key, _key(route, route.name or "")))
+        if fault is not None and route.name is not None:
+            await fault.apply()
         if route.resource.plural in ("selfsubjectreviews", "selfsubjectaccessreviews"):
             return self._created(await self.actions.review(request, await self._body(http)))
         if route.subresource is not None and route.subresource not in route.resource.subresources:

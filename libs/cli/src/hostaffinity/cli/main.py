@@ -15,11 +15,9 @@ from nats.js.api import DeliverPolicy
 from hostaffinity.cli.seeding import seed_node_vms
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.kube import NODES, KubeClient, api_client
 from hostaffinity.runtime.vcenter import VCenterSettings, connect
 from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
-
-NODES = ResourceRef("", "v1", "nodes")
 
 
 def vcenter_settings(url: str) -> VCenterSettings:

@@ -1,15 +1,19 @@
 """The NATS connection a service holds for its lifetime, and its entry points to JetStream.
 
-The connection never gives up: NATS reconnects without limit and every disconnect and reconnect
-is logged, so a restarted or failed-over server costs a pause, not a service. Credentials, nkey
-seed and TLS come from `NatsSettings` unchanged; the server enforces what they allow.
+The connection never gives up: the first connection is retried with exponential backoff (a
+service may start before NATS), NATS reconnects without limit afterwards, and every disconnect
+and reconnect is logged, so a late, restarted or failed-over server costs a pause, not a
+service. Credentials, nkey seed and TLS come from `NatsSettings` unchanged; the server enforces
+what they allow.
 """
 
+import asyncio
 import logging
 import ssl
 from typing import Final
 
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
@@ -22,6 +26,7 @@ from hostaffinity.schema import EVENT_TYPES, TOPOLOGY_BUCKET, Event, encode_even
 _log = logging.getLogger(__name__)
 
 UNLIMITED_RECONNECTS: Final = -1
+FIRST_CONNECT_ATTEMPTS: Final = 1  # nats-py tries each server this many times more
 
 
 def event_type(event: Event) -> str:
@@ -59,36 +64,26 @@ class Bus:
         reconnect_wait_seconds: int = 2,
         request_timeout_seconds: float = 5.0,
     ) -> "Bus":
-        """Connect as `name` (shown in NATS monitoring) and keep reconnecting for ever."""
-        nc = Client()
-
-        async def disconnected() -> None:
-            if not nc.is_closed:  # close() also reports a disconnect
-                _log.warning("disconnected from NATS; reconnecting")
-
-        async def reconnected() -> None:
-            _log.info("reconnected to NATS")
-
-        async def closed() -> None:
-            _log.info("NATS connection closed")
-
-        async def error(err: Exception) -> None:
-            _log.warning("NATS connection error: %s", err)
-
-        await nc.connect(
-            settings.servers,
-            name=name,
-            max_reconnect_attempts=UNLIMITED_RECONNECTS,
-            reconnect_time_wait=reconnect_wait_seconds,
-            disconnected_cb=disconnected,
-            reconnected_cb=reconnected,
-            closed_cb=closed,
-            error_cb=error,
-            user_credentials=settings.creds_file,
-            nkeys_seed=settings.nkey_seed_file,
-            tls=tls_context(settings),
-        )
-        return cls(nc, nc.jetstream(timeout=request_timeout_seconds), settings)
+        """Connect as `name` (shown in NATS monitoring), retrying until the first connection
+        succeeds, and keep reconnecting for ever after it."""
+        delay = settings.connect_retry_initial_seconds
+        while True:
+            try:
+                nc = await _connect_once(settings, name, reconnect_wait_seconds)
+            except (OSError, TimeoutError, NatsError) as err:
+                _log.warning(
+                    "cannot reach NATS at %s (%s); retrying in %.1f s",
+                    ", ".join(settings.servers),
+                    str(err) or type(err).__name__,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, settings.connect_retry_max_seconds)
+                continue
+            _log.info(
+                "connected to NATS at %s", nc.connected_url.netloc if nc.connected_url else "?"
+            )
+            return cls(nc, nc.jetstream(timeout=request_timeout_seconds), settings)
 
     def link_epoch(self) -> int | None:
         """How many times the connection was re-established; None while it is down. Anything
@@ -100,11 +95,9 @@ class Bus:
     async def ensure_layout(self, layout: BusLayout | None = None) -> TopologyStore:
         """Create or update the streams and the topology bucket; returns the bucket, typed.
 
-        Without a layout, the defaults apply with the events' max age from the settings.
+        Without a layout, the one `NatsSettings` describes applies.
         """
-        if layout is None:
-            layout = BusLayout(events_max_age_seconds=self.settings.events_max_age_seconds)
-        return TopologyStore(await ensure_layout(self.js, layout))
+        return TopologyStore(await ensure_layout(self.js, layout or BusLayout.of(self.settings)))
 
     async def topology(self) -> TopologyStore:
         """The existing topology bucket, for a service that does not own the layout."""
@@ -122,3 +115,40 @@ class Bus:
     async def close(self) -> None:
         """Flush what is buffered and close; consumers should be stopped first."""
         await self.nc.close()
+
+
+async def _connect_once(settings: NatsSettings, name: str, reconnect_wait_seconds: int) -> Client:
+    """One round of first-connection attempts (each server at most twice). With unlimited
+    reconnects nats-py would retry the first connection by itself, at a fixed pace and out of
+    the caller's sight; limited here, it raises `NoServersError`, so the caller's backoff and
+    log lines decide, and reconnecting without limit is switched on once connected."""
+    nc = Client()
+
+    async def disconnected() -> None:
+        if not nc.is_closed:  # close() also reports a disconnect
+            _log.warning("disconnected from NATS; reconnecting")
+
+    async def reconnected() -> None:
+        _log.info("reconnected to NATS")
+
+    async def closed() -> None:
+        _log.info("NATS connection closed")
+
+    async def error(err: Exception) -> None:
+        _log.warning("NATS connection error: %s", err)
+
+    await nc.connect(
+        settings.servers,
+        name=name,
+        max_reconnect_attempts=FIRST_CONNECT_ATTEMPTS,
+        reconnect_time_wait=reconnect_wait_seconds,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        closed_cb=closed,
+        error_cb=error,
+        user_credentials=settings.creds_file,
+        nkeys_seed=settings.nkey_seed_file,
+        tls=tls_context(settings),
+    )
+    nc.options["max_reconnect_attempts"] = UNLIMITED_RECONNECTS
+    return nc

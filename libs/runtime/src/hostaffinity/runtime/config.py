@@ -47,7 +47,21 @@ class NatsSettings(Settings, frozen=True):
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    # The first connection is retried with exponential backoff between these bounds (a service
+    # may start before NATS does); readiness stays false until it succeeds.
+    connect_retry_initial_seconds: float = 0.5
+    connect_retry_max_seconds: float = 10.0
+    # JetStream layout (created or updated by every service at start). Replicas: 3 on a
+    # production cluster of three or more servers, 1 on a single server.
+    stream_replicas: int = 1
+    kv_replicas: int = 1
+    # Publishes of the same event id within this window are stored once.
+    duplicate_window_seconds: float = 120.0
+    # Stream limits; -1 means unlimited (JetStream's convention). The oldest messages go first.
     events_max_age_seconds: float = 7 * 24 * 3600
+    events_max_bytes: int = -1
+    dlq_max_age_seconds: float = 30 * 24 * 3600
+    dlq_max_bytes: int = -1
 
 
 class HealthSettings(Settings, frozen=True):
@@ -66,6 +80,40 @@ class KubernetesSettings(Settings, frozen=True):
     # kubeconfig k3s writes names 127.0.0.1.
     server: str | None = None
     namespace: str = "hostaffinity"
+    # Every call but a watch ends after this long. client-go sets no overall limit of its own and
+    # relies on the API server's (--request-timeout, 60 s); we apply the same bound client-side so
+    # a hung connection cannot hold a caller for ever.
+    request_timeout_seconds: float = 60.0
+    # TCP connect (and TLS handshake) limit, as client-go's dialer (30 s).
+    connect_timeout_seconds: float = 30.0
+    # A watch asks the server to end it after this long (`timeoutSeconds`; client-go's reflector
+    # uses 5 to 10 minutes) and gives up reading when no byte arrived for that long plus the
+    # margin, so a half-open connection is noticed.
+    watch_timeout_seconds: int = 300
+    watch_read_margin_seconds: float = 30.0
+
+
+class LoggingSettings(Settings, frozen=True):
+    """Log lines as text for people or as JSON lines for a log pipeline."""
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class LeaseSettings(Settings, frozen=True):
+    """The Lease that keeps exactly one replica of a service active (client-go's defaults).
+
+    The leader steps down when no renewal succeeded for `renew_deadline_seconds`; a rival takes
+    the Lease over only after `duration_seconds` without a renewal, so the gap between the two is
+    the time the old leader's work has to stop.
+    """
+
+    # Empty: `hostaffinity-<service>`.
+    name: str = ""
+    namespace: str = "hostaffinity"
+    duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
 
 
 class ServiceSettings(Settings, frozen=True):
@@ -75,6 +123,16 @@ class ServiceSettings(Settings, frozen=True):
     nats: NatsSettings = NatsSettings()
     health: HealthSettings = HealthSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
+    logging: LoggingSettings = LoggingSettings()
+    # On SIGTERM the work is cancelled and given this long to finish what it is doing (requests
+    # in flight, a label patch); keep it below the pod's terminationGracePeriodSeconds.
+    drain_seconds: float = 20.0
+
+
+class LeaderElectedSettings(ServiceSettings, frozen=True):
+    """A service of which only the Lease holder works."""
+
+    lease: LeaseSettings = LeaseSettings()
 
 
 S = TypeVar("S", bound=Settings)

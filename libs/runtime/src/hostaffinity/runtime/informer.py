@@ -71,10 +71,10 @@ class InformerEvent(Generic[T]):
 
 @dataclass(frozen=True)
 class InformerSettings:
-    """Paging, watch length and retry pacing; the defaults suit a 150,000-pod cluster."""
+    """Paging and retry pacing; the defaults suit a 150,000-pod cluster. (How long a watch
+    lasts is the client's `KubernetesSettings.watch_timeout_seconds`.)"""
 
     page_size: int = 500
-    watch_timeout_s: int = 300
     # Handlers running at once; events of one object always go to the same one, in order.
     shards: int = 64
     worker_idle_s: float = 5.0
@@ -252,11 +252,9 @@ class Informer(Generic[T]):
             "watch": "true",
             "allowWatchBookmarks": "true",
             "resourceVersion": rv,
-            "timeoutSeconds": str(self.settings.watch_timeout_s),
         }
-        read_timeout = self.settings.watch_timeout_s + 30.0
         try:
-            async with self._client.stream(self._resource.path(), query, read_timeout) as lines:
+            async with self._client.stream(self._resource.path(), query) as lines:
                 async for line in lines:
                     if line.strip():
                         rv = self._on_line(line, rv)

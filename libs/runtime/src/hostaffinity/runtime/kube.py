@@ -9,7 +9,8 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import config as k8s_config
@@ -32,9 +33,20 @@ class ResourceRef:
     namespace: str | None = None
 
     def path(self, name: str | None = None) -> str:
+        """The collection's path, or one object's; names are escaped, so `x?dryRun=All` stays a
+        name and never becomes a query (nor `a/b` a subresource)."""
         root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        scope = f"/namespaces/{self.namespace}" if self.namespace else ""
-        return f"{root}{scope}/{self.plural}" + (f"/{name}" if name else "")
+        scope = f"/namespaces/{_segment(self.namespace)}" if self.namespace else ""
+        return f"{root}{scope}/{self.plural}" + (f"/{_segment(name)}" if name else "")
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+NODES: Final = ResourceRef("", "v1", "nodes")
+PODS: Final = ResourceRef("", "v1", "pods")
+NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 
 
 def api_error(status: int, body: bytes) -> ApiException:
@@ -53,10 +65,19 @@ def _reason(body: bytes) -> str:
 
 
 class KubeClient:
-    """JSON in, JSON out; errors as `ApiException` with the HTTP status."""
+    """JSON in, JSON out; errors as `ApiException` with the HTTP status.
 
-    def __init__(self, api: ApiClient) -> None:
+    Every call has a client-side limit (`KubernetesSettings`): kubernetes_asyncio's default
+    `aiohttp.ClientTimeout()` has none, so a hung API server would hold a caller for ever.
+    """
+
+    def __init__(self, api: ApiClient, settings: KubernetesSettings | None = None) -> None:
         self._api = api
+        self.settings = settings or KubernetesSettings()
+        self._request_timeout = aiohttp.ClientTimeout(
+            total=self.settings.request_timeout_seconds,
+            sock_connect=self.settings.connect_timeout_seconds,
+        )
 
     async def _send(
         self,
@@ -89,7 +110,7 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> bytes:
         """The raw JSON body of a 2xx answer; anything else raises ApiException."""
-        response = await self._send(method, path, query, body, content_type, None)
+        response = await self._send(method, path, query, body, content_type, self._request_timeout)
         async with response:
             data = await response.read()
             if not 200 <= response.status <= 299:
@@ -97,11 +118,18 @@ class KubeClient:
             return data
 
     @asynccontextmanager
-    async def stream(
-        self, path: str, query: dict[str, str], read_timeout_s: float
-    ) -> AsyncIterator[aiohttp.StreamReader]:
-        """An open watch: newline-delimited JSON events until the server ends the stream."""
-        timeout = aiohttp.ClientTimeout(sock_read=read_timeout_s)
+    async def stream(self, path: str, query: dict[str, str]) -> AsyncIterator[aiohttp.StreamReader]:
+        """An open watch: newline-delimited JSON events until the server ends the stream.
+
+        The server is asked to end it after `watch_timeout_seconds`; reading gives up when
+        nothing arrived for that long plus `watch_read_margin_seconds`.
+        """
+        watch_s = self.settings.watch_timeout_seconds
+        query = {"timeoutSeconds": str(watch_s), **query}
+        timeout = aiohttp.ClientTimeout(
+            sock_connect=self.settings.connect_timeout_seconds,
+            sock_read=watch_s + self.settings.watch_read_margin_seconds,
+        )
         response = await self._send("GET", path, query, None, "application/json", timeout)
         async with response:
             if response.status != 200:

@@ -8,10 +8,10 @@ be written is logged and dropped, so reporting a problem never becomes a second 
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.schema import utc_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class EventRecorder:
     ) -> None:
         """Create the Event, or count a repeat on the one already written."""
         key = (about, reason, message)
-        now = _rfc3339(datetime.now(UTC))
+        now = utc_timestamp()
         try:
             previous = self._recorded.get(key)
             if previous is not None:
@@ -114,8 +114,3 @@ class EventRecorder:
 
 def _events(namespace: str) -> ResourceRef:
     return ResourceRef("", "v1", "events", namespace)
-
-
-def _rfc3339(moment: datetime) -> str:
-    """Second precision is all a Time field keeps; six fractional digits also suit MicroTime."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -13,6 +13,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
+from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.schema import (
     DLQ_STREAM,
     DLQ_SUBJECT_PREFIX,
@@ -24,22 +25,41 @@ from hostaffinity.schema import (
 # JetStream's error code for "stream name already in use with a different configuration".
 _STREAM_CONFIG_CONFLICT: Final = 10058
 _DAY: Final = 24 * 3600.0
+_UNLIMITED: Final = -1
 
 
 class BusLayout(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Retention of the streams and the bucket; one record shared by all services."""
+    """Retention and replication of the streams and the bucket; every service asks for the
+    same one, from the shared `nats` settings (`BusLayout.of`)."""
 
     events_max_age_seconds: float = 7 * _DAY
+    events_max_bytes: int = _UNLIMITED
+    dlq_max_age_seconds: float = 30 * _DAY
+    dlq_max_bytes: int = _UNLIMITED
     # Publishes of the same event id within this window are stored once.
     duplicate_window_seconds: float = 120.0
-    dlq_max_age_seconds: float = 30 * _DAY
     # Revisions kept per topology key: enough to see how a placement changed, not an archive.
     topology_history: int = 5
     # 3 on a production cluster, 1 on a single server.
-    replicas: int = 1
+    stream_replicas: int = 1
+    kv_replicas: int = 1
+
+    @classmethod
+    def of(cls, settings: NatsSettings) -> "BusLayout":
+        return cls(
+            events_max_age_seconds=settings.events_max_age_seconds,
+            events_max_bytes=settings.events_max_bytes,
+            dlq_max_age_seconds=settings.dlq_max_age_seconds,
+            dlq_max_bytes=settings.dlq_max_bytes,
+            duplicate_window_seconds=settings.duplicate_window_seconds,
+            stream_replicas=settings.stream_replicas,
+            kv_replicas=settings.kv_replicas,
+        )
 
 
-def _stream(name: str, subject_prefix: str, max_age: float, layout: BusLayout) -> StreamConfig:
+def _stream(
+    name: str, subject_prefix: str, max_age: float, max_bytes: int, layout: BusLayout
+) -> StreamConfig:
     return StreamConfig(
         name=name,
         subjects=[f"{subject_prefix}.>"],
@@ -47,8 +67,9 @@ def _stream(name: str, subject_prefix: str, max_age: float, layout: BusLayout) -
         discard=DiscardPolicy.OLD,
         storage=StorageType.FILE,
         max_age=max_age,
+        max_bytes=max_bytes,
         duplicate_window=layout.duplicate_window_seconds,
-        num_replicas=layout.replicas,
+        num_replicas=layout.stream_replicas,
     )
 
 
@@ -64,7 +85,7 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
 async def _ensure_bucket(js: JetStreamContext, layout: BusLayout) -> KeyValue:
     try:
         return await js.create_key_value(
-            bucket=TOPOLOGY_BUCKET, history=layout.topology_history, replicas=layout.replicas
+            bucket=TOPOLOGY_BUCKET, history=layout.topology_history, replicas=layout.kv_replicas
         )
     except BadRequestError as err:
         if err.err_code != _STREAM_CONFIG_CONFLICT:
@@ -74,7 +95,7 @@ async def _ensure_bucket(js: JetStreamContext, layout: BusLayout) -> KeyValue:
     status = await bucket.status()
     await js.update_stream(
         status.stream_info.config.evolve(
-            max_msgs_per_subject=layout.topology_history, num_replicas=layout.replicas
+            max_msgs_per_subject=layout.topology_history, num_replicas=layout.kv_replicas
         )
     )
     return bucket
@@ -82,10 +103,10 @@ async def _ensure_bucket(js: JetStreamContext, layout: BusLayout) -> KeyValue:
 
 async def ensure_layout(js: JetStreamContext, layout: BusLayout) -> KeyValue:
     """Create or update both streams and the topology bucket; returns the bucket."""
+    events_age, events_bytes = layout.events_max_age_seconds, layout.events_max_bytes
     await _ensure_stream(
-        js, _stream(EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, layout.events_max_age_seconds, layout)
+        js, _stream(EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, events_age, events_bytes, layout)
     )
-    await _ensure_stream(
-        js, _stream(DLQ_STREAM, DLQ_SUBJECT_PREFIX, layout.dlq_max_age_seconds, layout)
-    )
+    dlq_age, dlq_bytes = layout.dlq_max_age_seconds, layout.dlq_max_bytes
+    await _ensure_stream(js, _stream(DLQ_STREAM, DLQ_SUBJECT_PREFIX, dlq_age, dlq_bytes, layout))
     return await _ensure_bucket(js, layout)

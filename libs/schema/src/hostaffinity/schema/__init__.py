@@ -36,6 +36,7 @@ from hostaffinity.schema.names import (
     host_key,
     node_key,
 )
+from hostaffinity.schema.timestamps import utc_timestamp
 from hostaffinity.schema.topology import DeadLetter, EsxiHost, NodePlacement
 from hostaffinity.schema.version import SCHEMA_VERSION
 
@@ -73,4 +74,5 @@ __all__ = [
     "host_key",
     "label_value",
     "node_key",
+    "utc_timestamp",
 ]

@@ -2,21 +2,11 @@
 
 from typing import Literal
 
-from hostaffinity.runtime.config import ServiceSettings, Settings
+from hostaffinity.runtime.config import LeaderElectedSettings
 from hostaffinity.runtime.vcenter import VCenterSettings
 
 
-class LeaseSettings(Settings, frozen=True):
-    """The Lease that keeps exactly one labeller active."""
-
-    name: str = "hostaffinity-node-labeller"
-    namespace: str = "hostaffinity"
-    duration_seconds: float = 15.0
-    renew_deadline_seconds: float = 10.0
-    retry_period_seconds: float = 2.0
-
-
-class NodeLabellerConfig(ServiceSettings, frozen=True, kw_only=True):
+class NodeLabellerConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     """Everything the node-labeller reads; `vcenter` has no defaults for host and credentials."""
 
     vcenter: VCenterSettings
@@ -25,6 +15,5 @@ class NodeLabellerConfig(ServiceSettings, frozen=True, kw_only=True):
     # How to match a node whose providerID and systemUUID name no VM: by VM name, by the guest's
     # hostname, or not at all.
     match_fallback: Literal["vm-name", "guest-hostname", "none"] = "vm-name"
-    lease: LeaseSettings = LeaseSettings()
     # Label patches in flight at once during a full resync (first labelling, re-login).
     patch_concurrency: int = 32

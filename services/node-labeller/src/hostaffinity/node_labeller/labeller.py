@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import metrics
@@ -19,13 +18,12 @@ from hostaffinity.node_labeller.inventory import Inventory
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import NodeActions, Settings, reconcile_node
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NODES, KubeClient
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
 from hostaffinity.runtime.kv import TopologyStore
-from hostaffinity.schema import EsxiHost, Event, NodePlacement, label_value
+from hostaffinity.schema import EsxiHost, Event, NodePlacement, label_value, utc_timestamp
 
 log = logging.getLogger(__name__)
-NODES = ResourceRef("", "v1", "nodes")
 _meter = metrics.get_meter("hostaffinity.node_labeller")
 _patches = _meter.create_counter("node_labeller_label_patches", description="label patches sent")
 _warnings = _meter.create_counter(
@@ -155,7 +153,7 @@ class Labeller:
                     self.state.inventory,
                     self.state.placements.get(name),
                     self.settings,
-                    now=_now(),
+                    now=utc_timestamp(),
                     version=self.state.version + 1,
                 )
                 await self._apply(node, actions)
@@ -233,7 +231,3 @@ class Labeller:
         for moid in set(self.state.hosts) - set(inventory.host_moids()):
             await self._store.delete_host(moid)
             del self.state.hosts[moid]
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,7 +1,5 @@
 """The scheduler-extender's config record: the shared sections plus where and how it serves."""
 
-from typing import Literal
-
 from hostaffinity.runtime.config import ServiceSettings, Settings
 
 
@@ -39,4 +37,3 @@ class SchedulerExtenderSettings(ServiceSettings, frozen=True):
     """Everything the scheduler-extender reads at start."""
 
     extender: ExtenderSettings = ExtenderSettings()
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

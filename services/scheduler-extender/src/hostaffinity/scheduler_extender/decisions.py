@@ -11,11 +11,10 @@ import asyncio
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.scheduler_extender.decide import Verdict
-from hostaffinity.schema import ExtenderDecision, event_id
+from hostaffinity.schema import ExtenderDecision, event_id, utc_timestamp
 
 _log = logging.getLogger(__name__)
 SOURCE = "scheduler-extender"
@@ -28,7 +27,7 @@ def sampled(pod_uid: str, ratio: float) -> bool:
 
 
 def decision_event(verb: str, pod: str, pod_uid: str, verdict: Verdict) -> ExtenderDecision:
-    occurred_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    occurred_at = utc_timestamp()
     return ExtenderDecision(
         id=event_id(_TYPE, verb, pod_uid or pod, verdict.outcome, verdict.node, occurred_at),
         occurred_at=occurred_at,

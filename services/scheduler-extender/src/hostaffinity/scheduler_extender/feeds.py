@@ -22,16 +22,13 @@ import msgspec
 
 from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, decode_pod
 from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PODS: Final = ResourceRef("", "v1", "pods")
-NODES: Final = ResourceRef("", "v1", "nodes")
-NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 RETRY_SECONDS: Final = 2.0
 # How often the NATS connection is looked at; a disconnect is acted on within this.
 LINK_POLL_SECONDS: Final = 0.05

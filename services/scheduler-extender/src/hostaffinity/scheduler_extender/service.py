@@ -1,0 +1,91 @@
+"""The scheduler-extender's work (the runner does the rest): the cache fed from the API and the
+topology KV, the decision publisher, and the HTTP server kube-scheduler calls.
+
+Ready (/readyz) once Pods, Nodes, Namespaces and placements are all loaded; until then filter and
+prioritize answer with an error, which kube-scheduler skips for an `ignorable` extender. When
+cancelled (SIGTERM) the server stops taking requests and lets the ones in flight finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+
+from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.scheduler_extender.binder import Binder
+from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
+from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
+from hostaffinity.scheduler_extender.decisions import DecisionPublisher
+from hostaffinity.scheduler_extender.feeds import CacheFeeds
+from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
+from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
+
+_log = logging.getLogger(__name__)
+SYNC_POLL_SECONDS = 0.5
+
+
+def build_cache(settings: SchedulerExtenderSettings) -> ExtenderCache:
+    shared = settings.shared
+    return ExtenderCache(
+        physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
+        fail_unplaced=shared.unknown_placement == "fail",
+        inflight_capacity=settings.extender.inflight_capacity,
+        inflight_max_age_seconds=settings.extender.inflight_max_age_seconds,
+    )
+
+
+class Extender:
+    """Serves kube-scheduler until cancelled; the cache and server stay visible for tests."""
+
+    def __init__(self) -> None:
+        self.cache: ExtenderCache | None = None
+        self.server: ExtenderServer | None = None
+        self.feeds: CacheFeeds | None = None
+        self.serving = asyncio.Event()
+
+    async def __call__(self, ctx: ServiceContext[SchedulerExtenderSettings]) -> None:
+        settings = ctx.config.extender
+        cache = self.cache = build_cache(ctx.config)
+        for source in SOURCES:
+            ctx.add_readiness(f"{source} synced", functools.partial(cache.is_synced, source))
+        topology = await ctx.bus.ensure_layout()
+        feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)
+        metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
+        decisions = DecisionPublisher(
+            ctx.bus.publish_event,
+            ratio=settings.decision_sample_ratio,
+            capacity=settings.decision_queue_size,
+            on_drop=metrics.dropped_event,
+        )
+        ctx.start(feeds.run(), name="cache-feeds")
+        ctx.start(decisions.run(), name="decision-publisher")
+        ctx.start(_freeze_gc_once_synced(cache), name="gc-freeze")
+        binder = Binder(ctx.kube, settings.bind_timeout_seconds)
+        server = self.server = ExtenderServer(
+            cache,
+            binder,
+            metrics,
+            decisions,
+            max_body_bytes=settings.max_body_bytes,
+            inflight_wait_seconds=settings.inflight_wait_seconds,
+        )
+        await server.start(
+            settings.host, settings.port, server_tls(settings.tls_cert_file, settings.tls_key_file)
+        )
+        _log.info("scheduler-extender listening on port %d", server.port)
+        self.serving.set()
+        try:
+            await asyncio.Event().wait()  # serve until cancelled
+        finally:
+            _log.info("stopping: finishing requests in flight")
+            await server.stop()
+
+
+async def _freeze_gc_once_synced(cache: ExtenderCache) -> None:
+    """After the first full lists, spare the big long-lived cache from full GC passes."""
+    while not all(cache.is_synced(source) for source in SOURCES):  # noqa: ASYNC110
+        await asyncio.sleep(SYNC_POLL_SECONDS)
+    freeze_gc_after_initial_load()
+    _log.info("cache synced; garbage collector frozen over the initial state")

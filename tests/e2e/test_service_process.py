@@ -1,0 +1,131 @@
+"""Services as their console scripts run them: ready through the runner, JSON log lines, a
+SIGTERM that drains and exits 0 (the scheduler-extender), and a lost Lease that ends the
+node-labeller's process with status 1 before a rival may take over."""
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from hostaffinity.schema import utc_timestamp
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer, free_port
+from tests.platform.vcsim import VcsimFactory
+
+SCRIPTS = Path(sys.executable).parent
+LEASE_S = 3.0
+RENEW_S = 1.5
+
+
+async def _ready(port: int) -> bool:
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/readyz") as response,
+        ):
+            return response.status == 200
+    except aiohttp.ClientConnectionError:
+        return False
+
+
+async def test_sigterm_drains_and_exits_0_with_json_logs(
+    nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
+) -> None:
+    health_port = free_port()
+    environment = os.environ | {
+        "HOSTAFFINITY_NATS__SERVERS": json.dumps([nats_server.url]),
+        "HOSTAFFINITY_KUBERNETES__KUBECONFIG": str(
+            kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+        ),
+        "HOSTAFFINITY_HEALTH__HOST": "127.0.0.1",
+        "HOSTAFFINITY_HEALTH__PORT": str(health_port),
+        "HOSTAFFINITY_EXTENDER__HOST": "127.0.0.1",
+        "HOSTAFFINITY_EXTENDER__PORT": str(free_port()),
+        "HOSTAFFINITY_LOGGING__FORMAT": "json",
+    }
+    log = tmp_path / "extender.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            str(SCRIPTS / "hostaffinity-scheduler-extender"),
+            env=environment,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not await _ready(health_port):
+                assert process.returncode is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                await asyncio.sleep(0.1)
+            process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), 30)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert code == 0, lines
+    messages = [line["message"] for line in lines]
+    assert any(m.startswith("scheduler-extender listening on port") for m in messages)
+    assert "stopping: finishing requests in flight" in messages
+    assert all(line["level"] in ("INFO", "WARNING") for line in lines), lines
+
+
+async def test_a_labeller_that_loses_its_lease_exits_1_in_time(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
+) -> None:
+    vc = vcsim(hosts=2, vms=2).settings()
+    environment = os.environ | {
+        "HOSTAFFINITY_NATS__SERVERS": json.dumps([nats_server.url]),
+        "HOSTAFFINITY_KUBERNETES__KUBECONFIG": str(
+            kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+        ),
+        "HOSTAFFINITY_HEALTH__PORT": str(free_port()),
+        "HOSTAFFINITY_VCENTER__HOST": vc.host,
+        "HOSTAFFINITY_VCENTER__PORT": str(vc.port),
+        "HOSTAFFINITY_VCENTER__PROTOCOL": "http",
+        "HOSTAFFINITY_VCENTER__USERNAME": vc.username,
+        "HOSTAFFINITY_VCENTER__PASSWORD": vc.password,
+        "HOSTAFFINITY_LEASE__NAMESPACE": "kube-system",
+        "HOSTAFFINITY_LEASE__DURATION_SECONDS": str(LEASE_S),
+        "HOSTAFFINITY_LEASE__RENEW_DEADLINE_SECONDS": str(RENEW_S),
+        "HOSTAFFINITY_LEASE__RETRY_PERIOD_SECONDS": "0.2",
+    }
+    log = tmp_path / "labeller.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            str(SCRIPTS / "hostaffinity-node-labeller"),
+            env=environment,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            lease = None
+            while lease is None:
+                assert process.returncode is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                await asyncio.sleep(0.1)
+                lease = kube_double.read(
+                    "coordination.k8s.io/v1", "leases", "hostaffinity-node-labeller", "kube-system"
+                )
+            lease["spec"]["holderIdentity"] = "a-rival"
+            lease["spec"]["renewTime"] = utc_timestamp()
+            kube_double.write(lease)
+            usurped = time.monotonic()
+            code = await asyncio.wait_for(process.wait(), 30)
+            stopped_after = time.monotonic() - usurped
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    text = log.read_text()
+    assert code == 1, text
+    assert "lost the Lease" in text
+    # The work was cancelled and the process gone before the rival's lease could run out.
+    assert stopped_after < LEASE_S, text
