@@ -18,9 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient, Configuration
+from prometheus_client import REGISTRY
 
 from hostaffinity.affinity.model import ObjectMeta, Pod
 from hostaffinity.runtime.kube import KubeClient
+from hostaffinity.runtime.telemetry import setup_telemetry
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.decisions import DecisionPublisher
@@ -217,3 +219,32 @@ def test_in_flight_pods_are_bounded_by_count_and_age() -> None:
 
 def _pod(name: str) -> Pod:
     return Pod(metadata=ObjectMeta(name=name, namespace="default", uid=f"uid-{name}"))
+
+
+def refused_counted(path: str, status: str) -> float:
+    """`hostaffinity_extender_requests_refused_total` as /metrics shows it."""
+    wanted = {"path": path, "status": status}
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        for sample in metric.samples
+        if sample.name == "hostaffinity_extender_requests_refused_total"
+        and wanted.items() <= sample.labels.items()
+    )
+
+
+def test_every_refused_request_is_counted_whatever_refused_it(
+    make_cache: Callable[..., ExtenderCache],
+) -> None:
+    setup_telemetry("hostaffinity-tests")  # the Prometheus exporter a service installs
+    cases = [
+        ("filter", b"{", "/filter", "400"),  # ours: does not decode
+        ("bind", b'{"PodName": "' + b"x" * MAX_BODY + b'"}', "/bind", "413"),  # aiohttp's
+        ("nowhere", b"{}", "other", "404"),  # the router's
+    ]
+    before = {case: refused_counted(case[2], case[3]) for case in cases}
+    with ServerThread(make_cache(HOSTS)) as running:
+        for case in cases:
+            assert running.post(case[0], case[1])[0] == int(case[3])
+    for case in cases:
+        assert refused_counted(case[2], case[3]) == before[case] + 1, case
