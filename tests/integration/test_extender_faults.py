@@ -22,12 +22,11 @@ import yaml
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from tests.e2e.labeller_harness import (
     labeller_config,
-    node_object,
     relocate,
     running,
     wait_ready,
 )
-from tests.integration.test_extender import RunningExtender, extender, filter_args, pod_object
+from tests.integration.test_extender import RunningExtender, extender, filter_args, seed_004
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
@@ -105,28 +104,16 @@ async def labeller_deployment(config: NodeLabellerConfig, workdir: Path) -> Asyn
                 await process.wait()
                 await asyncio.sleep(1.0)
 
-    task = asyncio.create_task(restart_forever())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        for process in current:
-            if process.returncode is None:
-                process.terminate()
-                await process.wait()
-
-
-@contextlib.asynccontextmanager
-async def sampling(sampler: Sampler) -> AsyncIterator[None]:
-    task = asyncio.create_task(sampler.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async with asyncio.TaskGroup() as group:
+        restarting = group.create_task(restart_forever())
+        try:
+            yield
+        finally:
+            restarting.cancel()
+            for process in current:
+                if process.returncode is None:
+                    process.terminate()
+                    await process.wait()
 
 
 async def until(sampler: Sampler, within: float) -> float:
@@ -143,18 +130,14 @@ async def until(sampler: Sampler, within: float) -> float:
 async def test_a_vm_moved_while_nats_was_down_never_leaves_the_extender_ready_and_stale(
     vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
 ) -> None:
-    # vcsim puts VM i on host i mod 2: node1 and node2 on DC0_C0_H0, node3 on DC0_C0_H1.
-    vc = vcsim(hosts=2, vm_names=["node1", "node3", "node2"])
+    vc = seed_004(vcsim, kube_double)
     kubeconfig = kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-    for name in NODES:
-        kube_double.seed(node_object(name))
-    kube_double.seed(pod_object("p1", "p1", node="node1"))
-    kube_double.seed(pod_object("p3", "p3", avoid="p1"))
     async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
         await wait_ready(labeller)
         async with extender(nats_server, kubeconfig) as running_ext:
             sampler = Sampler(running_ext, kube_double)
-            async with sampling(sampler):
+            async with asyncio.TaskGroup() as group:
+                sampling = group.create_task(sampler.run())
                 await asyncio.sleep(1.0)
                 assert sampler.samples[-1].ready
                 assert sampler.samples[-1].knows_move is False
@@ -165,6 +148,7 @@ async def test_a_vm_moved_while_nats_was_down_never_leaves_the_extender_ready_an
                 await asyncio.sleep(9.0)
                 await nats_server.start()
                 took = await until(sampler, RECOVERY_LIMIT_SECONDS)
+                sampling.cancel()
             assert sampler.longest_ready_and_stale(moved) <= STALE_READY_LIMIT_SECONDS, (
                 f"ready with the pre-move placement for "
                 f"{sampler.longest_ready_and_stale(moved):.1f}s; learned the move {took:.1f}s "
@@ -179,12 +163,8 @@ async def test_a_vm_moved_while_nats_was_down_never_leaves_the_extender_ready_an
 async def test_after_nats_down_10s_and_the_api_down_8s_answers_equal_vcenter_within_30s(
     vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
 ) -> None:
-    vc = vcsim(hosts=2, vm_names=["node1", "node3", "node2"])
+    vc = seed_004(vcsim, kube_double)
     kubeconfig = kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-    for name in NODES:
-        kube_double.seed(node_object(name))
-    kube_double.seed(pod_object("p1", "p1", node="node1"))
-    kube_double.seed(pod_object("p3", "p3", avoid="p1"))
     api_port = int(kube_double.url.rsplit(":", 1)[1])
     deployed = labeller_deployment(labeller_config(vc, nats_server, kubeconfig), tmp_path)
     async with deployed, extender(nats_server, kubeconfig) as running_ext:

@@ -28,6 +28,15 @@ LATENCY_BUCKETS_SECONDS: Final = (
 )  # fmt: skip
 
 
+def _seconds(meter: metrics.Meter, name: str, description: str) -> metrics.Histogram:
+    return meter.create_histogram(
+        f"hostaffinity_extender_{name}",
+        unit="s",
+        description=description,
+        explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_SECONDS,
+    )
+
+
 class ExtenderMetrics:
     """Instruments created once per process, from the global meter provider."""
 
@@ -46,11 +55,8 @@ class ExtenderMetrics:
             "hostaffinity_extender_requests_refused",
             description="Requests answered with HTTP 4xx/5xx, by path and status",
         )
-        self._wait = meter.create_histogram(
-            "hostaffinity_extender_inflight_wait",
-            unit="s",
-            description="Time a filter waited for in-flight pods' placements",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_SECONDS,
+        self._wait = _seconds(
+            meter, "inflight_wait", "Time a filter waited for in-flight pods' placements"
         )
         meter.create_observable_gauge(
             "hostaffinity_extender_inflight_pods",
@@ -74,11 +80,8 @@ class ExtenderMetrics:
             unit="{event}",
             description="Informer events received and not yet applied to the cache",
         )
-        self._latency = meter.create_histogram(
-            "hostaffinity_extender_request_duration",
-            unit="s",
-            description="Time to answer kube-scheduler, per verb",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_SECONDS,
+        self._latency = _seconds(
+            meter, "request_duration", "Time to answer kube-scheduler, per verb"
         )
         self._decisions = meter.create_counter(
             "hostaffinity_extender_decisions",
