@@ -42,6 +42,7 @@ class Sample:
     at: float
     ready: bool
     knows_move: bool | None  # None: the filter answered Error (no decision)
+    stale_seconds: float  # the staleness metric's value for the placements
 
 
 class Sampler:
@@ -62,7 +63,8 @@ class Sampler:
         async with http.post(filter_url, json=body) as response:
             answer = await response.json()
         knows = None if answer["Error"] else "node3" in answer["FailedNodes"]
-        return Sample(time.monotonic(), ready, knows)
+        stale = self._ext.feeds.stale()["placements"]
+        return Sample(time.monotonic(), ready, knows, stale)
 
     async def run(self) -> None:
         async with aiohttp.ClientSession() as http:
@@ -158,6 +160,9 @@ async def test_a_vm_moved_while_nats_was_down_never_leaves_the_extender_ready_an
             assert down
             assert not any(s.ready for s in down), "ready while NATS was down"
             assert all(s.knows_move is None for s in down), "decided while NATS was down"
+            # The staleness window is measured: it grows while NATS is away, 0 once live again.
+            assert down[-1].stale_seconds > down[0].stale_seconds > 0
+            assert sampler.samples[-1].stale_seconds == 0
 
 
 async def test_after_nats_down_10s_and_the_api_down_8s_answers_equal_vcenter_within_30s(

@@ -7,6 +7,7 @@ Seed-004 hosts (conftest): node1 and node2 on host1, node3 on host2, node4 with 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from hostaffinity.affinity.model import (
 )
 from hostaffinity.scheduler_extender import decide
 from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.feeds import decode_observed_pod
 from hostaffinity.scheduler_extender.wire import AskedNodes
 from hostaffinity.schema import LABEL_ESXI_HOST
 
@@ -148,3 +150,15 @@ async def test_a_placement_that_never_comes_costs_at_most_the_wait(
     cache.give_up(late)
     assert decide.in_flight_selected(cache, web) == []
     assert cache.in_flight.expired == 1
+
+
+def test_the_informer_reads_pod_scheduled_false_only_for_unassigned_pods() -> None:
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    pending = {"metadata": {"name": "p", "namespace": "default"},
+               "status": {"conditions": [condition], "phase": "Pending"}}  # fmt: skip
+    assert decode_observed_pod(json.dumps(pending).encode()).unschedulable
+    waiting = {**pending, "status": {"conditions": [{**condition, "status": "True"}]}}
+    assert not decode_observed_pod(json.dumps(waiting).encode()).unschedulable
+    assigned = {**pending, "spec": {"nodeName": "node1"}}
+    observed = decode_observed_pod(json.dumps(assigned).encode())
+    assert (observed.pod.spec.node_name, observed.unschedulable) == ("node1", False)
