@@ -14,6 +14,8 @@ class CliConfig(LeaderElectedSettings, frozen=True):
     """A service's config record."""
 
     greeting: str = "hello"
+    password: str = "hunter2"
+    token_file: str | None = None
 
 
 async def _never_called(ctx: ServiceContext[CliConfig]) -> None:
@@ -47,6 +49,9 @@ def test_check_config_prints_the_layered_config(
     assert printed["nats"]["stream_replicas"] == printed["nats"]["kv_replicas"] == 3
     assert printed["lease"]["duration_seconds"] == 30
     assert printed["logging"]["format"] == "json"
+    assert printed["password"] == "<redacted>"
+    assert printed["token_file"] is None
+    assert "hunter2" not in json.dumps(printed)
 
 
 def test_check_config_rejects_an_unknown_key_with_exit_2(

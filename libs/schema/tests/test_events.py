@@ -10,6 +10,8 @@ from hostaffinity.schema import (
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
+    PodEvicted,
+    VmiMigrationRequested,
     VmMoved,
     decode_event,
     encode_event,
@@ -44,6 +46,25 @@ EXAMPLES = [
         **COMMON, node="worker-1", labels={"hostaffinity.io/esxi-host": "esx-1"}, version=1
     ),
     NodeUnmatched(**COMMON, node="worker-9", reason="no VM matches", candidates=["vm-1", "vm-2"]),
+    PodEvicted(
+        **COMMON,
+        pod="shop/web-1",
+        pod_uid="u1",
+        node="worker-1",
+        strategy="RemovePodsViolatingInterPodAntiAffinity",
+        rule="app=web on topology key hostaffinity.io/esxi-host",
+        result="evicted",
+        owner="ReplicaSet/web-6d4",
+    ),
+    VmiMigrationRequested(
+        **COMMON,
+        vmi="kv/vm-a",
+        migration="vm-a-desched-1",
+        node="worker-1",
+        strategy="RemovePodsViolatingNodeTaints",
+        rule="taint dedicated=infra:NoSchedule",
+        pod="kv/virt-launcher-vm-a-x",
+    ),
 ]
 
 

@@ -103,6 +103,7 @@ RESOURCES: tuple[Resource, ...] = (
         subresources=frozenset({"token"}),
         managed_fields=False,
     ),
+    _core("secrets", "Secret", True),
     Resource("events.k8s.io", "v1", "events", "Event", True, storage="events"),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
     Resource(
@@ -112,6 +113,14 @@ RESOURCES: tuple[Resource, ...] = (
         "PodDisruptionBudget",
         True,
         subresources=frozenset({"status"}),
+        has_generation=True,
+    ),
+    Resource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
         has_generation=True,
     ),
     Resource(

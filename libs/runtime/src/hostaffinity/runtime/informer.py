@@ -302,3 +302,17 @@ def dict_decoder(raw: bytes) -> dict[str, Any]:
     """Decode objects as plain dicts."""
     value: dict[str, Any] = msgspec.json.decode(raw, type=dict[str, Any])
     return value
+
+
+def upsert_or_remove(
+    upsert: Callable[[T], None], remove: Callable[[str], None]
+) -> Callable[[InformerEvent[T]], Awaitable[None]]:
+    """A handler for a store kept by key: ADDED/MODIFIED upsert the object, DELETED removes it."""
+
+    async def handle(event: InformerEvent[T]) -> None:
+        if event.type == "DELETED":
+            remove(event.key)
+        else:
+            upsert(event.obj)
+
+    return handle

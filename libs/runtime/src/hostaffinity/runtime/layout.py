@@ -1,4 +1,5 @@
-"""The JetStream layout every service expects: the events and DLQ streams and the topology bucket.
+"""The JetStream layout every service expects: the events and DLQ streams, the topology bucket and
+the drs-translator's ownership bucket.
 
 Every service runs `ensure_layout` at start, so the first one up creates the layout and the others
 find it. Creating what already exists with the same settings is a no-op on the server; when the
@@ -17,6 +18,7 @@ from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.schema import (
     DLQ_STREAM,
     DLQ_SUBJECT_PREFIX,
+    DRS_BUCKET,
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
     TOPOLOGY_BUCKET,
@@ -101,12 +103,22 @@ async def _ensure_bucket(js: JetStreamContext, layout: BusLayout) -> KeyValue:
     return bucket
 
 
+async def _ensure_drs_bucket(js: JetStreamContext, layout: BusLayout) -> None:
+    """The ownership records of DRS rules: one value per key is all a reader needs."""
+    try:
+        await js.create_key_value(bucket=DRS_BUCKET, history=1, replicas=layout.kv_replicas)
+    except BadRequestError as err:
+        if err.err_code != _STREAM_CONFIG_CONFLICT:
+            raise
+
+
 async def ensure_layout(js: JetStreamContext, layout: BusLayout) -> KeyValue:
-    """Create or update both streams and the topology bucket; returns the bucket."""
+    """Create or update both streams and both buckets; returns the topology bucket."""
     events_age, events_bytes = layout.events_max_age_seconds, layout.events_max_bytes
     await _ensure_stream(
         js, _stream(EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, events_age, events_bytes, layout)
     )
     dlq_age, dlq_bytes = layout.dlq_max_age_seconds, layout.dlq_max_bytes
     await _ensure_stream(js, _stream(DLQ_STREAM, DLQ_SUBJECT_PREFIX, dlq_age, dlq_bytes, layout))
+    await _ensure_drs_bucket(js, layout)
     return await _ensure_bucket(js, layout)

@@ -306,6 +306,25 @@ async def running_service(
         await task
 
 
+SECRET_KEY_WORDS: Final = ("password", "secret", "token")
+REDACTED: Final = "<redacted>"
+
+
+def redact_secrets(value: Any) -> Any:
+    """The config as builtins with every password-like value hidden: `--check-config` output
+    ends up in terminals and CI logs, and the vCenter password is part of the config."""
+    if isinstance(value, dict):
+        return {
+            key: REDACTED
+            if item is not None and any(word in key.lower() for word in SECRET_KEY_WORDS)
+            else redact_secrets(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_secrets(item) for item in value]
+    return value
+
+
 def run_service(spec: ServiceSpec[C], argv: Sequence[str] | None = None) -> None:
     """The console entry point: parse argv, load the config, run until stopped, exit."""
     parser = argparse.ArgumentParser(prog=spec.program, description=spec.config_type.__doc__)
@@ -322,7 +341,8 @@ def run_service(spec: ServiceSpec[C], argv: Sequence[str] | None = None) -> None
     except ConfigError as error:
         parser.exit(EXIT_BAD_CONFIG, f"{spec.program}: {error}\n")
     if args.check_config:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(config)).decode() + "\n")
+        printable = redact_secrets(msgspec.to_builtins(config))
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(printable)).decode() + "\n")
         parser.exit(0)
     configure_logging(config.logging)
     sys.exit(asyncio.run(_serve(ServiceRunner(spec, config))))

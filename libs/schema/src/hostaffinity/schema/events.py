@@ -77,7 +77,111 @@ class ExtenderDecision(Event, frozen=True, kw_only=True, tag="extender.decision"
     message: str = ""
 
 
-TopologyEvent = VmMoved | NodePlaced | NodeLabelled | NodeUnmatched | ExtenderDecision
+class DrsRulesApplied(Event, frozen=True, kw_only=True, tag="drs.rules.applied"):
+    """The drs-translator changed one vSphere cluster's DRS rules and groups in one reconfigure.
+
+    The lists hold rule or group names; with `dry_run` nothing was written, this is the plan.
+    """
+
+    vcenter: str
+    cluster_moid: str
+    added: list[str] = []
+    edited: list[str] = []
+    removed: list[str] = []
+    dry_run: bool = False
+
+
+class DrsRuleConflict(Event, frozen=True, kw_only=True, tag="drs.rule.conflict"):
+    """A DRS rule was not sent, or a rule we found is not ours to touch.
+
+    `reason`: `too-few-hosts` (an anti-affinity group larger than the cluster's usable hosts),
+    `together-and-apart` (one VM pair both kept together and apart), `not-translatable` (a term
+    DRS cannot express exactly), `prefix-without-record` (a rule with our prefix that we have no
+    record of: reported, never touched), `refused` (vCenter rejected it; retried with backoff).
+    """
+
+    vcenter: str
+    cluster_moid: str
+    name: str
+    reason: str
+    message: str
+    vms: list[str] = []
+    pods: list[str] = []
+
+
+class DrsRuleDrift(Event, frozen=True, kw_only=True, tag="drs.rule.drift"):
+    """A DRS rule or group of ours was changed or deleted outside hostaffinity, and was repaired.
+
+    `change` is `deleted` or `edited`; `found_vms` is what vCenter held (empty when deleted).
+    """
+
+    vcenter: str
+    cluster_moid: str
+    name: str
+    change: str
+    expected_vms: list[str] = []
+    found_vms: list[str] = []
+
+
+class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
+    """What the admission webhook changed in a pod at creation (a sample, not all).
+
+    Pods made from a template have no name at admission: `pod` is namespace/generateName
+    (or the name when set) and `request_uid` the admission request's uid. `twins` counts the
+    hostname anti-affinity terms given (required) or moved to (preferred) the ESXi-host key;
+    `host_label_required` and `spread_added` say what else the patch added.
+    """
+
+    pod: str
+    request_uid: str
+    owner: str = ""
+    twins: int = 0
+    host_label_required: bool = False
+    spread_added: bool = False
+    warnings: list[str] = []
+
+
+class PodEvicted(Event, frozen=True, kw_only=True, tag="pod.evicted"):
+    """The descheduler asked the Eviction API to evict a pod, and what came of it.
+
+    `strategy` is the plugin that found the violation and `rule` the violated rule in words;
+    `result` is evicted, dry-run, or blocked (a PodDisruptionBudget said no: retried later).
+    """
+
+    pod: str
+    pod_uid: str
+    node: str
+    strategy: str
+    rule: str
+    result: str
+    owner: str = ""
+
+
+class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration.requested"):
+    """The descheduler created a VirtualMachineInstanceMigration instead of evicting a
+    virt-launcher pod, so the VM moves live rather than being restarted."""
+
+    vmi: str
+    migration: str
+    node: str
+    strategy: str
+    rule: str
+    pod: str = ""
+
+
+TopologyEvent = (
+    VmMoved
+    | NodePlaced
+    | NodeLabelled
+    | NodeUnmatched
+    | ExtenderDecision
+    | DrsRulesApplied
+    | DrsRuleConflict
+    | DrsRuleDrift
+    | PodMutated
+    | PodEvicted
+    | VmiMigrationRequested
+)
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
     "vm.moved",
@@ -85,6 +189,12 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     "node.labelled",
     "node.unmatched",
     "extender.decision",
+    "drs.rules.applied",
+    "drs.rule.conflict",
+    "drs.rule.drift",
+    "pod.mutated",
+    "pod.evicted",
+    "vmi.migration.requested",
 )
 
 # What decoding untrusted JSON bytes raises: msgspec's errors (ValidationError included), invalid

@@ -16,6 +16,7 @@ ANNOTATION_VM = "hostaffinity.io/vm"
 POD_PHYSICAL_ANTI_AFFINITY = "hostaffinity.io/physical-anti-affinity"
 
 TOPOLOGY_BUCKET = "hostaffinity-topology"
+DRS_BUCKET = "hostaffinity-drs"
 EVENTS_STREAM = "HOSTAFFINITY_EVENTS"
 EVENTS_SUBJECT_PREFIX = "hostaffinity.events"
 DLQ_STREAM = "HOSTAFFINITY_DLQ"
@@ -23,6 +24,7 @@ DLQ_SUBJECT_PREFIX = "hostaffinity.dlq"
 
 NODE_KEY_PREFIX = "node."
 HOST_KEY_PREFIX = "host."
+DRS_RULE_KEY_PREFIX = "rule."
 
 
 def node_key(node_name: str) -> str:
@@ -43,3 +45,20 @@ def event_subject(event_type: str) -> str:
 def dlq_subject(service: str) -> str:
     """Subject where a service parks the messages it could not decode."""
     return f"{DLQ_SUBJECT_PREFIX}.{service}"
+
+
+def drs_rule_key(vcenter: str, cluster_moid: str, name: str) -> str:
+    """KV key of a DRS rule's or group's ownership record in `hostaffinity-drs`.
+
+    Characters a KV key cannot hold (a `:` in `host:port`, spaces) become `-`.
+    """
+    parts = (_key_safe(vcenter), _key_safe(cluster_moid), _key_safe(name))
+    return DRS_RULE_KEY_PREFIX + ".".join(parts)
+
+
+def _key_safe(part: str) -> str:
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_=/.") else "-" for c in part)
+
+
+# Pod annotation asking for a topology spread over ESXi hosts; the value is the maxSkew.
+POD_SPREAD_ACROSS_HOSTS = "hostaffinity.io/spread-across-hosts"

@@ -11,16 +11,24 @@ from typing import Any
 
 import msgspec
 
+from hostaffinity.schema.drs import DrsOwnership
 from hostaffinity.schema.events import (
+    DrsRuleConflict,
+    DrsRuleDrift,
+    DrsRulesApplied,
     Event,
     ExtenderDecision,
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
+    PodEvicted,
+    PodMutated,
+    VmiMigrationRequested,
     VmMoved,
 )
 from hostaffinity.schema.names import (
     DLQ_STREAM,
+    DRS_BUCKET,
     EVENTS_STREAM,
     TOPOLOGY_BUCKET,
     dlq_subject,
@@ -35,8 +43,19 @@ EVENT_MESSAGES: tuple[type[Event], ...] = (
     NodeLabelled,
     NodeUnmatched,
     ExtenderDecision,
+    DrsRulesApplied,
+    DrsRuleConflict,
+    DrsRuleDrift,
+    PodMutated,
+    PodEvicted,
+    VmiMigrationRequested,
 )
-VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (NodePlacement, EsxiHost, DeadLetter)
+VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
+    NodePlacement,
+    EsxiHost,
+    DeadLetter,
+    DrsOwnership,
+)
 
 
 def generated_files() -> dict[str, str]:
@@ -119,7 +138,10 @@ def _asyncapi() -> dict[str, Any]:
             "description": (
                 "Topology and placement events. The current topology is the JetStream KV bucket "
                 f"{TOPOLOGY_BUCKET}: node.<node-name> holds a NodePlacement, host.<host-moid> "
-                "an EsxiHost (schemas/NodePlacement.json, schemas/EsxiHost.json)."
+                "an EsxiHost (schemas/NodePlacement.json, schemas/EsxiHost.json). The KV "
+                f"bucket {DRS_BUCKET} holds rule.<vcenter>.<cluster-moid>.<name> → a "
+                "DrsOwnership (schemas/DrsOwnership.json) for every DRS rule or group the "
+                "drs-translator created."
             ),
         },
         "channels": channels,

@@ -1,4 +1,5 @@
-"""Sampled `extender.decision` events: published off the request path, never blocking it.
+"""Sampled `extender.decision` (and the webhook's `pod.mutated`) events: published off the
+request path, never blocking it.
 
 A pod is sampled by its uid, so all of one pod's decisions (filter, prioritize, bind) appear
 together or not at all. Events wait in a bounded queue; when it is full, or NATS is away, they
@@ -14,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.scheduler_extender.decide import Verdict
-from hostaffinity.schema import ExtenderDecision, event_id, utc_timestamp
+from hostaffinity.schema import Event, ExtenderDecision, event_id, utc_timestamp
 
 _log = logging.getLogger(__name__)
 SOURCE = "scheduler-extender"
@@ -49,7 +50,7 @@ class DecisionPublisher:
 
     def __init__(
         self,
-        publish: Callable[[ExtenderDecision], Awaitable[object]],
+        publish: Callable[[Event], Awaitable[object]],
         *,
         ratio: float,
         capacity: int,
@@ -57,15 +58,19 @@ class DecisionPublisher:
     ) -> None:
         self._publish = publish
         self._ratio = ratio
-        self._queue: asyncio.Queue[ExtenderDecision] = asyncio.Queue(capacity)
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(capacity)
         self._on_drop = on_drop
 
     def offer(self, verb: str, pod: str, pod_uid: str, verdict: Verdict) -> None:
         """Queue the decision if its pod is sampled; drop it if the queue is full."""
-        if not sampled(pod_uid or pod, self._ratio):
+        self.offer_event(pod_uid or pod, lambda: decision_event(verb, pod, pod_uid, verdict))
+
+    def offer_event(self, key: str, build: Callable[[], Event]) -> None:
+        """Queue the event `build` makes if `key` is sampled (built only then)."""
+        if not sampled(key, self._ratio):
             return
         try:
-            self._queue.put_nowait(decision_event(verb, pod, pod_uid, verdict))
+            self._queue.put_nowait(build())
         except asyncio.QueueFull:
             self._on_drop()
 

@@ -15,19 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from collections.abc import Callable
+from typing import Any, Final
 
 import msgspec
 
 from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, decode_pod
-from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
+from hostaffinity.runtime.informer import Informer, InformerSettings, upsert_or_remove
 from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 RETRY_SECONDS: Final = 2.0
 # How often the NATS connection is looked at; a disconnect is acted on within this.
@@ -71,23 +70,8 @@ def decode_observed_pod(raw: bytes) -> ObservedPod:
     )
 
 
-async def _on_pod(cache: ExtenderCache, event: InformerEvent[ObservedPod]) -> None:
-    if event.type == "DELETED":
-        cache.remove_pod(event.key)
-    else:
-        cache.upsert_pod(event.obj.pod, unschedulable=event.obj.unschedulable)
-
-
-def _handler(
-    upsert: Callable[[T], None], remove: Callable[[str], None]
-) -> Callable[[InformerEvent[T]], Awaitable[None]]:
-    async def handle(event: InformerEvent[T]) -> None:
-        if event.type == "DELETED":
-            remove(event.key)
-        else:
-            upsert(event.obj)
-
-    return handle
+def _upsert_observed(cache: ExtenderCache) -> Callable[[ObservedPod], None]:
+    return lambda seen: cache.upsert_pod(seen.pod, unschedulable=seen.unschedulable)
 
 
 class CacheFeeds:
@@ -114,21 +98,21 @@ class CacheFeeds:
             Informer(
                 client,
                 PODS,
-                lambda event: _on_pod(cache, event),
+                upsert_or_remove(_upsert_observed(cache), cache.remove_pod),
                 decode_observed_pod,
                 settings=settings,
             ),
             Informer(
                 client,
                 NODES,
-                _handler(cache.upsert_node, cache.remove_node),
+                upsert_or_remove(cache.upsert_node, cache.remove_node),
                 decode_node,
                 settings=settings,
             ),
             Informer(
                 client,
                 NAMESPACES,
-                _handler(cache.upsert_namespace, cache.remove_namespace),
+                upsert_or_remove(cache.upsert_namespace, cache.remove_namespace),
                 decode_namespace,
                 settings=settings,
             ),

@@ -9,11 +9,13 @@ cancelled (SIGTERM) the server stops taking requests and lets the ones in flight
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.scheduler_extender.admission_setup import running_webhook
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
@@ -21,6 +23,7 @@ from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
+from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS = 0.5
@@ -43,6 +46,7 @@ class Extender:
         self.cache: ExtenderCache | None = None
         self.server: ExtenderServer | None = None
         self.feeds: CacheFeeds | None = None
+        self.webhook: AdmissionWebhook | None = None
         self.serving = asyncio.Event()
 
     async def __call__(self, ctx: ServiceContext[SchedulerExtenderSettings]) -> None:
@@ -75,9 +79,14 @@ class Extender:
             settings.host, settings.port, server_tls(settings.tls_cert_file, settings.tls_key_file)
         )
         _log.info("scheduler-extender listening on port %d", server.port)
-        self.serving.set()
         try:
-            await asyncio.Event().wait()  # serve until cancelled
+            async with contextlib.AsyncExitStack() as admission:
+                if ctx.config.webhook.enabled:
+                    self.webhook = await admission.enter_async_context(
+                        running_webhook(ctx, settings.decision_queue_size)
+                    )
+                self.serving.set()
+                await asyncio.Event().wait()  # serve until cancelled
         finally:
             _log.info("stopping: finishing requests in flight")
             await server.stop()

@@ -1,0 +1,1 @@
+"""The descheduler: repairs affinity, node affinity and taint violations after the fact."""

@@ -1,0 +1,35 @@
+"""The descheduler's config record (YAML + HOSTAFFINITY_* environment), strict on unknown keys.
+
+The eviction policy itself is an upstream DeschedulerPolicy file (`descheduler.policy_file`);
+without one the built-in policy (policy.DEFAULT_POLICY) runs.
+"""
+
+from hostaffinity.descheduler.executor import ExecutorSettings
+from hostaffinity.descheduler.kubevirt import MigrationLimits
+from hostaffinity.runtime.config import LeaderElectedSettings, Settings
+
+
+class DeschedulerSettings(Settings, frozen=True):
+    """When cycles run and what the evictor enforces beyond the policy."""
+
+    policy_file: str | None = None
+    # A cycle runs this long after the first trigger (node uncordoned/Ready/added, vm.moved, pod
+    # labels or affinity changed), so a burst of changes makes one cycle; and every interval.
+    debounce_seconds: float = 0.5
+    interval_seconds: float = 300.0
+    dry_run: bool = False
+    cooldown_seconds: float = 300.0
+    # Follow KubeVirt VMIs and migrations (turn off where KubeVirt is not installed).
+    kubevirt: bool = True
+    kubevirt_default_eviction_strategy: str = "None"
+    migrations: MigrationLimits = MigrationLimits()
+    eviction: ExecutorSettings = ExecutorSettings()
+    # The durable consumer that reads `vm.moved` from the events stream.
+    consumer_durable: str = "hostaffinity-descheduler"
+
+
+class DeschedulerConfig(LeaderElectedSettings, frozen=True):
+    """Everything the descheduler reads at start; only the Lease holder (`lease`, by default
+    `hostaffinity-descheduler`) deschedules."""
+
+    descheduler: DeschedulerSettings = DeschedulerSettings()

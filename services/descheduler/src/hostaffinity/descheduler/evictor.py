@@ -1,0 +1,363 @@
+"""The evictor's decisions: which candidate of each violation goes, and where it can go.
+
+The only place that decides an eviction (descheduler's split, pkg/descheduler/evictions/
+evictions.go): strategies hand over violations; here each one is checked against the
+DefaultEvictor protections, the per-node / per-namespace / total limits of the cycle, the
+workload's cooldown, KubeVirt's migration limits, and node fit. Node fit asks the engine in
+kube-scheduler mode for the nodes that would take the pod, then requires a Ready node with room
+for its requests (allocatable minus what is already requested there) where the violation would
+not recur. A chosen pod is then *planned* onto that node in the index, so later decisions of
+the same cycle see it there: two pods never count on the same free slot, and a pod that only has
+its own node (or places that would break the rule again) is never evicted.
+
+Everything here is synchronous: one cycle runs on the event loop without a pause, so no
+informer event lands in the middle, and the planned moves are undone before it returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import msgspec
+
+from hostaffinity.descheduler.kubevirt import MigrationLimits, MoveKind, how_to_move, launcher_vmi
+from hostaffinity.descheduler.model import DeschedulerPod
+from hostaffinity.descheduler.protections import Protections, node_selected
+from hostaffinity.descheduler.state import ClusterState, workload_of
+from hostaffinity.descheduler.strategies.base import Violation
+
+
+class EvictionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Per-cycle caps (the policy's maxNoOfPodsToEvictPer*; None: no cap)."""
+
+    per_node: int | None = None
+    per_namespace: int | None = None
+    total: int | None = None
+
+
+class EvictorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the evictor enforces beyond the policy."""
+
+    # A workload that lost a pod to the descheduler is left alone this long (loop guard).
+    cooldown_seconds: float = 300.0
+    dry_run: bool = False
+    # The VMI evictionStrategy assumed when a VMI names none (KubeVirt's cluster-wide setting).
+    kubevirt_default_eviction_strategy: str = "None"
+    migrations: MigrationLimits = MigrationLimits()
+
+
+class Outcome(enum.Enum):
+    EVICT = "evict"
+    MIGRATE = "migrate"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One pod to move: evicted through the Eviction API, or its VMI live-migrated."""
+
+    outcome: Outcome
+    pod: str
+    uid: str
+    namespace: str
+    node: str
+    workload: str
+    strategy: str
+    rule: str
+    why: str
+    target: str
+    vmi: str = ""
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A violation left alone this cycle, and why (per candidate)."""
+
+    strategy: str
+    rule: str
+    reasons: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class VmiStays:
+    """A VM that should move but cannot live-migrate: reported with an Event."""
+
+    vmi: str
+    pod: str
+    strategy: str
+    rule: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    """What one cycle decided."""
+
+    actions: list[Action] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    stays: list[VmiStays] = field(default_factory=list)
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A pod whose eviction a PodDisruptionBudget refused: decided again from `not_before`."""
+
+    not_before: float
+    attempts: int
+
+
+class Evictor:
+    """Long-lived: cooldowns, evictions in flight, and the pods waiting to be tried again.
+
+    A refused eviction is not retried blindly: the pod is decided again by a later cycle (the
+    rule may have been repaired, its target filled), which the cooldown does not hold back,
+    since finishing what was decided is not a loop.
+    """
+
+    def __init__(
+        self,
+        settings: EvictorSettings,
+        limits: EvictionLimits,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.limits = limits
+        self._clock = clock
+        self._cooldown: dict[str, float] = {}
+        self.in_progress: set[str] = set()
+        self.retrying: dict[str, Retry] = {}
+
+    def record_evicted(self, workload: str) -> None:
+        """An eviction or migration of this workload went through: start its cooldown."""
+        self._cooldown[workload] = self._clock()
+
+    def attempts(self, pod: str) -> int:
+        """How many evictions of `pod` were refused so far."""
+        retry = self.retrying.get(pod)
+        return 0 if retry is None else retry.attempts
+
+    def retry_later(self, pod: str, delay: float, attempts: int) -> None:
+        """Decide about `pod` again after `delay` seconds."""
+        self.retrying[pod] = Retry(self._clock() + delay, attempts)
+
+    def give_up(self, pod: str) -> None:
+        """No more retries for `pod` (done, gone, or out of attempts)."""
+        self.retrying.pop(pod, None)
+
+    def now(self) -> float:
+        return self._clock()
+
+    def cooling(self, workload: str) -> bool:
+        since = self._cooldown.get(workload)
+        if since is None:
+            return False
+        if self._clock() - since >= self.settings.cooldown_seconds:
+            del self._cooldown[workload]
+            return False
+        return True
+
+    def begin(self, state: ClusterState, now: datetime) -> Cycle:
+        return Cycle(self, state, now)
+
+
+class Cycle:
+    """One decision pass: per-cycle counts, the planned moves, and the plan being built."""
+
+    def __init__(self, evictor: Evictor, state: ClusterState, now: datetime) -> None:
+        self.evictor = evictor
+        self.state = state
+        self.now = now
+        self.plan = Plan(dry_run=evictor.settings.dry_run)
+        self._chosen: set[str] = set()
+        self._cooling: dict[str, bool] = {}
+        self._per_node: dict[str, int] = {}
+        self._per_namespace: dict[str, int] = {}
+        self._moved: list[DeschedulerPod] = []
+        self._migrations_out: dict[str, int] = {}
+        self._migrating_vmis: set[str] = set()
+        for migration in state.migrations_in_flight():
+            vmi = f"{migration.metadata.namespace}/{migration.spec.vmi_name}"
+            self._migrating_vmis.add(vmi)
+            state_of = migration.status.migration_state
+            source = state_of.source_node if state_of else ""
+            if not source:
+                known = state.vmis.get(vmi)
+                source = known.status.node_name if known else ""
+            self._migrations_out[source] = self._migrations_out.get(source, 0) + 1
+        self._migrations_total = len(self._migrating_vmis)
+        self._cursor = 0
+        self._clock_now = evictor.now()
+
+    def resolve(self, violation: Violation, protections: Protections) -> Action | None:
+        """Pick the first candidate that may go and has somewhere to go; plan its move."""
+        if any(key in self._chosen for key in violation.candidates):
+            return None  # an earlier decision this cycle already moves one of them
+        reasons: list[tuple[str, str]] = []
+        for key in violation.candidates:
+            pod = self.state.pods.get(key)
+            if pod is None:
+                reasons.append((key, "pod is gone"))
+                continue
+            refusal = self._refuse(pod, protections)
+            action = None
+            if refusal is None:
+                action, refusal = self._place(pod, violation, protections)
+            if action is not None:
+                if reasons:  # the preferred candidates could not go: say so instead
+                    passed = "; ".join(f"{k} stays: {why}" for k, why in reasons)
+                    action = dataclasses.replace(action, why=f"{key} chosen because {passed}")
+                self._commit(action)
+                return action
+            reasons.append((key, refusal or "no reason"))
+        self.plan.skipped.append(Skip(violation.strategy, violation.rule, tuple(reasons)))
+        return None
+
+    def finish(self) -> Plan:
+        """Undo the planned moves in the index and hand over the plan.
+
+        A pod that was due for another try but was not chosen again no longer needs one (its
+        rule holds now, or it cannot go): from here on it is decided like any other pod."""
+        for original in reversed(self._moved):
+            self.state.place(original)
+        self._moved.clear()
+        evictor = self.evictor
+        for pod, retry in list(evictor.retrying.items()):
+            if retry.not_before <= self._clock_now and pod not in self._chosen:
+                evictor.give_up(pod)
+        return self.plan
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def _refuse(self, pod: DeschedulerPod, protections: Protections) -> str | None:
+        evictor, limits = self.evictor, self.evictor.limits
+        if pod.key in evictor.in_progress:
+            return "an eviction of this pod is already under way"
+        retry = evictor.retrying.get(pod.key)
+        if retry is not None and self._clock_now < retry.not_before:
+            wait = retry.not_before - self._clock_now
+            return f"a PodDisruptionBudget refused its eviction; trying again in {wait:.1f}s"
+        refusal = protections.refuse(self.state, pod, self.now)
+        if refusal is not None:
+            return refusal
+        workload = workload_of(pod)
+        cooling = self._cooling.get(workload)
+        if cooling is None:
+            cooling = self._cooling[workload] = evictor.cooling(workload)
+        if cooling and retry is None:
+            return f"workload {workload} is cooling down after an eviction"
+        node, namespace = pod.spec.node_name, pod.metadata.namespace
+        if limits.per_node is not None and self._per_node.get(node, 0) >= limits.per_node:
+            return f"limit of {limits.per_node} evictions per node reached on {node}"
+        if (
+            limits.per_namespace is not None
+            and self._per_namespace.get(namespace, 0) >= limits.per_namespace
+        ):
+            return f"limit of {limits.per_namespace} evictions per namespace reached in {namespace}"
+        if limits.total is not None and len(self.plan.actions) >= limits.total:
+            return f"limit of {limits.total} evictions per cycle reached"
+        return None
+
+    def _place(
+        self, pod: DeschedulerPod, violation: Violation, protections: Protections
+    ) -> tuple[Action | None, str | None]:
+        vmi = launcher_vmi(pod)
+        outcome = Outcome.EVICT
+        if vmi is not None:
+            refusal = self._migration_refusal(pod, vmi, violation)
+            if refusal is not None:
+                return None, refusal
+            outcome = Outcome.MIGRATE
+        target, refusal = self._target(pod, violation, protections)
+        if target is None:
+            return None, refusal
+        action = Action(
+            outcome=outcome,
+            pod=pod.key,
+            uid=pod.metadata.uid,
+            namespace=pod.metadata.namespace,
+            node=pod.spec.node_name,
+            workload=workload_of(pod),
+            strategy=violation.strategy,
+            rule=violation.rule,
+            why=violation.why,
+            target=target,
+            vmi=vmi or "",
+        )
+        return action, None
+
+    def _migration_refusal(self, pod: DeschedulerPod, vmi: str, violation: Violation) -> str | None:
+        settings = self.evictor.settings
+        how, reason = how_to_move(
+            self.state.vmis.get(vmi), settings.kubevirt_default_eviction_strategy
+        )
+        if how is MoveKind.STAY:
+            self.plan.stays.append(
+                VmiStays(vmi, pod.key, violation.strategy, violation.rule, reason)
+            )
+            return f"VMI {vmi} cannot live-migrate: {reason}"
+        if vmi in self._migrating_vmis:
+            return f"VMI {vmi} is already migrating"
+        limits = settings.migrations
+        if self._migrations_total >= limits.per_cluster:
+            return f"limit of {limits.per_cluster} parallel migrations per cluster reached"
+        node = pod.spec.node_name
+        if self._migrations_out.get(node, 0) >= limits.outbound_per_node:
+            return f"limit of {limits.outbound_per_node} outbound migrations reached on {node}"
+        return None
+
+    def _target(
+        self, pod: DeschedulerPod, violation: Violation, protections: Protections
+    ) -> tuple[str | None, str | None]:
+        state, key, own = self.state, pod.key, pod.spec.node_name
+        result = state.engine.filter(pod)
+        feasible = result.feasible
+        if not feasible or feasible == [own]:
+            return None, f"no other node can take it ({result.summary()})"
+        shortages: dict[str, int] = {}
+        for node in _rotated(feasible, self._cursor):
+            if node == own:
+                continue
+            record = state.nodes.get(node)
+            if record is None or not record.ready:
+                shortages["not Ready"] = shortages.get("not Ready", 0) + 1
+                continue
+            if protections.node_selector and not node_selected(
+                protections.node_selector, record.metadata.labels
+            ):
+                shortages["outside nodeSelector"] = shortages.get("outside nodeSelector", 0) + 1
+                continue
+            short = state.fits_resources(key, node)
+            if short is not None:
+                shortages[f"insufficient {short}"] = shortages.get(f"insufficient {short}", 0) + 1
+                continue
+            if violation.improves is not None and not violation.improves(key, node):
+                shortages["would violate again"] = shortages.get("would violate again", 0) + 1
+                continue
+            self._cursor += 1
+            return node, None
+        detail = ", ".join(f"{count} {why}" for why, count in sorted(shortages.items()))
+        return None, f"no other node fits: {detail}"
+
+    def _commit(self, action: Action) -> None:
+        self._chosen.add(action.pod)
+        self.plan.actions.append(action)
+        self._per_node[action.node] = self._per_node.get(action.node, 0) + 1
+        self._per_namespace[action.namespace] = self._per_namespace.get(action.namespace, 0) + 1
+        if action.outcome is Outcome.MIGRATE:
+            self._migrating_vmis.add(action.vmi)
+            self._migrations_total += 1
+            self._migrations_out[action.node] = self._migrations_out.get(action.node, 0) + 1
+        self._moved.append(self.state.move_pod(action.pod, action.target))
+
+
+def _rotated(nodes: list[str], start: int) -> Iterable[str]:
+    """The nodes from a moving start, so planned moves spread instead of filling one node."""
+    if not nodes:
+        return []
+    offset = start % len(nodes)
+    return nodes[offset:] + nodes[:offset]

@@ -1,0 +1,212 @@
+"""Carries out a plan: the only code that calls the Eviction API or creates migrations.
+
+policy/v1 Eviction only (PodDisruptionBudgets hold): 201 is done; 429 means a budget said no
+(or was not observed yet), so the pod is not evicted: after a backoff (the server's
+`retryAfterSeconds` when it gives one) a cycle runs and decides about it again, against the
+cluster as it is then; 404 means the pod is already gone.
+Calls run with bounded parallelism. In dry-run nothing is called and results are `dry-run`.
+A virt-launcher pod is never evicted: its VMI gets a VirtualMachineInstanceMigration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import msgspec
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from hostaffinity.descheduler.evictor import Action, Evictor, Outcome, Plan, VmiStays
+from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.runtime.kube import KubeClient, ResourceRef
+
+_log = logging.getLogger(__name__)
+EVICTED: Final = "evicted"
+MIGRATED: Final = "migrated"
+DRY_RUN: Final = "dry-run"
+BLOCKED: Final = "blocked"
+GONE: Final = "gone"
+ERROR: Final = "error"
+MANAGED_BY: Final = "hostaffinity-descheduler"
+MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
+
+
+class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How evictions are sent."""
+
+    parallelism: int = 16
+    retry_initial_seconds: float = 2.0
+    retry_max_seconds: float = 60.0
+    # After this many 429s the pod is treated as any other: the cooldown applies to it again.
+    max_attempts: int = 30
+    grace_period_seconds: int | None = None
+
+
+Report = Callable[[Action, str], Awaitable[None]]
+ReportStay = Callable[[VmiStays], Awaitable[None]]
+Poke = Callable[[str], None]
+
+
+class Executor:
+    """Runs attempts from a queue with `parallelism` workers until cancelled."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        evictor: Evictor,
+        settings: ExecutorSettings,
+        report: Report,
+        report_stay: ReportStay,
+        poke: Poke,
+    ) -> None:
+        self._client = client
+        self._state = state
+        self._evictor = evictor
+        self._settings = settings
+        self._report = report
+        self._report_stay = report_stay
+        self._poke = poke
+        self._queue: asyncio.Queue[Action] = asyncio.Queue()
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._busy = 0
+
+    def idle(self) -> bool:
+        """Nothing queued or running, and no retry waiting for its cycle."""
+        return self._queue.empty() and not self._busy and not self._timers
+
+    async def submit(self, plan: Plan) -> None:
+        """Queue the plan's actions (dry-run: report them only) and report VMIs that stay."""
+        for stay in plan.stays:
+            await self._report_stay(stay)
+        for action in plan.actions:
+            if plan.dry_run:
+                await self._report(action, DRY_RUN)
+                continue
+            self._evictor.in_progress.add(action.pod)
+            self._queue.put_nowait(action)
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(max(1, self._settings.parallelism)):
+                    group.create_task(self._work())
+        finally:
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
+
+    async def _work(self) -> None:
+        while True:
+            action = await self._queue.get()
+            self._busy += 1
+            try:
+                await self._carry_out(action)
+            except Exception:  # one failed call never stops the worker
+                _log.exception("eviction of %s failed unexpectedly", action.pod)
+                self._evictor.give_up(action.pod)
+            finally:
+                self._evictor.in_progress.discard(action.pod)
+                self._busy -= 1
+
+    async def _carry_out(self, action: Action) -> None:
+        current = self._state.pods.get(action.pod)
+        if current is None or current.metadata.uid != action.uid:
+            self._evictor.give_up(action.pod)  # gone or replaced since the decision
+            return
+        if action.outcome is Outcome.MIGRATE:
+            result, retry_after = await self._migrate(action), None
+        else:
+            result, retry_after = await self._evict(action)
+        if result == BLOCKED:
+            self._retry_later(action, retry_after)
+        else:
+            self._evictor.give_up(action.pod)
+        if result in (EVICTED, MIGRATED):
+            self._evictor.record_evicted(action.workload)
+        await self._report(action, result)
+
+    def _retry_later(self, action: Action, retry_after: float | None) -> None:
+        """Back off, then have a cycle decide about the pod again."""
+        settings = self._settings
+        attempt = self._evictor.attempts(action.pod) + 1
+        if attempt > settings.max_attempts:
+            self._evictor.give_up(action.pod)
+            return
+        backoff = settings.retry_initial_seconds * 2 ** (attempt - 1)
+        delay = min(settings.retry_max_seconds, max(backoff, retry_after or 0.0))
+        self._evictor.retry_later(action.pod, delay, attempt)
+        reason = f"retry eviction of {action.pod} (attempt {attempt + 1})"
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            self._poke(reason)
+
+        handle = asyncio.get_running_loop().call_later(delay, fire)
+        self._timers.add(handle)
+
+    async def _evict(self, action: Action) -> tuple[str, float | None]:
+        namespace, name = action.pod.split("/", 1)
+        body: dict[str, object] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if self._settings.grace_period_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": self._settings.grace_period_seconds}
+        path = ResourceRef("", "v1", "pods", namespace).path(name) + "/eviction"
+        try:
+            await self._client.request("POST", path, body=body)
+        except ApiException as error:
+            if error.status == 429:
+                return BLOCKED, _retry_after(error)
+            if error.status == 404:
+                return GONE, None
+            _log.warning("eviction of %s answered %s: %s", action.pod, error.status, error.body)
+            return ERROR, None
+        return EVICTED, None
+
+    async def _migrate(self, action: Action) -> str:
+        namespace, vmi_name = action.vmi.split("/", 1)
+        name = migration_name(vmi_name, action.uid)
+        body = {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstanceMigration",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
+                "annotations": {"hostaffinity.io/descheduler-strategy": action.strategy},
+            },
+            "spec": {"vmiName": vmi_name},
+        }
+        path = ResourceRef(MIGRATIONS.group, MIGRATIONS.version, MIGRATIONS.plural, namespace)
+        try:
+            await self._client.request("POST", path.path(), body=body)
+        except ApiException as error:
+            if error.status == 409:
+                return MIGRATED  # this very migration exists already: it is under way
+            if error.status == 404:
+                return GONE
+            _log.warning("migration of %s answered %s: %s", action.vmi, error.status, error.body)
+            return ERROR
+        return MIGRATED
+
+
+def migration_name(vmi_name: str, pod_uid: str) -> str:
+    """One migration per virt-launcher pod: a retry never creates a second one."""
+    suffix = f"{zlib.crc32(pod_uid.encode()):08x}"
+    return f"{vmi_name[: 63 - len(suffix) - 10]}-desched-{suffix}"
+
+
+def _retry_after(error: ApiException) -> float | None:
+    try:
+        status = json.loads(error.body or b"{}")
+        seconds = status.get("details", {}).get("retryAfterSeconds")
+    except (ValueError, AttributeError):
+        return None
+    return float(seconds) if isinstance(seconds, int | float) else None

@@ -1,0 +1,188 @@
+"""What keeps the descheduler's state current, so a cycle never lists anything: informers for
+Pods, Nodes, Namespaces, PodDisruptionBudgets (and KubeVirt VMIs and migrations), the topology
+KV watch, and `vm.moved` on a durable consumer. Each feed pokes the trigger when a change may
+have created a violation or a place to go.
+
+A `vm.moved` event starts a cycle; the placement it reports is already in the KV (the
+node-labeller writes the KV before it publishes), which the watch applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from hostaffinity.affinity.model import decode_namespace
+from hostaffinity.descheduler.kubevirt import (
+    VirtualMachineInstanceMigration,
+    decode_migration,
+    decode_vmi,
+)
+from hostaffinity.descheduler.model import (
+    decode_node,
+    decode_pdb,
+    decode_pod,
+)
+from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.triggers import (
+    CycleTrigger,
+    migration_trigger,
+    node_trigger,
+    pod_trigger,
+    vmi_trigger,
+)
+from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
+from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
+from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent, VmMoved
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PODS: Final = ResourceRef("", "v1", "pods")
+NODES: Final = ResourceRef("", "v1", "nodes")
+NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
+PDBS: Final = ResourceRef("policy", "v1", "poddisruptionbudgets")
+VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
+MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
+RETRY_SECONDS: Final = 2.0
+Handler = Callable[[InformerEvent[T]], Awaitable[None]]
+
+
+class Feeds:
+    """Runs every feed into one state until cancelled; `synced()` once all initial lists are in."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        topology: TopologyStore,
+        state: ClusterState,
+        trigger: CycleTrigger,
+        *,
+        kubevirt: bool,
+        on_migration: Callable[[VirtualMachineInstanceMigration], Awaitable[None]],
+        settings: InformerSettings | None = None,
+    ) -> None:
+        self._topology = topology
+        self._state = state
+        self._trigger = trigger
+        self.placements_synced = False
+
+        def informer(ref: ResourceRef, handler: Handler[Any], decode: Any) -> Informer[Any]:
+            return Informer(client, ref, handler, decode, settings=settings)
+
+        handle = self._handler
+        self.required: list[Informer[Any]] = [
+            informer(
+                PODS,
+                handle(state.pods.get, state.upsert_pod, state.remove_pod, pod_trigger),
+                decode_pod,
+            ),
+            informer(
+                NODES,
+                handle(state.nodes.get, state.upsert_node, state.remove_node, node_trigger),
+                decode_node,
+            ),
+            informer(
+                NAMESPACES,
+                handle(_unknown, state.upsert_namespace, state.remove_namespace),
+                decode_namespace,
+            ),
+            informer(PDBS, handle(state.pdbs.get, state.upsert_pdb, state.remove_pdb), decode_pdb),
+        ]
+        self.optional: list[Informer[Any]] = []
+        if kubevirt:
+            self.optional = [
+                informer(
+                    VMIS,
+                    handle(state.vmis.get, state.upsert_vmi, state.remove_vmi, vmi_trigger),
+                    decode_vmi,
+                ),
+                informer(
+                    MIGRATIONS,
+                    handle(
+                        state.migrations.get,
+                        state.upsert_migration,
+                        state.remove_migration,
+                        migration_trigger,
+                        then=on_migration,
+                    ),
+                    decode_migration,
+                ),
+            ]
+
+    def synced(self) -> bool:
+        """Every required informer has handed over its list, and the KV replay is done.
+
+        KubeVirt's informers are not required: a cluster without KubeVirt has no VMIs, and a
+        virt-launcher pod whose VMI is unknown is left in place anyway."""
+        informers_done = all(i.synced.is_set() and i.pending() == 0 for i in self.required)
+        return informers_done and self.placements_synced
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for informer in (*self.required, *self.optional):
+                group.create_task(informer.run())
+            group.create_task(self._follow_topology())
+
+    async def on_event(self, event: TopologyEvent) -> None:
+        """The durable consumer's handler: a VM moved to another ESXi host, so run a cycle.
+
+        The placement itself comes from the topology KV only: the node-labeller writes it
+        before publishing, and a consumer that replays old events (a new durable starts at the
+        stream's beginning) must not set a placement back to where a VM used to be."""
+        if isinstance(event, VmMoved):
+            self._trigger.poke(f"vm.moved {event.node} -> {event.to_host_name}")
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def _handler(
+        self,
+        current: Callable[[str], T | None],
+        upsert: Callable[[T], None],
+        remove: Callable[[str], None],
+        why: Callable[[T | None, T], str | None] | None = None,
+        then: Callable[[T], Awaitable[None]] | None = None,
+    ) -> Handler[T]:
+        """Apply an informer event to the state; poke the trigger when `why` names a reason."""
+
+        async def handle(event: InformerEvent[T]) -> None:
+            old = current(event.key)
+            if event.type == "DELETED":
+                remove(event.key)
+                return
+            upsert(event.obj)
+            if then is not None:
+                await then(event.obj)
+            reason = None if why is None else why(old, event.obj)
+            if reason is not None:
+                self._trigger.poke(reason)
+
+        return handle
+
+    async def _follow_topology(self) -> None:
+        while True:
+            try:
+                async with self._topology.watch() as changes:
+                    async for change in changes:
+                        if isinstance(change, NodeChange):
+                            placement = change.placement
+                            host = placement.host_label if placement else None
+                            if host != self._state.index.domain(change.node, LABEL_ESXI_HOST):
+                                self._trigger.poke(f"placement of {change.node} changed")
+                            self._state.set_placement(change.node, host)
+                        elif isinstance(change, Bootstrapped):
+                            self.placements_synced = True
+                            # Cycles skipped while the watch was down run now.
+                            self._trigger.poke("topology watch (re)started")
+            except Exception as error:  # nats-py raises its own types for a lost connection
+                self.placements_synced = False
+                _log.warning("topology watch failed (%r); reopening in %gs", error, RETRY_SECONDS)
+                await asyncio.sleep(RETRY_SECONDS)
+
+
+def _unknown(_key: str) -> None:
+    """Namespaces start no cycle, so their previous state is not looked up."""
+    return None

@@ -1,0 +1,22 @@
+"""Entry point: `hostaffinity-descheduler --config shared.yaml --config descheduler.yaml`.
+
+Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
+health, NATS, the Lease and SIGTERM; only the Lease holder deschedules (`Descheduling`). The
+policy file named in the config is read when the work starts; a bad one ends it with the error.
+"""
+
+from collections.abc import Sequence
+
+from hostaffinity.descheduler.config import DeschedulerConfig
+from hostaffinity.descheduler.service import Descheduling
+from hostaffinity.runtime.runner import ServiceSpec, run_service
+
+
+def service_spec(work: Descheduling) -> ServiceSpec[DeschedulerConfig]:
+    return ServiceSpec(
+        name="descheduler", config_type=DeschedulerConfig, work=work, leader_elected=True
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    run_service(service_spec(Descheduling()), argv)

@@ -1,0 +1,168 @@
+"""What the descheduler tells the world about each action: a Kubernetes Event on the pod or VMI
+naming the strategy and the rule, a bus event (`pod.evicted`, `vmi.migration.requested`) for
+subscribers, and the metrics. Reporting never holds an eviction up: bus events wait in an outbox
+that publishes them when NATS is there (kept, up to a bound, while it is away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from hostaffinity.descheduler.evictor import Action, Outcome, VmiStays
+from hostaffinity.descheduler.executor import (
+    BLOCKED,
+    DRY_RUN,
+    EVICTED,
+    MIGRATED,
+    migration_name,
+)
+from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
+from hostaffinity.descheduler.metrics import DeschedulerMetrics
+from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
+from hostaffinity.schema import Event, PodEvicted, VmiMigrationRequested, event_id
+from hostaffinity.schema.timestamps import utc_timestamp
+
+_log = logging.getLogger(__name__)
+SOURCE: Final = "descheduler"
+PUBLISH_TIMEOUT_S: Final = 5.0
+RETRY_SECONDS: Final = 1.0
+Publish = Callable[[Event], Awaitable[object]]
+
+
+class Outbox:
+    """Bus events waiting to be published, in order; `run` publishes until cancelled.
+
+    While NATS is away the head event is retried and the rest wait; beyond `capacity` the
+    oldest is dropped and counted, so an outage costs memory only up to a bound. Event ids are
+    deterministic, so a publish retried after a lost ack is stored once (JetStream dedupe)."""
+
+    def __init__(
+        self, publish: Publish, on_drop: Callable[[], None], capacity: int = 10_000
+    ) -> None:
+        self._publish = publish
+        self._on_drop = on_drop
+        self._capacity = capacity
+        self._waiting: collections.deque[Event] = collections.deque()
+        self._ready = asyncio.Event()
+
+    def put(self, event: Event) -> None:
+        if len(self._waiting) >= self._capacity:
+            self._waiting.popleft()
+            self._on_drop()
+        self._waiting.append(event)
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            while self._waiting:
+                event = self._waiting[0]
+                try:
+                    await asyncio.wait_for(self._publish(event), PUBLISH_TIMEOUT_S)
+                except Exception as error:  # nats-py's own errors while the server is away
+                    _log.warning("could not publish %s yet (%r); retrying", event.id, error)
+                    await asyncio.sleep(RETRY_SECONDS)
+                    continue
+                if self._waiting and self._waiting[0] is event:
+                    self._waiting.popleft()
+            self._ready.clear()
+
+
+class Reporter:
+    """Events, bus messages and metrics for actions the executor carried out."""
+
+    def __init__(self, events: EventRecorder, outbox: Outbox, metrics: DeschedulerMetrics) -> None:
+        self._events = events
+        self._outbox = outbox
+        self._metrics = metrics
+        self._migrations: dict[str, Action] = {}
+
+    async def action(self, action: Action, result: str) -> None:
+        self._metrics.attempted(action.strategy, action.namespace, result)
+        namespace, name = action.pod.split("/", 1)
+        about_pod = ObjectRef("Pod", name, action.uid, namespace)
+        what = f"{action.strategy}: {action.rule}"
+        if action.why:
+            what += f"; chosen: {action.why}"
+        if result == EVICTED:
+            await self._events.record(about_pod, "Descheduled", f"Evicted by {what}", "Normal")
+        elif result == BLOCKED:
+            await self._events.record(
+                about_pod,
+                "EvictionBlocked",
+                f"A PodDisruptionBudget refused the eviction ({what}); retrying later",
+                "Normal",
+            )
+        elif result == MIGRATED:
+            vmi_ns, vmi_name = action.vmi.split("/", 1)
+            migration = migration_name(vmi_name, action.uid)
+            self._migrations[f"{vmi_ns}/{migration}"] = action
+            await self._events.record(
+                ObjectRef("VirtualMachineInstance", vmi_name, "", vmi_ns, "kubevirt.io/v1"),
+                "Migrating",
+                f"Live migration {migration} requested by {what}",
+                "Normal",
+            )
+        if result in (EVICTED, DRY_RUN) and action.outcome is Outcome.EVICT:
+            self._outbox.put(
+                PodEvicted(
+                    id=event_id("pod.evicted", action.uid, result),
+                    occurred_at=utc_timestamp(),
+                    source=SOURCE,
+                    pod=action.pod,
+                    pod_uid=action.uid,
+                    node=action.node,
+                    strategy=action.strategy,
+                    rule=action.rule,
+                    result=result,
+                    owner=action.workload,
+                )
+            )
+        elif result in (MIGRATED, DRY_RUN):
+            self._outbox.put(
+                VmiMigrationRequested(
+                    id=event_id("vmi.migration.requested", action.uid, result),
+                    occurred_at=utc_timestamp(),
+                    source=SOURCE,
+                    vmi=action.vmi,
+                    migration=migration_name(action.vmi.split("/", 1)[1], action.uid),
+                    node=action.node,
+                    strategy=action.strategy,
+                    rule=action.rule,
+                    pod=action.pod,
+                )
+            )
+
+    async def stay(self, stay: VmiStays) -> None:
+        """A VMI that should move but cannot live-migrate: a Warning Event on it."""
+        namespace, name = stay.vmi.split("/", 1)
+        self._metrics.attempted(stay.strategy, namespace, "not-migratable")
+        await self._events.record(
+            ObjectRef("VirtualMachineInstance", name, "", namespace, "kubevirt.io/v1"),
+            "CannotLiveMigrate",
+            f"{stay.strategy}: {stay.rule}; left in place: {stay.reason}",
+        )
+
+    async def migration_changed(self, migration: VirtualMachineInstanceMigration) -> None:
+        """Follow the migrations this descheduler created to Succeeded or Failed."""
+        action = self._migrations.get(migration.key)
+        if action is None or migration.in_flight:
+            return
+        del self._migrations[migration.key]
+        phase = migration.status.phase
+        self._metrics.migration_finished(phase.lower())
+        if phase == "Failed":
+            namespace, name = action.vmi.split("/", 1)
+            await self._events.record(
+                ObjectRef("VirtualMachineInstance", name, "", namespace, "kubevirt.io/v1"),
+                "MigrationFailed",
+                f"Live migration {migration.metadata.name} ({action.strategy}) failed; "
+                "the next cycle decides again",
+            )

@@ -1,0 +1,154 @@
+"""The descheduler's work (the runner does argv, config, health, NATS, the Lease and SIGTERM):
+the state fed by informers, the KV watch and the `vm.moved` consumer; cycles on every trigger,
+each plan handed to the executor.
+
+Ready (/readyz) once every feed has its initial list; no cycle runs before that (a plan made on
+half a cluster could evict pods whose partners are simply not listed yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+
+import msgspec
+
+from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.descheduler.config import DeschedulerConfig
+from hostaffinity.descheduler.cycle import CycleReport, decide
+from hostaffinity.descheduler.evictor import Evictor, EvictorSettings
+from hostaffinity.descheduler.executor import Executor
+from hostaffinity.descheduler.feeds import Feeds
+from hostaffinity.descheduler.metrics import DeschedulerMetrics
+from hostaffinity.descheduler.policy import DEFAULT_POLICY, Policy, load_policy, parse_policy
+from hostaffinity.descheduler.reporting import SOURCE, Outbox, Reporter
+from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.triggers import CycleTrigger
+from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
+from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.schema import decode_event, event_subject
+
+_log = logging.getLogger(__name__)
+SYNC_POLL_SECONDS: Final = 0.2
+
+
+def read_policy(config: DeschedulerConfig) -> Policy:
+    """The configured DeschedulerPolicy file, or the built-in policy without one."""
+    path = config.descheduler.policy_file
+    return parse_policy(DEFAULT_POLICY) if path is None else load_policy(path)
+
+
+class CycleLoop:
+    """Runs decision cycles until cancelled; the last report is kept for health and tests."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: Policy,
+        evictor: Evictor,
+        executor: Executor,
+        trigger: CycleTrigger,
+        metrics: DeschedulerMetrics,
+        synced: Callable[[], bool],
+    ) -> None:
+        self._state = state
+        self._policy = policy
+        self._evictor = evictor
+        self._executor = executor
+        self._trigger = trigger
+        self._metrics = metrics
+        self._synced = synced
+        self.cycles = 0
+        self.last: CycleReport | None = None
+
+    async def run(self) -> None:
+        while not self._synced():  # noqa: ASYNC110 - the feeds expose no event for this
+            await asyncio.sleep(SYNC_POLL_SECONDS)
+        freeze_gc_after_initial_load()
+        _log.info("state complete; descheduling")
+        self._trigger.poke("state synced")
+        while True:
+            reasons = await self._trigger.next()
+            if not self._synced():
+                _log.warning("skipping a cycle: the state is incomplete (a feed is re-listing)")
+                continue
+            _log.info("cycle triggered by %s", "; ".join(reasons[:5]))
+            report = decide(self._state, self._policy, self._evictor, datetime.now(UTC))
+            self._metrics.cycle(report.seconds)
+            self.cycles += 1
+            self.last = report
+            for skip in report.plan.skipped:
+                _log.info("left alone (%s): %s -- %s", skip.strategy, skip.rule, skip.reasons)
+            await self._executor.submit(report.plan)
+
+
+class Descheduling:
+    """The Lease holder's work; its parts stay visible for tests once started."""
+
+    def __init__(self) -> None:
+        self.state: ClusterState | None = None
+        self.feeds: Feeds | None = None
+        self.executor: Executor | None = None
+        self.loop: CycleLoop | None = None
+
+    def synced(self) -> bool:
+        return self.feeds is not None and self.feeds.synced()
+
+    async def __call__(self, ctx: ServiceContext[DeschedulerConfig]) -> None:
+        config = ctx.config
+        settings, shared = config.descheduler, config.shared
+        policy = read_policy(config)
+        ctx.add_readiness("state synced", self.synced)
+        topology = await ctx.bus.ensure_layout()
+        state = self.state = ClusterState(
+            physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
+            fail_unplaced=shared.unknown_placement == "fail",
+        )
+        metrics = DeschedulerMetrics()
+        trigger = CycleTrigger(settings.debounce_seconds, settings.interval_seconds)
+        evictor = Evictor(
+            EvictorSettings(
+                cooldown_seconds=settings.cooldown_seconds,
+                dry_run=settings.dry_run,
+                kubevirt_default_eviction_strategy=settings.kubevirt_default_eviction_strategy,
+                migrations=settings.migrations,
+            ),
+            policy.limits,
+        )
+        outbox = Outbox(ctx.bus.publish_event, metrics.dropped_event)
+        reporter = Reporter(EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, metrics)
+        eviction = settings.eviction
+        if eviction.grace_period_seconds is None and policy.grace_period_seconds is not None:
+            eviction = msgspec.structs.replace(
+                eviction, grace_period_seconds=policy.grace_period_seconds
+            )
+        executor = self.executor = Executor(
+            ctx.kube, state, evictor, eviction, reporter.action, reporter.stay, trigger.poke
+        )
+        feeds = self.feeds = Feeds(
+            ctx.kube,
+            topology,
+            state,
+            trigger,
+            kubevirt=settings.kubevirt,
+            on_migration=reporter.migration_changed,
+        )
+        consumer = DurableConsumer(
+            ctx.bus.js,
+            service=SOURCE,
+            settings=ConsumerSettings(
+                durable=settings.consumer_durable, filter_subject=event_subject("vm.moved")
+            ),
+            decode=decode_event,
+            handler=feeds.on_event,
+        )
+        self.loop = CycleLoop(state, policy, evictor, executor, trigger, metrics, feeds.synced)
+        ctx.start(feeds.run(), name="feeds")
+        ctx.start(consumer.run(), name="vm-moved-consumer")
+        ctx.start(executor.run(), name="executor")
+        ctx.start(outbox.run(), name="bus-outbox")
+        await self.loop.run()

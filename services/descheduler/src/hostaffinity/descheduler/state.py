@@ -1,0 +1,210 @@
+"""What the descheduler knows: the engine's index plus the facts the evictor needs.
+
+Fed event by event by the informers (Pods, Nodes, Namespaces, PodDisruptionBudgets, KubeVirt
+VMIs and migrations) and the topology KV watch, all on one event loop; a decision cycle reads it
+without listing anything. Beyond the index it keeps each pod's requests and each node's sum of
+them (for node fit), the replicas of each owner, and the PDBs, VMIs and migrations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import msgspec
+
+from hostaffinity.affinity.engine import AffinityEngine
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.model import Namespace
+from hostaffinity.descheduler.kubevirt import (
+    VirtualMachineInstance,
+    VirtualMachineInstanceMigration,
+    launcher_vmi,
+    with_vmi_rules,
+)
+from hostaffinity.descheduler.model import (
+    DeschedulerNode,
+    DeschedulerPod,
+    PodDisruptionBudget,
+    Resources,
+    node_allocatable,
+    pod_requests,
+)
+
+_log = logging.getLogger(__name__)
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+def controller_of(pod: DeschedulerPod) -> str | None:
+    """`Kind/name` of the pod's controller ownerReference (falling back to the first owner)."""
+    refs = pod.metadata.owner_references
+    for ref in refs:
+        if ref.controller:
+            return f"{ref.kind}/{ref.name}"
+    return f"{refs[0].kind}/{refs[0].name}" if refs else None
+
+
+def workload_of(pod: DeschedulerPod) -> str:
+    """The key a cooldown and the duplicates strategy group replicas by."""
+    owner = controller_of(pod)
+    return f"{pod.metadata.namespace}/{owner}" if owner else pod.key
+
+
+def _add(into: Resources, amount: Resources, sign: int) -> None:
+    for name, value in amount.items():
+        into[name] = into.get(name, 0) + sign * value
+
+
+class ClusterState:
+    """The index and engine the strategies read, plus pods, nodes and usage for the evictor."""
+
+    def __init__(self, *, physical_anti_affinity: bool = False, fail_unplaced: bool = True) -> None:
+        self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
+        self.engine = AffinityEngine(self.index, fail_unplaced=fail_unplaced)
+        self.pods: dict[str, DeschedulerPod] = {}
+        self.nodes: dict[str, DeschedulerNode] = {}
+        self.allocatable: dict[str, Resources] = {}
+        self.requests: dict[str, Resources] = {}
+        self.usage: dict[str, Resources] = {}
+        self.workloads: dict[str, set[str]] = {}
+        self.pdbs: dict[str, PodDisruptionBudget] = {}
+        self.vmis: dict[str, VirtualMachineInstance] = {}
+        self.migrations: dict[str, VirtualMachineInstanceMigration] = {}
+        # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
+        self._launchers: dict[str, DeschedulerPod] = {}
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: DeschedulerPod) -> None:
+        """Add or update a pod; unassigned and finished pods are only forgotten.
+
+        A virt-launcher pod is kept with its VMI's current rules (kubevirt.with_vmi_rules)."""
+        self.remove_pod(pod.key)
+        vmi = launcher_vmi(pod)
+        if vmi is not None:
+            self._launchers[vmi] = pod
+            pod = with_vmi_rules(pod, self.vmis.get(vmi))
+        self.place(pod)
+
+    def place(self, pod: DeschedulerPod) -> None:
+        """Index the pod as it is (a planned move, or undoing one)."""
+        key = pod.key
+        self._forget(key)
+        if not pod.spec.node_name or pod.status.phase in _TERMINAL:
+            return
+        try:
+            requests = pod_requests(pod)
+        except ValueError as error:
+            _log.warning("pod %s: requests not understood (%s); counted as none", key, error)
+            requests = {"pods": 1000}
+        self.index.upsert_pod(pod)
+        self.pods[key] = pod
+        self.requests[key] = requests
+        _add(self.usage.setdefault(pod.spec.node_name, {}), requests, 1)
+        self.workloads.setdefault(workload_of(pod), set()).add(key)
+
+    def remove_pod(self, key: str) -> None:
+        pod = self._forget(key)
+        vmi = None if pod is None else launcher_vmi(pod)
+        launcher = None if vmi is None else self._launchers.get(vmi)
+        if vmi is not None and launcher is not None and launcher.key == key:
+            del self._launchers[vmi]
+
+    def _forget(self, key: str) -> DeschedulerPod | None:
+        pod = self.pods.pop(key, None)
+        if pod is None:
+            return None
+        self.index.remove_pod(key)
+        _add(self.usage.setdefault(pod.spec.node_name, {}), self.requests.pop(key), -1)
+        workload = workload_of(pod)
+        replicas = self.workloads.get(workload)
+        if replicas is not None:
+            replicas.discard(key)
+            if not replicas:
+                del self.workloads[workload]
+        return pod
+
+    def move_pod(self, key: str, node: str) -> DeschedulerPod:
+        """Place a pod on another node in the index (a planned move); returns the original."""
+        pod = self.pods[key]
+        self.place(_on_node(pod, node))
+        return pod
+
+    # -- nodes, namespaces, placements ---------------------------------------------------------
+
+    def upsert_node(self, node: DeschedulerNode) -> None:
+        name = node.metadata.name
+        self.index.upsert_node(node)
+        self.nodes[name] = node
+        self.allocatable[name] = node_allocatable(node)
+
+    def remove_node(self, name: str) -> None:
+        self.index.remove_node(name)
+        self.nodes.pop(name, None)
+        self.allocatable.pop(name, None)
+
+    def upsert_namespace(self, namespace: Namespace) -> None:
+        self.index.upsert_namespace(namespace)
+
+    def remove_namespace(self, name: str) -> None:
+        self.index.remove_namespace(name)
+
+    def set_placement(self, node: str, host: str | None) -> None:
+        self.index.set_placement(node, host)
+
+    # -- PDBs and KubeVirt ---------------------------------------------------------------------
+
+    def upsert_pdb(self, pdb: PodDisruptionBudget) -> None:
+        self.pdbs[f"{pdb.metadata.namespace}/{pdb.metadata.name}"] = pdb
+
+    def remove_pdb(self, key: str) -> None:
+        self.pdbs.pop(key, None)
+
+    def upsert_vmi(self, vmi: VirtualMachineInstance) -> None:
+        self.vmis[vmi.key] = vmi
+        self._rederive(vmi.key)
+
+    def remove_vmi(self, key: str) -> None:
+        self.vmis.pop(key, None)
+        self._rederive(key)
+
+    def _rederive(self, vmi: str) -> None:
+        launcher = self._launchers.get(vmi)
+        if launcher is not None and launcher.key in self.pods:
+            self.place(with_vmi_rules(launcher, self.vmis.get(vmi)))
+
+    def upsert_migration(self, migration: VirtualMachineInstanceMigration) -> None:
+        self.migrations[migration.key] = migration
+
+    def remove_migration(self, key: str) -> None:
+        self.migrations.pop(key, None)
+
+    def migrations_in_flight(self) -> Iterator[VirtualMachineInstanceMigration]:
+        return (m for m in self.migrations.values() if m.in_flight)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def free(self, node: str) -> Resources:
+        """Allocatable minus the requests of the pods on the node."""
+        free = dict(self.allocatable.get(node, {}))
+        _add(free, self.usage.get(node, {}), -1)
+        return free
+
+    def fits_resources(self, pod_key: str, node: str) -> str | None:
+        """None when the node has room for the pod's requests, else the first short resource.
+
+        A resource the node does not report is not checked (NodeResourcesFit skips what the
+        pod does not ask for, and a node without allocatable yet is not judged).
+        """
+        allocatable = self.allocatable.get(node)
+        if not allocatable:
+            return None
+        used = self.usage.get(node, {})
+        for name, amount in self.requests.get(pod_key, {}).items():
+            if amount and name in allocatable and used.get(name, 0) + amount > allocatable[name]:
+                return name
+        return None
+
+
+def _on_node(pod: DeschedulerPod, node: str) -> DeschedulerPod:
+    return msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, node_name=node))

@@ -1,0 +1,63 @@
+"""The strategy registry: upstream plugin name -> args record and plugin class.
+
+Upstream registers plugins the same way (pkg/framework/pluginregistry); a policy naming a plugin
+that is not here is an error that names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from hostaffinity.descheduler.strategies.base import Args, Strategy
+from hostaffinity.descheduler.strategies.duplicates import Duplicates, DuplicatesArgs
+from hostaffinity.descheduler.strategies.interpod_affinity import (
+    InterPodAffinity,
+    InterPodAffinityArgs,
+)
+from hostaffinity.descheduler.strategies.interpod_anti_affinity import (
+    InterPodAntiAffinity,
+    InterPodAntiAffinityArgs,
+)
+from hostaffinity.descheduler.strategies.node_affinity import NodeAffinity, NodeAffinityArgs
+from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+
+
+@dataclass(frozen=True)
+class Registration:
+    """How to build one plugin from its JSON args."""
+
+    args: type[Args]
+    build: Callable[[Any], Strategy]
+
+
+REGISTRY: Final[Mapping[str, Registration]] = {
+    InterPodAntiAffinity.name: Registration(InterPodAntiAffinityArgs, InterPodAntiAffinity),
+    InterPodAffinity.name: Registration(InterPodAffinityArgs, InterPodAffinity),
+    NodeAffinity.name: Registration(NodeAffinityArgs, NodeAffinity),
+    NodeTaints.name: Registration(NodeTaintsArgs, NodeTaints),
+    Duplicates.name: Registration(DuplicatesArgs, Duplicates),
+}
+
+
+class StrategyArgsError(ValueError):
+    """Args that do not decode or do not validate; the message lists every problem."""
+
+
+def build_strategy(name: str, raw_args: Mapping[str, Any] | None) -> Strategy:
+    """Decode, default and validate a plugin's args, then build it."""
+    registration = REGISTRY.get(name)
+    if registration is None:
+        supported = ", ".join(sorted(REGISTRY))
+        raise StrategyArgsError(f"plugin {name!r} is not supported (supported: {supported})")
+    try:
+        args = msgspec.convert(dict(raw_args or {}), registration.args)
+    except msgspec.ValidationError as error:
+        raise StrategyArgsError(f"{name}: {error}") from error
+    problems = args.validate()
+    if problems:
+        raise StrategyArgsError(f"{name}: " + "; ".join(problems))
+    return registration.build(args)

@@ -1,0 +1,108 @@
+"""RemoveDuplicates: replicas of one owner piled on one node (or, by setting, one ESXi host).
+
+Upstream (pkg/framework/plugins/removeduplicates/removeduplicates.go) counts replicas of each
+owner per node and evicts down to the average over the nodes the pods fit,
+ceil(replicas / feasible nodes). Here the domain can be the ESXi host (placements from the
+topology KV), and a replica is moved only to a domain below that average, so spreading never
+piles pods up somewhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import ClassVar, Final, Literal
+
+import msgspec
+
+from hostaffinity.affinity.interpod import HOSTNAME_KEY
+from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.strategies.base import (
+    PodScope,
+    ScopedArgs,
+    TargetCheck,
+    Violation,
+    eviction_order,
+)
+from hostaffinity.schema.names import LABEL_ESXI_HOST
+
+DOMAIN_KEYS: Final = {"node": HOSTNAME_KEY, "esxi-host": LABEL_ESXI_HOST}
+
+
+class DuplicatesArgs(ScopedArgs, frozen=True):
+    exclude_owner_kinds: list[str] = msgspec.field(default_factory=list)
+    # Ours: spread over nodes (upstream) or over ESXi hosts.
+    domain: Literal["node", "esxi-host"] = "node"
+
+
+class Duplicates:
+    name: ClassVar[str] = "RemoveDuplicates"
+
+    def __init__(self, args: DuplicatesArgs) -> None:
+        self.args = args
+        self._scope = PodScope(args)
+        self._excluded = frozenset(args.exclude_owner_kinds)
+
+    def _domain(self, state: ClusterState, node: str) -> str | None:
+        if self.args.domain == "node":
+            return node if node in state.nodes else None
+        return state.index.domain(node, DOMAIN_KEYS[self.args.domain])
+
+    def violations(self, state: ClusterState) -> list[Violation]:
+        found: list[Violation] = []
+        for workload, keys in state.workloads.items():
+            if len(keys) < 2:
+                continue
+            sample = state.pods[next(iter(keys))]
+            refs = sample.metadata.owner_references
+            if not refs or any(r.kind in self._excluded for r in refs):
+                continue
+            if not self._scope.covers(sample):
+                continue
+            by_domain: dict[str, list[str]] = {}
+            for key in keys:
+                domain = self._domain(state, state.pods[key].spec.node_name)
+                if domain is not None:
+                    by_domain.setdefault(domain, []).append(key)
+            if all(len(group) < 2 for group in by_domain.values()):
+                continue
+            found.extend(self._spread(state, workload, sample.key, by_domain))
+        return found
+
+    def _spread(
+        self, state: ClusterState, workload: str, sample: str, by_domain: dict[str, list[str]]
+    ) -> list[Violation]:
+        feasible = state.engine.filter(state.pods[sample]).feasible
+        domains = {d for d in (self._domain(state, n) for n in feasible) if d is not None}
+        domains.update(by_domain)
+        total = sum(len(group) for group in by_domain.values())
+        ceiling = math.ceil(total / max(1, len(domains)))
+        found = []
+        for domain, group in sorted(by_domain.items()):
+            if len(group) <= ceiling:
+                continue
+            order = eviction_order(state, group)
+            rule = (
+                f"{len(group)} replicas of {workload} on {self.args.domain} {domain}; "
+                f"at most {ceiling} each over {len(domains)} feasible"
+            )
+            for key in order[: len(group) - ceiling]:
+                found.append(
+                    Violation(
+                        self.name, rule, (key,), improves=self._below(state, workload, ceiling)
+                    )
+                )
+        return found
+
+    def _below(self, state: ClusterState, workload: str, ceiling: int) -> TargetCheck:
+        def improves(pod_key: str, node: str) -> bool:
+            target = self._domain(state, node)
+            if target is None:
+                return False
+            counts = Counter(
+                self._domain(state, state.pods[k].spec.node_name)
+                for k in state.workloads.get(workload, ())
+            )
+            return counts[target] < ceiling
+
+        return improves

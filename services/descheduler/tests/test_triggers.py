@@ -1,0 +1,119 @@
+"""Which changes start a cycle, and the debounce that folds a burst into one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from descheduler_builders import anti_affinity, node, pod
+
+from hostaffinity.descheduler.triggers import CycleTrigger, node_trigger, pod_trigger
+
+NOSCHED = {"key": "k", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, node("n1"), "added"),
+        (node("n1", unschedulable=True), node("n1"), "uncordoned"),
+        (node("n1", ready=False), node("n1"), "Ready"),
+        (node("n1"), node("n1", taints=[NOSCHED]), "taints"),
+        (node("n1"), node("n1", {"disk": "ssd"}), "labels"),
+        (node("n1"), node("n1", unschedulable=True), None),
+        (node("n1"), node("n1", ready=False), None),
+        (node("n1"), node("n1"), None),
+        (node("n1"), None, None),
+    ],
+    ids=[
+        "added",
+        "uncordoned",
+        "ready",
+        "tainted",
+        "relabelled",
+        "cordoned",
+        "not-ready",
+        "unchanged",
+        "deleted",
+    ],
+)
+def test_node_changes(old: object, new: object, expected: str | None) -> None:
+    assert_reason(node_trigger(old, new), expected)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, pod("p", "n1"), "assigned"),
+        (pod("p", ""), pod("p", "n1"), "assigned"),
+        (pod("p", "n1", {"a": "1"}), pod("p", "n1", {"a": "2"}), "labels"),
+        (pod("p", "n1"), pod("p", "n1", affinity=anti_affinity({"a": "1"})), "affinity"),
+        (pod("p", "n1"), pod("p", "n1", created_minutes_ago=5), None),
+        (None, pod("p", ""), None),
+        (pod("p", "n1"), None, None),
+    ],
+    ids=["new-assigned", "bound", "labels", "affinity", "status-only", "pending", "deleted"],
+)
+def test_pod_changes(old: object, new: object, expected: str | None) -> None:
+    assert_reason(pod_trigger(old, new), expected)  # type: ignore[arg-type]
+
+
+def assert_reason(reason: str | None, expected: str | None) -> None:
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert expected in reason
+
+
+async def test_a_burst_of_triggers_makes_one_cycle_after_the_debounce() -> None:
+    trigger = CycleTrigger(debounce_s=0.1, interval_s=60)
+    waiting = asyncio.create_task(trigger.next())
+    trigger.poke("node n1 uncordoned")
+    await asyncio.sleep(0.02)
+    trigger.poke("node n2 uncordoned")
+    reasons = await asyncio.wait_for(waiting, 1)
+    assert reasons == ["node n1 uncordoned", "node n2 uncordoned"]
+
+
+async def test_the_interval_runs_a_cycle_without_triggers() -> None:
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=0.05)
+    assert await asyncio.wait_for(trigger.next(), 1) == ["interval"]
+
+
+async def test_a_flood_of_triggers_keeps_a_few_reasons_and_counts_the_rest() -> None:
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=60)
+    for i in range(1000):
+        trigger.poke(f"pod {i} assigned")
+    reasons = await asyncio.wait_for(trigger.next(), 1)
+    assert len(reasons) == CycleTrigger.KEPT_REASONS + 1
+    assert reasons[-1] == f"{1000 - CycleTrigger.KEPT_REASONS} more"
+
+
+def test_vmi_and_migration_changes() -> None:
+    from descheduler_builders import vmi, vmi_json
+
+    from hostaffinity.descheduler.kubevirt import decode_migration, decode_vmi
+    from hostaffinity.descheduler.triggers import migration_trigger, vmi_trigger
+
+    edited = vmi_json("vm-a", "n1")
+    edited["spec"]["affinity"] = anti_affinity({"app": "db"})
+    assert vmi_trigger(vmi("vm-a", "n1"), decode_vmi(json.dumps(edited))) is not None
+    assert vmi_trigger(vmi("vm-a", "n1"), vmi("vm-a", "n2")) is None
+    assert vmi_trigger(None, vmi("vm-a", "n1")) is None
+
+    def migration(phase: str) -> object:
+        return decode_migration(
+            json.dumps(
+                {
+                    "metadata": {"name": "m", "namespace": "default"},
+                    "spec": {"vmiName": "vm-a"},
+                    "status": {"phase": phase},
+                }
+            )
+        )
+
+    assert migration_trigger(migration("Running"), migration("Succeeded")) is not None  # type: ignore[arg-type]
+    assert migration_trigger(migration("Succeeded"), migration("Succeeded")) is None  # type: ignore[arg-type]
+    assert migration_trigger(None, migration("Running")) is None  # type: ignore[arg-type]

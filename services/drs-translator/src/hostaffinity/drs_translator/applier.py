@@ -1,0 +1,361 @@
+"""Brings one cluster's DRS rules and groups to the plan, one reconfigure per batch, crash-safe.
+
+Order for a batch: ownership records first (`pending`, or `removing`), then one
+`ReconfigureComputeResource_Task` with every add, edit and remove, then the records confirmed
+(`applied`, or deleted), then the `drs.rules.applied` event. A translator killed between the
+reconfigure and the confirmation finds, on restart, a record for the rule it wrote: the rule is
+ours, it is compared and at most edited, never added twice, never orphaned.
+
+If vCenter refuses the batch, the cluster is read again (a simulator may have applied part of it)
+and what is still to do is sent one change per call: the ones vCenter takes are applied, a refused
+one is reported (`drs.rule.conflict`, reason `refused`) and retried with exponential backoff.
+"""
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from hostaffinity.drs_translator.cluster_config import ClusterConfig, ReconfigureRefused
+from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
+from hostaffinity.drs_translator.metrics import DrsMetrics
+from hostaffinity.drs_translator.planner import ClusterPlan
+from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.schema import (
+    DrsOwnership,
+    DrsRecordState,
+    DrsRuleConflict,
+    DrsRuleDrift,
+    DrsRulesApplied,
+    Event,
+    event_id,
+)
+
+SOURCE: Final = "drs-translator"
+# Test-only: when set to a file path, the applier creates that file after a successful
+# reconfigure and waits there for ever, before confirming the records, so that a test can kill
+# the process exactly between the two steps (README, "drs-translator").
+PAUSE_AFTER_RECONFIGURE_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_RECONFIGURE"
+
+_log = logging.getLogger(__name__)
+Publish = Callable[[Event], Awaitable[object]]
+
+
+def now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(slots=True)
+class _Backoff:
+    attempts: int
+    not_before: float
+
+
+class DrsApplier:
+    """Applies cluster plans for one vCenter; keeps vCenter's view of each cluster between runs."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        records: OwnershipRecords,
+        publish: Publish,
+        metrics: DrsMetrics,
+        *,
+        vcenter: str,
+        dry_run: bool = False,
+        retry_base_seconds: float = 1.0,
+        retry_max_seconds: float = 300.0,
+    ) -> None:
+        self._config = config
+        self._records = records
+        self._publish = publish
+        self._metrics = metrics
+        self._vcenter = vcenter
+        self._dry_run = dry_run
+        self._retry_base = retry_base_seconds
+        self._retry_max = retry_max_seconds
+        self._actual: dict[str, dict[str, DrsObject]] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self._backoff: dict[tuple[str, str], _Backoff] = {}
+
+    def next_retry(self) -> float | None:
+        """When the earliest refused change may be tried again (monotonic), if any."""
+        return min((b.not_before for b in self._backoff.values()), default=None)
+
+    async def apply(self, plan: ClusterPlan, *, reread: bool = False) -> None:
+        """Make vCenter hold `plan` for its cluster; `reread` reads vCenter first (resync)."""
+        cluster = plan.cluster_moid
+        if reread or cluster not in self._actual:
+            await self._read(cluster)
+        diff = self._diff(plan)
+        if any(c.op != "add" and c.obj.is_rule and c.obj.key is None for c in diff.changes):
+            await self._read(cluster)  # a rule we added: vCenter's key is learnt by reading
+            diff = self._diff(plan)
+        await self._report(cluster, diff)
+        changes = self._due(cluster, diff.changes)
+        if self._dry_run:
+            if changes:
+                await self._announce(cluster, changes)
+            return
+        if changes:
+            previous = await self._record_intent(changes)
+            try:
+                await self._config.reconfigure(cluster, changes)
+            except ReconfigureRefused as refusal:
+                self._metrics.reconfigures.add(1, {"outcome": "refused"})
+                _log.warning("vCenter refused the batch for %s (%s); isolating", cluster, refusal)
+                await self._isolate(cluster, changes, previous)
+            else:
+                self._metrics.reconfigures.add(1, {"outcome": "applied"})
+                await _pause_if_asked()
+                await self._done(cluster, changes)
+        for obj in diff.confirm:
+            await self._records.put(
+                obj.record(
+                    self._vcenter, state="applied", recorded_at=now_text(), applied_at=now_text()
+                )
+            )
+        for name in diff.forget:
+            await self._records.delete(cluster, name)
+
+    def _diff(self, plan: ClusterPlan) -> ClusterDiff:
+        cluster = plan.cluster_moid
+        return diff_cluster(
+            plan.objects, plan.held, self._records.of(cluster), self._actual.get(cluster, {})
+        )
+
+    async def _read(self, cluster: str) -> None:
+        self._actual[cluster] = await self._config.read(cluster)
+
+    def _due(self, cluster: str, changes: Sequence[Change]) -> list[Change]:
+        now = time.monotonic()
+        due = []
+        for change in changes:
+            backoff = self._backoff.get((cluster, change.obj.name))
+            if backoff is None or backoff.not_before <= now:
+                due.append(change)
+        return due
+
+    async def _record_intent(self, changes: Sequence[Change]) -> dict[str, DrsOwnership | None]:
+        """Write `pending`/`removing` records; returns each name's record from before."""
+        previous: dict[str, DrsOwnership | None] = {}
+        for change in changes:
+            obj = change.obj
+            existing = previous[obj.name] = self._records.of(obj.cluster_moid).get(obj.name)
+            if change.op == "remove":
+                if existing is not None:
+                    await self._records.put(_with_state(existing, "removing"))
+            else:
+                await self._records.put(
+                    obj.record(self._vcenter, state="pending", recorded_at=now_text())
+                )
+        return previous
+
+    async def _done(self, cluster: str, changes: Sequence[Change]) -> None:
+        actual = self._actual.setdefault(cluster, {})
+        applied_at = now_text()
+        for change in changes:
+            obj = change.obj
+            self._backoff.pop((cluster, obj.name), None)
+            if change.op == "remove":
+                actual.pop(obj.name, None)
+                await self._records.delete(cluster, obj.name)
+            else:
+                actual[obj.name] = obj
+                await self._records.put(
+                    obj.record(
+                        self._vcenter,
+                        state="applied",
+                        recorded_at=applied_at,
+                        applied_at=applied_at,
+                    )
+                )
+        await self._announce(cluster, changes)
+
+    async def _isolate(
+        self,
+        cluster: str,
+        changes: Sequence[Change],
+        previous: Mapping[str, DrsOwnership | None],
+    ) -> None:
+        """After a refused batch: keep what took effect, send the rest one change per call."""
+        await self._read(cluster)
+        actual = self._actual[cluster]
+        for change in changes:
+            name = change.obj.name
+            if _took_effect(change, actual):
+                await self._done(cluster, [change])
+                continue
+            alone = change
+            if change.op != "add" and name in actual:  # address vCenter's current rule key
+                alone = Change(change.op, replace(change.obj, key=actual[name].key))
+            try:
+                await self._config.reconfigure(cluster, [alone])
+            except ReconfigureRefused as refusal:
+                self._metrics.reconfigures.add(1, {"outcome": "refused"})
+                await self._restore(cluster, name, previous.get(name))
+                await self._refused(cluster, change, str(refusal))
+            else:
+                self._metrics.reconfigures.add(1, {"outcome": "applied"})
+                await self._done(cluster, [alone])
+
+    async def _restore(self, cluster: str, name: str, record: DrsOwnership | None) -> None:
+        """Undo an intent vCenter refused: a name it would not let us add is not ours."""
+        if record is None:
+            await self._records.delete(cluster, name)
+        else:
+            await self._records.put(record)
+
+    async def _refused(self, cluster: str, change: Change, reason: str) -> None:
+        key = (cluster, change.obj.name)
+        previous = self._backoff.get(key)
+        attempts = 1 if previous is None else previous.attempts + 1
+        delay = min(self._retry_max, self._retry_base * 2 ** (attempts - 1))
+        self._backoff[key] = _Backoff(attempts, time.monotonic() + delay)
+        _log.warning(
+            "vCenter refused %s %s (attempt %d, next in %.1fs): %s",
+            change.op,
+            change.obj.name,
+            attempts,
+            delay,
+            reason,
+        )
+        await self._conflict(
+            cluster, change.obj, "refused", f"vCenter refused the {change.op}: {reason}", attempts
+        )
+
+    async def _report(self, cluster: str, diff: ClusterDiff) -> None:
+        for obj in diff.unowned:
+            if (cluster, obj.name) in self._reported:
+                continue
+            self._reported.add((cluster, obj.name))
+            _log.warning(
+                "%s in %s has our prefix but no ownership record: left untouched", obj.name, cluster
+            )
+            await self._conflict(
+                cluster,
+                obj,
+                "prefix-without-record",
+                "a rule or group with the hostaffinity- prefix that hostaffinity "
+                "has no record of; it is never edited or removed",
+            )
+        for drift in diff.drift:
+            self._metrics.drift.add(1, {"change": drift.change})
+            _log.warning(
+                "%s in %s was %s outside hostaffinity; repairing", drift.name, cluster, drift.change
+            )
+            found = drift.found
+            await self._send(
+                DrsRuleDrift(
+                    id=event_id("drs.rule.drift", self._vcenter, cluster, drift.name, now_text()),
+                    occurred_at=now_text(),
+                    source=SOURCE,
+                    vcenter=self._vcenter,
+                    cluster_moid=cluster,
+                    name=drift.name,
+                    change=drift.change,
+                    expected_vms=list(drift.expected.vms),
+                    found_vms=[] if found is None else list(found.vms),
+                )
+            )
+
+    async def _conflict(
+        self, cluster: str, obj: DrsObject, reason: str, message: str, attempt: int = 0
+    ) -> None:
+        await self.report_conflict(
+            cluster, obj.name, reason, message, vms=obj.vms, pods=obj.pods, attempt=attempt
+        )
+
+    async def report_conflict(
+        self,
+        cluster: str,
+        name: str,
+        reason: str,
+        message: str,
+        *,
+        vms: Sequence[str],
+        pods: Sequence[str],
+        attempt: int = 0,
+    ) -> None:
+        """`drs.rule.conflict` on the bus and the conflicts metric."""
+        self._metrics.conflicts.add(1, {"reason": reason})
+        await self._send(
+            DrsRuleConflict(
+                id=event_id(
+                    "drs.rule.conflict", self._vcenter, cluster, name, reason, *vms, *pods, attempt
+                ),
+                occurred_at=now_text(),
+                source=SOURCE,
+                vcenter=self._vcenter,
+                cluster_moid=cluster,
+                name=name,
+                reason=reason,
+                message=message,
+                vms=list(vms),
+                pods=list(pods),
+            )
+        )
+
+    async def _announce(self, cluster: str, changes: Sequence[Change]) -> None:
+        names = {
+            op: sorted(c.obj.name for c in changes if c.op == op)
+            for op in ("add", "edit", "remove")
+        }
+        when = now_text()
+        await self._send(
+            DrsRulesApplied(
+                id=event_id("drs.rules.applied", self._vcenter, cluster, when, names),
+                occurred_at=when,
+                source=SOURCE,
+                vcenter=self._vcenter,
+                cluster_moid=cluster,
+                added=names["add"],
+                edited=names["edit"],
+                removed=names["remove"],
+                dry_run=self._dry_run,
+            )
+        )
+        _log.info(
+            "%s %s: added %s, edited %s, removed %s",
+            "planned" if self._dry_run else "applied",
+            cluster,
+            names["add"],
+            names["edit"],
+            names["remove"],
+        )
+
+    async def _send(self, event: Event) -> None:
+        """Publish; an event that cannot be sent is logged, the vCenter state is already right."""
+        try:
+            await self._publish(event)
+        except Exception as err:  # the bus may be away; the records and vCenter are consistent
+            _log.warning("could not publish %s: %r", event.id, err)
+
+
+def _took_effect(change: Change, actual: Mapping[str, DrsObject]) -> bool:
+    present = actual.get(change.obj.name)
+    if change.op == "remove":
+        return present is None
+    return present is not None and present.same_content(change.obj)
+
+
+def _with_state(record: DrsOwnership, state: DrsRecordState) -> DrsOwnership:
+    return msgspec.structs.replace(record, state=state)
+
+
+async def _pause_if_asked() -> None:
+    marker = os.environ.get(PAUSE_AFTER_RECONFIGURE_ENV)
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+        _log.warning(
+            "%s is set: pausing between reconfigure and records", PAUSE_AFTER_RECONFIGURE_ENV
+        )
+        await asyncio.Event().wait()

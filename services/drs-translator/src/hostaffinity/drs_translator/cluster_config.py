@@ -1,0 +1,155 @@
+"""One vSphere cluster's DRS rules and groups, read from and written to vCenter.
+
+Reads `configurationEx` (its `rule` and `group` arrays) and writes with one
+`ReconfigureComputeResource_Task` per batch (`modify=True`, so only the listed entries change).
+A rule is edited and removed by its `key`, a group by its name: that is how vCenter addresses
+them (and how govmomi's simulator does, simulator/cluster_compute_resource.go updateRules and
+updateGroups at 0.24). Every call goes through the runtime's one `VCenterSession` and is counted.
+"""
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Final
+
+from pyVmomi import vim, vmodl
+
+from hostaffinity.drs_translator.diff import Change
+from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.schema import DrsObjectKind
+
+_RULE_KINDS: Final[tuple[tuple[type[Any], DrsObjectKind], ...]] = (
+    (vim.cluster.AntiAffinityRuleSpec, "vm-anti-affinity"),
+    (vim.cluster.AffinityRuleSpec, "vm-affinity"),
+    (vim.cluster.VmHostRuleInfo, "vm-host"),
+)
+_TASK_POLL_SECONDS: Final = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+# pyVmomi's stubs leave data object constructors untyped: build them through an Any.
+_vim: Any = vim
+
+
+class ReconfigureRefused(Exception):
+    """vCenter rejected a reconfigure; the message is vCenter's fault."""
+
+
+class ClusterConfig:
+    """DRS rules and groups of the clusters of one vCenter, through one session."""
+
+    def __init__(self, session: VCenterSession) -> None:
+        self._session = session
+        # vCenter calls made, by kind: what the e2e tests and the benchmark report.
+        self.calls: Counter[str] = Counter()
+
+    async def read(self, cluster_moid: str) -> dict[str, DrsObject]:
+        """Every rule and group of the cluster by name (kinds we do not write are skipped)."""
+        cluster = _vim.ClusterComputeResource(cluster_moid, self._session.service_instance._stub)
+        self.calls["read-configurationEx"] += 1
+        config: Any = await self._session.call(lambda: cluster.configurationEx)
+        objects: dict[str, DrsObject] = {}
+        for rule in config.rule or ():
+            obj = _rule_object(cluster_moid, rule)
+            if obj is not None:
+                objects[obj.name] = obj
+        for group in config.group or ():
+            obj = _group_object(cluster_moid, group)
+            if obj is not None:
+                objects.setdefault(obj.name, obj)
+        return objects
+
+    async def reconfigure(self, cluster_moid: str, changes: Sequence[Change]) -> None:
+        """Apply `changes` in one reconfigure; raises `ReconfigureRefused` if vCenter says no."""
+        spec = _vim.cluster.ConfigSpecEx(
+            rulesSpec=[_rule_spec(c) for c in changes if c.obj.is_rule],
+            groupSpec=[_group_spec(c) for c in changes if not c.obj.is_rule],
+        )
+        cluster = _vim.ClusterComputeResource(cluster_moid, self._session.service_instance._stub)
+        self.calls["ReconfigureComputeResource_Task"] += 1
+        try:
+            task = await self._session.call(
+                cluster.ReconfigureComputeResource_Task, spec=spec, modify=True
+            )
+        except vmodl.MethodFault as fault:  # a SOAP fault: vCenter said no to this spec
+            raise ReconfigureRefused(_fault_text(fault)) from fault
+        await self._wait(task)
+
+    async def _wait(self, task: Any) -> None:
+        for attempt in range(10_000):
+            self.calls["task-info"] += 1
+            info = await self._session.call(lambda: task.info)
+            if info.state == "success":
+                return
+            if info.state == "error":
+                raise ReconfigureRefused(_fault_text(info.error))
+            await asyncio.sleep(_TASK_POLL_SECONDS[min(attempt, len(_TASK_POLL_SECONDS) - 1)])
+
+
+def _fault_text(fault: Any) -> str:
+    if fault is None:
+        return "vCenter gave no reason"
+    message = getattr(fault, "localizedMessage", "") or getattr(fault, "msg", "")
+    inner = getattr(fault, "fault", None)
+    name = type(inner if inner is not None else fault).__name__
+    return f"{name}: {message}" if message else name
+
+
+def _moids(refs: Any) -> tuple[str, ...]:
+    return tuple(sorted(ref._moId for ref in refs or ()))
+
+
+def _rule_object(cluster_moid: str, rule: Any) -> DrsObject | None:
+    for rule_type, kind in _RULE_KINDS:
+        if isinstance(rule, rule_type):
+            return DrsObject(
+                name=rule.name,
+                kind=kind,
+                cluster_moid=cluster_moid,
+                vms=_moids(getattr(rule, "vm", ())),
+                vm_group=getattr(rule, "vmGroupName", "") or "",
+                host_group=getattr(rule, "affineHostGroupName", "") or "",
+                mandatory=bool(rule.mandatory),
+                enabled=bool(rule.enabled),
+                key=rule.key,
+            )
+    return None
+
+
+def _group_object(cluster_moid: str, group: Any) -> DrsObject | None:
+    if isinstance(group, vim.cluster.VmGroup):
+        return DrsObject(group.name, "vm-group", cluster_moid, vms=_moids(group.vm))
+    if isinstance(group, vim.cluster.HostGroup):
+        return DrsObject(group.name, "host-group", cluster_moid, hosts=_moids(group.host))
+    return None
+
+
+def _rule_info(obj: DrsObject) -> Any:
+    vms = [_vim.VirtualMachine(moid) for moid in obj.vms]
+    common: dict[str, Any] = {"name": obj.name, "enabled": obj.enabled, "key": obj.key}
+    if obj.kind == "vm-anti-affinity":
+        return _vim.cluster.AntiAffinityRuleSpec(vm=vms, **common)
+    if obj.kind == "vm-affinity":
+        return _vim.cluster.AffinityRuleSpec(vm=vms, **common)
+    return _vim.cluster.VmHostRuleInfo(
+        vmGroupName=obj.vm_group,
+        affineHostGroupName=obj.host_group,
+        mandatory=obj.mandatory,
+        **common,
+    )
+
+
+def _rule_spec(change: Change) -> Any:
+    if change.op == "remove":
+        return _vim.cluster.RuleSpec(operation="remove", removeKey=change.obj.key)
+    return _vim.cluster.RuleSpec(operation=change.op, info=_rule_info(change.obj))
+
+
+def _group_spec(change: Change) -> Any:
+    obj = change.obj
+    if change.op == "remove":
+        return _vim.cluster.GroupSpec(operation="remove", removeKey=obj.name)
+    info: Any
+    if obj.kind == "vm-group":
+        info = _vim.cluster.VmGroup(name=obj.name, vm=[_vim.VirtualMachine(m) for m in obj.vms])
+    else:
+        info = _vim.cluster.HostGroup(name=obj.name, host=[_vim.HostSystem(m) for m in obj.hosts])
+    return _vim.cluster.GroupSpec(operation=change.op, info=info)

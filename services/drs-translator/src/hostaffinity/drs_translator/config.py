@@ -1,0 +1,34 @@
+"""The drs-translator's configuration record (YAML + HOSTAFFINITY_* environment)."""
+
+from hostaffinity.runtime.config import LeaderElectedSettings
+from hostaffinity.runtime.vcenter import VCenterSettings
+
+
+class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
+    """Everything the drs-translator reads; `vcenter` has no defaults for host and credentials."""
+
+    vcenter: VCenterSettings
+    # The vCenter's name in placements and records: the node-labeller's `vcenter_name`
+    # (defaults, as there, to the vCenter's host).
+    vcenter_name: str = ""
+    # Plan, log and publish `drs.rules.applied` with dry_run=true; write nothing anywhere.
+    dry_run: bool = False
+    # VM-Host rules as "must" (DRS and HA never break them). "should" by default.
+    vm_host_mandatory: bool = False
+    # Also translate preferred anti-affinity and preferred host node affinity, as "should"
+    # rules. Off by default: DRS rules have no weight, a preference would become a rule.
+    translate_preferred: bool = False
+    # Changes arriving within this window are planned and sent together (one reconfigure per
+    # cluster).
+    debounce_seconds: float = 0.2
+    # Read every cluster from vCenter again and repair drift this often.
+    resync_seconds: float = 300.0
+    # A change vCenter refused is retried after this, doubling up to the maximum.
+    retry_base_seconds: float = 2.0
+    retry_max_seconds: float = 300.0
+    # Pause after a failed cycle (vCenter or NATS unreachable) before the next.
+    error_retry_seconds: float = 5.0
+
+    @property
+    def vcenter_label(self) -> str:
+        return self.vcenter_name or self.vcenter.host

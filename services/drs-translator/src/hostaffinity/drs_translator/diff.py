@@ -1,0 +1,104 @@
+"""Desired (the plan), recorded (our KV records) and actual (vCenter) → the changes for a cluster.
+
+Pure. The ownership rule lives here: a name with our prefix is ours only when a record says so.
+Ours and desired: added or edited until vCenter matches. Ours and no longer desired: removed.
+Prefixed without a record: reported, never touched. Anything else: not looked at. A record in
+state `applied` whose object vCenter no longer holds as recorded is drift (changed by hand).
+"""
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hostaffinity.drs_translator.rules import DrsObject, from_record, has_our_prefix
+from hostaffinity.schema import DrsOwnership
+
+Operation = Literal["add", "edit", "remove"]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry of a reconfigure: `obj` is what to write (add, edit) or what to remove."""
+
+    op: Operation
+    obj: DrsObject
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    name: str
+    change: Literal["deleted", "edited"]
+    expected: DrsObject
+    found: DrsObject | None
+
+
+@dataclass(slots=True)
+class ClusterDiff:
+    changes: list[Change] = field(default_factory=list)
+    # Desired and already in vCenter as wanted: only the record needs writing (state, pods).
+    confirm: list[DrsObject] = field(default_factory=list)
+    # Records of objects that are neither desired nor in vCenter any more.
+    forget: list[str] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)
+    unowned: list[DrsObject] = field(default_factory=list)
+
+
+def diff_cluster(
+    desired: Mapping[str, DrsObject],
+    held: Set[str],
+    records: Mapping[str, DrsOwnership],
+    actual: Mapping[str, DrsObject],
+) -> ClusterDiff:
+    """The changes that bring vCenter to `desired` without touching what is not ours.
+
+    `held` names are in conflict: whatever vCenter and the record hold for them stays.
+    """
+    result = ClusterDiff()
+    for name, present in sorted(actual.items()):
+        if has_our_prefix(name) and name not in records:
+            result.unowned.append(present)
+    for name, want in sorted(desired.items()):
+        have, record = actual.get(name), records.get(name)
+        if record is None:
+            if have is None:
+                result.changes.append(Change("add", want))
+            continue  # present without a record: not ours, reported above
+        recorded = from_record(record)
+        if have is None:
+            if record.state == "applied":
+                result.drift.append(Drift(name, "deleted", recorded, None))
+            result.changes.append(Change("add", want))
+            continue
+        if record.state == "applied" and not recorded.same_content(have):
+            result.drift.append(Drift(name, "edited", recorded, have))
+        if not want.same_content(have):
+            result.changes.append(Change("edit", _with_key(want, have)))
+        elif record.state != "applied" or recorded != want or list(want.pods) != record.pods:
+            result.confirm.append(want)
+    for name in sorted(records):
+        if name in desired or name in held:
+            continue
+        left = actual.get(name)
+        if left is None:
+            result.forget.append(name)
+        else:
+            result.changes.append(Change("remove", left))
+    return result
+
+
+def _with_key(want: DrsObject, have: DrsObject) -> DrsObject:
+    """The desired object carrying vCenter's rule key, which an edit is addressed by."""
+    return DrsObject(
+        name=want.name,
+        kind=want.kind,
+        cluster_moid=want.cluster_moid,
+        vms=want.vms,
+        hosts=want.hosts,
+        vm_group=want.vm_group,
+        host_group=want.host_group,
+        mandatory=want.mandatory,
+        enabled=want.enabled,
+        key=have.key,
+        pods=want.pods,
+        reason=want.reason,
+    )

@@ -1,0 +1,28 @@
+"""The drs-translator's instruments, served on /metrics by the runtime's Prometheus exporter.
+
+`hostaffinity_drs_conflicts_total{reason}`, `hostaffinity_drs_drift_total{change}`,
+`hostaffinity_drs_reconfigures_total{outcome}` and `hostaffinity_drs_plan_duration_seconds`.
+"""
+
+from opentelemetry import metrics
+
+
+class DrsMetrics:
+    """Instruments created once per process, from the global meter provider."""
+
+    def __init__(self) -> None:
+        meter = metrics.get_meter("hostaffinity.drs_translator")
+        self.conflicts = meter.create_counter(
+            "hostaffinity_drs_conflicts",
+            description="Rules not sent (or not ours to touch), per reason",
+        )
+        self.drift = meter.create_counter(
+            "hostaffinity_drs_drift", description="Rules of ours changed outside hostaffinity"
+        )
+        self.reconfigures = meter.create_counter(
+            "hostaffinity_drs_reconfigures",
+            description="ReconfigureComputeResource_Task calls, per outcome",
+        )
+        self.plan_duration = meter.create_histogram(
+            "hostaffinity_drs_plan_duration", unit="s", description="Time to plan every cluster"
+        )

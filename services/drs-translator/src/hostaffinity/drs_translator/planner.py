@@ -1,0 +1,424 @@
+"""What DRS should hold, per vSphere cluster: a pure function of pods, namespaces and topology.
+
+Like the node-labeller's `reconcile.py`: state in, a plan out; the applier does the I/O. Term
+matching is the affinity engine's (`ClusterIndex.terms_matching`, `matching_pods`,
+`incoming_scope`), so namespaces, namespaceSelector and the matchLabelKeys the API server merged
+into the selectors mean here exactly what they mean to kube-scheduler. Only terms on the ESXi-host
+domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`, and
+`kubernetes.io/hostname` anti-affinity read physically under the opt-in).
+
+- Required anti-affinity → VM-VM anti-affinity rules, one per clique of the VM graph
+  (`cliques.py`), never stronger than asked.
+- Required affinity → a VM-VM affinity rule only when the pod's term is met by pods on exactly
+  one other VM ("be with that VM" is then exactly what was asked); otherwise not translatable.
+- Required node affinity `In` a set of hosts → VM group + host group + VM-Host rule ("should"
+  unless `vm_host_mandatory`).
+- Preferred terms only with `translate_preferred` (DRS rules have no weight).
+- What DRS cannot satisfy (a clique larger than the usable hosts, a pair kept together and
+  apart) is reported as a conflict and *held*: the rule is neither sent nor taken away.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
+from hostaffinity.affinity.interpod import HOST_KEYS, incoming_scope
+from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.nodeaffinity import (
+    NodeTerm,
+    preferred_node_terms,
+    required_node_affinity,
+)
+from hostaffinity.affinity.selectors import IN, Selector
+from hostaffinity.drs_translator.cliques import Clique, cover_with_cliques, edge
+from hostaffinity.drs_translator.rules import DrsObject, object_name
+from hostaffinity.schema import EsxiHost, NodePlacement
+
+CONNECTED: Final = "connected"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerSettings:
+    vcenter: str
+    # VM-Host rules as "must" (DRS and HA never break them) instead of "should".
+    vm_host_mandatory: bool = False
+    # Translate preferred anti-affinity and preferred host node affinity too (as "should").
+    translate_preferred: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A rule DRS could not satisfy: reported, not sent."""
+
+    cluster_moid: str
+    name: str
+    reason: str
+    message: str
+    vms: tuple[str, ...]
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Untranslatable:
+    """A pod whose host-level term DRS cannot express exactly."""
+
+    cluster_moid: str
+    pod: str
+    message: str
+
+
+@dataclass(slots=True)
+class ClusterPlan:
+    """Desired rules and groups of one cluster; `held` names are left as vCenter has them."""
+
+    cluster_moid: str
+    objects: dict[str, DrsObject] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class Plan:
+    clusters: dict[str, ClusterPlan] = field(default_factory=dict)
+    conflicts: list[Conflict] = field(default_factory=list)
+    untranslatable: list[Untranslatable] = field(default_factory=list)
+
+    def cluster(self, moid: str) -> ClusterPlan:
+        return self.clusters.setdefault(moid, ClusterPlan(moid))
+
+
+@dataclass(frozen=True, slots=True)
+class _Vm:
+    moid: str
+    cluster: str
+
+
+@dataclass(slots=True)
+class _Graph:
+    """One cluster's constraints between VMs, with the pods behind each."""
+
+    apart: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    seeds: dict[str, set[str]] = field(default_factory=dict)
+    seed_pods: dict[str, set[str]] = field(default_factory=dict)
+    together: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+
+class _Placements:
+    """Node → VM for the nodes of our vCenter."""
+
+    def __init__(self, placements: Mapping[str, NodePlacement], vcenter: str) -> None:
+        self._vm = {
+            node: _Vm(p.vm_moid, p.cluster_moid)
+            for node, p in placements.items()
+            if p.vcenter == vcenter and p.cluster_moid
+        }
+
+    def __call__(self, node: str) -> _Vm | None:
+        return self._vm.get(node)
+
+
+def plan(
+    index: ClusterIndex,
+    placements: Mapping[str, NodePlacement],
+    hosts: Mapping[str, EsxiHost],
+    pods: Iterable[Pod],
+    settings: PlannerSettings,
+) -> Plan:
+    """The desired DRS state of every cluster that has placed pods or host rules.
+
+    `index` holds the assigned pods and the namespaces; `pods` are the same pods as API objects
+    (node affinity is read from the spec, which the index does not keep).
+    """
+    vm_of = _Placements(placements, settings.vcenter)
+    result = Plan()
+    graphs: dict[str, _Graph] = {}
+    anti_kinds: tuple[TermKind, ...] = ("required_anti",)
+    if settings.translate_preferred:
+        anti_kinds = ("required_anti", "preferred_anti")
+    for record in index.pods():
+        vm = vm_of(record.node)
+        if vm is None:
+            continue
+        graph = graphs.setdefault(vm.cluster, _Graph())
+        _add_apart(index, record, vm, vm_of, graph, anti_kinds)
+        _add_together(index, record, vm, vm_of, graph, result)
+    for cluster, graph in sorted(graphs.items()):
+        _plan_vm_rules(cluster, graph, _usable_hosts(hosts, cluster), result)
+    _plan_host_rules(pods, vm_of, hosts, settings, result)
+    return result
+
+
+def _add_apart(
+    index: ClusterIndex,
+    record: PodRecord,
+    vm: _Vm,
+    vm_of: _Placements,
+    graph: _Graph,
+    kinds: tuple[TermKind, ...],
+) -> None:
+    """Edges from every host-domain anti-affinity term that selects this pod."""
+    for kind in kinds:
+        for owner, term in index.terms_matching(kind, record.namespace, record.labels):
+            if not term.physical or owner.key == record.key:
+                continue
+            other = vm_of(owner.node)
+            if other is None or other.cluster != vm.cluster or other.moid == vm.moid:
+                continue  # another cluster never shares a host; one VM cannot be split
+            graph.apart.setdefault(edge(vm.moid, other.moid), set()).update((owner.key, record.key))
+    ns_labels = index.namespaces.get(record.namespace, {})
+    for kind in kinds:
+        for term in getattr(record.terms, kind):
+            if term.physical and term.matches(record.namespace, record.labels, ns_labels):
+                key = f"anti:{term.describe()}"
+                graph.seeds.setdefault(key, set()).add(vm.moid)
+                graph.seed_pods.setdefault(key, set()).add(record.key)
+
+
+def _add_together(
+    index: ClusterIndex,
+    record: PodRecord,
+    vm: _Vm,
+    vm_of: _Placements,
+    graph: _Graph,
+    result: Plan,
+) -> None:
+    """A VM-VM affinity edge where the pod's term is met on exactly one other VM."""
+    for term in record.terms.required_affinity:
+        if not term.physical:
+            continue
+        scope = incoming_scope(term, index.namespaces)
+        vms = {
+            vm_of(m.node) for m in index.matching_pods(scope, term.selector) if m.key != record.key
+        }
+        if not vms or vm in vms:
+            continue  # nothing to be near yet, or a pod on its own VM already satisfies it
+        if len(vms) == 1:
+            (other,) = vms
+            if other is not None and other.cluster == vm.cluster:
+                graph.together.setdefault(edge(vm.moid, other.moid), set()).add(record.key)
+                continue
+        result.untranslatable.append(
+            Untranslatable(
+                vm.cluster,
+                record.key,
+                f"required affinity {term.describe()} is met by pods on {len(vms)} VMs; a DRS "
+                "VM-VM affinity rule would keep all of them together, which is more than asked",
+            )
+        )
+
+
+def _usable_hosts(hosts: Mapping[str, EsxiHost], cluster: str) -> int:
+    return sum(
+        1
+        for h in hosts.values()
+        if h.cluster_moid == cluster
+        and h.connection_state == CONNECTED
+        and not h.in_maintenance_mode
+    )
+
+
+def _plan_vm_rules(cluster: str, graph: _Graph, usable_hosts: int, result: Plan) -> None:
+    cluster_plan = result.cluster(cluster)
+    seeds = {key: frozenset(vms) for key, vms in graph.seeds.items()}
+    components = _components(graph.together)
+    for clique in cover_with_cliques(graph.apart, seeds):
+        name = object_name("vm-anti-affinity", cluster, clique.key)
+        pods = _clique_pods(clique, graph)
+        vms = tuple(sorted(clique.vms))
+        obj = DrsObject(
+            name=name,
+            kind="vm-anti-affinity",
+            cluster_moid=cluster,
+            vms=vms,
+            pods=pods,
+            reason=clique.key,
+        )
+        if len(vms) > usable_hosts:
+            _hold(
+                result,
+                cluster_plan,
+                obj,
+                "too-few-hosts",
+                f"{len(vms)} VMs must be on different hosts, but cluster {cluster} has "
+                f"{usable_hosts} usable hosts (connected, not in maintenance)",
+            )
+            continue
+        split = [c for c in components if len(c & clique.vms) >= 2]
+        if split:
+            _hold(
+                result,
+                cluster_plan,
+                obj,
+                "together-and-apart",
+                "VMs " + ", ".join(sorted(split[0] & clique.vms)) + " are asked to be both "
+                "on one host and on different hosts",
+            )
+            continue
+        cluster_plan.objects[name] = obj
+    for component in components:
+        vms = tuple(sorted(component))
+        name = object_name("vm-affinity", cluster, "together:" + ",".join(vms))
+        asked = sorted(
+            {p for pair, by in graph.together.items() if pair[0] in component for p in by}
+        )
+        obj = DrsObject(
+            name=name,
+            kind="vm-affinity",
+            cluster_moid=cluster,
+            vms=vms,
+            pods=tuple(asked),
+            reason="required affinity on the ESXi host",
+        )
+        if any(edge(a, b) in graph.apart for a in vms for b in vms if a < b):
+            _hold(
+                result,
+                cluster_plan,
+                obj,
+                "together-and-apart",
+                "these VMs are asked to be on one host, and some of them apart",
+            )
+            continue
+        cluster_plan.objects[name] = obj
+
+
+def _hold(result: Plan, cluster_plan: ClusterPlan, obj: DrsObject, reason: str, text: str) -> None:
+    cluster_plan.held.add(obj.name)
+    result.conflicts.append(Conflict(obj.cluster_moid, obj.name, reason, text, obj.vms, obj.pods))
+
+
+def _clique_pods(clique: Clique, graph: _Graph) -> tuple[str, ...]:
+    if clique.key in graph.seed_pods:
+        return tuple(sorted(graph.seed_pods[clique.key]))
+    vms = sorted(clique.vms)
+    pods: set[str] = set()
+    for i, a in enumerate(vms):
+        for b in vms[i + 1 :]:
+            pods.update(graph.apart.get(edge(a, b), ()))
+    return tuple(sorted(pods))
+
+
+def _components(pairs: Iterable[tuple[str, str]]) -> list[frozenset[str]]:
+    """Connected components of the keep-together graph (together is transitive)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    groups: dict[str, set[str]] = {}
+    for x in parent:
+        groups.setdefault(find(x), set()).add(x)
+    return sorted((frozenset(g) for g in groups.values()), key=sorted)
+
+
+def _plan_host_rules(
+    pods: Iterable[Pod],
+    vm_of: _Placements,
+    hosts: Mapping[str, EsxiHost],
+    settings: PlannerSettings,
+    result: Plan,
+) -> None:
+    """VM group + host group + VM-Host rule per (cluster, set of hosts asked for)."""
+    hosts_by_label: dict[tuple[str, str], str] = {
+        (h.cluster_moid, h.label): h.moid for h in hosts.values()
+    }
+    groups: dict[tuple[str, tuple[str, ...], bool], tuple[set[str], set[str]]] = {}
+    for pod in pods:
+        vm = vm_of(pod.spec.node_name) if pod.spec.node_name else None
+        if vm is None or pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        wanted = [(required_host_labels(pod), settings.vm_host_mandatory)]
+        if settings.translate_preferred:
+            wanted += [(labels, False) for labels in preferred_host_labels(pod)]
+        for labels, mandatory in wanted:
+            if labels is None:
+                continue
+            moids = tuple(
+                sorted({m for lb in labels if (m := hosts_by_label.get((vm.cluster, lb)))})
+            )
+            if not moids:
+                continue
+            vms, asked = groups.setdefault((vm.cluster, moids, mandatory), (set(), set()))
+            vms.add(vm.moid)
+            asked.add(pod.metadata.namespace + "/" + pod.metadata.name)
+    for (cluster, moids, mandatory), (vms, asked) in sorted(groups.items()):
+        key = f"hosts:{','.join(moids)}:{'must' if mandatory else 'should'}"
+        vm_group = object_name("vm-group", cluster, key)
+        host_group = object_name("host-group", cluster, key)
+        rule = object_name("vm-host", cluster, key)
+        pods_asked = tuple(sorted(asked))
+        reason = f"node affinity on hosts {', '.join(moids)}"
+        cluster_plan = result.cluster(cluster)
+        for obj in (
+            DrsObject(
+                name=vm_group,
+                kind="vm-group",
+                cluster_moid=cluster,
+                vms=tuple(sorted(vms)),
+                pods=pods_asked,
+                reason=reason,
+            ),
+            DrsObject(
+                name=host_group,
+                kind="host-group",
+                cluster_moid=cluster,
+                hosts=moids,
+                pods=pods_asked,
+                reason=reason,
+            ),
+            DrsObject(
+                name=rule,
+                kind="vm-host",
+                cluster_moid=cluster,
+                vm_group=vm_group,
+                host_group=host_group,
+                mandatory=mandatory,
+                pods=pods_asked,
+                reason=reason,
+            ),
+        ):
+            cluster_plan.objects[obj.name] = obj
+
+
+def _host_labels_of(selector: Selector) -> frozenset[str] | None:
+    """The host label values a selector allows, or None when it says nothing about hosts."""
+    allowed: frozenset[str] | None = None
+    for requirement in selector.requirements:
+        if requirement.key in HOST_KEYS and requirement.op == IN:
+            values = frozenset(requirement.values)
+            allowed = values if allowed is None else allowed & values
+    return allowed
+
+
+def _union_of_terms(terms: Iterable[NodeTerm]) -> frozenset[str] | None:
+    """Terms are ORed: hosts are constrained only when every term constrains them."""
+    union: set[str] = set()
+    for term in terms:
+        labels = _host_labels_of(term.labels)
+        if labels is None:
+            return None
+        union |= labels
+    return frozenset(union)
+
+
+def required_host_labels(pod: Pod) -> frozenset[str] | None:
+    """Host label values the pod's nodeSelector and required node affinity allow (None: any)."""
+    required = required_node_affinity(pod)
+    allowed = None
+    if required.node_selector is not None:
+        allowed = _host_labels_of(required.node_selector)
+    if required.terms:
+        from_terms = _union_of_terms(required.terms)
+        if from_terms is not None:
+            allowed = from_terms if allowed is None else allowed & from_terms
+    return allowed
+
+
+def preferred_host_labels(pod: Pod) -> list[frozenset[str]]:
+    """Host label values of each preferred node affinity term that names hosts."""
+    found = (_host_labels_of(term.labels) for _weight, term in preferred_node_terms(pod))
+    return [labels for labels in found if labels]

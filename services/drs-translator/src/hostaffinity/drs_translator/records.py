@@ -1,0 +1,65 @@
+"""Ownership records in the `hostaffinity-drs` bucket: what of vCenter's DRS state is ours.
+
+Read whole at start (one watch replays every current record), then written through: the copy in
+memory is always what the bucket holds. A record that does not decode is logged and left out,
+so its rule counts as not ours and is never touched.
+"""
+
+import logging
+
+import msgspec
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from hostaffinity.schema import DrsOwnership, drs_rule_key
+from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
+
+_log = logging.getLogger(__name__)
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(DrsOwnership)
+
+
+class OwnershipRecords:
+    """The records of one vCenter, by cluster moid and then rule or group name."""
+
+    def __init__(self, kv: KeyValue, vcenter: str) -> None:
+        self._kv = kv
+        self._vcenter = vcenter
+        self.by_cluster: dict[str, dict[str, DrsOwnership]] = {}
+
+    async def load(self) -> None:
+        """Replace the copy in memory with every record of our vCenter the bucket holds."""
+        loaded: dict[str, dict[str, DrsOwnership]] = {}
+        watcher = await self._kv.watch(f"{DRS_RULE_KEY_PREFIX}>", ignore_deletes=True)
+        try:
+            while (entry := await anext(watcher)) is not None:
+                if entry.operation in (KV_DEL, KV_PURGE):
+                    continue
+                try:
+                    record = _decoder.decode(entry.value or b"")
+                except msgspec.DecodeError as err:
+                    _log.error(
+                        "ownership record %s left out (its rule stays untouched): %s",
+                        entry.key,
+                        err,
+                    )
+                    continue
+                if record.vcenter == self._vcenter:
+                    loaded.setdefault(record.cluster_moid, {})[record.name] = record
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        self.by_cluster = loaded
+
+    def of(self, cluster_moid: str) -> dict[str, DrsOwnership]:
+        return self.by_cluster.get(cluster_moid, {})
+
+    async def put(self, record: DrsOwnership) -> None:
+        key = drs_rule_key(record.vcenter, record.cluster_moid, record.name)
+        await self._kv.put(key, _encoder.encode(record))
+        self.by_cluster.setdefault(record.cluster_moid, {})[record.name] = record
+
+    async def delete(self, cluster_moid: str, name: str) -> None:
+        await self._kv.delete(drs_rule_key(self._vcenter, cluster_moid, name))
+        names = self.by_cluster.get(cluster_moid, {})
+        names.pop(name, None)
+        if not names:  # a cluster with nothing of ours left is no longer visited
+            self.by_cluster.pop(cluster_moid, None)

@@ -1,0 +1,128 @@
+"""The drs-translator's work under the service runner: wire the inputs, the vCenter, the loop.
+
+Runs only on the Lease holder (the runner gates it). Order: the bus layout and our ownership
+records, the vCenter session, then the Pod and Namespace informers and the topology watch; the
+first plan waits until all three have replayed their current state, so a restart never mistakes
+"not yet seen" for "gone" and removes a rule it still needs.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
+from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
+from hostaffinity.drs_translator.cluster_config import ClusterConfig
+from hostaffinity.drs_translator.config import DrsTranslatorConfig
+from hostaffinity.drs_translator.metrics import DrsMetrics
+from hostaffinity.drs_translator.planner import PlannerSettings
+from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.informer import Informer, upsert_or_remove
+from hostaffinity.runtime.kube import ResourceRef
+from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.kv import TopologyStore
+from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.schema import DRS_BUCKET
+
+_log = logging.getLogger(__name__)
+
+PODS: Final = ResourceRef("", "v1", "pods")
+NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
+TOPOLOGY_RETRY_SECONDS: Final = 2.0
+_SYNC_POLL_SECONDS: Final = 0.05
+
+Observer = Callable[[DrsTranslator, ClusterConfig], None]
+
+
+async def translate(
+    ctx: ServiceContext[DrsTranslatorConfig], observe: Observer | None = None
+) -> None:
+    """The work: until cancelled. `observe` lets an in-process test see the live parts."""
+    config = ctx.config
+    await ctx.bus.ensure_layout()
+    records = OwnershipRecords(await ctx.bus.js.key_value(DRS_BUCKET), config.vcenter_label)
+    await records.load()
+    topology = await ctx.bus.topology()
+    metrics = DrsMetrics()
+    async with VCenterSession(config.vcenter) as session:
+        cluster_config = ClusterConfig(session)
+        applier = DrsApplier(
+            cluster_config,
+            records,
+            ctx.bus.publish_event,
+            metrics,
+            vcenter=config.vcenter_label,
+            dry_run=config.dry_run,
+            retry_base_seconds=config.retry_base_seconds,
+            retry_max_seconds=config.retry_max_seconds,
+        )
+        translator = DrsTranslator(
+            PlannerSettings(
+                vcenter=config.vcenter_label,
+                vm_host_mandatory=config.vm_host_mandatory,
+                translate_preferred=config.translate_preferred,
+            ),
+            applier,
+            records,
+            None
+            if config.dry_run
+            else EventRecorder(ctx.kube, f"hostaffinity-{SOURCE}", ctx.identity),
+            metrics,
+            physical_cluster_wide=config.shared.physical_anti_affinity == "cluster-wide",
+            pacing=Pacing(
+                config.debounce_seconds, config.resync_seconds, config.error_retry_seconds
+            ),
+        )
+        pods: Informer[Pod] = Informer(
+            ctx.kube,
+            PODS,
+            upsert_or_remove(translator.upsert_pod, translator.remove_pod),
+            decode_pod,
+        )
+        namespaces: Informer[Namespace] = Informer(
+            ctx.kube,
+            NAMESPACES,
+            upsert_or_remove(translator.upsert_namespace, translator.remove_namespace),
+            decode_namespace,
+        )
+        ctx.add_readiness("pods synced", pods.synced.is_set)
+        ctx.add_readiness("namespaces synced", namespaces.synced.is_set)
+        ctx.add_readiness("topology synced", lambda: translator.topology_synced)
+        ctx.add_readiness("first DRS cycle done", lambda: translator.cycles > 0)
+        ctx.start(pods.run(), name="pods")
+        ctx.start(namespaces.run(), name="namespaces")
+        ctx.start(_follow_topology(topology, translator), name="topology")
+        if observe is not None:
+            observe(translator, cluster_config)
+        # Informers hand their first list to workers: wait until those have run too.
+        while True:
+            if (
+                pods.synced.is_set()
+                and pods.pending() == 0
+                and namespaces.synced.is_set()
+                and namespaces.pending() == 0
+                and translator.topology_synced
+            ):
+                break
+            await asyncio.sleep(_SYNC_POLL_SECONDS)
+        await translator.run()
+
+
+async def _follow_topology(store: TopologyStore, translator: DrsTranslator) -> None:
+    """The topology KV into the translator; a failed watch is reopened (it replays all)."""
+    while True:
+        try:
+            async with store.watch() as changes:
+                async for change in changes:
+                    raise_if_cancel_requested()  # nats-py's wait_for may have swallowed it
+                    translator.on_topology(change)
+        except Exception as error:  # nats-py raises its own types for a lost connection
+            raise_if_cancel_requested()  # ...and sometimes for a cancellation
+            _log.warning(
+                "topology watch failed (%r); reopening in %gs", error, TOPOLOGY_RETRY_SECONDS
+            )
+            await asyncio.sleep(TOPOLOGY_RETRY_SECONDS)

@@ -1,0 +1,139 @@
+"""Terse pods, placements and hosts for the drs-translator's tests, built as API JSON would be."""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.model import Pod
+from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
+from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
+
+VCENTER = "vc"
+
+
+def pod(
+    name: str,
+    node: str,
+    labels: Mapping[str, str] | None = None,
+    *,
+    namespace: str = "default",
+    apart_from: Mapping[str, str] | None = None,
+    near: Mapping[str, str] | None = None,
+    on_hosts: Iterable[str] = (),
+    key: str = LABEL_ESXI_HOST,
+    annotations: Mapping[str, str] | None = None,
+    extra_term: Mapping[str, Any] | None = None,
+    preferred_apart_from: Mapping[str, str] | None = None,
+) -> Pod:
+    """A pod on `node`; `apart_from`/`near` add required (anti-)affinity on `key` to pods with
+    those labels; `on_hosts` adds required node affinity `In` those host label values."""
+    affinity: dict[str, Any] = {}
+    if apart_from is not None:
+        term = {"labelSelector": {"matchLabels": dict(apart_from)}, "topologyKey": key}
+        affinity["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [term | dict(extra_term or {})]
+        }
+    if preferred_apart_from is not None:
+        term = {"labelSelector": {"matchLabels": dict(preferred_apart_from)}, "topologyKey": key}
+        affinity["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 10, "podAffinityTerm": term}
+            ]
+        }
+    if near is not None:
+        term = {"labelSelector": {"matchLabels": dict(near)}, "topologyKey": key}
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    hosts = list(on_hosts)
+    if hosts:
+        expression = {"key": LABEL_ESXI_HOST, "operator": "In", "values": hosts}
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+            }
+        }
+    metadata = {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(labels or {}),
+        "annotations": dict(annotations or {}),
+    }
+    spec: dict[str, Any] = {"nodeName": node}
+    if affinity:
+        spec["affinity"] = affinity
+    return msgspec.convert({"metadata": metadata, "spec": spec}, Pod)
+
+
+def placement(node: str, vm: str, host: str, cluster: str = "domain-c1") -> NodePlacement:
+    return NodePlacement(
+        node=node,
+        vm_moid=vm,
+        bios_uuid="",
+        instance_uuid="",
+        host_moid=host,
+        host_name=host,
+        host_label=host,
+        cluster_moid=cluster,
+        cluster_name=cluster,
+        datacenter="DC0",
+        vcenter=VCENTER,
+        observed_at="2026-11-22T08:00:00Z",
+        version=1,
+    )
+
+
+def host(moid: str, cluster: str = "domain-c1", *, maintenance: bool = False) -> EsxiHost:
+    return EsxiHost(
+        moid=moid,
+        name=moid,
+        label=moid,
+        cluster_moid=cluster,
+        cluster_name=cluster,
+        datacenter="DC0",
+        connection_state="connected",
+        in_maintenance_mode=maintenance,
+    )
+
+
+def topology(
+    nodes: int = 6, hosts: int = 3, cluster: str = "domain-c1"
+) -> tuple[dict[str, NodePlacement], dict[str, EsxiHost]]:
+    """node<i> on VM vm<i>, on host h<(i-1) mod hosts> (vcsim's round robin), 1-based."""
+    placements = {
+        f"node{i}": placement(f"node{i}", f"vm{i}", f"h{(i - 1) % hosts}", cluster)
+        for i in range(1, nodes + 1)
+    }
+    return placements, {f"h{i}": host(f"h{i}", cluster) for i in range(hosts)}
+
+
+def run_plan(
+    pods: Iterable[Pod],
+    placements: Mapping[str, NodePlacement],
+    hosts: Mapping[str, EsxiHost],
+    *,
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    cluster_wide: bool = False,
+    **settings: Any,
+) -> Plan:
+    pods = list(pods)
+    index = ClusterIndex(physical_anti_affinity=cluster_wide)
+    for name, labels in (namespaces or {"default": {}}).items():
+        index.set_namespace(name, labels)
+    for item in pods:
+        index.upsert_pod(item)
+    return plan(index, placements, hosts, pods, PlannerSettings(vcenter=VCENTER, **settings))
+
+
+def rules(result: Plan, kind: str = "vm-anti-affinity") -> list[tuple[str, ...]]:
+    """The VM sets of the planned objects of one kind, over all clusters, sorted."""
+    return sorted(
+        obj.vms
+        for cluster in result.clusters.values()
+        for obj in cluster.objects.values()
+        if obj.kind == kind
+    )
+
+
+# The e2e shape: 6 node VMs round robin over 3 hosts in one cluster.
+PLACEMENTS_6_3 = topology()

@@ -1,0 +1,260 @@
+"""The planner: Kubernetes host-level terms in, DRS rules and groups per cluster out."""
+
+from typing import Any
+
+import msgspec
+import pytest
+from drs_builders import host, placement, pod, rules, run_plan, topology
+
+from hostaffinity.affinity.interpod import HOSTNAME_KEY, apply_label_keys
+from hostaffinity.drs_translator.rules import object_name
+from hostaffinity.schema import LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
+
+WEB = {"app": "web"}
+PLACEMENTS, HOSTS = topology()
+
+
+def replicas(*nodes: str, **extra: Any) -> list[Any]:
+    return [pod(f"web-{n}", n, WEB, apart_from=WEB, **extra) for n in nodes]
+
+
+CASES = [
+    pytest.param(replicas("node1", "node3"), [("vm1", "vm3")], id="two-replicas-one-rule"),
+    pytest.param(
+        replicas("node1", "node3", "node5"), [("vm1", "vm3", "vm5")], id="three-replicas-one-clique"
+    ),
+    pytest.param(replicas("node1"), [], id="one-vm-no-rule"),
+    pytest.param(replicas("node1", "node1"), [], id="same-vm-twice-no-rule"),
+    pytest.param(replicas("node1", "node1", "node3"), [("vm1", "vm3")], id="vms-deduplicated"),
+    pytest.param(
+        [
+            pod("db", "node1", {"app": "db"}, apart_from={"tier": "cache"}),
+            pod("cache-a", "node2", {"tier": "cache"}),
+            pod("cache-b", "node3", {"tier": "cache"}),
+        ],
+        [("vm1", "vm2"), ("vm1", "vm3")],
+        id="apart-from-two-that-may-share-is-two-pairs",
+    ),
+    pytest.param(
+        [pod("a", "node1", WEB, apart_from={"app": "other"}), pod("b", "node2", WEB)],
+        [],
+        id="selector-matches-nobody",
+    ),
+    pytest.param(
+        replicas("node1", "node3", key=HOSTNAME_KEY), [], id="hostname-term-without-opt-in"
+    ),
+    pytest.param(
+        replicas(
+            "node1", "node3", key=HOSTNAME_KEY, annotations={POD_PHYSICAL_ANTI_AFFINITY: "true"}
+        ),
+        [("vm1", "vm3")],
+        id="hostname-term-with-pod-opt-in",
+    ),
+    pytest.param(
+        replicas("node1", "node3", key=LABEL_LEGACY_HOST), [("vm1", "vm3")], id="legacy-host-key"
+    ),
+    pytest.param(
+        replicas("node1", "node3", key="topology.kubernetes.io/zone"), [], id="zone-key-ignored"
+    ),
+    pytest.param(
+        [
+            pod("a", "node1", WEB, apart_from=WEB),
+            pod("b", "node3", WEB, namespace="other"),
+        ],
+        [],
+        id="term-covers-own-namespace-only",
+    ),
+    pytest.param(
+        [
+            pod("a", "node1", WEB, apart_from=WEB, extra_term={"namespaces": ["other"]}),
+            pod("b", "node3", WEB, namespace="other"),
+        ],
+        [("vm1", "vm3")],
+        id="term-names-the-other-namespace",
+    ),
+    pytest.param(
+        [
+            pod(
+                "a",
+                "node1",
+                WEB,
+                apart_from=WEB,
+                extra_term={"namespaceSelector": {"matchLabels": {"team": "blue"}}},
+            ),
+            pod("b", "node3", WEB, namespace="blue-ns"),
+            pod("c", "node5", WEB, namespace="red-ns"),
+        ],
+        [("vm1", "vm3")],
+        id="namespace-selector-reads-namespace-labels",
+    ),
+    pytest.param(
+        [pod(f"p{i}", f"node{i}", WEB, preferred_apart_from=WEB) for i in (1, 3)],
+        [],
+        id="preferred-not-translated-by-default",
+    ),
+    pytest.param(
+        # KubeVirt: the virt-launcher pod carries the VMI's labels and affinity.
+        [
+            pod(
+                f"virt-launcher-db-{i}",
+                f"node{i}",
+                {"kubevirt.io": "virt-launcher", "kubevirt.io/domain": f"db-{i}", "vm": "db"},
+                apart_from={"vm": "db"},
+            )
+            for i in (2, 4, 6)
+        ],
+        [("vm2", "vm4", "vm6")],
+        id="kubevirt-virt-launcher-pods",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pods", "expected"), CASES)
+def test_anti_affinity_becomes_cliques(pods: list[Any], expected: list[tuple[str, ...]]) -> None:
+    namespaces = {"default": {}, "other": {}, "blue-ns": {"team": "blue"}, "red-ns": {}}
+    result = run_plan(pods, PLACEMENTS, HOSTS, namespaces=namespaces)
+    assert rules(result) == expected
+    assert not result.conflicts
+
+
+def test_cluster_wide_physical_reading() -> None:
+    result = run_plan(
+        replicas("node1", "node3", key=HOSTNAME_KEY), PLACEMENTS, HOSTS, cluster_wide=True
+    )
+    assert rules(result) == [("vm1", "vm3")]
+
+
+def test_preferred_translated_when_the_setting_says_so() -> None:
+    pods = [pod(f"p{i}", f"node{i}", WEB, preferred_apart_from=WEB) for i in (1, 3)]
+    result = run_plan(pods, PLACEMENTS, HOSTS, translate_preferred=True)
+    assert rules(result) == [("vm1", "vm3")]
+
+
+def test_match_label_keys_keep_revisions_apart_only_from_their_own() -> None:
+    term = {"matchLabelKeys": ["pod-template-hash"]}
+    pods = [
+        apply_label_keys(
+            pod(f"{rev}-{n}", n, WEB | {"pod-template-hash": rev}, apart_from=WEB, extra_term=term)
+        )
+        for rev, n in (("a", "node1"), ("a", "node3"), ("b", "node2"), ("b", "node5"))
+    ]
+    assert rules(run_plan(pods, PLACEMENTS, HOSTS)) == [("vm1", "vm3"), ("vm2", "vm5")]
+
+
+def test_the_rule_keeps_its_name_while_replicas_come_and_go() -> None:
+    def names(*nodes: str) -> list[str]:
+        result = run_plan(replicas(*nodes), PLACEMENTS, HOSTS)
+        return [name for c in result.clusters.values() for name in c.objects]
+
+    first = names("node1", "node3")
+    assert len(first) == 1
+    assert first[0].startswith("hostaffinity-anti-")
+    assert names("node1", "node3", "node5") == first
+    assert names("node1", "node5") == first
+
+
+def test_groups_spanning_clusters_are_split_per_cluster() -> None:
+    placements = {
+        f"node{i}": placement(f"node{i}", f"vm{i}", f"{h}{i % 3}", cluster)
+        for h, cluster, nodes in (("h", "domain-c1", (1, 2, 3)), ("g", "domain-c2", (4, 5, 6)))
+        for i in nodes
+    }
+    hosts = {
+        **{f"h{i}": host(f"h{i}", "domain-c1") for i in range(3)},
+        **{f"g{i}": host(f"g{i}", "domain-c2") for i in range(3)},
+    }
+    result = run_plan(replicas("node1", "node2", "node4", "node5", "node6"), placements, hosts)
+    assert [
+        (c, rules_of)
+        for c, rules_of in sorted(
+            (moid, [o.vms for o in cp.objects.values()]) for moid, cp in result.clusters.items()
+        )
+    ] == [("domain-c1", [("vm1", "vm2")]), ("domain-c2", [("vm4", "vm5", "vm6")])]
+
+
+def test_pods_of_another_vcenter_or_without_placement_are_left_out() -> None:
+    placements = dict(PLACEMENTS)
+    placements["node3"] = msgspec.structs.replace(placements["node3"], vcenter="elsewhere")
+    del placements["node5"]
+    result = run_plan(replicas("node1", "node2", "node3", "node5"), placements, HOSTS)
+    assert rules(result) == [("vm1", "vm2")]
+
+
+def test_required_affinity_to_pods_on_one_vm_is_a_vm_affinity_rule() -> None:
+    pods = [
+        pod("db", "node2", {"app": "db"}),
+        pod("db-sidecar", "node2", {"app": "db"}),
+        pod("web", "node1", WEB, near={"app": "db"}),
+    ]
+    result = run_plan(pods, PLACEMENTS, HOSTS)
+    assert rules(result, "vm-affinity") == [("vm1", "vm2")]
+    assert not result.untranslatable
+
+
+def test_required_affinity_to_pods_on_two_vms_is_not_translatable() -> None:
+    pods = [
+        pod("db-0", "node2", {"app": "db"}),
+        pod("db-1", "node3", {"app": "db"}),
+        pod("web", "node1", WEB, near={"app": "db"}),
+    ]
+    result = run_plan(pods, PLACEMENTS, HOSTS)
+    assert rules(result, "vm-affinity") == []
+    assert [u.pod for u in result.untranslatable] == ["default/web"]
+    assert "2 VMs" in result.untranslatable[0].message
+
+
+def test_required_affinity_met_on_its_own_vm_needs_no_rule() -> None:
+    pods = [pod("db", "node1", {"app": "db"}), pod("web", "node1", WEB, near={"app": "db"})]
+    result = run_plan(pods, PLACEMENTS, HOSTS)
+    assert rules(result, "vm-affinity") == []
+    assert not result.untranslatable
+
+
+def test_more_anti_affine_vms_than_usable_hosts_is_a_conflict_and_held() -> None:
+    result = run_plan(replicas("node1", "node2", "node3", "node4"), PLACEMENTS, HOSTS)
+    assert rules(result) == []
+    (conflict,) = result.conflicts
+    assert conflict.reason == "too-few-hosts"
+    assert conflict.vms == ("vm1", "vm2", "vm3", "vm4")
+    assert conflict.name in result.clusters["domain-c1"].held
+
+
+def test_a_host_in_maintenance_is_not_usable() -> None:
+    hosts = dict(HOSTS) | {"h2": host("h2", maintenance=True)}
+    result = run_plan(replicas("node1", "node2", "node3"), PLACEMENTS, hosts)
+    assert [c.reason for c in result.conflicts] == ["too-few-hosts"]
+
+
+def test_a_pair_kept_together_and_apart_is_a_conflict_for_both_rules() -> None:
+    pods = [
+        pod("a", "node1", {"app": "a"}, apart_from={"app": "b"}),
+        pod("b", "node2", {"app": "b"}, near={"app": "a"}),
+    ]
+    result = run_plan(pods, PLACEMENTS, HOSTS)
+    assert rules(result) == []
+    assert rules(result, "vm-affinity") == []
+    assert sorted(c.reason for c in result.conflicts) == ["together-and-apart"] * 2
+    assert len(result.clusters["domain-c1"].held) == 2
+
+
+def test_node_affinity_on_hosts_is_a_should_vm_host_rule_with_two_groups() -> None:
+    pods = [pod("a", "node1", on_hosts=["h0", "h1"]), pod("b", "node4", on_hosts=["h1", "h0"])]
+    result = run_plan(pods, PLACEMENTS, HOSTS)
+    objects = {o.kind: o for o in result.clusters["domain-c1"].objects.values()}
+    assert objects["vm-group"].vms == ("vm1", "vm4")
+    assert objects["host-group"].hosts == ("h0", "h1")
+    rule = objects["vm-host"]
+    assert (rule.vm_group, rule.host_group, rule.mandatory) == (
+        objects["vm-group"].name,
+        objects["host-group"].name,
+        False,
+    )
+    assert rule.name == object_name("vm-host", "domain-c1", "hosts:h0,h1:should")
+
+
+def test_node_affinity_must_by_setting() -> None:
+    result = run_plan(
+        [pod("a", "node1", on_hosts=["h0"])], PLACEMENTS, HOSTS, vm_host_mandatory=True
+    )
+    (rule,) = [o for o in result.clusters["domain-c1"].objects.values() if o.kind == "vm-host"]
+    assert rule.mandatory

@@ -1,0 +1,302 @@
+"""The admission mutation: physical intent turned into native host-key terms, as JSONPatch.
+
+A pure planner: pod JSON in, RFC 6902 operations and admission warnings out. kube-scheduler then
+enforces the host-key terms itself (ARCHITECTURE.md "Services"), so the pod needs nothing from
+us once admitted. For a pod that opts in (the annotation, or the cluster-wide setting):
+
+- each required `kubernetes.io/hostname` anti-affinity term gets a twin on the ESXi-host key,
+  every other field copied as written -- `matchLabelKeys` too, since the API server merges them
+  into the selector only *after* mutating admission, twins included (fixture
+  kube-apiserver-admission/pod-create-review.json, notes);
+- each preferred hostname anti-affinity term is *replaced* by the same term on the host key,
+  same weight. A second term with the same weight would double the term's weight in scoring,
+  and a weight (an integer in 1..100) cannot always be split in two. The replacement scores
+  exactly as the engine's physical reading of the term (interpod.py): a host shared by two
+  replicas is what the user meant to avoid, whether they share a VM or not;
+- with `require_host_label` (shared `unknown_placement: fail`), a pod that ends up with a
+  required host-key term also requires the host label to exist, appended to every
+  nodeSelectorTerm (they are ORed), so an unlabelled node cannot take it: kube-scheduler lets a
+  node without the topology key pass anti-affinity;
+- the spread annotation (value: maxSkew) adds a topology spread over hosts, scoped to the pod's
+  own revision through `matchLabelKeys`.
+
+Everything is idempotent under reinvocation: a twin, a host requirement or a spread that is
+already there is not added again. Nothing else in the pod changes.
+
+KubeVirt: virt-controller copies a VMI's `spec.affinity`, `spec.topologySpreadConstraints`,
+labels and (all but kubectl's and its own bookkeeping) annotations onto the virt-launcher pod
+it renders, for the first start and for every migration target alike
+(kubevirt/kubevirt pkg/virt-controller/services/template.go: renderLaunchManifest,
+filterVMIAnnotationsForPod, podLabels). The pod is where the terms take effect, so the
+virt-launcher pod is mutated here like any pod, and the VMI is left as its owner wrote it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from hostaffinity.schema.names import (
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    POD_SPREAD_ACROSS_HOSTS,
+)
+
+HOSTNAME_KEY: Final = "kubernetes.io/hostname"
+REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
+ANTI_AFFINITY_PATH: Final = "/spec/affinity/podAntiAffinity"
+HOST_LABEL_EXISTS: Final = {"key": LABEL_ESXI_HOST, "operator": "Exists"}
+
+# Labels naming a pod's revision, by controller: ReplicaSet, StatefulSet (and DaemonSet),
+# VirtualMachinePool. The first one the pod carries scopes its spread to its own revision.
+REVISION_LABELS: Final = ("pod-template-hash", "controller-revision-hash",
+                          "kubevirt.io/vm-pool-revision-name")  # fmt: skip
+# Labels that name one pod, never a group of replicas: left out of a spread's selector.
+PER_POD_LABELS: Final = frozenset({
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "batch.kubernetes.io/job-completion-index",
+})  # fmt: skip
+# virt-controller labels each virt-launcher pod with its VMI's identity (created-by uid, VM
+# name, VMI id: template.go podLabels); every key under a *kubevirt.io prefix is left out.
+KUBEVIRT_LABEL_SUFFIX: Final = "kubevirt.io"
+
+# topologySpreadConstraints[].maxSkew is an int32: a larger one would fail validation after our
+# patch and so refuse the pod, which the webhook must never cause.
+MAX_SKEW_LIMIT: Final = 2**31 - 1
+
+Operation = dict[str, Any]
+WhenUnsatisfiable = Literal["ScheduleAnyway", "DoNotSchedule"]
+
+
+class Outcome(enum.Enum):
+    """What a review came to; the metric's `outcome` label."""
+
+    PATCHED = "patched"
+    UNCHANGED = "unchanged"
+    WARNED = "warned"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class MutationSettings:
+    """What the shared config and the webhook section decide about the mutation."""
+
+    cluster_wide: bool = False
+    disabled: bool = False
+    require_host_label: bool = True
+    spread_when_unsatisfiable: WhenUnsatisfiable = "ScheduleAnyway"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """The JSONPatch for one pod and the warnings for whoever created it."""
+
+    operations: list[Operation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    twins: int = 0
+    host_label_required: bool = False
+    spread_added: bool = False
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.warnings:
+            return Outcome.WARNED
+        return Outcome.PATCHED if self.operations else Outcome.UNCHANGED
+
+
+class UninterpretablePod(ValueError):
+    """The pod's fields have shapes the API would not have produced: admit it untouched."""
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UninterpretablePod(f"{where} is not an object")
+    return value
+
+
+def _sequence(value: object, where: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise UninterpretablePod(f"{where} is not a list")
+    return value
+
+
+def opted_in(annotations: Mapping[str, Any], settings: MutationSettings) -> bool:
+    """Whether the pod's hostname anti-affinity is read physically (same rule as the engine)."""
+    if settings.disabled:
+        return False
+    return settings.cluster_wide or annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
+
+
+def _without_key(term: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in term.items() if k != "topologyKey"}
+
+
+def host_twin(term: Mapping[str, Any]) -> dict[str, Any]:
+    """The same pod (anti-)affinity term on the ESXi-host key, every other field as written."""
+    return {**term, "topologyKey": LABEL_ESXI_HOST}
+
+
+def _twin_operations(anti: Mapping[str, Any]) -> list[Operation]:
+    """A twin for each required hostname term that has none yet (a twin: a host-key term whose
+    other fields are equal); each preferred hostname term moved to the host key."""
+    operations: list[Operation] = []
+    required = _sequence(anti.get(REQUIRED), f"podAntiAffinity.{REQUIRED}")
+    for position, term in enumerate(required):
+        _mapping(term, f"podAntiAffinity.{REQUIRED}[{position}]")
+    host_terms = [_without_key(t) for t in required if t.get("topologyKey") == LABEL_ESXI_HOST]
+    for term in required:
+        if term.get("topologyKey") == HOSTNAME_KEY and _without_key(term) not in host_terms:
+            path = f"{ANTI_AFFINITY_PATH}/{REQUIRED}/-"
+            operations.append({"op": "add", "path": path, "value": host_twin(term)})
+    preferred = _sequence(anti.get(PREFERRED), f"podAntiAffinity.{PREFERRED}")
+    for position, weighted in enumerate(preferred):
+        where = f"podAntiAffinity.{PREFERRED}[{position}]"
+        inner = _mapping(weighted, where).get("podAffinityTerm")
+        term = _mapping(inner, f"{where}.podAffinityTerm")
+        if term.get("topologyKey") == HOSTNAME_KEY:
+            path = f"{ANTI_AFFINITY_PATH}/{PREFERRED}/{position}/podAffinityTerm/topologyKey"
+            operations.append({"op": "replace", "path": path, "value": LABEL_ESXI_HOST})
+    return operations
+
+
+def _has_required_host_term(affinity: Mapping[str, Any], twins_added: bool) -> bool:
+    if twins_added:
+        return True
+    for kind in ("podAffinity", "podAntiAffinity"):
+        terms = _sequence(_mapping(affinity.get(kind), kind).get(REQUIRED), f"{kind}.{REQUIRED}")
+        if any(_mapping(t, kind).get("topologyKey") == LABEL_ESXI_HOST for t in terms):
+            return True
+    return False
+
+
+def _requires_host_label(expression: Mapping[str, Any]) -> bool:
+    return expression.get("key") == LABEL_ESXI_HOST and expression.get("operator") == "Exists"
+
+
+def _host_label_operations(affinity: Mapping[str, Any]) -> list[Operation]:
+    """Require the host label on every node the pod may take (node affinity terms are ORed)."""
+    base = "/spec/affinity/nodeAffinity"
+    node_affinity = _mapping(affinity.get("nodeAffinity"), "nodeAffinity")
+    only_term = {"nodeSelectorTerms": [{"matchExpressions": [HOST_LABEL_EXISTS]}]}
+    if not node_affinity:
+        return [{"op": "add", "path": base, "value": {REQUIRED: only_term}}]
+    selector = _mapping(node_affinity.get(REQUIRED), f"nodeAffinity.{REQUIRED}")
+    if not selector:
+        return [{"op": "add", "path": f"{base}/{REQUIRED}", "value": only_term}]
+    operations: list[Operation] = []
+    terms = _sequence(selector.get("nodeSelectorTerms"), "nodeSelectorTerms")
+    for position, term in enumerate(terms):
+        path = f"{base}/{REQUIRED}/nodeSelectorTerms/{position}/matchExpressions"
+        expressions = _sequence(
+            _mapping(term, "nodeSelectorTerm").get("matchExpressions"), "matchExpressions"
+        )
+        if any(_requires_host_label(_mapping(e, "matchExpression")) for e in expressions):
+            continue
+        if "matchExpressions" in term:
+            operations.append({"op": "add", "path": f"{path}/-", "value": HOST_LABEL_EXISTS})
+        else:
+            operations.append({"op": "add", "path": path, "value": [HOST_LABEL_EXISTS]})
+    return operations
+
+
+def revision_label(labels: Mapping[str, str]) -> str | None:
+    """The label that names the pod's revision, if its controller sets one."""
+    return next((key for key in REVISION_LABELS if key in labels), None)
+
+
+def _group_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The pod's labels that its replicas share: no revision, no per-pod identity."""
+    return {
+        key: value
+        for key, value in labels.items()
+        if key not in REVISION_LABELS
+        and key not in PER_POD_LABELS
+        and not key.partition("/")[0].endswith(KUBEVIRT_LABEL_SUFFIX)
+    }
+
+
+def spread_constraint(
+    max_skew: int, labels: Mapping[str, str], when: WhenUnsatisfiable
+) -> dict[str, Any]:
+    """A topology spread over ESXi hosts among the pod's own replicas of its own revision."""
+    constraint: dict[str, Any] = {
+        "maxSkew": max_skew,
+        "topologyKey": LABEL_ESXI_HOST,
+        "whenUnsatisfiable": when,
+        "labelSelector": {"matchLabels": _group_labels(labels)},
+    }
+    revision = revision_label(labels)
+    if revision is not None:
+        constraint["matchLabelKeys"] = [revision]
+    return constraint
+
+
+def _max_skew(value: object) -> int:
+    """The annotation as a maxSkew the API server will accept (an int32 >= 1)."""
+    whole = isinstance(value, str) and value.isascii() and value.isdigit()
+    if whole and 1 <= int(str(value)) <= MAX_SKEW_LIMIT:
+        return int(str(value))
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise UninterpretablePod(
+        f"annotation {POD_SPREAD_ACROSS_HOSTS} must be a whole number from 1 to {MAX_SKEW_LIMIT} "
+        f"(the maxSkew), not {shown}"
+    )
+
+
+def _spread_operations(
+    spec: Mapping[str, Any], labels: Mapping[str, str], max_skew: int, when: WhenUnsatisfiable
+) -> list[Operation]:
+    existing = _sequence(spec.get("topologySpreadConstraints"), "topologySpreadConstraints")
+    if any(_mapping(c, "constraint").get("topologyKey") == LABEL_ESXI_HOST for c in existing):
+        return []
+    constraint = spread_constraint(max_skew, labels, when)
+    if not constraint["labelSelector"]["matchLabels"]:
+        raise UninterpretablePod(
+            "the pod has no labels its replicas share, so a spread over hosts cannot select them"
+        )
+    if "topologySpreadConstraints" in spec:
+        return [{"op": "add", "path": "/spec/topologySpreadConstraints/-", "value": constraint}]
+    return [{"op": "add", "path": "/spec/topologySpreadConstraints", "value": [constraint]}]
+
+
+def plan_pod(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
+    """The patch that gives an opted-in pod its host-key terms; no patch for any other pod."""
+    try:
+        return _plan(_mapping(pod, "the object"), settings)
+    except UninterpretablePod as why:
+        return Mutation(warnings=[f"hostaffinity: pod admitted without host-aware terms: {why}"])
+
+
+def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
+    metadata = _mapping(pod.get("metadata"), "metadata")
+    annotations = _mapping(metadata.get("annotations"), "metadata.annotations")
+    labels = _mapping(metadata.get("labels"), "metadata.labels")
+    spec = _mapping(pod.get("spec"), "spec")
+    affinity = _mapping(spec.get("affinity"), "spec.affinity")
+    twins: list[Operation] = []
+    host_label: list[Operation] = []
+    spread: list[Operation] = []
+    if opted_in(annotations, settings):
+        anti = _mapping(affinity.get("podAntiAffinity"), "podAntiAffinity")
+        twins = _twin_operations(anti)
+        required_twin = any(op["op"] == "add" for op in twins)
+        if settings.require_host_label and _has_required_host_term(affinity, required_twin):
+            host_label = _host_label_operations(affinity)
+    if POD_SPREAD_ACROSS_HOSTS in annotations:
+        max_skew = _max_skew(annotations[POD_SPREAD_ACROSS_HOSTS])
+        when = settings.spread_when_unsatisfiable
+        spread = _spread_operations(spec, labels, max_skew, when)
+    return Mutation(
+        operations=[*twins, *host_label, *spread],
+        twins=len(twins),
+        host_label_required=bool(host_label),
+        spread_added=bool(spread),
+    )

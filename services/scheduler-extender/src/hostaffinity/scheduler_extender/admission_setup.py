@@ -1,0 +1,140 @@
+"""Starting the webhook inside the scheduler-extender service: TLS, server, caBundle.
+
+Nothing here can stop the service: the extender in the same process must keep answering. The
+certificate (a Secret cert-manager has not issued yet, RBAC not applied, the namespace missing),
+the port and the caBundle (the MutatingWebhookConfiguration may be applied after the service
+starts) are each retried in the background until they succeed, and logged while they do not.
+Until then the API server cannot reach or verify us and, with `failurePolicy: Ignore`, admits
+pods unpatched -- the twinless-pod reporter counts them. For the same reason readiness does not
+wait for the webhook: the extender's endpoints share the pod's readiness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from hostaffinity.runtime.config import SharedSettings
+from hostaffinity.runtime.informer import Informer
+from hostaffinity.runtime.kube import PODS
+from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.scheduler_extender.admission import MutationSettings
+from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
+from hostaffinity.scheduler_extender.certificates import server_context, service_hostnames
+from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings, WebhookSettings
+from hostaffinity.scheduler_extender.decisions import DecisionPublisher
+from hostaffinity.scheduler_extender.fail_open import TwinlessPods, pod_admission_decoder
+from hostaffinity.scheduler_extender.registration import RegistrationError, WebhookRegistration
+from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
+
+_log = logging.getLogger(__name__)
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+T = TypeVar("T")
+
+
+def mutation_settings(shared: SharedSettings, webhook: WebhookSettings) -> MutationSettings:
+    """The planner's settings from the shared section (same reading as the engine's)."""
+    return MutationSettings(
+        cluster_wide=shared.physical_anti_affinity == "cluster-wide",
+        disabled=shared.physical_anti_affinity == "disabled",
+        require_host_label=shared.unknown_placement == "fail",
+        spread_when_unsatisfiable=webhook.spread_when_unsatisfiable,
+    )
+
+
+def _file_context(settings: WebhookSettings) -> ssl.SSLContext:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        raise RegistrationError("webhook.certificates is 'files' but no tls_cert_file/key_file")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    return context
+
+
+async def _retrying(what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt()` until it succeeds, backing off; the reason is logged each time."""
+    for count in itertools.count():
+        try:
+            return await attempt()
+        except (ApiException, RegistrationError, OSError, ssl.SSLError) as error:
+            delay = RETRY_SECONDS[min(count, len(RETRY_SECONDS) - 1)]
+            _log.warning(
+                "admission webhook: %s failed (%s); retrying in %.0f s", what, error, delay
+            )
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+async def _serve(
+    webhook: AdmissionWebhook, settings: WebhookSettings, registration: WebhookRegistration | None
+) -> None:
+    if registration is None:
+
+        async def from_files() -> ssl.SSLContext:
+            return _file_context(settings)
+
+        context = await _retrying("loading the certificate files", from_files)
+        ca_pem = None
+    else:
+        identity = await _retrying(
+            "settling the serving certificate", registration.serving_identity
+        )
+        context, ca_pem = server_context(identity), identity.ca_pem
+    await _retrying("listening", lambda: webhook.start(settings.host, settings.port, context))
+    _log.info("admission webhook listening on port %d", webhook.port)
+    if registration is not None and ca_pem is not None:
+        await _retrying("writing the caBundle", lambda: registration.publish_ca(ca_pem))
+
+
+@contextlib.asynccontextmanager
+async def running_webhook(
+    ctx: ServiceContext[SchedulerExtenderSettings], queue_size: int
+) -> AsyncIterator[AdmissionWebhook]:
+    """The webhook starting in the background, its `pod.mutated` publisher and the twinless-pod
+    reporter; all stopped on exit (reviews in flight answered first)."""
+    settings, client = ctx.config.webhook, ctx.kube
+    namespace = ctx.config.kubernetes.namespace
+    mutation = mutation_settings(ctx.config.shared, settings)
+    reporter = TwinlessPods(EventRecorder(client, ctx.program, ctx.identity))
+    metrics = AdmissionMetrics(reporter.count)
+    publisher = DecisionPublisher(
+        ctx.bus.publish_event,
+        ratio=settings.event_sample_ratio,
+        capacity=queue_size,
+        on_drop=metrics.dropped_event,
+    )
+    webhook = AdmissionWebhook(
+        mutation, metrics, publisher.offer_event, max_body_bytes=settings.max_body_bytes
+    )
+    pods = Informer(client, PODS, reporter.handle, pod_admission_decoder(mutation))
+    registration = None
+    if settings.certificates == "self-signed":
+        registration = WebhookRegistration(
+            client,
+            namespace=namespace,
+            secret_name=settings.secret_name,
+            configuration_name=settings.configuration_name,
+            hostnames=[
+                *service_hostnames(settings.service_name, namespace),
+                *settings.extra_hostnames,
+            ],
+        )
+    tasks = [
+        asyncio.create_task(_serve(webhook, settings, registration)),
+        asyncio.create_task(publisher.run()),
+        asyncio.create_task(pods.run()),
+    ]
+    try:
+        yield webhook
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await webhook.stop()

@@ -1,0 +1,132 @@
+"""`POST /mutate`: the admission webhook over HTTPS, on its own port.
+
+Never blocks pod creation: a body that is not an AdmissionReview gets 400 (the API server then
+applies `failurePolicy: Ignore` and creates the pod unpatched), a pod the planner cannot read is
+allowed with a warning, and everything else is allowed with or without a patch. A review costs
+a decode, the planner and an encode, all in the request; the sampled `pod.mutated` event is
+queued for publishing off the request path and never for a dry run (`sideEffects: None`).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from hostaffinity.scheduler_extender.admission import Mutation, MutationSettings, Outcome
+from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
+from hostaffinity.scheduler_extender.admission_review import (
+    AdmissionReview,
+    decode_review,
+    encode_answer,
+    mutation_for,
+)
+from hostaffinity.schema import Event, PodMutated, event_id
+
+_log = logging.getLogger(__name__)
+SOURCE = "scheduler-extender"
+MUTATE_PATH = "/mutate"
+OfferEvent = Callable[[str, Callable[[], Event]], None]
+# The API server gives up on a review after the configuration's timeoutSeconds (2 s as shipped):
+# on stop, waiting longer for a review in flight helps nobody.
+SHUTDOWN_SECONDS = 3.0
+
+
+def _pod_reference(obj: dict[str, Any] | None, namespace: str) -> tuple[str, str]:
+    """namespace/name (generateName when the name is not set yet) and the controlling owner."""
+    metadata = (obj or {}).get("metadata") or {}
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    owner = next(
+        (
+            f"{o.get('kind', '')}/{o.get('name', '')}"
+            for o in metadata.get("ownerReferences") or ()
+            if isinstance(o, dict) and o.get("controller")
+        ),
+        "",
+    )
+    return f"{namespace}/{name}", owner
+
+
+def mutated_event(review: AdmissionReview, mutation: Mutation) -> PodMutated:
+    """The `pod.mutated` event for one admitted pod."""
+    request = review.request
+    pod, owner = _pod_reference(request.object, request.namespace)
+    occurred_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return PodMutated(
+        id=event_id("pod.mutated", request.uid),
+        occurred_at=occurred_at,
+        source=SOURCE,
+        pod=pod,
+        request_uid=request.uid,
+        owner=owner,
+        twins=mutation.twins,
+        host_label_required=mutation.host_label_required,
+        spread_added=mutation.spread_added,
+        warnings=mutation.warnings,
+    )
+
+
+class AdmissionWebhook:
+    """The HTTPS server answering kube-apiserver's admission reviews."""
+
+    def __init__(
+        self,
+        settings: MutationSettings,
+        metrics: AdmissionMetrics,
+        offer_event: OfferEvent,
+        *,
+        max_body_bytes: int,
+    ) -> None:
+        self._settings = settings
+        self._metrics = metrics
+        self._offer_event = offer_event
+        self._max_body_bytes = max_body_bytes
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def serving(self) -> bool:
+        return self._runner is not None
+
+    async def start(self, host: str, port: int, tls: ssl.SSLContext) -> None:
+        app = web.Application(client_max_size=self._max_body_bytes)
+        app.router.add_post(MUTATE_PATH, self._mutate)
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
+        )
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port, ssl_context=tls).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop taking reviews; the ones in flight are answered first."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _mutate(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            review = decode_review(await request.read())
+        except msgspec.DecodeError as error:
+            self._metrics.reviewed(Outcome.REFUSED, time.perf_counter() - started)
+            return web.Response(status=400, text=f"not an AdmissionReview: {error}\n")
+        mutation = mutation_for(review, self._settings)
+        body = encode_answer(review, mutation)
+        self._metrics.reviewed(mutation.outcome, time.perf_counter() - started)
+        if mutation.warnings:
+            _log.warning("review %s: %s", review.request.uid, "; ".join(mutation.warnings))
+        if mutation.operations and not review.request.dry_run:
+            self._offer_event(review.request.uid, lambda: mutated_event(review, mutation))
+        return web.Response(body=body, content_type="application/json")

@@ -1,0 +1,244 @@
+"""Golden admission cases: the pod kube-apiserver sends, and the pod it must store after our patch.
+
+The Deployment pod is the body a real kube-apiserver v1.36.2 sent (shared fixture
+kube-apiserver-admission/pod-create-review.json); the others are written in the same shape.
+Each expected pod is written out by hand as a change to the input, so a reader can check it
+against the rules in admission.py without running anything. The README's table of webhook and
+admission-policy outputs is about these same cases.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from hostaffinity.schema.names import (
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    POD_SPREAD_ACROSS_HOSTS,
+)
+from tests.shared_fixtures import shared_fixture_dir
+
+FIXTURE = shared_fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
+HOSTNAME = "kubernetes.io/hostname"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+HOST_EXISTS = {"key": LABEL_ESXI_HOST, "operator": "Exists"}
+
+
+def recorded_reviews() -> list[dict[str, Any]]:
+    """The reviews the real API server sent (a missing fixture fails loudly)."""
+    reviews: list[dict[str, Any]] = json.loads(FIXTURE.read_text())["reviews"]
+    return reviews
+
+
+def review(pod: dict[str, Any], uid: str = "00000000-0000-4000-8000-000000000001") -> bytes:
+    """An AdmissionReview for a pod CREATE, in the recorded wire shape."""
+    body = copy.deepcopy(recorded_reviews()[0]["request_body"])
+    body["request"]["uid"] = uid
+    body["request"]["namespace"] = pod["metadata"].get("namespace", "apps")
+    body["request"]["object"] = pod
+    return json.dumps(body).encode()
+
+
+def _pod(
+    labels: dict[str, str], annotations: dict[str, str], spec: dict[str, Any], **meta: Any
+) -> dict[str, Any]:
+    metadata = {"namespace": "apps", "labels": labels, "annotations": annotations, **meta}
+    base_spec = {"containers": [{"name": "main", "image": "registry.example/app:1"}]}
+    return {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": base_spec | spec}
+
+
+def deployment() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recorded Deployment pod: required + preferred hostname terms, matchLabelKeys."""
+    pod = recorded_reviews()[0]["request_body"]["request"]["object"]
+    expected = copy.deepcopy(pod)
+    anti = expected["spec"]["affinity"]["podAntiAffinity"]
+    anti[REQUIRED].append(
+        {
+            "labelSelector": {"matchLabels": {"app": "web"}},
+            "topologyKey": LABEL_ESXI_HOST,
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+    )
+    anti[PREFERRED][0]["podAffinityTerm"]["topologyKey"] = LABEL_ESXI_HOST
+    expected["spec"]["affinity"]["nodeAffinity"] = {
+        REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [HOST_EXISTS]}]}
+    }
+    return pod, expected
+
+
+def statefulset() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A StatefulSet pod with the spread opt-in and node affinity of its own (two ORed terms)."""
+    labels = {
+        "app": "db",
+        "controller-revision-hash": "db-6d4b9c7f8",
+        "statefulset.kubernetes.io/pod-name": "db-2",
+        "apps.kubernetes.io/pod-index": "2",
+    }
+    term = {
+        "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]},
+        "topologyKey": HOSTNAME,
+        "namespaces": ["apps", "apps-replica"],
+    }
+    node_affinity = {
+        REQUIRED: {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n9"]}]},
+            ]
+        }
+    }
+    pod = _pod(
+        labels,
+        {POD_PHYSICAL_ANTI_AFFINITY: "true", POD_SPREAD_ACROSS_HOSTS: "1"},
+        {"affinity": {"nodeAffinity": node_affinity, "podAntiAffinity": {REQUIRED: [term]}}},
+        name="db-2",
+    )
+    expected = copy.deepcopy(pod)
+    affinity = expected["spec"]["affinity"]
+    affinity["podAntiAffinity"][REQUIRED].append(term | {"topologyKey": LABEL_ESXI_HOST})
+    terms = affinity["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+    terms[0]["matchExpressions"].append(HOST_EXISTS)
+    terms[1]["matchExpressions"] = [HOST_EXISTS]
+    expected["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": LABEL_ESXI_HOST,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": "db"}},
+            "matchLabelKeys": ["controller-revision-hash"],
+        }
+    ]
+    return pod, expected
+
+
+def virt_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A virt-launcher pod as virt-controller renders it from an opted-in VMI: the VMI's labels,
+    annotations, affinity and spread constraints, plus KubeVirt's own labels and node term."""
+    labels = {
+        "kubevirt.io": "virt-launcher",
+        "kubevirt.io/created-by": "3f1e2d4c-0000-4000-8000-00000000000a",
+        "vm.kubevirt.io/name": "vm-db-1",
+        "kubevirt.io/vm-pool-revision-name": "vm-db-7f9c",
+        "workload": "vm-db",
+    }
+    annotations = {
+        "kubevirt.io/domain": "vm-db-1",
+        "kubectl.kubernetes.io/default-container": "compute",
+        POD_PHYSICAL_ANTI_AFFINITY: "true",
+        POD_SPREAD_ACROSS_HOSTS: "2",
+    }
+    term = {"labelSelector": {"matchLabels": {"workload": "vm-db"}}, "topologyKey": HOSTNAME}
+    kubevirt_node_term = {
+        "matchExpressions": [
+            {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}
+        ]
+    }
+    zone_spread = {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"workload": "vm-db"}},
+    }
+    spec = {
+        "affinity": {
+            "podAntiAffinity": {REQUIRED: [term]},
+            "nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [kubevirt_node_term]}},
+        },
+        "topologySpreadConstraints": [zone_spread],
+        "restartPolicy": "Never",
+    }
+    owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm-db-1"}
+    pod = _pod(
+        labels, annotations, spec, generateName="virt-launcher-vm-db-1-", ownerReferences=[owner]
+    )
+    expected = copy.deepcopy(pod)
+    affinity = expected["spec"]["affinity"]
+    affinity["podAntiAffinity"][REQUIRED].append(term | {"topologyKey": LABEL_ESXI_HOST})
+    affinity["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0]["matchExpressions"].append(
+        HOST_EXISTS
+    )
+    expected["spec"]["topologySpreadConstraints"].append(
+        {
+            "maxSkew": 2,
+            "topologyKey": LABEL_ESXI_HOST,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"workload": "vm-db"}},
+            "matchLabelKeys": ["kubevirt.io/vm-pool-revision-name"],
+        }
+    )
+    return pod, expected
+
+
+def required_and_preferred() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two required and two preferred hostname terms among terms on other keys, which stay."""
+    required = [
+        {
+            "labelSelector": {"matchLabels": {"app": "api"}},
+            "topologyKey": HOSTNAME,
+            "namespaceSelector": {"matchLabels": {"team": "payments"}},
+            "mismatchLabelKeys": ["tenant"],
+        },
+        {"labelSelector": {"matchLabels": {"app": "api"}}, "topologyKey": "zone"},
+        {"labelSelector": {"matchLabels": {"tier": "cache"}}, "topologyKey": HOSTNAME},
+    ]
+    preferred = [
+        {"weight": 80, "podAffinityTerm": {"topologyKey": HOSTNAME, "namespaceSelector": {}}},
+        {"weight": 20, "podAffinityTerm": {"topologyKey": "zone", "labelSelector": {}}},
+        {
+            "weight": 5,
+            "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"app": "api"}},
+                "topologyKey": HOSTNAME,
+                "matchLabelKeys": ["pod-template-hash"],
+            },
+        },
+    ]
+    affinity_term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOSTNAME}
+    pod = _pod(
+        {"app": "api", "tenant": "t1", "pod-template-hash": "5f6d7"},
+        {POD_PHYSICAL_ANTI_AFFINITY: "true"},
+        {
+            "affinity": {
+                "podAffinity": {PREFERRED: [{"weight": 10, "podAffinityTerm": affinity_term}]},
+                "podAntiAffinity": {REQUIRED: required, PREFERRED: preferred},
+            }
+        },
+        generateName="api-5f6d7-",
+    )
+    expected = copy.deepcopy(pod)
+    anti = expected["spec"]["affinity"]["podAntiAffinity"]
+    anti[REQUIRED].append(required[0] | {"topologyKey": LABEL_ESXI_HOST})
+    anti[REQUIRED].append(required[2] | {"topologyKey": LABEL_ESXI_HOST})
+    anti[PREFERRED][0]["podAffinityTerm"]["topologyKey"] = LABEL_ESXI_HOST
+    anti[PREFERRED][2]["podAffinityTerm"]["topologyKey"] = LABEL_ESXI_HOST
+    expected["spec"]["affinity"]["nodeAffinity"] = {
+        REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [HOST_EXISTS]}]}
+    }
+    return pod, expected
+
+
+def already_mutated() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Deployment pod as our patch left it (reinvocation): nothing more to do."""
+    _, mutated = deployment()
+    return mutated, copy.deepcopy(mutated)
+
+
+def not_opted_in() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recorded pod without the annotation: admitted as it is."""
+    pod, _ = deployment()
+    pod = copy.deepcopy(pod)
+    del pod["metadata"]["annotations"][POD_PHYSICAL_ANTI_AFFINITY]
+    return pod, copy.deepcopy(pod)
+
+
+CASES = {
+    "deployment-pod": deployment,
+    "statefulset-pod-spread": statefulset,
+    "virt-launcher-pod": virt_launcher,
+    "required-and-preferred": required_and_preferred,
+    "already-mutated": already_mutated,
+    "not-opted-in": not_opted_in,
+}

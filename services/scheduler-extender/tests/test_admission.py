@@ -1,0 +1,223 @@
+"""The admission mutation through the AdmissionReview wire format, against golden pods.
+
+Each review goes in as kube-apiserver sends it; the answer's base64 JSONPatch is applied with
+the `jsonpatch` library, as the API server applies it, and must give the golden pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import msgspec
+import pytest
+from admission_golden import CASES, FIXTURE, recorded_reviews, review
+
+from hostaffinity.scheduler_extender.admission import MutationSettings, Outcome, plan_pod
+from hostaffinity.scheduler_extender.admission_review import (
+    decode_review,
+    encode_answer,
+    mutation_for,
+)
+from hostaffinity.schema.names import (
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    POD_SPREAD_ACROSS_HOSTS,
+)
+
+DEFAULT = MutationSettings()
+
+
+def answer(body: bytes, settings: MutationSettings = DEFAULT) -> dict[str, Any]:
+    parsed = decode_review(body)
+    reply: dict[str, Any] = json.loads(encode_answer(parsed, mutation_for(parsed, settings)))
+    return reply
+
+
+def admitted(pod: dict[str, Any], settings: MutationSettings = DEFAULT) -> dict[str, Any]:
+    """The pod as the API server would store it after our answer."""
+    response = answer(review(pod), settings)["response"]
+    assert response["allowed"] is True
+    if "patch" not in response:
+        return pod
+    assert response["patchType"] == "JSONPatch"
+    operations = json.loads(base64.b64decode(response["patch"]))
+    result: dict[str, Any] = jsonpatch.apply_patch(pod, operations)
+    return result
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_golden_pod_after_the_patch(case: str) -> None:
+    pod, expected = CASES[case]()
+    original = copy.deepcopy(pod)
+    assert admitted(pod) == expected
+    assert pod == original, "the planner must not modify the object it was given"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_reinvocation_adds_nothing(case: str) -> None:
+    pod, _ = CASES[case]()
+    once = admitted(pod)
+    assert plan_pod(once, DEFAULT).operations == []
+
+
+@pytest.mark.parametrize("case", ["already-mutated", "not-opted-in"])
+def test_nothing_to_do_is_no_patch_at_all(case: str) -> None:
+    pod, _ = CASES[case]()
+    response = answer(review(pod))["response"]
+    assert "patch" not in response
+    assert "patchType" not in response
+    assert plan_pod(pod, DEFAULT).outcome is Outcome.UNCHANGED
+
+
+def test_answer_echoes_the_recorded_review() -> None:
+    """uid, apiVersion and kind echoed, as the real server accepted (fixture response_body)."""
+    recorded = recorded_reviews()[0]
+    reply = answer(json.dumps(recorded["request_body"]).encode())
+    accepted = recorded["response_body"]
+    assert reply["apiVersion"] == accepted["apiVersion"]
+    assert reply["kind"] == accepted["kind"]
+    assert reply["response"]["uid"] == accepted["response"]["uid"]
+    assert reply["response"]["allowed"] is True
+
+
+def test_dry_run_review_gets_the_same_patch() -> None:
+    """The API server sends dry-run creates too; the answer is the same and has no side effect."""
+    first, dry = (r["request_body"] for r in recorded_reviews()[:2])
+    assert dry["request"]["dryRun"] is True
+    ours = answer(json.dumps(first).encode())["response"]["patch"]
+    assert answer(json.dumps(dry).encode())["response"]["patch"] == ours
+
+
+def test_required_twin_copies_what_the_server_merges_later() -> None:
+    """The stored pod of the fixture: the API server merged matchLabelKeys into the twin too.
+    Our twin carries matchLabelKeys (not a merged selector), like the hostname term."""
+    pod, _ = CASES["deployment-pod"]()
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    stored = json.loads(FIXTURE.read_text())["stored_pod"]["spec"]["affinity"]["podAntiAffinity"]
+    ours = admitted(pod)["spec"]["affinity"]["podAntiAffinity"][required]
+    stored_twin = stored[required][1]
+    assert ours[1]["matchLabelKeys"] == stored_twin["matchLabelKeys"]
+    assert ours[1]["topologyKey"] == stored_twin["topologyKey"] == LABEL_ESXI_HOST
+
+
+def _opted_in_pod(**annotations: str) -> dict[str, Any]:
+    pod, _ = CASES["deployment-pod"]()
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["annotations"] = annotations
+    return pod
+
+
+def test_cluster_wide_mode_needs_no_annotation() -> None:
+    pod = _opted_in_pod()
+    assert plan_pod(pod, DEFAULT).operations == []
+    assert plan_pod(pod, MutationSettings(cluster_wide=True)).twins == 2
+
+
+def test_disabled_mode_adds_no_twin_even_when_annotated() -> None:
+    pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
+    assert plan_pod(pod, MutationSettings(disabled=True)).operations == []
+
+
+def test_annotation_must_say_true() -> None:
+    pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "false"})
+    assert plan_pod(pod, DEFAULT).operations == []
+
+
+def test_unknown_placement_pass_adds_no_host_label_requirement() -> None:
+    pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
+    stored = admitted(pod, MutationSettings(require_host_label=False))
+    assert "nodeAffinity" not in stored["spec"]["affinity"]
+
+
+def test_preferred_only_pod_gets_no_host_label_requirement() -> None:
+    """A preference must stay soft: requiring the label would turn it into a hard rule."""
+    pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
+    del pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    stored = admitted(pod)
+    assert "nodeAffinity" not in stored["spec"]["affinity"]
+    term = stored["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ][0]
+    assert term["weight"] == 50
+    assert term["podAffinityTerm"]["topologyKey"] == LABEL_ESXI_HOST
+
+
+def test_spread_can_be_hard_by_setting() -> None:
+    pod = _opted_in_pod(**{POD_SPREAD_ACROSS_HOSTS: "3"})
+    stored = admitted(pod, MutationSettings(spread_when_unsatisfiable="DoNotSchedule"))
+    (constraint,) = stored["spec"]["topologySpreadConstraints"]
+    assert constraint == {
+        "maxSkew": 3,
+        "topologyKey": LABEL_ESXI_HOST,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+        "matchLabelKeys": ["pod-template-hash"],
+    }
+    # Spread alone is an opt-in of its own: the hostname terms are left as they were.
+    assert stored["spec"]["affinity"] == pod["spec"]["affinity"]
+
+
+def _spread(value: str) -> Any:
+    return lambda p: p["metadata"]["annotations"].update({POD_SPREAD_ACROSS_HOSTS: value})
+
+
+@pytest.mark.parametrize(
+    ("mangle", "says"),
+    [
+        pytest.param(_spread("two"), "must be a whole number", id="spread-not-a-number"),
+        pytest.param(_spread("0"), "must be a whole number", id="spread-zero"),
+        pytest.param(_spread("2147483648"), "from 1 to 2147483647", id="spread-beyond-int32"),
+        pytest.param(_spread("\u00b2"), "must be a whole number", id="spread-unicode-digit"),
+        pytest.param(
+            lambda p: p["spec"]["affinity"]["podAntiAffinity"].update(
+                {"requiredDuringSchedulingIgnoredDuringExecution": {"topologyKey": "x"}}
+            ),
+            "is not a list",
+            id="terms-not-a-list",
+        ),
+        pytest.param(
+            lambda p: p["spec"]["affinity"].update({"podAntiAffinity": "yes"}),
+            "is not an object",
+            id="anti-affinity-not-an-object",
+        ),
+        pytest.param(
+            lambda p: p["metadata"]["labels"].clear() or _spread("1")(p),
+            "no labels its replicas share",
+            id="spread-without-labels",
+        ),
+    ],
+)
+def test_uninterpretable_pod_is_admitted_unpatched_with_a_warning(mangle: Any, says: str) -> None:
+    pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
+    mangle(pod)
+    response = answer(review(pod))["response"]
+    assert response["allowed"] is True
+    assert "patch" not in response
+    (warning,) = response["warnings"]
+    assert says in warning
+    assert plan_pod(pod, DEFAULT).outcome is Outcome.WARNED
+
+
+@pytest.mark.parametrize(
+    ("operation", "kind"),
+    [("UPDATE", "Pod"), ("CREATE", "VirtualMachineInstance"), ("DELETE", "Pod")],
+)
+def test_only_pod_creates_are_mutated(operation: str, kind: str) -> None:
+    pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
+    body = json.loads(review(pod))
+    body["request"]["operation"] = operation
+    body["request"]["kind"]["kind"] = kind
+    assert "patch" not in answer(json.dumps(body).encode())["response"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"{", b"[]", b'{"request": {}}', b'{"request": {"uid": 7}}', b'"AdmissionReview"'],
+)
+def test_unreadable_review_is_a_decode_error(body: bytes) -> None:
+    with pytest.raises(msgspec.DecodeError):
+        decode_review(body)

@@ -1,0 +1,168 @@
+"""Runs the drs-translator in-process (through the service runner) or as a subprocess, and reads
+vcsim's DRS rules and groups field by field."""
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from pyVmomi import vim
+
+from hostaffinity.drs_translator.cluster_config import ClusterConfig
+from hostaffinity.drs_translator.config import DrsTranslatorConfig
+from hostaffinity.drs_translator.service import translate
+from hostaffinity.drs_translator.translator import DrsTranslator
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec
+from hostaffinity.schema import LABEL_ESXI_HOST
+from tests.e2e.labeller_harness import FAST_LEASE as LABELLER_LEASE
+from tests.e2e.labeller_harness import eventually
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import Vcsim
+
+# The node-labeller harness's fast Lease timings, under the translator's own Lease name.
+FAST_LEASE = msgspec.convert(
+    msgspec.to_builtins(LABELLER_LEASE) | {"name": "hostaffinity-drs-translator"}, LeaseSettings
+)
+
+
+def drs_config(
+    vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
+) -> DrsTranslatorConfig:
+    return DrsTranslatorConfig(
+        vcenter=vc.settings(),
+        vcenter_name="vcsim",
+        nats=nats.settings(),
+        health=HealthSettings(host="127.0.0.1", port=0),
+        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+        lease=FAST_LEASE,
+        **overrides,
+    )
+
+
+@dataclass
+class RunningTranslator:
+    runner: ServiceRunner[DrsTranslatorConfig]
+    parts: list[tuple[DrsTranslator, ClusterConfig]] = field(default_factory=list)
+
+    @property
+    def translator(self) -> DrsTranslator:
+        return self.parts[-1][0]
+
+    @property
+    def calls(self) -> Any:
+        """vCenter calls made so far, by kind (a Counter)."""
+        return self.parts[-1][1].calls
+
+
+@contextlib.asynccontextmanager
+async def running_translator(config: DrsTranslatorConfig) -> AsyncIterator[RunningTranslator]:
+    """The service as main() runs it, until the first DRS cycle is done; stopped as by SIGTERM."""
+    observed: list[tuple[DrsTranslator, ClusterConfig]] = []
+    spec = ServiceSpec(
+        name="drs-translator",
+        config_type=DrsTranslatorConfig,
+        work=functools.partial(translate, observe=lambda t, c: observed.append((t, c))),
+        leader_elected=True,
+    )
+    runner = ServiceRunner(spec, config, identity="drs-a")
+    task = asyncio.create_task(runner.run())
+    running = RunningTranslator(runner, observed)
+    try:
+        await eventually(
+            lambda: (bool(observed) and observed[-1][0].cycles > 0) or task.done(),
+            "the first DRS cycle",
+            30,
+        )
+        if task.done():
+            task.result()
+        yield running
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 15)
+
+
+async def cycles_after(running: RunningTranslator, count: int, within: float = 10.0) -> None:
+    """Wait until the translator has finished `count` more cycles than now."""
+    target = running.translator.cycles + count
+    await eventually(lambda: running.translator.cycles >= target, f"{count} more cycles", within)
+
+
+def pod_manifest(
+    name: str,
+    node: str,
+    labels: dict[str, str],
+    *,
+    apart_from: dict[str, str] | None = None,
+    near: dict[str, str] | None = None,
+    on_hosts: list[str] | None = None,
+) -> dict[str, Any]:
+    """A scheduled Pod with required (anti-)affinity on the ESXi-host key, or required node
+    affinity `In` the host label values `on_hosts`."""
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "containers": [{"name": "app", "image": "registry.invalid/pause:3"}],
+    }
+    affinity: dict[str, Any] = {}
+    for kind, selector in (("podAntiAffinity", apart_from), ("podAffinity", near)):
+        if selector is not None:
+            term = {"labelSelector": {"matchLabels": selector}, "topologyKey": LABEL_ESXI_HOST}
+            affinity[kind] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if on_hosts is not None:
+        expression = {"key": LABEL_ESXI_HOST, "operator": "In", "values": on_hosts}
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+            }
+        }
+    if affinity:
+        spec["affinity"] = affinity
+    metadata = {"name": name, "namespace": "default", "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+# -- vcsim's DRS state, read with a separate pyVmomi session as an administrator would -----------
+
+
+def cluster_of(si: vim.ServiceInstance) -> Any:
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(
+        content.rootFolder, [vim.ClusterComputeResource], True
+    )
+    (cluster,) = view.view
+    return cluster
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, vim.ManagedEntity | vim.ManagedObject):
+        return value._moId
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def fields(obj: Any) -> dict[str, Any]:
+    """Every property of a rule or group data object, references as moids: field by field."""
+    values = {prop.name: _plain(getattr(obj, prop.name)) for prop in obj._GetPropertyList()}
+    return {"_type": type(obj).__name__, **values}
+
+
+def drs_state(si: vim.ServiceInstance) -> dict[str, dict[str, Any]]:
+    """Name → fields of every DRS rule (`rule:<name>`) and group (`group:<name>`)."""
+    config = cluster_of(si).configurationEx
+    state = {f"rule:{r.name}": fields(r) for r in config.rule or ()}
+    state.update({f"group:{g.name}": fields(g) for g in config.group or ()})
+    return state
+
+
+def reconfigure(si: vim.ServiceInstance, spec: Any) -> None:
+    """One ReconfigureComputeResource_Task as an administrator, waited for."""
+    task = cluster_of(si).ReconfigureComputeResource_Task(spec=spec, modify=True)
+    while task.info.state not in ("success", "error"):
+        time.sleep(0.005)
+    assert task.info.state == "success", task.info.error

@@ -1,0 +1,430 @@
+"""drs-translator end to end: vcsim (3 hosts, 6 node VMs), a real nats-server, the Kubernetes
+double and the real node-labeller providing the placements.
+
+vcsim puts VM i on host i mod 3, so node1/node4 share DC0_C0_H0, node2/node5 H1, node3/node6 H2.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+import yaml
+from pyVmomi import vim
+
+from hostaffinity.drs_translator.applier import PAUSE_AFTER_RECONFIGURE_ENV
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.schema import (
+    DRS_BUCKET,
+    DrsOwnership,
+    DrsRuleConflict,
+    DrsRuleDrift,
+    DrsRulesApplied,
+    TopologyEvent,
+)
+from tests.e2e.drs_harness import (
+    RunningTranslator,
+    cluster_of,
+    drs_config,
+    drs_state,
+    pod_manifest,
+    reconfigure,
+    running_translator,
+)
+from tests.e2e.labeller_harness import (
+    eventually,
+    labeller_config,
+    node_object,
+    running,
+    stream_events,
+    vm_by_name,
+    wait_ready,
+)
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import Vcsim, VcsimFactory
+
+NODES = [f"node{i}" for i in range(1, 7)]
+WEB = {"app": "web"}
+STRAY = "hostaffinity-anti-0123456789ab"  # our prefix, made by hand, no record
+_vim: Any = vim
+
+
+@pytest.fixture
+def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
+    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def vc(vcsim: VcsimFactory, kube_double: KubeDouble) -> Vcsim:
+    started = vcsim(hosts=3, vm_names=NODES)
+    for name in NODES:
+        kube_double.seed(node_object(name))
+    return started
+
+
+@contextlib.asynccontextmanager
+async def labeller(vc: Vcsim, nats: NatsServer, kubeconfig: Path) -> AsyncIterator[None]:
+    async with running(labeller_config(vc, nats, kubeconfig)) as service:
+        await wait_ready(service)
+        yield
+
+
+def vm(si: vim.ServiceInstance, node: str) -> str:
+    return str(vm_by_name(si, node)._moId)
+
+
+def admin_objects(si: vim.ServiceInstance) -> None:
+    """What an administrator made before hostaffinity started: never to be touched."""
+    vms = lambda *nodes: [vm_by_name(si, n) for n in nodes]  # noqa: E731
+    host = next(h for h in cluster_of(si).host if h.name == "DC0_C0_H1")
+    spec = _vim.cluster.ConfigSpecEx(
+        rulesSpec=[
+            _vim.cluster.RuleSpec(
+                operation="add",
+                info=_vim.cluster.AntiAffinityRuleSpec(
+                    name="admin-keep-db-apart", enabled=True, vm=vms("node2", "node4")
+                ),
+            ),
+            _vim.cluster.RuleSpec(
+                operation="add",
+                info=_vim.cluster.AntiAffinityRuleSpec(
+                    name=STRAY, enabled=True, vm=vms("node2", "node6")
+                ),
+            ),
+            _vim.cluster.RuleSpec(
+                operation="add",
+                info=_vim.cluster.VmHostRuleInfo(
+                    name="admin-db-on-h1",
+                    enabled=True,
+                    mandatory=False,
+                    vmGroupName="admin-db-vms",
+                    affineHostGroupName="admin-h1",
+                ),
+            ),
+        ],
+        groupSpec=[
+            _vim.cluster.GroupSpec(
+                operation="add", info=_vim.cluster.VmGroup(name="admin-db-vms", vm=vms("node2"))
+            ),
+            _vim.cluster.GroupSpec(
+                operation="add", info=_vim.cluster.HostGroup(name="admin-h1", host=[host])
+            ),
+        ],
+    )
+    reconfigure(si, spec)
+
+
+def foreign(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Everything not created by the translator: the admin's objects and the stray one."""
+    return {k: v for k, v in state.items() if not _ours(v["name"])}
+
+
+def _ours(name: str) -> bool:
+    return name.startswith("hostaffinity-") and name != STRAY
+
+
+def anti_rules(si: vim.ServiceInstance) -> dict[str, list[str]]:
+    """Our anti-affinity rules: name → sorted VM moids."""
+    return {
+        v["name"]: sorted(v["vm"])
+        for v in drs_state(si).values()
+        if _ours(v["name"]) and v["_type"].endswith("AntiAffinityRuleSpec")
+    }
+
+
+async def records(bus: Bus) -> dict[str, DrsOwnership]:
+    kv = await bus.js.key_value(DRS_BUCKET)
+    try:
+        keys = await kv.keys()
+    except Exception:  # nats-py raises NoKeysError for an empty bucket
+        return {}
+    found = {}
+    for key in keys:
+        entry = await kv.get(key)
+        found[key] = msgspec.json.decode(entry.value or b"", type=DrsOwnership)
+    return found
+
+
+async def events_of(bus: Bus, kind: type[TopologyEvent]) -> list[Any]:
+    return [e for e in await stream_events(bus) if isinstance(e, kind)]
+
+
+async def pod_events(kube: KubeDouble, reason: str) -> list[dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {kube.token}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
+    ):
+        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
+    return [e for e in items if e["reason"] == reason]
+
+
+async def settle(check: Callable[[], bool], what: str, within: float = 10.0) -> float:
+    """Seconds until `check` held."""
+    started = time.monotonic()
+    await eventually(check, what, within)
+    return time.monotonic() - started
+
+
+async def calls(running: RunningTranslator, since: dict[str, int]) -> dict[str, int]:
+    """vCenter calls since `since`, once the translator is done with what it was given."""
+    await eventually(running.translator.idle, "translator idle")
+    return {k: v - since.get(k, 0) for k, v in running.calls.items() if v - since.get(k, 0)}
+
+
+async def test_one_rule_follows_the_replicas_and_foreign_rules_stay_identical(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
+) -> None:
+    si = vc.connect()
+    vm1, vm3, vm5 = vm(si, "node1"), vm(si, "node3"), vm(si, "node5")
+    admin_objects(si)
+    before = foreign(drs_state(si))
+    assert len(before) == 5
+    config = drs_config(vc, nats_server, kubeconfig)
+    calls_per_step: dict[str, dict[str, int]] = {}
+    async with labeller(vc, nats_server, kubeconfig):
+        async with running_translator(config) as drs:
+            calls_per_step["start"] = dict(drs.calls)
+            mark = dict(drs.calls)
+            kube_double.seed(pod_manifest("p1", "node1", WEB, apart_from=WEB))
+            kube_double.seed(pod_manifest("p2", "node3", WEB, apart_from=WEB))
+            took = await settle(
+                lambda: list(anti_rules(si).values()) == [sorted([vm1, vm3])],
+                "rule {vm1, vm3}",
+                within=2.0,
+            )
+            print(f"p1+p2 -> rule in {took:.3f} s")
+            (name,) = anti_rules(si)
+            calls_per_step["p1+p2"] = await calls(drs, mark)
+            assert foreign(drs_state(si)) == before
+
+            mark = dict(drs.calls)
+            kube_double.seed(pod_manifest("p3", "node5", WEB, apart_from=WEB))
+            await settle(lambda: anti_rules(si) == {name: sorted([vm1, vm3, vm5])}, "+vm5")
+            calls_per_step["p3"] = await calls(drs, mark)
+            assert calls_per_step["p3"]["ReconfigureComputeResource_Task"] == 1
+            assert foreign(drs_state(si)) == before
+
+            mark = dict(drs.calls)
+            kube_double.delete("v1", "pods", "p2", "default")
+            await settle(lambda: anti_rules(si) == {name: sorted([vm1, vm5])}, "-vm3")
+            calls_per_step["-p2"] = await calls(drs, mark)
+            assert foreign(drs_state(si)) == before
+            (record,) = (await records(bus)).values()
+            assert (record.name, record.vms, record.state) == (name, sorted([vm1, vm5]), "applied")
+            assert record.pods == ["default/p1", "default/p3"]
+
+            mark = dict(drs.calls)
+            drs.translator.resync()
+            calls_per_step["resync"] = await calls(drs, mark)
+            assert anti_rules(si) == {name: sorted([vm1, vm5])}
+            assert foreign(drs_state(si)) == before
+
+        async with running_translator(config) as drs:  # a restart
+            calls_per_step["restart"] = dict(drs.calls)
+            assert anti_rules(si) == {name: sorted([vm1, vm5])}
+            assert foreign(drs_state(si)) == before
+            assert calls_per_step["restart"].get("ReconfigureComputeResource_Task", 0) == 0
+
+            mark = dict(drs.calls)
+            kube_double.delete("v1", "pods", "p1", "default")
+            kube_double.delete("v1", "pods", "p3", "default")
+            await settle(lambda: anti_rules(si) == {}, "rule removed")
+            calls_per_step["all deleted"] = await calls(drs, mark)
+            await eventually(lambda: drs.translator.cycles > 0, "cycle")
+            assert await records(bus) == {}
+            assert foreign(drs_state(si)) == before
+
+    applied = await events_of(bus, DrsRulesApplied)
+    assert [(e.added, e.edited, e.removed) for e in applied] == [
+        ([name], [], []),
+        ([], [name], []),
+        ([], [name], []),
+        ([], [], [name]),
+    ]
+    stray_reports = [e for e in await events_of(bus, DrsRuleConflict) if e.name == STRAY]
+    assert [e.reason for e in stray_reports] == ["prefix-without-record"]
+    print("vCenter calls per step:", json.dumps(calls_per_step, sort_keys=True))
+
+
+async def test_a_rule_of_ours_changed_by_hand_is_repaired_at_the_resync_with_drift_events(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
+) -> None:
+    si = vc.connect()
+    expected = sorted([vm(si, "node1"), vm(si, "node3")])
+    kube_double.seed(pod_manifest("p1", "node1", WEB, apart_from=WEB))
+    kube_double.seed(pod_manifest("p2", "node3", WEB, apart_from=WEB))
+    async with labeller(vc, nats_server, kubeconfig):
+        config = drs_config(vc, nats_server, kubeconfig, resync_seconds=1.0)
+        async with running_translator(config) as drs:
+            await settle(lambda: list(anti_rules(si).values()) == [expected], "rule")
+            (name,) = anti_rules(si)
+            (rule,) = [r for r in cluster_of(si).configurationEx.rule if r.name == name]
+            mark = dict(drs.calls)
+            reconfigure(
+                si,
+                _vim.cluster.ConfigSpecEx(
+                    rulesSpec=[_vim.cluster.RuleSpec(operation="remove", removeKey=rule.key)]
+                ),
+            )
+            assert anti_rules(si) == {}
+            await settle(lambda: anti_rules(si) == {name: expected}, "rule repaired", 10)
+            print("vCenter calls, hand deletion to repair:", await calls(drs, mark))
+
+            (rule,) = [r for r in cluster_of(si).configurationEx.rule if r.name == name]
+            rule.vm = [vm_by_name(si, "node1"), vm_by_name(si, "node5")]  # an edit by hand
+            reconfigure(
+                si,
+                _vim.cluster.ConfigSpecEx(
+                    rulesSpec=[_vim.cluster.RuleSpec(operation="edit", info=rule)]
+                ),
+            )
+            assert anti_rules(si) != {name: expected}
+            await settle(lambda: anti_rules(si) == {name: expected}, "edit undone", 10)
+    drift = await events_of(bus, DrsRuleDrift)
+    assert [(e.name, e.change, e.expected_vms, e.found_vms) for e in drift] == [
+        (name, "deleted", expected, []),
+        (name, "edited", expected, sorted([vm(si, "node1"), vm(si, "node5")])),
+    ]
+
+
+async def test_conflicts_are_reported_and_nothing_is_sent(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
+) -> None:
+    si = vc.connect()
+    async with (
+        labeller(vc, nats_server, kubeconfig),
+        running_translator(drs_config(vc, nats_server, kubeconfig)) as drs,
+    ):
+        mark = dict(drs.calls)
+        for i in range(1, 5):  # 4 anti-affine replicas on 4 VMs, 3 hosts
+            kube_double.seed(pod_manifest(f"r{i}", f"node{i}", WEB, apart_from=WEB))
+        kube_double.seed(pod_manifest("a", "node5", {"app": "a"}, apart_from={"app": "b"}))
+        kube_double.seed(pod_manifest("b", "node6", {"app": "b"}, near={"app": "a"}))
+        await eventually(lambda: len(drs.translator.pods) == 6, "pods seen")
+        spent = await calls(drs, mark)
+        print("vCenter calls with only conflicts:", spent)
+        assert "ReconfigureComputeResource_Task" not in spent
+        assert drs_state(si) == {}
+        conflicts = await events_of(bus, DrsRuleConflict)
+        assert sorted(e.reason for e in conflicts) == [
+            "together-and-apart",
+            "together-and-apart",
+            "too-few-hosts",
+        ]
+        too_many = next(e for e in conflicts if e.reason == "too-few-hosts")
+        assert too_many.pods == [f"default/r{i}" for i in range(1, 5)]
+        events = await pod_events(kube_double, "DrsRuleConflict")
+        assert {e["involvedObject"]["name"] for e in events} == {
+            "a",
+            "b",
+            "r1",
+            "r2",
+            "r3",
+            "r4",
+        }
+        kube_double.delete("v1", "pods", "r4", "default")  # still working: 3 fit on 3 hosts
+        await settle(lambda: len(drs_state(si)) == 1, "rule for three replicas")
+
+
+async def test_node_affinity_on_a_host_becomes_groups_and_a_should_rule(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    si = vc.connect()
+    host = next(h for h in cluster_of(si).host if h.name == "DC0_C0_H1")
+    async with (
+        labeller(vc, nats_server, kubeconfig),
+        running_translator(drs_config(vc, nats_server, kubeconfig)) as drs,
+    ):
+        kube_double.seed(pod_manifest("pinned", "node2", {"app": "db"}, on_hosts=["DC0_C0_H1"]))
+        await settle(lambda: len(drs_state(si)) == 3, "VM group, host group, VM-Host rule")
+        by_type = {v["_type"]: v for v in drs_state(si).values()}
+        vm_group = by_type["vim.cluster.VmGroup"]
+        host_group = by_type["vim.cluster.HostGroup"]
+        rule = by_type["vim.cluster.VmHostRuleInfo"]
+        assert vm_group["vm"] == [vm(si, "node2")]
+        assert host_group["host"] == [host._moId]
+        assert (rule["vmGroupName"], rule["affineHostGroupName"], rule["mandatory"]) == (
+            vm_group["name"],
+            host_group["name"],
+            False,
+        )
+        mark = dict(drs.calls)
+        kube_double.delete("v1", "pods", "pinned", "default")
+        await settle(lambda: drs_state(si) == {}, "all three removed")
+        assert (await calls(drs, mark))["ReconfigureComputeResource_Task"] == 1
+
+
+def start_subprocess(config_path: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """The console entry point as a separate process (so that it can be killed with -9)."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hostaffinity.drs_translator.main",
+                "--config",
+                str(config_path),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ | env,
+        )
+
+
+async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
+    vc: Vcsim,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+    bus: Bus,
+    tmp_path: Path,
+) -> None:
+    si = vc.connect()
+    expected = sorted([vm(si, "node1"), vm(si, "node3")])
+    config_path = tmp_path / "drs-translator.yaml"
+    config = drs_config(vc, nats_server, kubeconfig)
+    config_path.write_text(yaml.safe_dump(msgspec.to_builtins(config)))
+    paused, log = tmp_path / "paused", tmp_path / "drs-translator.log"
+    kube_double.seed(pod_manifest("p1", "node1", WEB, apart_from=WEB))
+    kube_double.seed(pod_manifest("p2", "node3", WEB, apart_from=WEB))
+    async with labeller(vc, nats_server, kubeconfig):
+        first = start_subprocess(config_path, log, **{PAUSE_AFTER_RECONFIGURE_ENV: str(paused)})
+        try:
+            await eventually(paused.exists, "the pause after the reconfigure", 30)
+            assert list(anti_rules(si).values()) == [expected]  # vCenter has it...
+            (pending,) = (await records(bus)).values()
+            assert pending.state == "pending"  # ...the record is only the intent
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        second = start_subprocess(config_path, log)
+        try:
+            deadline = time.monotonic() + 30
+            while [r.state for r in (await records(bus)).values()] != ["applied"]:
+                assert second.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                await asyncio.sleep(0.05)
+        finally:
+            second.terminate()
+            # Wait without blocking the loop: the Kubernetes double it releases its Lease to
+            # runs in this process.
+            await eventually(lambda: second.poll() is not None, "the second run to stop", 15)
+            assert second.returncode == 0, log.read_text()
+    assert list(anti_rules(si).values()) == [expected]
+    assert len(drs_state(si)) == 1
+    (record,) = (await records(bus)).values()
+    assert (record.vms, record.pods) == (expected, ["default/p1", "default/p2"])
+    conflicts = await events_of(bus, DrsRuleConflict)
+    assert conflicts == []  # the rule was recognised as ours, not reported as a stranger

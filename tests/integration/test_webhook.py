@@ -1,0 +1,340 @@
+"""The admission webhook as the scheduler-extender service runs it, over HTTPS, self-signed path.
+
+The Kubernetes double holds the shipped MutatingWebhookConfiguration (k8s/base); the service makes
+its CA and serving certificate, keeps them in a Secret and writes the CA into that configuration.
+Then, as kube-apiserver would: the served certificate must verify against that caBundle alone,
+a recorded review must come back with the patch, and a body that is not a review gets 400 while
+the service stays ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.kube import KubeClient, api_client
+from hostaffinity.runtime.runner import running_service
+from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
+from hostaffinity.scheduler_extender.certificates import service_hostnames
+from hostaffinity.scheduler_extender.config import (
+    ExtenderSettings,
+    SchedulerExtenderSettings,
+    WebhookSettings,
+)
+from hostaffinity.scheduler_extender.main import service_spec
+from hostaffinity.scheduler_extender.registration import WebhookRegistration
+from hostaffinity.scheduler_extender.service import Extender
+from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
+from hostaffinity.schema import (
+    EVENTS_STREAM,
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    PodMutated,
+    decode_event,
+    event_subject,
+)
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+from tests.shared_fixtures import shared_fixture_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGURATION = ROOT / "k8s" / "base" / "scheduler-extender" / "mutatingwebhookconfiguration.yaml"
+FIXTURE = shared_fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
+WEBHOOKS = "admissionregistration.k8s.io/v1"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+@pytest.fixture
+def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
+    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def settings(nats: NatsServer, kubeconfig: Path) -> SchedulerExtenderSettings:
+    return SchedulerExtenderSettings(
+        nats=nats.settings(),
+        health=HealthSettings(host="127.0.0.1", port=0),
+        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+        extender=ExtenderSettings(host="127.0.0.1", port=0),
+        webhook=WebhookSettings(
+            host="127.0.0.1", port=0, extra_hostnames=["127.0.0.1"], event_sample_ratio=1.0
+        ),
+    )
+
+
+async def eventually_true(check: Any, what: str) -> None:
+    for _ in range(250):
+        if await check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(what)
+
+
+@dataclass(frozen=True)
+class RunningExtender:
+    """The parts of the started service these tests look at."""
+
+    health_port: int
+    webhook: AdmissionWebhook
+
+
+async def ready(health_port: int) -> bool:
+    url = f"http://127.0.0.1:{health_port}/readyz"
+    async with aiohttp.ClientSession() as http, http.get(url) as response:
+        return response.status == 200
+
+
+@contextlib.asynccontextmanager
+async def service(
+    nats: NatsServer, kubeconfig: Path, kube: KubeDouble
+) -> AsyncIterator[RunningExtender]:
+    """The service, ready, with its webhook listening and the caBundle written."""
+    work = Extender()
+    async with running_service(service_spec(work), settings(nats, kubeconfig)) as runner:
+        await eventually_true(lambda: ready(runner.health.port), "the service never became ready")
+
+        async def webhook_up() -> bool:
+            return (
+                work.webhook is not None and work.webhook.serving and written_ca(kube) is not None
+            )
+
+        await eventually_true(webhook_up, "the webhook never listened with its caBundle written")
+        assert work.webhook is not None
+        yield RunningExtender(runner.health.port, work.webhook)
+
+
+def written_ca(kube: KubeDouble) -> bytes | None:
+    stored = kube.read(WEBHOOKS, "mutatingwebhookconfigurations", "hostaffinity-pod-host-terms")
+    assert stored is not None
+    bundle = stored["webhooks"][0]["clientConfig"].get("caBundle")
+    return None if bundle is None else base64.b64decode(bundle)
+
+
+async def post(service: RunningExtender, body: bytes, ca: bytes) -> tuple[int, bytes]:
+    """POST /mutate trusting only `ca`, with the host name checked, as kube-apiserver does."""
+    trust = ssl.create_default_context(cadata=ca.decode())
+    url = f"https://127.0.0.1:{service.webhook.port}/mutate?timeout=2s"
+    headers = {"Content-Type": "application/json", "User-Agent": "kube-apiserver-admission"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=body, headers=headers, ssl=trust) as response,
+    ):
+        return response.status, await response.read()
+
+
+@pytest.fixture(autouse=True)
+def telemetry() -> Telemetry:
+    """Installed as the service's main() does, so the instruments reach /metrics."""
+    return setup_telemetry("hostaffinity-tests")
+
+
+async def refused_reviews(service: RunningExtender) -> float:
+    """hostaffinity_webhook_reviews_total{outcome="refused"} as /metrics serves it."""
+    url = f"http://127.0.0.1:{service.health_port}/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as response:
+        exposed = await response.text()
+    for family in text_string_to_metric_families(exposed):
+        for sample in family.samples:
+            if sample.name == "hostaffinity_webhook_reviews_total" and (
+                sample.labels.get("outcome") == "refused"
+            ):
+                return sample.value
+    return 0.0
+
+
+@pytest.fixture
+def shipped_configuration(kube_double: KubeDouble) -> dict[str, Any]:
+    """Our namespace and the webhook configuration as k8s/base ships it (no caBundle)."""
+    kube_double.seed(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
+    )
+    configuration: dict[str, Any] = yaml.safe_load(CONFIGURATION.read_text())
+    return kube_double.seed(configuration)
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_self_signed_certificate_verifies_against_the_written_ca_bundle(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    recorded = json.loads(FIXTURE.read_text())["reviews"][0]
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        ca = written_ca(kube_double)
+        assert ca is not None
+        status, body = await post(running, json.dumps(recorded["request_body"]).encode(), ca)
+        assert status == 200
+        response = json.loads(body)["response"]
+        assert response["uid"] == recorded["request_body"]["request"]["uid"]
+        assert response["patchType"] == "JSONPatch"
+        assert json.loads(base64.b64decode(response["patch"]))[0]["value"]["topologyKey"] == (
+            "hostaffinity.io/esxi-host"
+        )
+        # A CA that is not the one written does not verify the server.
+        other = kube_double.read("v1", "secrets", "hostaffinity-webhook-tls", "hostaffinity")
+        assert other is not None
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await post(running, b"{}", base64.b64decode(other["data"]["tls.crt"]))
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_malformed_body_gets_400_and_the_service_stays_ready(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        ca = written_ca(kube_double)
+        assert ca is not None
+        before = await refused_reviews(running)
+        for body in (b"", b"{not json", b'{"request": {"uid": 1}}', b"[]"):
+            status, text = await post(running, body, ca)
+            assert status == 400, (body, text)
+            assert b"not an AdmissionReview" in text
+        assert await ready(running.health_port)
+        assert await refused_reviews(running) == before + 4
+        recorded = json.loads(FIXTURE.read_text())["reviews"][0]["request_body"]
+        status, _ = await post(running, json.dumps(recorded).encode(), ca)
+        assert status == 200
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_a_restart_keeps_the_certificate_the_api_server_trusts(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """Replicas share one identity through the Secret: the second start reuses it."""
+    async with service(nats_server, kubeconfig, kube_double):
+        first = written_ca(kube_double)
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        assert first is not None
+        status, _ = await post(running, b"{}", first)
+        assert status == 400
+    assert written_ca(kube_double) == first
+
+
+def opted_in_pod(name: str, *, twin: bool, annotated: bool = True) -> dict[str, Any]:
+    """A pod as stored: with our twin and host label requirement when the webhook was reached."""
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": HOSTNAME_KEY}
+    affinity: dict[str, Any] = {"podAntiAffinity": {REQUIRED: [term]}}
+    if twin:
+        affinity["podAntiAffinity"][REQUIRED].append(term | {"topologyKey": LABEL_ESXI_HOST})
+        exists = {"key": LABEL_ESXI_HOST, "operator": "Exists"}
+        affinity["nodeAffinity"] = {
+            REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [exists]}]}
+        }
+    annotations = {POD_PHYSICAL_ANTI_AFFINITY: "true"} if annotated else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "apps", "labels": {"app": "web"},
+                     "annotations": annotations},
+        "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1"}],
+                 "affinity": affinity},
+    }  # fmt: skip
+
+
+def warnings_about(kube: KubeDouble, pod: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in kube.store.objects("events", "apps")
+        if e["involvedObject"]["name"] == pod and e["reason"] == "AdmittedWithoutHostTerms"
+    ]
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_opted_in_pods_admitted_without_the_webhook_get_an_event(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """Fail-open made visible: pods created while the webhook was down carry no twin."""
+    kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+    kube_double.seed(opted_in_pod("missed", twin=False))
+    kube_double.seed(opted_in_pod("mutated", twin=True))
+    kube_double.seed(opted_in_pod("plain", twin=False, annotated=False))
+    async with service(nats_server, kubeconfig, kube_double):
+
+        async def reported() -> bool:
+            return bool(warnings_about(kube_double, "missed"))
+
+        await eventually_true(reported, "no Event on the pod admitted without its twin")
+        (event,) = warnings_about(kube_double, "missed")
+        assert event["type"] == "Warning"
+        assert "1 host-key twin(s)" in event["message"]
+        assert "host label requirement" in event["message"]
+        late = opted_in_pod("missed-later", twin=False)
+        kube_double.seed(late)
+
+        async def reported_later() -> bool:
+            return bool(warnings_about(kube_double, "missed-later"))
+
+        await eventually_true(reported_later, "a pod created while running was not reported")
+        assert not warnings_about(kube_double, "mutated")
+        assert not warnings_about(kube_double, "plain")
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_a_patched_pod_is_published_as_pod_mutated_but_not_a_dry_run(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, bus: Bus
+) -> None:
+    first, dry = (r["request_body"] for r in json.loads(FIXTURE.read_text())["reviews"][:2])
+    subject = event_subject("pod.mutated")
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        ca = written_ca(kube_double)
+        assert ca is not None
+        for review in (first, dry):
+            status, _ = await post(running, json.dumps(review).encode(), ca)
+            assert status == 200
+
+        async def published() -> bool:
+            info = await bus.js.stream_info(EVENTS_STREAM, subjects_filter=subject)
+            return bool(info.state.subjects)
+
+        await eventually_true(published, "no pod.mutated event reached the stream")
+        await asyncio.sleep(0.2)  # the dry run's event, were it sent, would be there by now
+    info = await bus.js.stream_info(EVENTS_STREAM, subjects_filter=subject)
+    assert info.state.subjects == {subject: 1}
+    message = await bus.js.get_last_msg(EVENTS_STREAM, subject)
+    event = decode_event(message.data or b"")
+    assert isinstance(event, PodMutated)
+    assert event.request_uid == first["request"]["uid"]
+    assert event.pod == "apps/web-7c9f8d6b5d-"
+    assert event.owner == "ReplicaSet/web-7c9f8d6b5d"
+    assert (event.twins, event.host_label_required, event.spread_added) == (2, True, False)
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_replicas_starting_together_settle_on_one_identity(
+    kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    """Three replicas race to create the Secret: one wins, the others read its identity; a
+    Secret made for other names is replaced (under its resourceVersion) by one of them."""
+    names = service_hostnames("scheduler-extender", "hostaffinity")
+    async with await api_client(KubernetesSettings(kubeconfig=str(kubeconfig))) as api:
+        client = KubeClient(api)
+
+        def replica(hostnames: list[str]) -> WebhookRegistration:
+            return WebhookRegistration(
+                client,
+                namespace="hostaffinity",
+                secret_name="hostaffinity-webhook-tls",
+                configuration_name="hostaffinity-pod-host-terms",
+                hostnames=hostnames,
+            )
+
+        first = await asyncio.gather(*(replica(names[:1]).serving_identity() for _ in range(3)))
+        assert len({identity.ca_pem for identity in first}) == 1
+        renewed = await asyncio.gather(*(replica(names).serving_identity() for _ in range(3)))
+        assert len({identity.ca_pem for identity in renewed}) == 1
+        assert renewed[0].ca_pem != first[0].ca_pem
+        stored = kube_double.read("v1", "secrets", "hostaffinity-webhook-tls", "hostaffinity")
+        assert stored is not None
+        assert base64.b64decode(stored["data"]["ca.crt"]) == renewed[0].ca_pem
