@@ -19,7 +19,7 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.kube import NODES, KubeClient, api_client
 from hostaffinity.runtime.vcenter import VCenterSettings, connect
-from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, decode_event
+from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
 
 
 def vcenter_settings(url: str) -> VCenterSettings:
@@ -69,8 +69,13 @@ async def follow_events(args: argparse.Namespace) -> int:
         async for message in subscription.messages:
             try:
                 event = decode_event(message.data)
-            except msgspec.DecodeError as error:
-                print(f"undecodable message on {message.subject}: {error}", file=sys.stderr)
+            except UNDECODABLE as error:
+                print(
+                    f"undecodable message on {message.subject} ({len(message.data)} bytes): "
+                    f"{str(error)[:200]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             print(msgspec.json.encode(event).decode(), flush=True)
     finally:
