@@ -29,7 +29,7 @@ from hostaffinity.schema import (
     event_id,
     event_subject,
 )
-from tests.platform.nats import NatsServer
+from tests.platform.nats import NatsServer, free_port
 
 SERVICE = "test-service"
 WAIT_SECONDS = 10.0
@@ -327,3 +327,17 @@ async def test_cli_events_reports_undecodable_bytes_and_goes_on(
     assert [e.split(b"(")[1].split(b" ")[0] for e in errors] == [
         str(len(b)).encode() for b in (BAD_UTF8, NESTED, OVERSIZE)
     ]
+
+
+async def test_cli_events_says_when_nats_cannot_be_reached() -> None:
+    unused_tcp_port = free_port()
+    cli = Path(sys.executable).parent / "hostaffinity"
+    process = await asyncio.create_subprocess_exec(
+        str(cli), "events", "--nats", f"nats://127.0.0.1:{unused_tcp_port}",
+        "--connect-timeout", "1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(WAIT_SECONDS):
+        _, stderr = await process.communicate()
+    assert process.returncode == 1
+    assert f"cannot reach NATS at nats://127.0.0.1:{unused_tcp_port} within 1 s".encode() in stderr

@@ -60,7 +60,15 @@ async def seed(args: argparse.Namespace) -> int:
 
 async def follow_events(args: argparse.Namespace) -> int:
     """Print events as JSON lines; from the start of the stream with --all."""
-    bus = await Bus.connect(NatsSettings(servers=[args.nats]), name="hostaffinity-cli")
+    try:
+        # The runtime's connect retries for ever, as a service should; a person at a terminal
+        # wants to hear that NATS is not there.
+        async with asyncio.timeout(args.connect_timeout):
+            bus = await Bus.connect(NatsSettings(servers=[args.nats]), name="hostaffinity-cli")
+    except TimeoutError:
+        raise RuntimeError(
+            f"cannot reach NATS at {args.nats} within {args.connect_timeout:g} s"
+        ) from None
     policy = DeliverPolicy.ALL if args.all else DeliverPolicy.NEW
     subscription = await bus.js.subscribe(
         f"{EVENTS_SUBJECT_PREFIX}.>", ordered_consumer=True, deliver_policy=policy
@@ -95,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     events = commands.add_parser("events", help="print hostaffinity events as JSON lines")
     events.add_argument("--nats", default="nats://127.0.0.1:4222")
     events.add_argument("--all", action="store_true", help="from the start of the stream")
+    events.add_argument(
+        "--connect-timeout", type=float, default=30.0, help="seconds to wait for NATS (default 30)"
+    )
     events.set_defaults(run=follow_events)
     add_operator_commands(commands)
     args = parser.parse_args(argv)
