@@ -1,9 +1,10 @@
 """The double's test hooks that the recordings cannot exercise: held PATCHes, object faults
-(held, slow, failing requests) and SA tokens."""
+(held, slow, failing requests), held watch events and SA tokens."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import aiohttp
@@ -33,6 +34,27 @@ async def test_held_patch_waits_until_released(kube_double: KubeDouble) -> None:
     node = kube_double.read("v1", "nodes", "worker-1")
     assert node is not None
     assert node["metadata"]["labels"]["held"] == "yes"
+
+
+async def test_held_watch_events_arrive_in_order_once_released(kube_double: KubeDouble) -> None:
+    headers = {"Authorization": f"Bearer {kube_double.token}"}
+    url = f"{kube_double.url}/api/v1/namespaces?watch=true&resourceVersion={kube_double.store.rv}"
+    async with aiohttp.ClientSession(headers=headers) as session, session.get(url) as watch:
+        hold = kube_double.hold_watches("namespaces")
+        for name in ("held-1", "held-2"):
+            kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        await asyncio.wait_for(hold.arrived.wait(), 5)
+        with contextlib.suppress(TimeoutError):
+            line = await asyncio.wait_for(watch.content.readline(), 0.3)
+            raise AssertionError(f"an event got through the hold: {line!r}")
+        kube_double.release_watches("namespaces")
+        names = [
+            json.loads(await asyncio.wait_for(watch.content.readline(), 5))["object"]["metadata"][
+                "name"
+            ]
+            for _ in range(2)
+        ]
+    assert names == ["held-1", "held-2"]
 
 
 async def test_service_account_token_is_forbidden(kube_double: KubeDouble) -> None:

@@ -3,7 +3,9 @@
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -14,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
+from hostaffinity.runtime.deadletters import PARKED_PAYLOAD_LIMIT
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import (
     DLQ_STREAM,
@@ -26,7 +29,7 @@ from hostaffinity.schema import (
     event_id,
     event_subject,
 )
-from tests.platform.nats import NatsServer
+from tests.platform.nats import NatsServer, free_port
 
 SERVICE = "test-service"
 WAIT_SECONDS = 10.0
@@ -144,11 +147,21 @@ async def test_the_same_event_published_twice_is_stored_once(bus: Bus) -> None:
     assert stored.headers[Header.MSG_ID.value] == event.id
 
 
+WRONG_TYPE = b'{"type": "node.placed", "id": 7}'
+NESTED = b'{"type": "node.placed", "id": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+BAD_UTF8 = b'{"type": "node.placed", "id": "\xc3\x28", "node": "n"}'
+OVERSIZE = b'{"type": "node.placed", "id": "' + b"x" * 1_000_000 + b'"}'
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [WRONG_TYPE, BAD_UTF8, NESTED, OVERSIZE],
+    ids=["wrong-type", "invalid-utf8", "nested", "1MB"],
+)
 async def test_undecodable_message_is_parked_counted_acked_and_the_next_one_handled(
-    bus: Bus,
+    bus: Bus, garbage: bytes
 ) -> None:
     counted_before = dead_letters_counted()
-    garbage = b'{"type": "node.placed", "id": 7}'
     await bus.js.publish(event_subject("node.placed"), garbage)
     good = node_placed("worker-2")
     await bus.publish_event(good)
@@ -161,8 +174,11 @@ async def test_undecodable_message_is_parked_counted_acked_and_the_next_one_hand
     letter = await dead_letter(bus)
     assert letter.service == SERVICE
     assert letter.subject == event_subject("node.placed")
-    assert letter.payload == garbage
+    # A copy that fits in one NATS message: the whole, or its first bytes and the size.
+    assert letter.payload == garbage[:PARKED_PAYLOAD_LIMIT]
+    assert letter.payload_size == len(garbage)
     assert letter.reason.startswith("does not decode: ")
+    assert ("payload cut" in letter.reason) == (garbage is OVERSIZE)
     assert dead_letters_counted() == counted_before + 1
     info = await bus.js.consumer_info(EVENTS_STREAM, SERVICE)
     assert info.ack_floor.stream_seq == 2
@@ -283,3 +299,45 @@ async def test_client_reconnects_after_server_restart_and_publishes_and_consumes
     messages = [record.getMessage() for record in caplog.records]
     assert "disconnected from NATS; reconnecting" in messages
     assert "reconnected to NATS" in messages
+
+
+async def test_cli_events_reports_undecodable_bytes_and_goes_on(
+    bus: Bus, nats_server: NatsServer
+) -> None:
+    for undecodable in (BAD_UTF8, NESTED, OVERSIZE):
+        await bus.js.publish(event_subject("node.placed"), undecodable)
+    good = node_placed("worker-4")
+    await bus.publish_event(good)
+    cli = Path(sys.executable).parent / "hostaffinity"
+    process = await asyncio.create_subprocess_exec(
+        str(cli), "events", "--all", "--nats", nats_server.url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        async with asyncio.timeout(WAIT_SECONDS):
+            line = await process.stdout.readline()
+        assert decode_event(line) == good
+        errors = [await process.stderr.readline() for _ in range(3)]
+    finally:
+        process.terminate()
+        await process.wait()
+    assert all(e.startswith(b"undecodable message on hostaffinity.events.") for e in errors)
+    assert [e.split(b"(")[1].split(b" ")[0] for e in errors] == [
+        str(len(b)).encode() for b in (BAD_UTF8, NESTED, OVERSIZE)
+    ]
+
+
+async def test_cli_events_says_when_nats_cannot_be_reached() -> None:
+    unused_tcp_port = free_port()
+    cli = Path(sys.executable).parent / "hostaffinity"
+    process = await asyncio.create_subprocess_exec(
+        str(cli), "events", "--nats", f"nats://127.0.0.1:{unused_tcp_port}",
+        "--connect-timeout", "1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(WAIT_SECONDS):
+        _, stderr = await process.communicate()
+    assert process.returncode == 1
+    assert f"cannot reach NATS at nats://127.0.0.1:{unused_tcp_port} within 1 s".encode() in stderr

@@ -18,6 +18,7 @@ from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderSettings
+from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.main import service_spec
 from hostaffinity.scheduler_extender.service import Extender
@@ -33,7 +34,7 @@ from tests.e2e.labeller_harness import (
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
-from tests.platform.vcsim import VcsimFactory
+from tests.platform.vcsim import Vcsim, VcsimFactory
 
 ANTI = "node(s) didn't match pod anti-affinity rules"
 
@@ -44,6 +45,8 @@ class RunningExtender:
 
     cache: ExtenderCache
     server: ExtenderServer
+    feeds: CacheFeeds
+    health_port: int
 
 
 @pytest.fixture
@@ -77,7 +80,8 @@ async def extender(nats: NatsServer, kubeconfig: Path) -> AsyncIterator[RunningE
         assert statuses[-1] == 200, statuses
         assert work.cache is not None
         assert work.server is not None
-        yield RunningExtender(work.cache, work.server)
+        assert work.feeds is not None
+        yield RunningExtender(work.cache, work.server, work.feeds, runner.health.port)
 
 
 async def call(extender: RunningExtender, verb: str, body: dict[str, Any]) -> Any:
@@ -148,15 +152,21 @@ async def test_cache_follows_the_api_and_the_topology_kv(
         assert (answer["NodeNames"], answer["FailedNodes"]) == (["n2", "n3"], {})
 
 
+def seed_004(vcsim: VcsimFactory, kube: KubeDouble) -> Vcsim:
+    """Seed 004: node1 and node2 on ESXi host DC0_C0_H0, node3 on DC0_C0_H1 (vcsim puts VM i on
+    host i mod 2); p1 runs on node1, p3 (pending) must avoid p1's host."""
+    vc = vcsim(hosts=2, vm_names=["node1", "node3", "node2"])
+    for name in ("node1", "node2", "node3"):
+        kube.seed(node_object(name))
+    kube.seed(pod_object("p1", "p1", node="node1"))
+    kube.seed(pod_object("p3", "p3", avoid="p1"))
+    return vc
+
+
 async def test_seed_004_end_to_end(
     vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
 ) -> None:
-    # vcsim puts VM i on host i mod 2: node1 and node2 on DC0_C0_H0 (host1), node3 on H1 (host2).
-    vc = vcsim(hosts=2, vm_names=["node1", "node3", "node2"])
-    for name in ("node1", "node2", "node3"):
-        kube_double.seed(node_object(name))
-    kube_double.seed(pod_object("p1", "p1", node="node1"))
-    kube_double.seed(pod_object("p3", "p3", avoid="p1"))
+    vc = seed_004(vcsim, kube_double)
     async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
         await wait_ready(labeller)
         async with extender(nats_server, kubeconfig) as running_ext:

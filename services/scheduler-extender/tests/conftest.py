@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -16,10 +17,11 @@ def _build(
     *,
     synced: bool = True,
     physical_anti_affinity: bool = False,
+    **options: Any,
 ) -> ExtenderCache:
     """Nodes named by `hosts` (value: the placement's host label, None when unknown), the
-    `default` namespace, then `pods` in order."""
-    cache = ExtenderCache(physical_anti_affinity=physical_anti_affinity)
+    `default` namespace, then `pods` in order; `options` go to ExtenderCache as they are."""
+    cache = ExtenderCache(physical_anti_affinity=physical_anti_affinity, **options)
     cache.upsert_namespace(Namespace(metadata=ObjectMeta(name="default")))
     for name, host in hosts.items():
         cache.upsert_node(Node(metadata=ObjectMeta(name=name)))

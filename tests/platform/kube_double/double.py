@@ -164,6 +164,21 @@ class KubeDouble:
             self.server.holds[(resource.storage_key, (namespace or "", name))] = hold
         return hold
 
+    def hold_watches(self, plural: str) -> PatchHold:
+        """Delay every watch's live events of a resource until `release()`; they then arrive
+        back to back, as from an apiserver whose watch cache fell behind under load."""
+        hold = PatchHold()
+        for resource in _resources_named(plural):
+            self.server.watch_holds[resource.storage_key] = hold
+        return hold
+
+    def release_watches(self, plural: str) -> None:
+        """End `hold_watches` for the resource (releasing what it held)."""
+        for resource in _resources_named(plural):
+            hold = self.server.watch_holds.pop(resource.storage_key, None)
+            if hold is not None:
+                hold.release()
+
     def fault(self, plural: str, name: str, namespace: str | None = None) -> ObjectFault:
         """The fault hook of one object (every verb on its path); healthy until told otherwise."""
         resources = _resources_named(plural)

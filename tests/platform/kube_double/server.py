@@ -164,6 +164,7 @@ class KubeApiServer:
         self.time_scale = time_scale
         self.watch_progress = watch_progress
         self.holds: dict[tuple[str, Key], PatchHold] = {}
+        self.watch_holds: dict[str, PatchHold] = {}
         self.faults: dict[tuple[str, Key], ObjectFault] = {}
         self.actions = SubresourceActions(self)
         self._closing = asyncio.Event()
@@ -823,6 +824,11 @@ class _WatchStream:
                 if task not in done:
                     task.cancel()
             if getter in done:
+                hold = self.server.watch_holds.get(self.request.route.resource.storage_key)
+                if hold is not None:  # changes queue up meanwhile, then go out back to back
+                    hold.count += 1
+                    hold.arrived.set()
+                    await hold.released.wait()
                 await self._deliver(getter.result(), since)
                 continue
             now = time.monotonic()

@@ -36,6 +36,7 @@ from hostaffinity.affinity.interpod import (
 )
 from hostaffinity.affinity.model import Namespace, Node, Pod, Taint
 from hostaffinity.affinity.selectors import IN, Selector
+from hostaffinity.affinity.workloads import WorkloadRef, workload_of
 
 TermKind = Literal["required_affinity", "required_anti", "preferred_affinity", "preferred_anti"]
 TERM_KINDS: Final[tuple[TermKind, ...]] = (
@@ -66,6 +67,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     node: str
     labels: dict[str, str]
     terms: PodTerms
+    workload: WorkloadRef | None = None  # what it is a replica of (exposure reads it)
 
 
 class NodeRecord(msgspec.Struct, frozen=True, gc=False):
@@ -112,6 +114,11 @@ def _discard2(mapping: dict[K, dict[J, set[V]]], key: K, inner: J, item: V) -> N
         _discard(nested, inner, item)
         if not nested:
             del mapping[key]
+
+
+def counts_on_its_node(pod: Pod) -> bool:
+    """Whether kube-scheduler counts the pod on a node: assigned and not finished."""
+    return bool(pod.spec.node_name) and pod.status.phase not in _TERMINAL_PHASES
 
 
 def freeze_gc_after_initial_load() -> None:
@@ -185,7 +192,7 @@ class ClusterIndex:
         """Add or update a pod; an unassigned or finished pod is dropped from the index."""
         key = pod.key
         self.remove_pod(key)
-        if not pod.spec.node_name or pod.status.phase in _TERMINAL_PHASES:
+        if not counts_on_its_node(pod):
             return
         record = PodRecord(
             key=key,
@@ -193,6 +200,7 @@ class ClusterIndex:
             node=pod.spec.node_name,
             labels=pod.metadata.labels,
             terms=compile_pod_terms(pod, self.physical_anti_affinity),
+            workload=workload_of(pod),
         )
         self._pods[key] = record
         ns = record.namespace

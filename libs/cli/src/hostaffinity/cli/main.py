@@ -1,4 +1,5 @@
-"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream."""
+"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream, and the
+operator's `topology`, `exposure` and `what-if maintenance`."""
 
 import argparse
 import asyncio
@@ -12,12 +13,13 @@ from urllib.parse import urlsplit
 import msgspec
 from nats.js.api import DeliverPolicy
 
+from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.kube import NODES, KubeClient, api_client
 from hostaffinity.runtime.vcenter import VCenterSettings, connect
-from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, decode_event
+from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
 
 
 def vcenter_settings(url: str) -> VCenterSettings:
@@ -58,7 +60,15 @@ async def seed(args: argparse.Namespace) -> int:
 
 async def follow_events(args: argparse.Namespace) -> int:
     """Print events as JSON lines; from the start of the stream with --all."""
-    bus = await Bus.connect(NatsSettings(servers=[args.nats]), name="hostaffinity-cli")
+    try:
+        # The runtime's connect retries for ever, as a service should; a person at a terminal
+        # wants to hear that NATS is not there.
+        async with asyncio.timeout(args.connect_timeout):
+            bus = await Bus.connect(NatsSettings(servers=[args.nats]), name="hostaffinity-cli")
+    except TimeoutError:
+        raise RuntimeError(
+            f"cannot reach NATS at {args.nats} within {args.connect_timeout:g} s"
+        ) from None
     policy = DeliverPolicy.ALL if args.all else DeliverPolicy.NEW
     subscription = await bus.js.subscribe(
         f"{EVENTS_SUBJECT_PREFIX}.>", ordered_consumer=True, deliver_policy=policy
@@ -67,8 +77,13 @@ async def follow_events(args: argparse.Namespace) -> int:
         async for message in subscription.messages:
             try:
                 event = decode_event(message.data)
-            except msgspec.DecodeError as error:
-                print(f"undecodable message on {message.subject}: {error}", file=sys.stderr)
+            except UNDECODABLE as error:
+                print(
+                    f"undecodable message on {message.subject} ({len(message.data)} bytes): "
+                    f"{str(error)[:200]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             print(msgspec.json.encode(event).decode(), flush=True)
     finally:
@@ -88,7 +103,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     events = commands.add_parser("events", help="print hostaffinity events as JSON lines")
     events.add_argument("--nats", default="nats://127.0.0.1:4222")
     events.add_argument("--all", action="store_true", help="from the start of the stream")
+    events.add_argument(
+        "--connect-timeout", type=float, default=30.0, help="seconds to wait for NATS (default 30)"
+    )
     events.set_defaults(run=follow_events)
+    add_operator_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:

@@ -85,6 +85,13 @@ class Bus:
             )
             return cls(nc, nc.jetstream(timeout=request_timeout_seconds), settings)
 
+    def link_epoch(self) -> int | None:
+        """How many times the connection was re-established; None while it is down. Anything
+        read through an earlier epoch (a watch, a subscription) may have missed messages."""
+        if not self.nc.is_connected:
+            return None
+        return int(self.nc.stats["reconnects"])
+
     async def ensure_layout(self, layout: BusLayout | None = None) -> TopologyStore:
         """Create or update the streams and the topology bucket; returns the bucket, typed.
 

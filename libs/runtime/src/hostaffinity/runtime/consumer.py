@@ -2,7 +2,8 @@
 
 The consumer is durable with explicit ack, so a service restarted mid-stream resumes at the first
 message it had not acked. A message that does not decode is parked in the DLQ and acked (a retry
-cannot make it decode). A handler failure is retried with a growing delay (`backoff`); on the
+cannot make it decode): bad JSON, invalid UTF-8, nesting too deep, a wrong type, whatever its
+size. A handler failure is retried with a growing delay (`backoff`); on the
 last allowed delivery the message is parked too, so nothing is dropped silently.
 """
 
@@ -23,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.deadletters import DeadLetterQueue
 from hostaffinity.runtime.telemetry import extract_trace_context
-from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX
+from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, UNDECODABLE
 
 _log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -79,8 +80,8 @@ class ConsumerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 class DurableConsumer(Generic[_T]):
     """Runs `handler` on every message of a durable consumer until cancelled.
 
-    `decode` turns bytes into the handler's type and raises msgspec.DecodeError (or its
-    ValidationError) on bad input, as `hostaffinity.schema.decode_event` does.
+    `decode` turns bytes into the handler's type and raises one of `UNDECODABLE` on bad input,
+    as `hostaffinity.schema.decode_event` does.
     """
 
     def __init__(
@@ -146,8 +147,8 @@ class DurableConsumer(Generic[_T]):
     async def _process(self, msg: Msg) -> None:
         try:
             value = self._decode(msg.data)
-        except msgspec.DecodeError as err:  # ValidationError included
-            await self._park(msg, f"does not decode: {err}")
+        except UNDECODABLE as err:
+            await self._park(msg, f"does not decode: {str(err)[:200]}")
             return
         try:
             await self._handler(value)

@@ -1,4 +1,9 @@
-"""Parking messages a service cannot use in `hostaffinity.dlq.<service>`, with the reason."""
+"""Parking messages a service cannot use in `hostaffinity.dlq.<service>`, with the reason.
+
+A parked copy must fit in one NATS message (max_payload, 1 MiB by default) after JSON's base64
+grows it by a third, so a payload over `PARKED_PAYLOAD_LIMIT` is cut to that and its original
+size recorded: what a message was and why it was refused is kept, even when the whole is not.
+"""
 
 from datetime import UTC, datetime
 
@@ -9,6 +14,8 @@ from opentelemetry import metrics
 
 from hostaffinity.runtime.publishing import publish
 from hostaffinity.schema import DeadLetter, dlq_subject
+
+PARKED_PAYLOAD_LIMIT = 256 * 1024
 
 _encoder = msgspec.json.Encoder()
 _parked = metrics.get_meter(__name__).create_counter(
@@ -29,12 +36,16 @@ class DeadLetterQueue:
     async def park(self, msg: Msg, reason: str) -> None:
         """Store a JetStream message with the reason; a redelivered copy is stored only once."""
         meta = msg.metadata
+        size = len(msg.data)
+        if size > PARKED_PAYLOAD_LIMIT:
+            reason = f"{reason} (payload cut to its first {PARKED_PAYLOAD_LIMIT} of {size} bytes)"
         letter = DeadLetter(
             service=self._service,
             subject=msg.subject,
             reason=reason,
-            payload=msg.data,
+            payload=msg.data[:PARKED_PAYLOAD_LIMIT],
             received_at=datetime.now(UTC).isoformat(),
+            payload_size=size,
         )
         await publish(
             self._js,

@@ -6,6 +6,7 @@ Services and outside subscribers import names from here so that they always agre
 from hostaffinity.schema.drs import DRS_NAME_PREFIX, DrsObjectKind, DrsOwnership, DrsRecordState
 from hostaffinity.schema.events import (
     EVENT_TYPES,
+    UNDECODABLE,
     DrsRuleConflict,
     DrsRuleDrift,
     DrsRulesApplied,
@@ -67,6 +68,7 @@ __all__ = [
     "POD_SPREAD_ACROSS_HOSTS",
     "SCHEMA_VERSION",
     "TOPOLOGY_BUCKET",
+    "UNDECODABLE",
     "DeadLetter",
     "DrsObjectKind",
     "DrsOwnership",

@@ -197,6 +197,10 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     "vmi.migration.requested",
 )
 
+# What decoding untrusted JSON bytes raises: msgspec's errors (ValidationError included), invalid
+# UTF-8 inside a string, nesting deeper than the interpreter allows. All mean "bad input".
+UNDECODABLE: Final = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[TopologyEvent] = msgspec.json.Decoder(TopologyEvent)
 
@@ -207,7 +211,7 @@ def encode_event(event: Event) -> bytes:
 
 
 def decode_event(data: bytes) -> TopologyEvent:
-    """Decode any known event; raises msgspec.ValidationError or DecodeError on bad input."""
+    """Decode any known event; raises one of UNDECODABLE on bad input."""
     return _decoder.decode(data)
 
 

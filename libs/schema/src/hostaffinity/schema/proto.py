@@ -34,6 +34,7 @@ from hostaffinity.schema.names import (
     dlq_subject,
     event_subject,
 )
+from hostaffinity.schema.reports import ExposureReport, MaintenanceReport, TopologyReport
 from hostaffinity.schema.topology import DeadLetter, EsxiHost, NodePlacement
 from hostaffinity.schema.version import SCHEMA_VERSION
 
@@ -56,12 +57,14 @@ VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     DeadLetter,
     DrsOwnership,
 )
+# What the `hostaffinity` command prints with `-o json`.
+CLI_REPORTS: tuple[type[msgspec.Struct], ...] = (TopologyReport, ExposureReport, MaintenanceReport)
 
 
 def generated_files() -> dict[str, str]:
     """Relative path under proto/ → file text, for every generated file."""
     files: dict[str, str] = {}
-    for message in (*EVENT_MESSAGES, *VALUE_MESSAGES):
+    for message in (*EVENT_MESSAGES, *VALUE_MESSAGES, *CLI_REPORTS):
         files[f"schemas/{message.__name__}.json"] = _dump(_json_schema(message))
     files["asyncapi.json"] = _dump(_asyncapi())
     return files

@@ -46,3 +46,5 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     payload: bytes
     received_at: str
+    # The original's size in bytes; `payload` holds only its first bytes when this is larger.
+    payload_size: int = 0

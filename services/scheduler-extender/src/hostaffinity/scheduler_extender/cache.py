@@ -1,19 +1,22 @@
-"""What the extender knows: the engine's index plus what a binder must remember.
+"""What the extender knows: the engine's index plus what a scheduler in mid-bind has not told it.
 
 Fed event by event (Pods, Nodes, Namespaces from informers; placements from the topology KV) and
 read by the decisions, all on one event loop, so a decision never sees half an update. Beyond the
 engine's index it keeps:
 
-- pending pods (not yet assigned), so a bind call that names only the pod can index it;
-- assumed bindings: a pod this extender bound before its own informer saw the binding, so the
-  next filter already counts it (kube-scheduler's cache does the same, "assume");
+- pending pods (not yet assigned, as the informer reports them), so a bind call that names only
+  the pod can index it;
+- pods in flight (`inflight.InFlight`): asked about by a filter, not yet reported bound. One that
+  is reserved on a node counts in the index as if bound there, exactly as kube-scheduler's own
+  cache counts an assumed pod, until the informer reports it bound, deleted or unschedulable, or
+  the reservation ages out;
 - the replicas of each owner (controller ownerReference) per node, for spreading.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 import msgspec
@@ -21,17 +24,11 @@ import msgspec
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Node, Pod
+from hostaffinity.scheduler_extender.inflight import InFlight, InFlightPod
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 SOURCES: Final = ("pods", "nodes", "namespaces", "placements")
 SyncCheck = Callable[[], bool]
-
-
-class Assumed(msgspec.Struct, frozen=True):
-    """A binding this extender made that its pod informer has not reported yet."""
-
-    uid: str
-    node: str
 
 
 def owner_of(pod: Pod) -> str | None:
@@ -40,6 +37,11 @@ def owner_of(pod: Pod) -> str | None:
         if ref.controller:
             return ref.uid or f"{pod.metadata.namespace}/{ref.kind}/{ref.name}"
     return None
+
+
+def _same_pod(known: Pod, reported: Pod) -> bool:
+    uids = (known.metadata.uid, reported.metadata.uid)
+    return not all(uids) or uids[0] == uids[1]
 
 
 def _bound(pod: Pod, node: str) -> Pod:
@@ -55,6 +57,8 @@ class ExtenderCache:
         physical_anti_affinity: bool = False,
         fail_unplaced: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        inflight_capacity: int = 10_000,
+        inflight_max_age_seconds: float = 30.0,
     ) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
         self.engine = AffinityEngine(self.index, fail_unplaced=fail_unplaced)
@@ -62,7 +66,9 @@ class ExtenderCache:
         self._checks: dict[str, SyncCheck] = {}
         self._updated: dict[str, float] = {}
         self._pending: dict[str, Pod] = {}
-        self._assumed: dict[str, Assumed] = {}
+        self.in_flight = InFlight(
+            capacity=inflight_capacity, max_age_seconds=inflight_max_age_seconds, clock=clock
+        )
         self._replicas: dict[str, dict[str, str]] = {}
         self._owner: dict[str, str] = {}
 
@@ -91,47 +97,76 @@ class ExtenderCache:
 
     # -- events --------------------------------------------------------------------------------
 
-    def upsert_pod(self, pod: Pod) -> None:
-        """A pod as the API reports it; an unassigned pod we bound keeps our binding."""
+    def upsert_pod(self, pod: Pod, *, unschedulable: bool = False) -> None:
+        """A pod as the API reports it. An unassigned pod keeps its reservation unless
+        kube-scheduler marked it unschedulable (or it is another pod under the same name)."""
         key = pod.key
         if pod.spec.node_name:
             self._pending.pop(key, None)
-            self._assumed.pop(key, None)
+            self.in_flight.pop(key)
         else:
-            assumed = self._assumed.get(key)
-            if assumed is not None and assumed.uid == pod.metadata.uid:
-                pod = _bound(pod, assumed.node)
-            else:
-                self._assumed.pop(key, None)
-                self._pending[key] = pod
+            self._pending[key] = pod
+            entry = self.in_flight.get(key)
+            if entry is not None and (unschedulable or not _same_pod(entry.pod, pod)):
+                self.in_flight.pop(key)
+            elif entry is not None and entry.node is not None:
+                pod = _bound(pod, entry.node)
         self._index_pod(pod)
         self._touch("pods")
 
     def remove_pod(self, key: str) -> None:
         """A pod was deleted."""
         self._pending.pop(key, None)
-        self._assumed.pop(key, None)
+        self.in_flight.pop(key)
         self.index.remove_pod(key)
         self._untrack_owner(key)
         self._touch("pods")
 
     def note_incoming(self, pod: Pod) -> None:
-        """Remember a pod kube-scheduler asked about, in case the bind call comes first."""
-        if not pod.spec.node_name and self.index.pod(pod.key) is None:
-            self._pending.setdefault(pod.key, pod)
+        """kube-scheduler is placing `pod` (again): in flight, with no reservation yet."""
+        self._forget(self.in_flight.expire())
+        if pod.spec.node_name:
+            return
+        if self.in_flight.get(pod.key) is not None:
+            self._release(pod.key)  # a retry: its earlier reservation no longer holds
+        elif self.index.pod(pod.key) is not None:
+            return  # the informer reported it bound already
+        self._forget(self.in_flight.note(pod))
+
+    def reserve(self, pod: Pod, node: str) -> None:
+        """Count `pod` on `node` until the informer reports where it went."""
+        self._forget(self.in_flight.note(pod, node))
+        self._index_pod(_bound(pod, node))
 
     def assume(self, namespace: str, name: str, uid: str, node: str) -> bool:
         """Record a binding this extender just made; False when the pod's spec is unknown yet
-        (the binding then applies as soon as the informer reports the pod)."""
+        (the informer then reports it, bound, soon)."""
         key = f"{namespace}/{name}"
-        if self.index.pod(key) is not None:  # the informer reported the binding already
-            return True
-        self._assumed[key] = Assumed(uid, node)
-        pod = self._pending.pop(key, None)
+        if self.index.pod(key) is not None and key not in self.in_flight:
+            return True  # the informer reported the binding already
+        entry = self.in_flight.get(key)
+        pod = entry.pod if entry is not None else self._pending.get(key)
         if pod is None or (uid and pod.metadata.uid and pod.metadata.uid != uid):
             return False
-        self._index_pod(_bound(pod, node))
+        self.reserve(pod, node)
         return True
+
+    def give_up(self, keys: list[str]) -> None:
+        """Stop waiting for these in-flight pods: their placement did not come in time."""
+        self._forget(self.in_flight.give_up(keys))
+
+    def _release(self, key: str) -> None:
+        entry = self.in_flight.pop(key)
+        if entry is not None:
+            self._forget([entry])
+
+    def _forget(self, dropped: Iterable[InFlightPod]) -> None:
+        """Reservations that ended without the informer's word: no longer counted."""
+        for entry in dropped:
+            if entry.node is not None:
+                key = entry.pod.key
+                self.index.remove_pod(key)
+                self._untrack_owner(key)
 
     def upsert_node(self, node: Node) -> None:
         self.index.upsert_node(node)

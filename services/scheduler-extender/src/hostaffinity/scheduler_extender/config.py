@@ -24,6 +24,17 @@ class ExtenderSettings(Settings, frozen=True):
     # Give up on the pods/binding call after this long; kube-scheduler's httpTimeout must be
     # longer so the answer still reaches it.
     bind_timeout_seconds: float = 4.0
+    # A request body over this is refused with 413. A full NodeList (nodeCacheCapable: false)
+    # of 5,000 kubelet-reported nodes is ~55 MiB.
+    max_body_bytes: int = 256 * 2**20
+    # Pods filtered and not yet reported bound ("in flight"): at most this many are kept (the
+    # oldest go first), and none longer than the age, after which its placement is not waited
+    # for nor its reservation counted.
+    inflight_capacity: int = 10_000
+    inflight_max_age_seconds: float = 30.0
+    # The longest a filter waits for the placement of an in-flight pod that its own host-level
+    # terms select and that holds no reservation; kube-scheduler's httpTimeout must be longer.
+    inflight_wait_seconds: float = 0.5
 
 
 class WebhookSettings(Settings, frozen=True):

@@ -3,11 +3,17 @@
 Only host-level terms are decided here (PHYSICAL mode); kube-scheduler enforces every other term
 itself. A pod that no host-level required term concerns passes every node it is asked about,
 including nodes the cache has not seen yet, so a lagging informer never blocks ordinary pods.
+
+A concerned pod that passes is narrowed to the nodes of one ESXi host and reserved there
+(`ExtenderCache.reserve`): kube-scheduler filters the next pod before this one is bound, and the
+next replica must already see which host this one took.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
+from collections.abc import Iterator
 from typing import Final
 
 import msgspec
@@ -87,15 +93,60 @@ def preferred_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> Sparse
     return SparseScores(result.total.base, result.total.special | dict.fromkeys(unknown, 0))
 
 
+def in_flight_selected(cache: ExtenderCache, pod: Pod) -> list[str]:
+    """In-flight pods without a reservation that one of the pod's own host-level required terms
+    selects: their placement decides this filter, so it waits for it (bounded)."""
+    terms = cache.engine.terms(pod, FilterMode.PHYSICAL)
+    own = terms.required_affinity + terms.required_anti
+    if not own:
+        return []
+    namespaces = cache.index.namespaces
+    return [
+        entry.pod.key
+        for entry in cache.in_flight.unplaced()
+        if entry.pod.key != pod.key
+        and any(
+            term.matches(
+                entry.pod.metadata.namespace,
+                entry.pod.metadata.labels,
+                namespaces.get(entry.pod.metadata.namespace, {}),
+            )
+            for term in own
+        )
+    ]
+
+
+def _domains(cache: ExtenderCache, nodes: list[str]) -> Iterator[tuple[str, str]]:
+    for node in nodes:
+        host = cache.host_of(node)
+        yield (host if host is not None else f"node {node}"), node
+
+
+def reserved_host(cache: ExtenderCache, passed: list[str], rng: random.Random) -> str:
+    """The ESXi host to hold a concerned pod: the one with the most passing nodes (the most
+    choice left to kube-scheduler's scoring), ties at random."""
+    counts = Counter(host for host, _ in _domains(cache, passed))
+    most = max(counts.values())
+    return rng.choice(sorted(host for host, count in counts.items() if count == most))
+
+
+def reservation_message(pod: Pod, host: str) -> str:
+    return (
+        f"hostaffinity: pod {pod.key} is held on ESXi host {host} so that the pods scheduled "
+        "after it see its host before it is bound"
+    )
+
+
 def failure_message(rejection: Rejection) -> str:
     """kube-scheduler's reason first (it aggregates those), then the engine's explanation."""
     return f"{rejection.reason}: {rejection.message}"
 
 
 def filter_nodes(
-    cache: ExtenderCache, pod: Pod, asked: AskedNodes
+    cache: ExtenderCache, pod: Pod, asked: AskedNodes, rng: random.Random | None = None
 ) -> tuple[ExtenderFilterResult, Verdict]:
-    """The filter answer: a subset of the asked nodes, each other node with its reason."""
+    """The filter answer: a subset of the asked nodes, each other node with its reason; a
+    concerned pod's passing nodes are those of one host, where it is reserved."""
     waiting = not_synced_message(cache)
     if waiting is not None:
         return ExtenderFilterResult(error=waiting), Verdict(
@@ -104,7 +155,8 @@ def filter_nodes(
     rejected: dict[str, Rejection] = {}
     passed = asked.names
     summary = ""
-    if concerns(cache, pod):
+    concerned = concerns(cache, pod)
+    if concerned:
         result = cache.engine.filter(pod, asked.names, mode=FilterMode.PHYSICAL)
         passed, rejected = result.feasible, result.rejected
         summary = result.summary() if not passed else ""
@@ -112,7 +164,13 @@ def filter_nodes(
     unresolvable: dict[str, str] = {}
     for node, why in rejected.items():
         (unresolvable if why.unresolvable else failed)[node] = failure_message(why)
-    nodes, names = asked.answer(passed)
+    if concerned and passed:
+        host = reserved_host(cache, passed, rng or random.Random())
+        held = [node for domain, node in _domains(cache, passed) if domain == host]
+        failed.update(dict.fromkeys(set(passed).difference(held), reservation_message(pod, host)))
+        passed = held
+        cache.reserve(pod, held[0])
+    nodes, names = asked.answer(passed) if concerned else asked.everyone()
     answer = ExtenderFilterResult(
         nodes=nodes,
         node_names=names,

@@ -1,40 +1,77 @@
 """What keeps the cache current: informers for Pods, Nodes and Namespaces, and the topology watch.
 
-Each source reports synced to the cache: an informer once its first list has been handed to the
-cache (nothing left queued), the topology once the KV watch has replayed every current value. A
-topology watch that fails (NATS away) is opened again; it replays everything, so no change is
-lost, and the placements count as unsynced until that replay ends.
+Each informer reports synced once its first list has been handed to the cache, and stays synced:
+a backlog of events afterwards is lag (a metric), not a reason to stop deciding, since
+kube-scheduler's own informers lag the same way. The placements are live only while the NATS
+connection that feeds them is: a disconnect (seen on the connection, whether or not the watch
+noticed) makes them unsynced at once, so the extender answers `Error` and `/readyz` fails rather
+than decide from a view that may be stale. After any reconnect the watch is opened again and
+replays the whole bucket (nodes whose key went away meanwhile lose their placement); the
+placements are live again when the replay ends. How long they were not is `stale()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+import time
+from collections.abc import Callable
+from typing import Any, Final
 
-from hostaffinity.affinity.model import decode_namespace, decode_node, decode_pod
-from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
+import msgspec
+
+from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, decode_pod
+from hostaffinity.runtime.informer import Informer, InformerSettings, upsert_or_remove
 from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 RETRY_SECONDS: Final = 2.0
+# How often the NATS connection is looked at; a disconnect is acted on within this.
+LINK_POLL_SECONDS: Final = 0.05
+# The NATS link: how many times it reconnected, None while it is down.
+Link = Callable[[], int | None]
 
 
-def _handler(
-    upsert: Callable[[T], None], remove: Callable[[str], None]
-) -> Callable[[InformerEvent[T]], Awaitable[None]]:
-    async def handle(event: InformerEvent[T]) -> None:
-        if event.type == "DELETED":
-            remove(event.key)
-        else:
-            upsert(event.obj)
+class _Condition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
 
-    return handle
+
+class _Status(msgspec.Struct):
+    conditions: list[_Condition] = msgspec.field(default_factory=list)
+
+
+class _Scheduling(msgspec.Struct):
+    status: _Status = msgspec.field(default_factory=_Status)
+
+
+_scheduling = msgspec.json.Decoder(_Scheduling)
+
+
+class ObservedPod(msgspec.Struct, frozen=True):
+    """A pod as the informer reports it; `unschedulable` when kube-scheduler gave up on it for
+    now (condition PodScheduled=False), which ends its in-flight reservation."""
+
+    pod: Pod
+    unschedulable: bool = False
+
+
+def decode_observed_pod(raw: bytes) -> ObservedPod:
+    """The pod, and for an unassigned one its PodScheduled condition."""
+    pod = decode_pod(raw)
+    if pod.spec.node_name:
+        return ObservedPod(pod)
+    conditions = _scheduling.decode(raw).status.conditions
+    return ObservedPod(
+        pod, any(c.type == "PodScheduled" and c.status == "False" for c in conditions)
+    )
+
+
+def _upsert_observed(cache: ExtenderCache) -> Callable[[ObservedPod], None]:
+    return lambda seen: cache.upsert_pod(seen.pod, unschedulable=seen.unschedulable)
 
 
 class CacheFeeds:
@@ -46,40 +83,66 @@ class CacheFeeds:
         topology: TopologyStore,
         cache: ExtenderCache,
         settings: InformerSettings | None = None,
+        *,
+        link: Link = lambda: 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._topology = topology
         self._cache = cache
+        self._link = link
+        self._clock = clock
         self._placements_synced = False
+        self._stale_since = clock()
+        self._placed: set[str] = set()
         self.informers: list[Informer[Any]] = [
             Informer(
                 client,
                 PODS,
-                _handler(cache.upsert_pod, cache.remove_pod),
-                decode_pod,
+                upsert_or_remove(_upsert_observed(cache), cache.remove_pod),
+                decode_observed_pod,
                 settings=settings,
             ),
             Informer(
                 client,
                 NODES,
-                _handler(cache.upsert_node, cache.remove_node),
+                upsert_or_remove(cache.upsert_node, cache.remove_node),
                 decode_node,
                 settings=settings,
             ),
             Informer(
                 client,
                 NAMESPACES,
-                _handler(cache.upsert_namespace, cache.remove_namespace),
+                upsert_or_remove(cache.upsert_namespace, cache.remove_namespace),
                 decode_namespace,
                 settings=settings,
             ),
         ]
-        for source, informer in zip(("pods", "nodes", "namespaces"), self.informers, strict=True):
+        self._sources = dict(zip(("pods", "nodes", "namespaces"), self.informers, strict=True))
+        for source, informer in self._sources.items():
             cache.add_sync_check(source, self._informer_synced(informer))
         cache.add_sync_check("placements", lambda: self._placements_synced)
 
     @staticmethod
     def _informer_synced(informer: Informer[Any]) -> Callable[[], bool]:
-        return lambda: informer.synced.is_set() and informer.pending() == 0
+        """True from the moment the first list is all in the cache, for good."""
+        done = False
+
+        def synced() -> bool:
+            nonlocal done
+            done = done or (informer.synced.is_set() and informer.pending() == 0)
+            return done
+
+        return synced
+
+    def lag(self) -> dict[str, int]:
+        """Informer events received and not yet applied, per source."""
+        return {source: informer.pending() for source, informer in self._sources.items()}
+
+    def stale(self) -> dict[str, float]:
+        """Seconds the placements have not been live (0 while they are)."""
+        if self._placements_synced:
+            return {"placements": 0.0}
+        return {"placements": self._clock() - self._stale_since}
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -88,20 +151,47 @@ class CacheFeeds:
             group.create_task(self._follow_topology())
 
     async def _follow_topology(self) -> None:
+        """One watch per NATS connection: a disconnect or reconnect ends it, and the next one
+        replays the bucket."""
         while True:
+            epoch = self._link()
+            if epoch is None:
+                self._placements_lost()
+                await asyncio.sleep(LINK_POLL_SECONDS)
+                continue
+            watch = asyncio.create_task(self._watch_topology())
             try:
-                await self._watch_topology()
-            except Exception as error:
+                while not watch.done() and self._link() == epoch:
+                    await asyncio.wait({watch}, timeout=LINK_POLL_SECONDS)
+            finally:
+                watch.cancel()
+                await asyncio.wait({watch}, timeout=RETRY_SECONDS)
+            self._placements_lost()
+            if watch.done() and not watch.cancelled() and watch.exception() is not None:
                 # nats-py raises its own types for a lost connection or a missing bucket.
-                self._placements_synced = False
-                _log.warning("topology watch failed (%r); reopening in %gs", error, RETRY_SECONDS)
+                _log.warning(
+                    "topology watch failed (%r); reopening in %gs", watch.exception(), RETRY_SECONDS
+                )
                 await asyncio.sleep(RETRY_SECONDS)
+            else:
+                _log.warning("NATS connection lost or renewed; reading the topology again")
+
+    def _placements_lost(self) -> None:
+        if self._placements_synced:
+            self._placements_synced = False
+            self._stale_since = self._clock()
 
     async def _watch_topology(self) -> None:
+        replayed: set[str] = set()
         async with self._topology.watch() as changes:
             async for change in changes:
                 if isinstance(change, NodeChange):
                     host = change.placement.host_label if change.placement else None
                     self._cache.set_placement(change.node, host)
+                    (self._placed.add if host else self._placed.discard)(change.node)
+                    replayed.add(change.node)
                 elif isinstance(change, Bootstrapped):
+                    for node in self._placed - replayed:  # its key went away while we were out
+                        self._cache.set_placement(node, None)
+                        self._placed.discard(node)
                     self._placements_synced = True

@@ -2,17 +2,24 @@
 
 Handlers decode, ask `decide` (or the binder), record latency and outcome, offer the decision to
 the sampled event publisher, and answer. Every answer is HTTP 200 with the verb's JSON, except a
-body that does not decode (400) and prioritize while the cache is unsynced (503): its answer type
-has no Error field, and kube-scheduler ignores a prioritize that fails.
+body that does not decode (400 with a short reason), a body over `max_body_bytes` (413), and
+prioritize while the cache is unsynced (503): its answer type has no Error field, and
+kube-scheduler ignores a prioritize that fails. Every refused request, whatever refused it (the
+router's 404/405 and aiohttp's 413 included), is counted by status.
+
+A filter whose own host-level terms select an in-flight pod without a reservation first waits for
+that pod's placement, at most `inflight_wait_seconds`; then the pod is dropped from the in-flight
+set and the filter decides without it.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 
-import msgspec
 from aiohttp import web
 
 from hostaffinity.scheduler_extender import decide, wire
@@ -21,6 +28,10 @@ from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.decide import Verdict
 from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
+from hostaffinity.scheduler_extender.wire import MalformedRequest
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+VERB_PATHS = frozenset({"/filter", "/prioritize", "/bind"})
 
 _log = logging.getLogger(__name__)
 
@@ -32,6 +43,11 @@ def server_tls(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | 
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_file, key_file)
     return context
+
+
+def _path_label(request: web.Request) -> str:
+    """The verb's path, or `other`: a caller must not be able to mint metric labels."""
+    return request.path if request.path in VERB_PATHS else "other"
 
 
 def _json(body: bytes, status: int = 200) -> web.Response:
@@ -52,16 +68,23 @@ class ExtenderServer:
         binder: Binder,
         metrics: ExtenderMetrics,
         decisions: DecisionPublisher,
+        *,
+        max_body_bytes: int = 256 * 2**20,
+        inflight_wait_seconds: float = 0.5,
+        rng: random.Random | None = None,
     ) -> None:
         self._cache = cache
         self._binder = binder
         self._metrics = metrics
         self._decisions = decisions
+        self._max_body = max_body_bytes
+        self._inflight_wait = inflight_wait_seconds
+        self._rng = rng or random.Random()
         self._runner: web.AppRunner | None = None
         self.port = 0
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=self._max_body, middlewares=[self._count_refused])
         app.router.add_post("/filter", self._filter)
         app.router.add_post("/prioritize", self._prioritize)
         app.router.add_post("/bind", self._bind)
@@ -79,6 +102,20 @@ class ExtenderServer:
             await self._runner.cleanup()
             self._runner = None
 
+    @web.middleware
+    async def _count_refused(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as refused:
+            self._metrics.refused(_path_label(request), refused.status)
+            raise
+        except Exception:
+            self._metrics.refused(_path_label(request), 500)
+            raise
+        if response.status >= 400:
+            self._metrics.refused(_path_label(request), response.status)
+        return response
+
     def _answered(self, verb: str, pod: str, uid: str, verdict: Verdict, started: float) -> None:
         self._metrics.answered(verb, verdict.outcome, time.perf_counter() - started)
         self._decisions.offer(verb, pod, uid, verdict)
@@ -87,10 +124,16 @@ class ExtenderServer:
         started = time.perf_counter()
         try:
             pod, asked = wire.decode_args(await request.read())
-        except msgspec.DecodeError as error:
+        except MalformedRequest as error:
             return self._bad_request("filter", error, started)
         self._cache.note_incoming(pod)
-        answer, verdict = decide.filter_nodes(self._cache, pod, asked)
+        selected = decide.in_flight_selected(self._cache, pod)
+        if selected:
+            waited = time.perf_counter()
+            late = await self._cache.in_flight.settled(selected, self._inflight_wait)
+            self._cache.give_up(late)
+            self._metrics.waited(time.perf_counter() - waited, len(late))
+        answer, verdict = decide.filter_nodes(self._cache, pod, asked, self._rng)
         self._answered("filter", pod.key, pod.metadata.uid, verdict, started)
         return _json(wire.encode(answer))
 
@@ -98,7 +141,7 @@ class ExtenderServer:
         started = time.perf_counter()
         try:
             pod, asked = wire.decode_args(await request.read())
-        except msgspec.DecodeError as error:
+        except MalformedRequest as error:
             return self._bad_request("prioritize", error, started)
         priorities, verdict = decide.prioritize(self._cache, pod, asked)
         self._answered("prioritize", pod.key, pod.metadata.uid, verdict, started)
@@ -110,7 +153,7 @@ class ExtenderServer:
         started = time.perf_counter()
         try:
             args = wire.decode_binding(await request.read())
-        except msgspec.DecodeError as error:
+        except MalformedRequest as error:
             return self._bad_request("bind", error, started)
         pod = f"{args.pod_namespace}/{args.pod_name}"
         try:

@@ -2,18 +2,27 @@
 
 Recorded through OpenTelemetry; the runtime's Prometheus exporter serves them on /metrics as
 `hostaffinity_extender_request_duration_seconds`, `hostaffinity_extender_decisions_total`,
-`hostaffinity_extender_cache_age_seconds` and `hostaffinity_extender_decision_events_dropped_total`.
+`hostaffinity_extender_cache_age_seconds`, `hostaffinity_extender_decision_events_dropped_total`,
+`hostaffinity_extender_requests_refused_total{path,status}` (every 4xx/5xx, whatever refused it),
+`hostaffinity_extender_inflight_wait_seconds` (a filter waiting for an in-flight pod's placement),
+`hostaffinity_extender_inflight_pods`, `hostaffinity_extender_inflight_dropped_total{why}`
+(`evicted` for room, `expired` when the placement never came),
+`hostaffinity_extender_source_stale_seconds{source}` (how long a source has not been live: the
+window in which the extender answers `Error` rather than guess),
+`hostaffinity_extender_informer_lag_events{source}` (events received, not yet in the cache)
+and `hostaffinity_workloads_exposed{namespace}` (exposure_gauge.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.exposure_gauge import ExposureGauge
 
 # kube-scheduler waits httpTimeout (5 s by default); answers should take well under 10 ms.
 LATENCY_BUCKETS_SECONDS: Final = (
@@ -21,17 +30,60 @@ LATENCY_BUCKETS_SECONDS: Final = (
 )  # fmt: skip
 
 
+def _seconds(meter: metrics.Meter, name: str, description: str) -> metrics.Histogram:
+    return meter.create_histogram(
+        f"hostaffinity_extender_{name}",
+        unit="s",
+        description=description,
+        explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_SECONDS,
+    )
+
+
 class ExtenderMetrics:
     """Instruments created once per process, from the global meter provider."""
 
-    def __init__(self, cache: ExtenderCache) -> None:
+    def __init__(
+        self,
+        cache: ExtenderCache,
+        *,
+        stale: Callable[[], Mapping[str, float]] = dict,
+        lag: Callable[[], Mapping[str, int]] = dict,
+    ) -> None:
         meter = metrics.get_meter("hostaffinity.scheduler_extender")
         self._cache = cache
-        self._latency = meter.create_histogram(
-            "hostaffinity_extender_request_duration",
+        self._stale = stale
+        self._lag = lag
+        self._refused = meter.create_counter(
+            "hostaffinity_extender_requests_refused",
+            description="Requests answered with HTTP 4xx/5xx, by path and status",
+        )
+        self._wait = _seconds(
+            meter, "inflight_wait", "Time a filter waited for in-flight pods' placements"
+        )
+        meter.create_observable_gauge(
+            "hostaffinity_extender_inflight_pods",
+            callbacks=[lambda _: [Observation(len(cache.in_flight))]],
+            description="Pods filtered and not yet reported bound",
+        )
+        meter.create_observable_counter(
+            "hostaffinity_extender_inflight_dropped",
+            callbacks=[self._inflight_dropped],
+            description="In-flight pods dropped: evicted for room, or expired without placement",
+        )
+        meter.create_observable_gauge(
+            "hostaffinity_extender_source_stale",
+            callbacks=[lambda _: self._per_source(self._stale())],
             unit="s",
-            description="Time to answer kube-scheduler, per verb",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_SECONDS,
+            description="Seconds since a source stopped being live (0 while live)",
+        )
+        meter.create_observable_gauge(
+            "hostaffinity_extender_informer_lag",
+            callbacks=[lambda _: self._per_source(self._lag())],
+            unit="{event}",
+            description="Informer events received and not yet applied to the cache",
+        )
+        self._latency = _seconds(
+            meter, "request_duration", "Time to answer kube-scheduler, per verb"
         )
         self._decisions = meter.create_counter(
             "hostaffinity_extender_decisions",
@@ -47,6 +99,12 @@ class ExtenderMetrics:
             unit="s",
             description="Seconds since each cache source last changed",
         )
+        self._exposure = ExposureGauge(cache)
+        meter.create_observable_gauge(
+            "hostaffinity_workloads_exposed",
+            callbacks=[self._exposed],
+            description="Workloads with two or more replicas on one ESXi host, per namespace",
+        )
 
     def answered(self, verb: str, outcome: str, seconds: float) -> None:
         """One request answered."""
@@ -56,5 +114,28 @@ class ExtenderMetrics:
     def dropped_event(self) -> None:
         self._dropped.add(1)
 
+    def refused(self, path: str, status: int) -> None:
+        """A request answered with an HTTP error, by whatever refused it."""
+        self._refused.add(1, {"path": path, "status": str(status)})
+
+    def waited(self, seconds: float, late: int) -> None:
+        """A filter waited for in-flight placements; `late` of them never came in time."""
+        self._wait.record(seconds, {"late": str(late > 0).lower()})
+
+    def _inflight_dropped(self, _options: CallbackOptions) -> Iterable[Observation]:
+        in_flight = self._cache.in_flight
+        return [
+            Observation(in_flight.evicted, {"why": "evicted"}),
+            Observation(in_flight.expired, {"why": "expired"}),
+        ]
+
+    @staticmethod
+    def _per_source(values: Mapping[str, float]) -> Iterable[Observation]:
+        return [Observation(value, {"source": source}) for source, value in values.items()]
+
     def _ages(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(age, {"source": s}) for s, age in self._cache.ages().items()]
+
+    def _exposed(self, _options: CallbackOptions) -> Iterable[Observation]:
+        counts = self._exposure.counts().items()
+        return [Observation(count, {"namespace": ns}) for ns, count in counts]

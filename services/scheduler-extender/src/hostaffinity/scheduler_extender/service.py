@@ -34,6 +34,8 @@ def build_cache(settings: SchedulerExtenderSettings) -> ExtenderCache:
     return ExtenderCache(
         physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
         fail_unplaced=shared.unknown_placement == "fail",
+        inflight_capacity=settings.extender.inflight_capacity,
+        inflight_max_age_seconds=settings.extender.inflight_max_age_seconds,
     )
 
 
@@ -43,6 +45,7 @@ class Extender:
     def __init__(self) -> None:
         self.cache: ExtenderCache | None = None
         self.server: ExtenderServer | None = None
+        self.feeds: CacheFeeds | None = None
         self.webhook: AdmissionWebhook | None = None
         self.serving = asyncio.Event()
 
@@ -51,19 +54,27 @@ class Extender:
         cache = self.cache = build_cache(ctx.config)
         for source in SOURCES:
             ctx.add_readiness(f"{source} synced", functools.partial(cache.is_synced, source))
-        metrics = ExtenderMetrics(cache)
         topology = await ctx.bus.ensure_layout()
+        feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)
+        metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
         decisions = DecisionPublisher(
             ctx.bus.publish_event,
             ratio=settings.decision_sample_ratio,
             capacity=settings.decision_queue_size,
             on_drop=metrics.dropped_event,
         )
-        ctx.start(CacheFeeds(ctx.kube, topology, cache).run(), name="cache-feeds")
+        ctx.start(feeds.run(), name="cache-feeds")
         ctx.start(decisions.run(), name="decision-publisher")
         ctx.start(_freeze_gc_once_synced(cache), name="gc-freeze")
         binder = Binder(ctx.kube, settings.bind_timeout_seconds)
-        server = self.server = ExtenderServer(cache, binder, metrics, decisions)
+        server = self.server = ExtenderServer(
+            cache,
+            binder,
+            metrics,
+            decisions,
+            max_body_bytes=settings.max_body_bytes,
+            inflight_wait_seconds=settings.inflight_wait_seconds,
+        )
         await server.start(
             settings.host, settings.port, server_tls(settings.tls_cert_file, settings.tls_key_file)
         )

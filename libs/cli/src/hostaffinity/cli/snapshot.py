@@ -1,0 +1,77 @@
+"""One read of the cluster and the bus that the operator commands answer from.
+
+Kept apart from the reading (reading.py) so the commands are pure functions of a snapshot: the
+tests and the benchmark build snapshots directly, and one snapshot feeds the engine's index the
+way the services' informers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hostaffinity.affinity.engine import AffinityEngine
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.model import Namespace, Node, Pod
+from hostaffinity.affinity.resources import Resources
+from hostaffinity.affinity.workloads import WorkloadRef
+from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
+
+
+@dataclass
+class ClusterSnapshot:
+    """Nodes, pods and namespaces from the API; placements and hosts from the topology KV.
+
+    `requests` (per pod key) and `allocatable` (per node) are the resource figures the API
+    objects carry; `vmi_owners` maps (namespace, VMI name) to the VMI's controller;
+    `drs_pods` are the pods (`namespace/name`) the drs-translator's ownership records name.
+    """
+
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[str, Pod] = field(default_factory=dict)
+    namespaces: dict[str, Namespace] = field(default_factory=dict)
+    requests: dict[str, Resources] = field(default_factory=dict)
+    allocatable: dict[str, Resources] = field(default_factory=dict)
+    placements: dict[str, NodePlacement] = field(default_factory=dict)
+    hosts: dict[str, EsxiHost] = field(default_factory=dict)
+    vmi_owners: dict[tuple[str, str], WorkloadRef] = field(default_factory=dict)
+    drs_pods: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The shared settings that change the engine's answers (SharedSettings in the services)."""
+
+    physical_anti_affinity: str = "opt-in"  # opt-in | cluster-wide
+    unknown_placement: str = "fail"  # fail | pass
+
+
+def build_engine(snapshot: ClusterSnapshot, options: EngineOptions) -> AffinityEngine:
+    """The engine over an index fed from the snapshot, as the extender's feeds fill its cache."""
+    index = ClusterIndex(physical_anti_affinity=options.physical_anti_affinity == "cluster-wide")
+    for namespace in snapshot.namespaces.values():
+        index.upsert_namespace(namespace)
+    for node in snapshot.nodes.values():
+        index.upsert_node(node)
+    for name, placement in snapshot.placements.items():
+        if name in snapshot.nodes:
+            index.set_placement(name, placement.host_label)
+    for pod in snapshot.pods.values():
+        index.upsert_pod(pod)
+    return AffinityEngine(index, fail_unplaced=options.unknown_placement == "fail")
+
+
+def host_spellings(snapshot: ClusterSnapshot) -> Mapping[str, str]:
+    """Every way an operator may name a host (label value, full name, moid) -> its label value."""
+    names: dict[str, str] = {}
+    for node in snapshot.nodes.values():
+        label = node.metadata.labels.get(LABEL_ESXI_HOST)
+        if label:
+            names[label] = label
+    for placement in snapshot.placements.values():
+        for spelling in (placement.host_label, placement.host_name, placement.host_moid):
+            names[spelling] = placement.host_label
+    for host in snapshot.hosts.values():
+        for spelling in (host.label, host.name, host.moid):
+            names[spelling] = host.label
+    return names
