@@ -169,12 +169,9 @@ async def main(groups: int, replicas: int, vms: int, runs: int) -> None:
         records = OwnershipRecords(await bus.js.key_value(DRS_BUCKET), "bench")
         events: list[Event] = []
 
-        async def publish(event: Event) -> None:
-            events.append(event)
-
         async with VCenterSession(vc.settings()) as session:
             config = ClusterConfig(session)
-            applier = DrsApplier(config, records, publish, DrsMetrics(), vcenter="bench")
+            applier = DrsApplier(config, records, events.append, DrsMetrics(), vcenter="bench")
             started = time.perf_counter()
             for cluster_plan in desired.clusters.values():
                 await applier.apply(cluster_plan)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from hostaffinity.schema import (
 from tests.e2e.drs_harness import (
     RunningTranslator,
     cluster_of,
+    cycles_after,
     drs_config,
     drs_state,
     pod_manifest,
@@ -428,3 +430,47 @@ async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
     assert (record.vms, record.pods) == (expected, ["default/p1", "default/p2"])
     conflicts = await events_of(bus, DrsRuleConflict)
     assert conflicts == []  # the rule was recognised as ours, not reported as a stranger
+
+
+@contextlib.asynccontextmanager
+async def checker(nats: NatsServer) -> AsyncIterator[Bus]:
+    """A connection of the test's own, made after NATS came back."""
+    bus = await Bus.connect(nats.settings(), name="checker")
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+async def test_a_conflict_found_while_nats_is_down_reaches_the_stream_once_after(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    """The runtime outbox keeps the event through a 10 s outage of the real nats-server."""
+    async with (
+        labeller(vc, nats_server, kubeconfig),
+        running_translator(drs_config(vc, nats_server, kubeconfig)) as drs,
+    ):
+        stopped = datetime.now(UTC)
+        await nats_server.stop()
+        for i in range(1, 5):  # 4 anti-affine replicas on 3 hosts: a conflict, made now
+            kube_double.seed(pod_manifest(f"r{i}", f"node{i}", WEB, apart_from=WEB))
+        deadline = time.monotonic() + 10
+        while len(await pod_events(kube_double, "DrsRuleConflict")) < 4:  # found, bus away
+            assert time.monotonic() < deadline, "no DrsRuleConflict Events on the pods"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(max(0.0, 10.0 - (datetime.now(UTC) - stopped).total_seconds()))
+        restarted = datetime.now(UTC)
+        await nats_server.start()  # same port, same store
+        async with checker(nats_server) as bus:
+            deadline = time.monotonic() + 30
+            while not await events_of(bus, DrsRuleConflict):
+                assert time.monotonic() < deadline, "the conflict never reached the stream"
+                await asyncio.sleep(0.2)
+            drs.translator.resync()  # a full cycle after the outage repeats nothing
+            await cycles_after(drs, 1, within=30)
+            conflicts = await events_of(bus, DrsRuleConflict)
+    (conflict,) = conflicts
+    assert conflict.reason == "too-few-hosts"
+    assert conflict.pods == [f"default/r{i}" for i in range(1, 5)]
+    made = datetime.strptime(conflict.occurred_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert stopped < made < restarted

@@ -44,16 +44,12 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
     vc, si, cluster, vms = inventory
     published: list[Event] = []
 
-    async def publish(event: Event) -> None:
-        published.append(event)
-        await bus.publish_event(event)
-
     records = OwnershipRecords(await bus.js.key_value(DRS_BUCKET), "vcsim")
     first = DrsObject("hostaffinity-vmgroup-aaaa", "vm-group", cluster, vms=(vms[0],))
     async with VCenterSession(vc.settings()) as session:
         config = ClusterConfig(session)
         applier = DrsApplier(
-            config, records, publish, DrsMetrics(), vcenter="vcsim", retry_base_seconds=0.2
+            config, records, published.append, DrsMetrics(), vcenter="vcsim", retry_base_seconds=0.2
         )
         await applier.apply(plan_of(cluster, first))
         # An administrator takes the name we are about to use, after our last read of vCenter.
@@ -104,12 +100,11 @@ async def test_dry_run_plans_and_publishes_but_writes_nothing(
     records = OwnershipRecords(kv, "vcsim")
     published: list[Event] = []
 
-    async def publish(event: Event) -> None:
-        published.append(event)
-
     async with VCenterSession(vc.settings()) as session:
         config = ClusterConfig(session)
-        applier = DrsApplier(config, records, publish, DrsMetrics(), vcenter="vcsim", dry_run=True)
+        applier = DrsApplier(
+            config, records, published.append, DrsMetrics(), vcenter="vcsim", dry_run=True
+        )
         await applier.apply(plan_of(cluster, anti(cluster, "hostaffinity-anti-c", *vms[:2])))
     assert drs_state(si) == {}
     assert "ReconfigureComputeResource_Task" not in config.calls

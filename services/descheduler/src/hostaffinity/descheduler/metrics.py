@@ -1,8 +1,8 @@
 """The descheduler's instruments, served on /metrics by the runtime's Prometheus exporter as
 `hostaffinity_descheduler_pods_evicted_total{strategy,namespace,result}`,
 `hostaffinity_descheduler_cycle_duration_seconds` and
-`hostaffinity_descheduler_migrations_finished_total{result}` and
-`hostaffinity_descheduler_bus_events_dropped_total`.
+`hostaffinity_descheduler_migrations_finished_total{result}`; bus events dropped while NATS was
+away are the runtime outbox's `hostaffinity_bus_outbox_dropped_total{outbox="descheduler"}`.
 
 `result` is evicted, migrated, dry-run, blocked (a PodDisruptionBudget said 429, retried later),
 gone (the pod was already deleted) or error.
@@ -32,10 +32,6 @@ class DeschedulerMetrics:
             description="Time one decision cycle took over the cache",
             explicit_bucket_boundaries_advisory=CYCLE_BUCKETS_SECONDS,
         )
-        self._dropped = meter.create_counter(
-            "hostaffinity_descheduler_bus_events_dropped",
-            description="Bus events dropped because the outbox was full while NATS was away",
-        )
         self._migrations = meter.create_counter(
             "hostaffinity_descheduler_migrations_finished",
             description="VirtualMachineInstanceMigrations this descheduler created that finished",
@@ -46,9 +42,6 @@ class DeschedulerMetrics:
 
     def cycle(self, seconds: float) -> None:
         self._cycle.record(seconds)
-
-    def dropped_event(self) -> None:
-        self._dropped.add(1)
 
     def migration_finished(self, result: str) -> None:
         self._migrations.add(1, {"result": result})

@@ -1,15 +1,11 @@
 """What the descheduler tells the world about each action: a Kubernetes Event on the pod or VMI
 naming the strategy and the rule, a bus event (`pod.evicted`, `vmi.migration.requested`) for
-subscribers, and the metrics. Reporting never holds an eviction up: bus events wait in an outbox
-that publishes them when NATS is there (kept, up to a bound, while it is away).
+subscribers, and the metrics. Reporting never holds an eviction up: bus events wait in the
+runtime's outbox, which publishes them when NATS is there (kept, up to a bound, while it is away).
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import logging
-from collections.abc import Awaitable, Callable
 from typing import Final
 
 from hostaffinity.descheduler.evictor import Action, Outcome, VmiStays
@@ -23,56 +19,11 @@ from hostaffinity.descheduler.executor import (
 from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
-from hostaffinity.schema import Event, PodEvicted, VmiMigrationRequested, event_id
+from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
 from hostaffinity.schema.timestamps import utc_timestamp
 
-_log = logging.getLogger(__name__)
 SOURCE: Final = "descheduler"
-PUBLISH_TIMEOUT_S: Final = 5.0
-RETRY_SECONDS: Final = 1.0
-Publish = Callable[[Event], Awaitable[object]]
-
-
-class Outbox:
-    """Bus events waiting to be published, in order; `run` publishes until cancelled.
-
-    While NATS is away the head event is retried and the rest wait; beyond `capacity` the
-    oldest is dropped and counted, so an outage costs memory only up to a bound. Event ids are
-    deterministic, so a publish retried after a lost ack is stored once (JetStream dedupe)."""
-
-    def __init__(
-        self, publish: Publish, on_drop: Callable[[], None], capacity: int = 10_000
-    ) -> None:
-        self._publish = publish
-        self._on_drop = on_drop
-        self._capacity = capacity
-        self._waiting: collections.deque[Event] = collections.deque()
-        self._ready = asyncio.Event()
-
-    def put(self, event: Event) -> None:
-        if len(self._waiting) >= self._capacity:
-            self._waiting.popleft()
-            self._on_drop()
-        self._waiting.append(event)
-        self._ready.set()
-
-    def __len__(self) -> int:
-        return len(self._waiting)
-
-    async def run(self) -> None:
-        while True:
-            await self._ready.wait()
-            while self._waiting:
-                event = self._waiting[0]
-                try:
-                    await asyncio.wait_for(self._publish(event), PUBLISH_TIMEOUT_S)
-                except Exception as error:  # nats-py's own errors while the server is away
-                    _log.warning("could not publish %s yet (%r); retrying", event.id, error)
-                    await asyncio.sleep(RETRY_SECONDS)
-                    continue
-                if self._waiting and self._waiting[0] is event:
-                    self._waiting.popleft()
-            self._ready.clear()
 
 
 class Reporter:

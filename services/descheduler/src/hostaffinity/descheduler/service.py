@@ -24,11 +24,12 @@ from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.policy import DEFAULT_POLICY, Policy, load_policy, parse_policy
-from hostaffinity.descheduler.reporting import SOURCE, Outbox, Reporter
+from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
 from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
 from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.outbox import Outbox
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.schema import decode_event, event_subject
 
@@ -119,7 +120,7 @@ class Descheduling:
             ),
             policy.limits,
         )
-        outbox = Outbox(ctx.bus.publish_event, metrics.dropped_event)
+        outbox = Outbox(SOURCE, ctx.bus.publish_event)
         reporter = Reporter(EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, metrics)
         eviction = settings.eviction
         if eviction.grace_period_seconds is None and policy.grace_period_seconds is not None:

@@ -9,13 +9,15 @@ ours, it is compared and at most edited, never added twice, never orphaned.
 If vCenter refuses the batch, the cluster is read again (a simulator may have applied part of it)
 and what is still to do is sent one change per call: the ones vCenter takes are applied, a refused
 one is reported (`drs.rule.conflict`, reason `refused`) and retried with exponential backoff.
+
+Bus events go to the runtime's outbox: one made while NATS is away is published once it is back.
 """
 
 import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +48,8 @@ SOURCE: Final = "drs-translator"
 PAUSE_AFTER_RECONFIGURE_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_RECONFIGURE"
 
 _log = logging.getLogger(__name__)
-Publish = Callable[[Event], Awaitable[object]]
+# Hands a bus event to the runtime's outbox, which keeps it until NATS takes it.
+Send = Callable[[Event], None]
 
 
 def now_text() -> str:
@@ -66,7 +69,7 @@ class DrsApplier:
         self,
         config: ClusterConfig,
         records: OwnershipRecords,
-        publish: Publish,
+        send: Send,
         metrics: DrsMetrics,
         *,
         vcenter: str,
@@ -76,7 +79,7 @@ class DrsApplier:
     ) -> None:
         self._config = config
         self._records = records
-        self._publish = publish
+        self._send = send
         self._metrics = metrics
         self._vcenter = vcenter
         self._dry_run = dry_run
@@ -99,11 +102,11 @@ class DrsApplier:
         if any(c.op != "add" and c.obj.is_rule and c.obj.key is None for c in diff.changes):
             await self._read(cluster)  # a rule we added: vCenter's key is learnt by reading
             diff = self._diff(plan)
-        await self._report(cluster, diff)
+        self._report(cluster, diff)
         changes = self._due(cluster, diff.changes)
         if self._dry_run:
             if changes:
-                await self._announce(cluster, changes)
+                self._announce(cluster, changes)
             return
         if changes:
             previous = await self._record_intent(changes)
@@ -178,7 +181,7 @@ class DrsApplier:
                         applied_at=applied_at,
                     )
                 )
-        await self._announce(cluster, changes)
+        self._announce(cluster, changes)
 
     async def _isolate(
         self,
@@ -202,7 +205,7 @@ class DrsApplier:
             except ReconfigureRefused as refusal:
                 self._metrics.reconfigures.add(1, {"outcome": "refused"})
                 await self._restore(cluster, name, previous.get(name))
-                await self._refused(cluster, change, str(refusal))
+                self._refused(cluster, change, str(refusal))
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
                 await self._done(cluster, [alone])
@@ -214,7 +217,7 @@ class DrsApplier:
         else:
             await self._records.put(record)
 
-    async def _refused(self, cluster: str, change: Change, reason: str) -> None:
+    def _refused(self, cluster: str, change: Change, reason: str) -> None:
         key = (cluster, change.obj.name)
         previous = self._backoff.get(key)
         attempts = 1 if previous is None else previous.attempts + 1
@@ -228,11 +231,11 @@ class DrsApplier:
             delay,
             reason,
         )
-        await self._conflict(
+        self._conflict(
             cluster, change.obj, "refused", f"vCenter refused the {change.op}: {reason}", attempts
         )
 
-    async def _report(self, cluster: str, diff: ClusterDiff) -> None:
+    def _report(self, cluster: str, diff: ClusterDiff) -> None:
         for obj in diff.unowned:
             if (cluster, obj.name) in self._reported:
                 continue
@@ -240,7 +243,7 @@ class DrsApplier:
             _log.warning(
                 "%s in %s has our prefix but no ownership record: left untouched", obj.name, cluster
             )
-            await self._conflict(
+            self._conflict(
                 cluster,
                 obj,
                 "prefix-without-record",
@@ -253,7 +256,7 @@ class DrsApplier:
                 "%s in %s was %s outside hostaffinity; repairing", drift.name, cluster, drift.change
             )
             found = drift.found
-            await self._send(
+            self._send(
                 DrsRuleDrift(
                     id=event_id("drs.rule.drift", self._vcenter, cluster, drift.name, now_text()),
                     occurred_at=now_text(),
@@ -267,14 +270,14 @@ class DrsApplier:
                 )
             )
 
-    async def _conflict(
+    def _conflict(
         self, cluster: str, obj: DrsObject, reason: str, message: str, attempt: int = 0
     ) -> None:
-        await self.report_conflict(
+        self.report_conflict(
             cluster, obj.name, reason, message, vms=obj.vms, pods=obj.pods, attempt=attempt
         )
 
-    async def report_conflict(
+    def report_conflict(
         self,
         cluster: str,
         name: str,
@@ -287,7 +290,7 @@ class DrsApplier:
     ) -> None:
         """`drs.rule.conflict` on the bus and the conflicts metric."""
         self._metrics.conflicts.add(1, {"reason": reason})
-        await self._send(
+        self._send(
             DrsRuleConflict(
                 id=event_id(
                     "drs.rule.conflict", self._vcenter, cluster, name, reason, *vms, *pods, attempt
@@ -304,13 +307,13 @@ class DrsApplier:
             )
         )
 
-    async def _announce(self, cluster: str, changes: Sequence[Change]) -> None:
+    def _announce(self, cluster: str, changes: Sequence[Change]) -> None:
         names = {
             op: sorted(c.obj.name for c in changes if c.op == op)
             for op in ("add", "edit", "remove")
         }
         when = now_text()
-        await self._send(
+        self._send(
             DrsRulesApplied(
                 id=event_id("drs.rules.applied", self._vcenter, cluster, when, names),
                 occurred_at=when,
@@ -331,13 +334,6 @@ class DrsApplier:
             names["edit"],
             names["remove"],
         )
-
-    async def _send(self, event: Event) -> None:
-        """Publish; an event that cannot be sent is logged, the vCenter state is already right."""
-        try:
-            await self._publish(event)
-        except Exception as err:  # the bus may be away; the records and vCenter are consistent
-            _log.warning("could not publish %s: %r", event.id, err)
 
 
 def _took_effect(change: Change, actual: Mapping[str, DrsObject]) -> bool:

@@ -24,6 +24,7 @@ from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.kv import TopologyStore
+from hostaffinity.runtime.outbox import Outbox
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET
@@ -48,12 +49,14 @@ async def translate(
     await records.load()
     topology = await ctx.bus.topology()
     metrics = DrsMetrics()
+    outbox = Outbox(SOURCE, ctx.bus.publish_event)
+    ctx.start(outbox.run(), name="bus-outbox")
     async with VCenterSession(config.vcenter) as session:
         cluster_config = ClusterConfig(session)
         applier = DrsApplier(
             cluster_config,
             records,
-            ctx.bus.publish_event,
+            outbox.put,
             metrics,
             vcenter=config.vcenter_label,
             dry_run=config.dry_run,

@@ -186,7 +186,7 @@ class DrsTranslator:
             _log.warning(
                 "not sent to %s: %s (%s)", conflict.cluster_moid, conflict.name, conflict.message
             )
-            await self._applier.report_conflict(
+            self._applier.report_conflict(
                 conflict.cluster_moid,
                 conflict.name,
                 conflict.reason,
@@ -204,7 +204,7 @@ class DrsTranslator:
             current.add(key)
             if key in self._reported:
                 continue
-            await self._applier.report_conflict(
+            self._applier.report_conflict(
                 problem.cluster_moid,
                 "",
                 "not-translatable",

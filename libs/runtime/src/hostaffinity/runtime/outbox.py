@@ -1,0 +1,108 @@
+"""Bus events a service must not lose while NATS is away: kept in order, published when it is
+back, and bounded so an outage costs memory only up to `capacity`.
+
+Producers `put` and never wait: a reconcile, an eviction or a DRS batch is never held up by the
+bus. `run` publishes the head event; while that fails it is retried with exponential backoff and
+the rest wait behind it, so subscribers see the events in the order they happened. An event
+whose id is already waiting is not queued again, and a publish retried after a lost ack is stored
+once, because every event id is deterministic and goes out as JetStream's `Nats-Msg-Id`.
+
+Metrics: `hostaffinity_bus_outbox_queued{outbox}` (events waiting) and
+`hostaffinity_bus_outbox_dropped_total{outbox}` (the oldest, dropped at the bound).
+"""
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from opentelemetry import metrics
+
+from hostaffinity.runtime.cancellation import raise_if_cancel_requested
+from hostaffinity.schema import Event
+
+_log = logging.getLogger(__name__)
+_meter = metrics.get_meter("hostaffinity.runtime")
+_queued = _meter.create_up_down_counter(
+    "hostaffinity_bus_outbox_queued", description="Bus events waiting to be published, by outbox"
+)
+_dropped = _meter.create_counter(
+    "hostaffinity_bus_outbox_dropped",
+    description="Bus events dropped, oldest first, because the outbox was full while NATS was away",
+)
+
+PUBLISH_TIMEOUT_SECONDS: Final = 5.0
+Publish = Callable[[Event], Awaitable[object]]
+
+
+class Outbox:
+    """Events waiting to be published, in order; `run` publishes them until cancelled."""
+
+    def __init__(
+        self,
+        name: str,
+        publish: Publish,
+        *,
+        capacity: int = 10_000,
+        retry_base_seconds: float = 0.25,
+        retry_max_seconds: float = 5.0,
+    ) -> None:
+        self.name = name
+        self.dropped = 0
+        self._publish = publish
+        self._capacity = capacity
+        self._retry_base = retry_base_seconds
+        self._retry_max = retry_max_seconds
+        self._waiting: collections.deque[Event] = collections.deque()
+        self._ids: set[str] = set()
+        self._ready = asyncio.Event()
+        self._labels = {"outbox": name}
+
+    def put(self, event: Event) -> None:
+        """Queue `event` unless its id already waits; at the bound the oldest is dropped."""
+        if event.id in self._ids:
+            return
+        if len(self._waiting) >= self._capacity:
+            oldest = self._waiting.popleft()
+            self._ids.discard(oldest.id)
+            self.dropped += 1
+            _dropped.add(1, self._labels)
+            _queued.add(-1, self._labels)
+            _log.warning("%s outbox full: dropped %s", self.name, oldest.id)
+        self._waiting.append(event)
+        self._ids.add(event.id)
+        _queued.add(1, self._labels)
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            failures = 0
+            while self._waiting:
+                raise_if_cancel_requested()  # nats-py's wait_for may have swallowed it (3.11)
+                event = self._waiting[0]
+                try:
+                    await asyncio.wait_for(self._publish(event), PUBLISH_TIMEOUT_SECONDS)
+                except Exception as error:  # nats-py's own errors while the server is away
+                    raise_if_cancel_requested()
+                    delay = min(self._retry_max, self._retry_base * 2**failures)
+                    failures += 1
+                    _log.warning(
+                        "%s: could not publish %s yet (%r); retrying in %.2fs",
+                        self.name,
+                        event.id,
+                        error,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                failures = 0
+                if self._waiting and self._waiting[0] is event:  # not dropped meanwhile
+                    self._waiting.popleft()
+                    self._ids.discard(event.id)
+                    _queued.add(-1, self._labels)
+            self._ready.clear()

@@ -1,0 +1,65 @@
+"""The bus outbox: in order, retried with backoff while the bus fails, deduplicated by event id,
+bounded with drops counted."""
+
+import asyncio
+import itertools
+from collections.abc import Callable
+
+from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.schema import Event, NodeUnmatched
+
+
+def event(n: int) -> Event:
+    return NodeUnmatched(id=f"e{n}", occurred_at="t", source="test", node=f"n{n}", reason="x")
+
+
+async def eventually(check: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_events_wait_while_the_bus_fails_and_go_out_in_order_once() -> None:
+    sent: list[str] = []
+    attempts: list[float] = []
+    failing = [True]
+
+    async def publish(item: Event) -> None:
+        if failing[0]:
+            attempts.append(asyncio.get_running_loop().time())
+            raise ConnectionError("nats away")
+        sent.append(item.id)
+
+    outbox = Outbox("test", publish, retry_base_seconds=0.01, retry_max_seconds=0.04)
+    runner = asyncio.create_task(outbox.run())
+    try:
+        for n in range(3):
+            outbox.put(event(n))
+        outbox.put(event(1))  # the same id again while it waits: kept once
+        await eventually(lambda: len(attempts) >= 5)
+        assert sent == []
+        assert len(outbox) == 3
+        gaps = [b - a for a, b in itertools.pairwise(attempts)]
+        assert gaps[2] > gaps[0]  # backing off, up to the ceiling
+        failing[0] = False
+        await eventually(lambda: len(sent) == 3)
+        assert sent == ["e0", "e1", "e2"]
+        assert len(outbox) == 0
+        outbox.put(event(1))  # published already: a later repeat goes out (JetStream dedupes)
+        await eventually(lambda: len(sent) == 4)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+def test_a_full_outbox_drops_the_oldest_and_counts_it() -> None:
+    outbox = Outbox("test", lambda _e: asyncio.sleep(0), capacity=2)
+    for n in range(5):
+        outbox.put(event(n))
+    assert len(outbox) == 2
+    assert outbox.dropped == 3
+    outbox.put(event(0))  # a dropped id may come again
+    assert len(outbox) == 2
+    assert outbox.dropped == 4
