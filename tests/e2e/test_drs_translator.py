@@ -25,6 +25,7 @@ from pyVmomi import vim
 
 from hostaffinity.drs_translator.applier import PAUSE_AFTER_RECONFIGURE_ENV
 from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.schema import (
     DRS_BUCKET,
     DrsOwnership,
@@ -54,6 +55,7 @@ from tests.e2e.labeller_harness import (
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
+from tests.platform.tcp_proxy import TcpProxy
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 NODES = [f"node{i}" for i in range(1, 7)]
@@ -474,3 +476,44 @@ async def test_a_conflict_found_while_nats_is_down_reaches_the_stream_once_after
     assert conflict.pods == [f"default/r{i}" for i in range(1, 5)]
     made = datetime.strptime(conflict.occurred_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     assert stopped < made < restarted
+
+
+async def test_a_conflict_published_into_a_partition_is_published_again_once_after(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    """A publish written into a connection that is silently dead is lost by the client (nats-py
+    buffers only while it knows it is disconnected): the outbox publishes it again after the
+    reconnect, and JetStream's Nats-Msg-Id dedupe keeps it once."""
+    proxy = TcpProxy("127.0.0.1", nats_server.port)
+    await proxy.start()
+    config = drs_config(vc, nats_server, kubeconfig)
+    config = msgspec.structs.replace(
+        config, nats=NatsSettings(servers=[f"nats://127.0.0.1:{proxy.port}"])
+    )
+    try:
+        async with (
+            labeller(vc, nats_server, kubeconfig),
+            running_translator(config) as drs,
+        ):
+            assert proxy.partition() == 1
+            for i in range(1, 5):  # 4 anti-affine replicas on 3 hosts: a conflict, made now
+                kube_double.seed(pod_manifest(f"r{i}", f"node{i}", WEB, apart_from=WEB))
+            deadline = time.monotonic() + 10
+            while len(await pod_events(kube_double, "DrsRuleConflict")) < 4:
+                assert time.monotonic() < deadline, "no DrsRuleConflict Events on the pods"
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(7)  # past the publish timeout: the first attempt is lost
+            assert proxy.reset() == 1  # the partition ends as a firewall dropping its state
+            async with checker(nats_server) as bus:
+                deadline = time.monotonic() + 30
+                while not await events_of(bus, DrsRuleConflict):
+                    assert time.monotonic() < deadline, "the conflict never reached the stream"
+                    await asyncio.sleep(0.2)
+                drs.translator.resync()
+                await cycles_after(drs, 1, within=30)
+                conflicts = await events_of(bus, DrsRuleConflict)
+    finally:
+        await proxy.stop()
+    assert [(e.reason, e.pods) for e in conflicts] == [
+        ("too-few-hosts", [f"default/r{i}" for i in range(1, 5)])
+    ]

@@ -7,6 +7,7 @@ through. Code under test points at the proxy; the test's own clients go to the s
     settings = vc.settings(port=proxy.port)
     proxy.reset()   # every client connection through the proxy sees a reset now
     await proxy.refuse()   # ... and new ones are refused until `await proxy.accept()`
+    proxy.partition()   # open connections stay open but carry nothing, until `reset()`
 """
 
 import asyncio
@@ -20,6 +21,7 @@ class TcpProxy:
         self._upstream = (upstream_host, upstream_port)
         self._server: asyncio.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._cut: set[asyncio.StreamWriter] = set()
         self.port = 0
 
     async def start(self) -> None:
@@ -34,9 +36,18 @@ class TcpProxy:
         """Accept connections again on the same port after `refuse`."""
         await self.start()
 
+    def partition(self) -> int:
+        """Drop every byte of the open connections, both ways, and keep them open: a network
+        partition before TCP gives up. What a client writes meanwhile is lost, not delayed.
+        New connections still get through; `reset()` ends the partitioned ones."""
+        for client, upstream in self._pairs:
+            self._cut.update((client, upstream))
+        return len(self._pairs)
+
     def reset(self) -> int:
         """Abort every open connection (both sides); returns how many there were."""
         pairs, self._pairs = self._pairs, set()
+        self._cut.clear()
         for client, upstream in pairs:
             client.transport.abort()
             upstream.transport.abort()
@@ -58,15 +69,17 @@ class TcpProxy:
         pair = (writer, up_writer)
         self._pairs.add(pair)
         try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
         finally:
             self._pairs.discard(pair)
 
-
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    """Copy until either side ends; then close the sink so the other end sees the end too."""
-    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-        while data := await source.read(65536):
-            sink.write(data)
-            await sink.drain()
-    sink.close()
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        """Copy until either side ends (dropping what a partition cuts); then close the sink so
+        the other end sees the end too."""
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while data := await source.read(65536):
+                if sink in self._cut:
+                    continue
+                sink.write(data)
+                await sink.drain()
+        sink.close()
