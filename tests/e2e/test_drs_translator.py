@@ -517,3 +517,59 @@ async def test_a_conflict_published_into_a_partition_is_published_again_once_aft
     assert [(e.reason, e.pods) for e in conflicts] == [
         ("too-few-hosts", [f"default/r{i}" for i in range(1, 5)])
     ]
+
+
+def session_keys(si: vim.ServiceInstance) -> set[str]:
+    manager = si.RetrieveContent().sessionManager
+    assert manager is not None
+    return {session.key for session in manager.sessionList}
+
+
+async def test_after_resets_and_a_terminated_session_it_keeps_working_on_one_session(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    """The translator's connection to vCenter is reset five times (each before a change it must
+    write) and its session terminated once by an administrator: every change still reaches DRS,
+    and vCenter never holds more than the one session of the translator."""
+    admin = vc.connect()
+    proxy = TcpProxy(vc.host, vc.port)
+    await proxy.start()
+    config = msgspec.structs.replace(
+        drs_config(vc, nats_server, kubeconfig, error_retry_seconds=0.2),
+        vcenter=vc.settings(port=proxy.port),
+    )
+    vms = {n: vm(admin, n) for n in NODES}
+    try:
+        async with labeller(vc, nats_server, kubeconfig):
+            others = await asyncio.to_thread(session_keys, admin)
+            async with running_translator(config) as drs:
+                (translator_session,) = await asyncio.to_thread(session_keys, admin) - others
+                counts = []
+                for i in range(1, 6):
+                    assert proxy.reset() >= 1, "the translator holds a connection to vCenter"
+                    kube_double.seed(pod_manifest(f"p{i}", f"node{i}", {"app": f"a{i}"}))
+                    kube_double.seed(
+                        pod_manifest(
+                            f"q{i}", f"node{i + 1}", {"app": f"b{i}"}, apart_from={"app": f"a{i}"}
+                        )
+                    )
+                    pair = sorted([vms[f"node{i}"], vms[f"node{i + 1}"]])
+                    await eventually(
+                        lambda pair=pair: pair in anti_rules(admin).values(), f"rule {i}", 20
+                    )
+                    counts.append(len(await asyncio.to_thread(session_keys, admin)))
+                assert drs.calls["reconnect"] >= 5, drs.calls
+                # An administrator ends the translator's session: it logs in again by itself.
+                current = await asyncio.to_thread(session_keys, admin) - others
+                manager = admin.RetrieveContent().sessionManager
+                await asyncio.to_thread(manager.TerminateSession, list(current))
+                kube_double.delete("v1", "pods", "q5", "default")
+                await eventually(lambda: len(anti_rules(admin)) == 4, "rule 5 removed", 20)
+                counts.append(len(await asyncio.to_thread(session_keys, admin)))
+                assert translator_session not in await asyncio.to_thread(session_keys, admin)
+            after = await asyncio.to_thread(session_keys, admin)
+    finally:
+        await proxy.stop()
+    print("vCenter sessions after each reset and after the termination:", counts)
+    assert max(counts) <= len(others) + 1, counts  # ours: one at a time
+    assert after == others  # and logged out at the end

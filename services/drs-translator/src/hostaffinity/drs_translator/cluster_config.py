@@ -5,12 +5,19 @@ Reads `configurationEx` (its `rule` and `group` arrays) and writes with one
 A rule is edited and removed by its `key`, a group by its name: that is how vCenter addresses
 them (and how govmomi's simulator does, simulator/cluster_compute_resource.go updateRules and
 updateGroups at 0.24). Every call goes through the runtime's one `VCenterSession` and is counted.
+
+After a network error (a reset, a refused or timed-out connection) the next use gives that
+session up with `VCenterSession.reconnect`, which logs it out before logging in again, as the
+node-labeller's watcher does: retries never pile sessions up in vCenter. A session vCenter ended
+(`NotAuthenticated`) is logged in again by the session itself.
 """
 
 import asyncio
+import http.client
+import logging
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, ParamSpec, TypeVar
 
 from pyVmomi import vim, vmodl
 
@@ -25,6 +32,11 @@ _RULE_KINDS: Final[tuple[tuple[type[Any], DrsObjectKind], ...]] = (
     (vim.cluster.VmHostRuleInfo, "vm-host"),
 )
 _TASK_POLL_SECONDS: Final = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+# What pyVmomi raises when the connection, not vCenter, failed.
+NETWORK_ERRORS: Final = (OSError, http.client.HTTPException)
+_log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 # pyVmomi's stubs leave data object constructors untyped: build them through an Any.
 _vim: Any = vim
 
@@ -40,12 +52,29 @@ class ClusterConfig:
         self._session = session
         # vCenter calls made, by kind: what the e2e tests and the benchmark report.
         self.calls: Counter[str] = Counter()
+        self._connection_failed = False
+
+    async def _cluster(self, cluster_moid: str) -> Any:
+        """The cluster's managed object, on a session that is fit for use."""
+        if self._connection_failed:
+            _log.info("giving the vCenter session up after a network error; logging in again")
+            self.calls["reconnect"] += 1
+            await self._session.reconnect()
+            self._connection_failed = False
+        return _vim.ClusterComputeResource(cluster_moid, self._session.service_instance._stub)
+
+    async def _call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await self._session.call(fn, *args, **kwargs)
+        except NETWORK_ERRORS:
+            self._connection_failed = True  # the next use reconnects
+            raise
 
     async def read(self, cluster_moid: str) -> dict[str, DrsObject]:
         """Every rule and group of the cluster by name (kinds we do not write are skipped)."""
-        cluster = _vim.ClusterComputeResource(cluster_moid, self._session.service_instance._stub)
+        cluster = await self._cluster(cluster_moid)
         self.calls["read-configurationEx"] += 1
-        config: Any = await self._session.call(lambda: cluster.configurationEx)
+        config: Any = await self._call(lambda: cluster.configurationEx)
         objects: dict[str, DrsObject] = {}
         for rule in config.rule or ():
             obj = _rule_object(cluster_moid, rule)
@@ -63,12 +92,10 @@ class ClusterConfig:
             rulesSpec=[_rule_spec(c) for c in changes if c.obj.is_rule],
             groupSpec=[_group_spec(c) for c in changes if not c.obj.is_rule],
         )
-        cluster = _vim.ClusterComputeResource(cluster_moid, self._session.service_instance._stub)
+        cluster = await self._cluster(cluster_moid)
         self.calls["ReconfigureComputeResource_Task"] += 1
         try:
-            task = await self._session.call(
-                cluster.ReconfigureComputeResource_Task, spec=spec, modify=True
-            )
+            task = await self._call(cluster.ReconfigureComputeResource_Task, spec=spec, modify=True)
         except vmodl.MethodFault as fault:  # a SOAP fault: vCenter said no to this spec
             raise ReconfigureRefused(_fault_text(fault)) from fault
         await self._wait(task)
@@ -76,7 +103,7 @@ class ClusterConfig:
     async def _wait(self, task: Any) -> None:
         for attempt in range(10_000):
             self.calls["task-info"] += 1
-            info = await self._session.call(lambda: task.info)
+            info = await self._call(lambda: task.info)
             if info.state == "success":
                 return
             if info.state == "error":
