@@ -26,6 +26,7 @@ def pod(
     annotations: Mapping[str, str] | None = None,
     extra_term: Mapping[str, Any] | None = None,
     preferred_apart_from: Mapping[str, str] | None = None,
+    preferred_near: Mapping[str, str] | None = None,
 ) -> Pod:
     """A pod on `node`; `apart_from`/`near` add required (anti-)affinity on `key` to pods with
     those labels; `on_hosts` adds required node affinity `In` those host label values."""
@@ -45,6 +46,13 @@ def pod(
     if near is not None:
         term = {"labelSelector": {"matchLabels": dict(near)}, "topologyKey": key}
         affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if preferred_near is not None:
+        term = {"labelSelector": {"matchLabels": dict(preferred_near)}, "topologyKey": key}
+        affinity["podAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
     hosts = list(on_hosts)
     if hosts:
         expression = {"key": LABEL_ESXI_HOST, "operator": "In", "values": hosts}

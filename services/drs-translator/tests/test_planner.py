@@ -130,6 +130,18 @@ def test_preferred_translated_when_the_setting_says_so() -> None:
     assert rules(result) == [("vm1", "vm3")]
 
 
+def test_preferred_pod_affinity_is_never_translated() -> None:
+    """Even met on exactly one other VM, and with the setting on (README, drs-translator)."""
+    pods = [pod("a", "node1", {"app": "a"}), pod("b", "node2", preferred_near={"app": "a"})]
+    for translate_preferred in (False, True):
+        result = run_plan(pods, PLACEMENTS, HOSTS, translate_preferred=translate_preferred)
+        assert rules(result, "vm-affinity") == []
+        assert not result.conflicts
+        assert not result.untranslatable
+    required = [pods[0], pod("b", "node2", near={"app": "a"})]  # the same term, required
+    assert rules(run_plan(required, PLACEMENTS, HOSTS), "vm-affinity") == [("vm1", "vm2")]
+
+
 def test_match_label_keys_keep_revisions_apart_only_from_their_own() -> None:
     term = {"matchLabelKeys": ["pod-template-hash"]}
     pods = [
@@ -258,3 +270,77 @@ def test_node_affinity_must_by_setting() -> None:
     )
     (rule,) = [o for o in result.clusters["domain-c1"].objects.values() if o.kind == "vm-host"]
     assert rule.mandatory
+
+
+# Pods on one VM (node1 = vm1 unless said) asking for hosts; "must" unless the case says should.
+MUST_HOST_CASES = [
+    pytest.param(
+        [("a", "node1", ["h0"]), ("b", "node1", ["h1"])],
+        True,
+        [("h0", ("vm1",), ("default/a",)), ("h1", ("vm1",), ("default/b",))],
+        id="two-disjoint-must-sets-on-one-vm",
+    ),
+    pytest.param(
+        [("a", "node1", ["h0", "h1"]), ("b", "node1", ["h1", "h2"])],
+        True,
+        [],
+        id="overlapping-sets-leave-h1",
+    ),
+    pytest.param(
+        [("a", "node1", ["h0"]), ("b", "node1", ["h1"])],
+        False,
+        [],
+        id="should-rules-may-be-broken-so-no-conflict",
+    ),
+    pytest.param(
+        [("a", "node1", ["h0"]), ("b", "node1", ["h1"]), ("c", "node4", ["h0"])],
+        True,
+        [("h0", ("vm1",), ("default/a",)), ("h1", ("vm1",), ("default/b",))],
+        id="only-the-stranded-vm-is-named",
+    ),
+    pytest.param(
+        [("a", "node1", ["h0", "h1"]), ("b", "node1", ["h1", "h2"]), ("c", "node1", ["h0", "h2"])],
+        True,
+        [
+            ("h0,h1", ("vm1",), ("default/a",)),
+            ("h0,h2", ("vm1",), ("default/c",)),
+            ("h1,h2", ("vm1",), ("default/b",)),
+        ],
+        id="pairwise-overlapping-but-nothing-common-to-all",
+    ),
+    pytest.param(
+        [("a", "node1", ["h0"]), ("b", "node2", ["h1"])],
+        True,
+        [],
+        id="different-vms-different-hosts",
+    ),
+]
+
+
+@pytest.mark.parametrize(("asked", "must", "expected"), MUST_HOST_CASES)
+def test_a_vm_sent_by_must_rules_onto_host_sets_with_no_common_host_is_a_conflict(
+    asked: list[tuple[str, str, list[str]]],
+    must: bool,
+    expected: list[tuple[str, tuple[str, ...], tuple[str, ...]]],
+) -> None:
+    pods = [pod(name, node, on_hosts=hosts) for name, node, hosts in asked]
+    result = run_plan(pods, PLACEMENTS, HOSTS, vm_host_mandatory=must)
+    cluster = result.clusters["domain-c1"]
+    strength = "must" if must else "should"
+    assert sorted((c.name, c.reason, c.vms, c.pods) for c in result.conflicts) == sorted(
+        (
+            object_name("vm-host", "domain-c1", f"hosts:{hosts}:{strength}"),
+            "no-common-host",
+            vms,
+            asking,
+        )
+        for hosts, vms, asking in expected
+    )
+    held_rules = {c.name for c in result.conflicts}
+    assert held_rules <= cluster.held  # neither sent nor taken away...
+    assert not held_rules & set(cluster.objects)
+    sets = {tuple(hosts) for _, _, hosts in asked}
+    assert len(cluster.held) == 3 * len(expected)  # ...with its two groups
+    assert len([o for o in cluster.objects.values() if o.kind == "vm-host"]) == len(sets) - len(
+        expected
+    )

@@ -95,7 +95,8 @@ class DrsRuleConflict(Event, frozen=True, kw_only=True, tag="drs.rule.conflict")
     """A DRS rule was not sent, or a rule we found is not ours to touch.
 
     `reason`: `too-few-hosts` (an anti-affinity group larger than the cluster's usable hosts),
-    `together-and-apart` (one VM pair both kept together and apart), `not-translatable` (a term
+    `together-and-apart` (one VM pair both kept together and apart), `no-common-host` (one VM
+    sent by "must" VM-Host rules onto host sets with no host in common), `not-translatable` (a term
     DRS cannot express exactly), `prefix-without-record` (a rule with our prefix that we have no
     record of: reported, never touched), `refused` (vCenter rejected it; retried with backoff).
     """

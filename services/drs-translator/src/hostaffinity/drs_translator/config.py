@@ -15,8 +15,9 @@ class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     dry_run: bool = False
     # VM-Host rules as "must" (DRS and HA never break them). "should" by default.
     vm_host_mandatory: bool = False
-    # Also translate preferred anti-affinity and preferred host node affinity, as "should"
-    # rules. Off by default: DRS rules have no weight, a preference would become a rule.
+    # Also translate preferred host anti-affinity (into the anti-affinity cliques) and preferred
+    # node affinity on hosts (a "should" VM-Host rule), whatever their weight; never preferred
+    # pod affinity (README). Off by default: DRS rules have no weight.
     translate_preferred: bool = False
     # Changes arriving within this window are planned and sent together (one reconfigure per
     # cluster).

@@ -13,9 +13,13 @@ domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`,
   one other VM ("be with that VM" is then exactly what was asked); otherwise not translatable.
 - Required node affinity `In` a set of hosts → VM group + host group + VM-Host rule ("should"
   unless `vm_host_mandatory`).
-- Preferred terms only with `translate_preferred` (DRS rules have no weight).
+- Preferred terms only with `translate_preferred` (DRS rules have no weight), and then only host
+  anti-affinity and node affinity on hosts: a preferred pod affinity held as a VM-VM affinity
+  rule would be as firm as a required one and could hold required anti-affinity back as a
+  together-and-apart conflict, so it is never translated.
 - What DRS cannot satisfy (a clique larger than the usable hosts, a pair kept together and
-  apart) is reported as a conflict and *held*: the rule is neither sent nor taken away.
+  apart, a VM that "must" VM-Host rules send onto host sets with no host in common) is reported
+  as a conflict and *held*: the rule is neither sent nor taken away.
 """
 
 from collections.abc import Iterable, Mapping
@@ -36,6 +40,8 @@ from hostaffinity.drs_translator.rules import DrsObject, object_name
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 CONNECTED: Final = "connected"
+# A VM-Host rule's identity: (cluster moid, host moids, mandatory).
+_HostGroupKey = tuple[str, tuple[str, ...], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +49,8 @@ class PlannerSettings:
     vcenter: str
     # VM-Host rules as "must" (DRS and HA never break them) instead of "should".
     vm_host_mandatory: bool = False
-    # Translate preferred anti-affinity and preferred host node affinity too (as "should").
+    # Translate preferred host anti-affinity and preferred host node affinity too (the latter as
+    # "should"); preferred pod affinity never.
     translate_preferred: bool = False
 
 
@@ -326,7 +333,7 @@ def _plan_host_rules(
     hosts_by_label: dict[tuple[str, str], str] = {
         (h.cluster_moid, h.label): h.moid for h in hosts.values()
     }
-    groups: dict[tuple[str, tuple[str, ...], bool], tuple[set[str], set[str]]] = {}
+    groups: dict[_HostGroupKey, dict[str, set[str]]] = {}  # → VM → the pods that asked
     for pod in pods:
         vm = vm_of(pod.spec.node_name) if pod.spec.node_name else None
         if vm is None or pod.status.phase in ("Succeeded", "Failed"):
@@ -342,23 +349,23 @@ def _plan_host_rules(
             )
             if not moids:
                 continue
-            vms, asked = groups.setdefault((vm.cluster, moids, mandatory), (set(), set()))
-            vms.add(vm.moid)
-            asked.add(pod.metadata.namespace + "/" + pod.metadata.name)
-    for (cluster, moids, mandatory), (vms, asked) in sorted(groups.items()):
+            asked = groups.setdefault((vm.cluster, moids, mandatory), {})
+            asked.setdefault(vm.moid, set()).add(pod.metadata.namespace + "/" + pod.metadata.name)
+    stranded = _stranded_vms(groups)
+    for (cluster, moids, mandatory), by_vm in sorted(groups.items()):
         key = f"hosts:{','.join(moids)}:{'must' if mandatory else 'should'}"
         vm_group = object_name("vm-group", cluster, key)
         host_group = object_name("host-group", cluster, key)
         rule = object_name("vm-host", cluster, key)
-        pods_asked = tuple(sorted(asked))
+        pods_asked = tuple(sorted(set().union(*by_vm.values())))
         reason = f"node affinity on hosts {', '.join(moids)}"
         cluster_plan = result.cluster(cluster)
-        for obj in (
+        objects = (
             DrsObject(
                 name=vm_group,
                 kind="vm-group",
                 cluster_moid=cluster,
-                vms=tuple(sorted(vms)),
+                vms=tuple(sorted(by_vm)),
                 pods=pods_asked,
                 reason=reason,
             ),
@@ -380,8 +387,37 @@ def _plan_host_rules(
                 pods=pods_asked,
                 reason=reason,
             ),
-        ):
+        )
+        clashing = sorted(vm for vm in by_vm if mandatory and (cluster, vm) in stranded)
+        if clashing:
+            cluster_plan.held.update(obj.name for obj in objects)
+            result.conflicts.append(
+                Conflict(
+                    cluster,
+                    rule,
+                    "no-common-host",
+                    f"VMs {', '.join(clashing)} are sent by this 'must' rule onto hosts "
+                    f"{', '.join(moids)} and by another 'must' rule onto hosts none of these",
+                    tuple(clashing),
+                    tuple(sorted(set().union(*(by_vm[vm] for vm in clashing)))),
+                )
+            )
+            continue
+        for obj in objects:
             cluster_plan.objects[obj.name] = obj
+
+
+def _stranded_vms(groups: Mapping[_HostGroupKey, Mapping[str, object]]) -> set[tuple[str, str]]:
+    """(cluster, VM) that "must" VM-Host rules send onto host sets with no host in common: DRS
+    cannot place such a VM anywhere. "Should" rules may be broken, so they never strand one."""
+    allowed: dict[tuple[str, str], frozenset[str]] = {}
+    for (cluster, moids, mandatory), by_vm in groups.items():
+        if not mandatory:
+            continue
+        for vm in by_vm:
+            hosts = allowed.get((cluster, vm), frozenset(moids))
+            allowed[(cluster, vm)] = hosts & frozenset(moids)
+    return {key for key, hosts in allowed.items() if not hosts}
 
 
 def _host_labels_of(selector: Selector) -> frozenset[str] | None:
