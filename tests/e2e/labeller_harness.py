@@ -165,6 +165,13 @@ async def stream_events(bus: Bus) -> list[TopologyEvent]:
     return events
 
 
+def session_keys(si: vim.ServiceInstance) -> set[str]:
+    """The keys of every session vCenter holds now."""
+    manager = si.RetrieveContent().sessionManager
+    assert manager is not None
+    return {session.key for session in manager.sessionList}
+
+
 def vm_by_name(si: vim.ServiceInstance, name: str) -> Any:
     content = si.RetrieveContent()
     view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)

@@ -49,6 +49,7 @@ from tests.e2e.labeller_harness import (
     labeller_config,
     node_object,
     running,
+    session_keys,
     stream_events,
     vm_by_name,
     wait_ready,
@@ -434,16 +435,6 @@ async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
     assert conflicts == []  # the rule was recognised as ours, not reported as a stranger
 
 
-@contextlib.asynccontextmanager
-async def checker(nats: NatsServer) -> AsyncIterator[Bus]:
-    """A connection of the test's own, made after NATS came back."""
-    bus = await Bus.connect(nats.settings(), name="checker")
-    try:
-        yield bus
-    finally:
-        await bus.close()
-
-
 async def test_a_conflict_found_while_nats_is_down_reaches_the_stream_once_after(
     vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
 ) -> None:
@@ -463,7 +454,7 @@ async def test_a_conflict_found_while_nats_is_down_reaches_the_stream_once_after
         await asyncio.sleep(max(0.0, 10.0 - (datetime.now(UTC) - stopped).total_seconds()))
         restarted = datetime.now(UTC)
         await nats_server.start()  # same port, same store
-        async with checker(nats_server) as bus:
+        async with nats_server.connection("checker") as bus:
             deadline = time.monotonic() + 30
             while not await events_of(bus, DrsRuleConflict):
                 assert time.monotonic() < deadline, "the conflict never reached the stream"
@@ -504,7 +495,7 @@ async def test_a_conflict_published_into_a_partition_is_published_again_once_aft
                 await asyncio.sleep(0.1)
             await asyncio.sleep(7)  # past the publish timeout: the first attempt is lost
             assert proxy.reset() == 1  # the partition ends as a firewall dropping its state
-            async with checker(nats_server) as bus:
+            async with nats_server.connection("checker") as bus:
                 deadline = time.monotonic() + 30
                 while not await events_of(bus, DrsRuleConflict):
                     assert time.monotonic() < deadline, "the conflict never reached the stream"
@@ -517,12 +508,6 @@ async def test_a_conflict_published_into_a_partition_is_published_again_once_aft
     assert [(e.reason, e.pods) for e in conflicts] == [
         ("too-few-hosts", [f"default/r{i}" for i in range(1, 5)])
     ]
-
-
-def session_keys(si: vim.ServiceInstance) -> set[str]:
-    manager = si.RetrieveContent().sessionManager
-    assert manager is not None
-    return {session.key for session in manager.sessionList}
 
 
 async def test_after_resets_and_a_terminated_session_it_keeps_working_on_one_session(

@@ -24,6 +24,7 @@ from tests.e2e.labeller_harness import (
     eventually,
     node_labels,
     relocate,
+    session_keys,
     stream_events,
     vm_by_name,
 )
@@ -56,12 +57,6 @@ OUTAGE_LEASE = LeaseSettings(
 def vcenter_truth(si: vim.ServiceInstance) -> dict[str, str]:
     """Each node VM's ESXi host name, as vCenter has it now."""
     return {name: vm_by_name(si, name).runtime.host.name for name in NODES}
-
-
-def session_keys(si: vim.ServiceInstance) -> set[str]:
-    manager = si.RetrieveContent().sessionManager
-    assert manager is not None
-    return {session.key for session in manager.sessionList}
 
 
 @contextmanager
@@ -155,22 +150,12 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
     assert moved == moves
 
 
-@asynccontextmanager
-async def checker(nats: NatsServer) -> AsyncIterator[Bus]:
-    """A connection of the test's own, made after NATS came back."""
-    bus = await Bus.connect(nats.settings(), name="checker")
-    try:
-        yield bus
-    finally:
-        await bus.close()
-
-
 async def truth_everywhere(
     kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer
 ) -> dict[str, tuple[str, str | None]]:
     """Per node where the label and the KV entry disagree with vCenter: {node: (label, kv)}."""
     truth = await asyncio.to_thread(vcenter_truth, admin)
-    async with checker(nats) as bus:
+    async with nats.connection("checker") as bus:
         store = await bus.topology()
         wrong = {}
         for node in NODES:
@@ -207,7 +192,7 @@ async def assert_every_move_announced(nats: NatsServer, moves: list[tuple[str, s
     """Each moved node's `vm.moved` events follow its moves in order and end where its last move
     went. Moves of one VM while the KV could not be written coalesce (an event describes a
     stored state, and the retry stores the newest one), so they need not all appear."""
-    async with checker(nats) as bus:
+    async with nats.connection("checker") as bus:
         events = [e for e in await stream_events(bus) if isinstance(e, VmMoved)]
     for node in {node for node, _ in moves}:
         made = [host for moved, host in moves if moved == node]
@@ -279,7 +264,7 @@ async def test_api_down_eight_seconds_with_moves_converges_and_loses_nothing(
 
         async def kv_goes_on(node: str, host: str) -> None:
             """The KV does not wait for the API: it follows vCenter during the outage."""
-            async with checker(parts.nats) as bus:
+            async with parts.nats.connection("checker") as bus:
                 store = await bus.topology()
                 deadline = time.monotonic() + 5.0
                 while (placement := await store.get_node(node)) is None or (

@@ -55,11 +55,8 @@ ESXI_HOST = EsxiHost(
 @pytest.fixture
 async def reader(nats_server: NatsServer) -> AsyncIterator[Bus]:
     """A second connection, as another service would have."""
-    other = await Bus.connect(nats_server.settings(), name="reader")
-    try:
+    async with nats_server.connection("reader") as other:
         yield other
-    finally:
-        await other.close()
 
 
 async def next_change(watch: TopologyWatch) -> TopologyChange:

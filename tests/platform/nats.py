@@ -55,6 +55,15 @@ class NatsServer:
         """Bus settings pointing at this server."""
         return NatsSettings(servers=[self.url])
 
+    @contextlib.asynccontextmanager
+    async def connection(self, name: str) -> AsyncIterator[Bus]:
+        """A client connection of the test's own (as another service would have), closed after."""
+        connected = await Bus.connect(self.settings(), name=name, reconnect_wait_seconds=1)
+        try:
+            yield connected
+        finally:
+            await connected.close()
+
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
             str(nats_server_binary()),
@@ -119,9 +128,6 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
 @pytest.fixture
 async def bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
     """A bus connected to `nats_server` with the streams and the topology bucket in place."""
-    connected = await Bus.connect(nats_server.settings(), name="test", reconnect_wait_seconds=1)
-    await connected.ensure_layout()
-    try:
+    async with nats_server.connection("test") as connected:
+        await connected.ensure_layout()
         yield connected
-    finally:
-        await connected.close()
