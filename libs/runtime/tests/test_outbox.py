@@ -5,7 +5,10 @@ import asyncio
 import itertools
 from collections.abc import Callable
 
+from prometheus_client import REGISTRY
+
 from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.runtime.telemetry import setup_telemetry
 from hostaffinity.schema import Event, NodeUnmatched
 
 
@@ -54,8 +57,20 @@ async def test_events_wait_while_the_bus_fails_and_go_out_in_order_once() -> Non
         await asyncio.gather(runner, return_exceptions=True)
 
 
+def exported(name: str, outbox: str) -> float:
+    """The sample's value as /metrics shows it (0 before the first one)."""
+    values = [
+        sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == name and sample.labels.get("outbox") == outbox
+    ]
+    return sum(values)
+
+
 def test_a_full_outbox_drops_the_oldest_and_counts_it() -> None:
-    outbox = Outbox("test", lambda _e: asyncio.sleep(0), capacity=2)
+    setup_telemetry("hostaffinity-tests")
+    outbox = Outbox("bounded", lambda _e: asyncio.sleep(0), capacity=2)
     for n in range(5):
         outbox.put(event(n))
     assert len(outbox) == 2
@@ -63,3 +78,5 @@ def test_a_full_outbox_drops_the_oldest_and_counts_it() -> None:
     outbox.put(event(0))  # a dropped id may come again
     assert len(outbox) == 2
     assert outbox.dropped == 4
+    assert exported("hostaffinity_bus_outbox_queued", "bounded") == 2
+    assert exported("hostaffinity_bus_outbox_dropped_total", "bounded") == 4
