@@ -80,3 +80,41 @@ def test_a_full_outbox_drops_the_oldest_and_counts_it() -> None:
     assert outbox.dropped == 4
     assert exported("hostaffinity_bus_outbox_queued", "bounded") == 2
     assert exported("hostaffinity_bus_outbox_dropped_total", "bounded") == 4
+
+
+async def test_on_stop_what_waits_is_published_within_the_drain_time() -> None:
+    sent: list[str] = []
+    first_attempt = [True]
+
+    async def publish(item: Event) -> None:
+        if first_attempt[0]:  # the first publish is in flight when the stop comes
+            first_attempt[0] = False
+            await asyncio.sleep(60)
+        sent.append(item.id)
+
+    outbox = Outbox("test", publish)
+    runner = asyncio.create_task(outbox.run())
+    for n in range(3):
+        outbox.put(event(n))
+    await eventually(lambda: not first_attempt[0])
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    assert runner.cancelled()
+    assert sent == ["e0", "e1", "e2"]
+    assert len(outbox) == 0
+
+
+async def test_on_stop_with_the_bus_not_answering_the_drain_gives_up_at_its_bound() -> None:
+    async def publish(_item: Event) -> None:
+        await asyncio.sleep(60)  # no ack comes
+
+    outbox = Outbox("test", publish, drain_seconds=0.2)
+    runner = asyncio.create_task(outbox.run())
+    for n in range(3):
+        outbox.put(event(n))
+    await asyncio.sleep(0.05)
+    runner.cancel()
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(asyncio.gather(runner, return_exceptions=True), 2)
+    assert asyncio.get_running_loop().time() - started >= 0.2  # it did wait for the bus
+    assert len(outbox) == 3  # kept (and logged), never half-published

@@ -5,7 +5,9 @@ Producers `put` and never wait: a reconcile, an eviction or a DRS batch is never
 bus. `run` publishes the head event; while that fails it is retried with exponential backoff and
 the rest wait behind it, so subscribers see the events in the order they happened. An event
 whose id is already waiting is not queued again, and a publish retried after a lost ack is stored
-once, because every event id is deterministic and goes out as JetStream's `Nats-Msg-Id`.
+once, because every event id is deterministic and goes out as JetStream's `Nats-Msg-Id`. When
+the service stops (SIGTERM, Lease lost), what still waits gets `drain_seconds` to go out while
+the bus is still open; what NATS does not take by then is logged as lost.
 
 Metrics: `hostaffinity_bus_outbox_queued{outbox}` (events waiting) and
 `hostaffinity_bus_outbox_dropped_total{outbox}` (the oldest, dropped at the bound).
@@ -47,6 +49,7 @@ class Outbox:
         capacity: int = 10_000,
         retry_base_seconds: float = 0.25,
         retry_max_seconds: float = 5.0,
+        drain_seconds: float = 2.0,
     ) -> None:
         self.name = name
         self.dropped = 0
@@ -54,6 +57,7 @@ class Outbox:
         self._capacity = capacity
         self._retry_base = retry_base_seconds
         self._retry_max = retry_max_seconds
+        self._drain_seconds = drain_seconds
         self._waiting: collections.deque[Event] = collections.deque()
         self._ids: set[str] = set()
         self._ready = asyncio.Event()
@@ -79,6 +83,13 @@ class Outbox:
         return len(self._waiting)
 
     async def run(self) -> None:
+        """Publish until cancelled; then, for at most `drain_seconds`, what still waits."""
+        try:
+            await self._publish_until_cancelled()
+        finally:
+            await self._drain()
+
+    async def _publish_until_cancelled(self) -> None:
         while True:
             await self._ready.wait()
             failures = 0
@@ -101,8 +112,29 @@ class Outbox:
                     await asyncio.sleep(delay)
                     continue
                 failures = 0
-                if self._waiting and self._waiting[0] is event:  # not dropped meanwhile
-                    self._waiting.popleft()
-                    self._ids.discard(event.id)
-                    _queued.add(-1, self._labels)
+                self._published(event)
             self._ready.clear()
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._drain_seconds
+        while self._waiting and (left := deadline - loop.time()) > 0:
+            event = self._waiting[0]
+            try:
+                await asyncio.wait_for(self._publish(event), min(left, PUBLISH_TIMEOUT_SECONDS))
+            except Exception:  # NATS is away: no time left to wait for it
+                break
+            self._published(event)
+        if self._waiting:
+            _log.warning(
+                "%s: stopping with %d events not published, from %s",
+                self.name,
+                len(self._waiting),
+                self._waiting[0].id,
+            )
+
+    def _published(self, event: Event) -> None:
+        if self._waiting and self._waiting[0] is event:  # not dropped meanwhile
+            self._waiting.popleft()
+            self._ids.discard(event.id)
+            _queued.add(-1, self._labels)
