@@ -371,6 +371,30 @@ async def test_node_affinity_on_a_host_becomes_groups_and_a_should_rule(
         assert (await calls(drs, mark))["ReconfigureComputeResource_Task"] == 1
 
 
+async def test_must_rules_onto_hosts_with_none_in_common_are_held_and_reported(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
+) -> None:
+    si = vc.connect()
+    config = drs_config(vc, nats_server, kubeconfig, vm_host_mandatory=True)
+    async with labeller(vc, nats_server, kubeconfig), running_translator(config) as drs:
+        mark = dict(drs.calls)
+        # Both run on node2 (node affinity is IgnoredDuringExecution: its VM moved since).
+        kube_double.seed(pod_manifest("db", "node2", {"app": "db"}, on_hosts=["DC0_C0_H1"]))
+        kube_double.seed(pod_manifest("cache", "node2", {"app": "c"}, on_hosts=["DC0_C0_H2"]))
+        await eventually(lambda: len(drs.translator.pods) == 2, "pods seen")
+        assert "ReconfigureComputeResource_Task" not in await calls(drs, mark)
+        assert drs_state(si) == {}
+        conflicts = await events_of(bus, DrsRuleConflict)
+        assert sorted((e.reason, tuple(e.vms), tuple(e.pods)) for e in conflicts) == [
+            ("no-common-host", (vm(si, "node2"),), ("default/cache",)),
+            ("no-common-host", (vm(si, "node2"),), ("default/db",)),
+        ]
+        events = await pod_events(kube_double, "DrsRuleConflict")
+        assert sorted(e["involvedObject"]["name"] for e in events) == ["cache", "db"]
+        kube_double.delete("v1", "pods", "cache", "default")  # satisfiable again: sent
+        await settle(lambda: len(drs_state(si)) == 3, "VM group, host group, VM-Host rule")
+
+
 def start_subprocess(config_path: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
     """The console entry point as a separate process (so that it can be killed with -9)."""
     with log.open("ab") as out:
