@@ -1,0 +1,351 @@
+"""The admission policy's CEL, run by a CEL runtime, against the webhook on the golden pods.
+
+No kube-apiserver runs here, so the policy in k8s/components/admission-policy is evaluated by
+cel-expr-python (Google's CEL C++ runtime) the way kube-apiserver v1.36 runs it
+(staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/mutating/dispatcher.go): the
+matchConditions once on the object as sent, then each mutation in order on the object as the
+previous mutations left it, a mutation whose evaluation fails skipped (`failurePolicy: Ignore`),
+each JSONPatch applied with the `jsonpatch` library. The pod it stores must be the webhook's.
+
+Three source rewrites adapt Kubernetes' CEL environment to the library; none changes a value:
+
+1. Typed construction `Object.<path>{field: x, ?field: y}` and `JSONPatch{...}` become map
+   literals `{'field': x, ?'field': y}`. kube-apiserver turns the typed value into JSON holding
+   exactly the fields that were set, which is what the map holds. What the rewrite drops is the
+   compile-time check that each field exists at that path of the Pod schema; the stored pod is
+   validated against the Pod OpenAPI schema (strict, unknown fields fail) to put it back.
+2. `variables.NAME` becomes `cel.bind(variables_NAME, <its expression>, ...)`, nested in the
+   declaration order around every expression. kube-apiserver gives each evaluation a fresh lazy
+   map of variables, evaluated on first use against the same object
+   (staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/composition.go, `Variables`), and a
+   variable may use only earlier ones; cel-cpp initialises `cel.bind` lazily too, so a variable
+   that would fail (e.g. `int()` of a bad spread annotation) fails only where it is used. The
+   tests assert that no expression fails on any pod here.
+3. `M.transformMap(k, v, P, T)` becomes `test.mapOfEntries(M.transformList(k, v, P, [k, T]))`:
+   cel-expr-python 0.1.3 declares the two-variable comprehensions but its runtime has no
+   `cel.@mapInsert`, the map accumulator transformMap expands to. transformList visits the same
+   entries with the same predicate; the pairs, whose keys are unique because they come from a
+   map, are folded into the map by `_map_of_entries`.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+import yaml
+from admission_golden import CASES, admitted
+from cel_expr_python import cel
+
+from hostaffinity.scheduler_extender.admission import MutationSettings
+from hostaffinity.schema.names import POD_PHYSICAL_ANTI_AFFINITY, POD_SPREAD_ACROSS_HOSTS
+
+POLICY_FILE = (
+    Path(__file__).resolve().parents[1]
+    / "k8s/components/admission-policy/mutatingadmissionpolicy.yaml"
+)
+KUBERNETES_VERSION = "1.34.0"  # newest Pod schema kubernetes-validate ships
+
+# The CEL libraries the policy uses, as kube-apiserver v1.36 has them (optional types, strings,
+# lists.range, two-variable comprehensions) plus `cel.bind` for rewrite 2.
+ENVIRONMENT = """
+extensions:
+  - name: "optional"
+    version: 2
+  - name: "strings"
+  - name: "lists"
+  - name: "two-var-comprehensions"
+  - name: "bindings"
+variables:
+  - name: "object"
+    type: "dyn"
+"""
+
+TYPED_LITERAL = re.compile(r"(?<![\w.])(?:Object(?:\s*\.\s*\w+)+|JSONPatch)\s*\{")
+FIELD_ENTRY = re.compile(r"\s*(\?)?\s*([A-Za-z_]\w*)\s*:(.*)", re.DOTALL)
+VARIABLE = re.compile(r"(?<![\w.])variables\.([A-Za-z_]\w*)")
+TRANSFORM_MAP = re.compile(r"\.transformMap\s*\(")
+CLOSING = {"(": ")", "[": "]", "{": "}"}
+
+
+def _map_of_entries(entries: list[list[Any]]) -> dict[Any, Any]:
+    return {key: value for key, value in entries}
+
+
+def _environment() -> Any:
+    entries = cel.Type.List(cel.Type.List(cel.Type.DYN))
+    overload = cel.Overload(
+        "test_map_of_entries",
+        return_type=cel.Type.Map(cel.Type.DYN, cel.Type.DYN),
+        parameters=[entries],
+        impl=_map_of_entries,
+    )
+    support = cel.CelExtension("test", [cel.FunctionDecl("test.mapOfEntries", [overload])])
+    return cel.NewEnv(config=cel.NewEnvConfigFromYaml(ENVIRONMENT), extensions=[support])
+
+
+ENV = _environment()
+
+
+def _code_spans(source: str) -> list[tuple[int, int]]:
+    """Where `source` is code, not a string literal (the policy uses only '...' literals)."""
+    spans, start, at = [], 0, 0
+    while at < len(source):
+        if source[at] in "'\"":
+            end = source.index(source[at], at + 1)
+            spans.append((start, at))
+            start = at = end + 1
+        else:
+            at += 1
+    spans.append((start, len(source)))
+    return spans
+
+
+def _in_code(source: str, position: int) -> bool:
+    return any(start <= position < end for start, end in _code_spans(source))
+
+
+def _closing(source: str, opening: int) -> int:
+    """The index of the bracket that closes the one at `opening`, skipping string literals."""
+    depth = 0
+    for start, end in _code_spans(source):
+        for at in range(max(start, opening), end):
+            if source[at] in CLOSING:
+                depth += 1
+            elif source[at] in CLOSING.values():
+                depth -= 1
+                if depth == 0:
+                    return at
+    raise ValueError(f"unbalanced brackets in {source!r}")
+
+
+def _top_level_parts(source: str) -> list[str]:
+    """`source` split at the commas outside any bracket or string literal."""
+    parts, depth, start = [], 0, 0
+    for at, char in enumerate(source):
+        if not _in_code(source, at):
+            continue
+        if char in CLOSING:
+            depth += 1
+        elif char in CLOSING.values():
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(source[start:at])
+            start = at + 1
+    parts.append(source[start:])
+    return parts
+
+
+def _first_in_code(pattern: re.Pattern[str], source: str) -> re.Match[str] | None:
+    return next((m for m in pattern.finditer(source) if _in_code(source, m.start())), None)
+
+
+def typed_literals_as_maps(source: str) -> str:
+    """Rewrite 1: `Object.a.b{f: x, ?g: y}` and `JSONPatch{...}` as `{'f': x, ?'g': y}`."""
+    found = _first_in_code(TYPED_LITERAL, source)
+    if found is None:
+        return source
+    opening = found.end() - 1
+    closing = _closing(source, opening)
+    entries = []
+    for part in _top_level_parts(source[opening + 1 : closing]):
+        entry = FIELD_ENTRY.fullmatch(part)
+        if entry is None:
+            if part.strip():
+                raise ValueError(f"not a field initialiser: {part!r}")
+            continue
+        optional, name, value = entry.groups()
+        entries.append(f"{optional or ''}'{name}': {typed_literals_as_maps(value.strip())}")
+    rewritten = "{" + ", ".join(entries) + "}"
+    return source[: found.start()] + rewritten + typed_literals_as_maps(source[closing + 1 :])
+
+
+def transform_map_via_entries(source: str) -> str:
+    """Rewrite 3: `M.transformMap(k, v, P, T)` as `test.mapOfEntries(M.transformList(k, v, P,
+    [k, T]))`; M is the operand the call is made on (an identifier path, as in the policy)."""
+    found = _first_in_code(TRANSFORM_MAP, source)
+    if found is None:
+        return source
+    operand = re.search(r"[\w.]+\s*$", source[: found.start()])
+    if operand is None:
+        raise ValueError(f"transformMap on an operand this rewrite does not handle: {source!r}")
+    closing = _closing(source, found.end() - 1)
+    arguments = _top_level_parts(source[found.end() : closing])
+    if len(arguments) != 4:
+        raise ValueError(f"transformMap with {len(arguments)} arguments: {source!r}")
+    key, value, predicate, transform = (a.strip() for a in arguments)
+    pairs = f"[{key}, {transform_map_via_entries(transform)}]"
+    listed = f"{operand.group().strip()}.transformList({key}, {value}, {predicate}, {pairs})"
+    return (
+        source[: operand.start()]
+        + f"test.mapOfEntries({listed})"
+        + transform_map_via_entries(source[closing + 1 :])
+    )
+
+
+def _variable_names(source: str) -> str:
+    return VARIABLE.sub(
+        lambda m: f"variables_{m.group(1)}" if _in_code(source, m.start()) else m.group(), source
+    )
+
+
+def _adapted(source: str) -> str:
+    return _variable_names(transform_map_via_entries(typed_literals_as_maps(source)))
+
+
+@dataclass
+class Policy:
+    """The policy's expressions, adapted to cel-expr-python and compiled (type-checked)."""
+
+    match_conditions: list[Any]
+    mutations: list[Any]
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, edit: Callable[[dict[str, Any]], None] = lambda spec: None) -> Policy:
+        spec = yaml.safe_load(POLICY_FILE.read_text())["spec"]
+        edit(spec)
+        variables = [(v["name"], _adapted(v["expression"])) for v in spec.get("variables", [])]
+
+        def compiled(expression: str) -> Any:
+            source = _adapted(expression)
+            for name, value in reversed(variables):
+                source = f"cel.bind(variables_{name}, {value}, {source})"
+            return ENV.compile(source)
+
+        assert all(m["patchType"] == "JSONPatch" for m in spec["mutations"])
+        return cls(
+            match_conditions=[compiled(c["expression"]) for c in spec.get("matchConditions", [])],
+            mutations=[compiled(m["jsonPatch"]["expression"]) for m in spec["mutations"]],
+        )
+
+    def admit(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The pod kube-apiserver stores after this policy (dispatcher.go's order and skips)."""
+        if not all(
+            c.eval(data={"object": pod}).plain_value() is True for c in self.match_conditions
+        ):
+            return pod
+        for position, mutation in enumerate(self.mutations):
+            try:
+                operations = mutation.eval(data={"object": pod}).plain_value()
+            except Exception as failed:  # a failed mutation is skipped under failurePolicy Ignore
+                self.errors.append(f"mutation {position}: {failed}")
+                continue
+            if not isinstance(operations, list):  # an error value, not a list of JSONPatch
+                self.errors.append(f"mutation {position}: {operations!r}")
+                continue
+            pod = jsonpatch.apply_patch(pod, operations)
+        return pod
+
+
+def _stored(policy: Policy, pod: dict[str, Any]) -> dict[str, Any]:
+    original = copy.deepcopy(pod)
+    result = policy.admit(pod)
+    assert pod == original, "evaluation must not modify the object it was given"
+    assert policy.errors == []
+    return result
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_policy_stores_the_webhooks_pod(case: str) -> None:
+    pod, expected = CASES[case]()
+    stored = _stored(Policy.load(), pod)
+    assert stored == admitted(pod)
+    assert stored == expected
+    kubernetes_validate.validate(stored, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_policy_reinvoked_adds_nothing(case: str) -> None:
+    """reinvocationPolicy: IfNeeded runs it again on its own output: nothing more to add."""
+    pod, _ = CASES[case]()
+    policy = Policy.load()
+    once = _stored(policy, pod)
+    assert _stored(policy, once) == once
+
+
+def _opted_in_pod(**annotations: str) -> dict[str, Any]:
+    pod, _ = CASES["deployment-pod"]()
+    pod["metadata"]["annotations"] = {POD_PHYSICAL_ANTI_AFFINITY: "true", **annotations}
+    return pod
+
+
+@pytest.mark.parametrize(
+    "skew",
+    ["1", "07", "2147483647", "0", "-1", "+1", " 1", "1.0", "", "two", "\u00b2", "2147483648"],
+)
+def test_policy_reads_the_spread_annotation_as_the_webhook_does(skew: str) -> None:
+    """Whole numbers 1..2^31-1 give the spread; anything else leaves the pod alone, twins too."""
+    pod = _opted_in_pod(**{POD_SPREAD_ACROSS_HOSTS: skew})
+    assert _stored(Policy.load(), pod) == admitted(pod)
+
+
+def test_policy_leaves_a_spread_without_shared_labels_alone() -> None:
+    pod = _opted_in_pod(**{POD_SPREAD_ACROSS_HOSTS: "2"})
+    pod["metadata"]["labels"] = {"pod-template-hash": "5f6d7"}
+    stored = _stored(Policy.load(), pod)
+    assert stored == admitted(pod) == pod
+
+
+def test_policy_keeps_a_preference_soft() -> None:
+    pod = _opted_in_pod()
+    del pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    stored = _stored(Policy.load(), pod)
+    assert stored == admitted(pod)
+    assert "nodeAffinity" not in stored["spec"]["affinity"]
+
+
+def _cluster_wide(spec: dict[str, Any]) -> None:
+    """The change the policy's header asks for in cluster-wide mode."""
+    del spec["matchConditions"]
+    (opted_in,) = (v for v in spec["variables"] if v["name"] == "optedIn")
+    opted_in["expression"] = "true"
+
+
+def test_cluster_wide_policy_matches_the_cluster_wide_webhook() -> None:
+    pod, _ = CASES["not-opted-in"]()
+    stored = _stored(Policy.load(_cluster_wide), pod)
+    assert stored == admitted(pod, MutationSettings(cluster_wide=True))
+    assert stored != pod
+
+
+def test_policy_with_do_not_schedule_matches_the_webhook_setting() -> None:
+    def hard(spec: dict[str, Any]) -> None:
+        (constraint,) = (v for v in spec["variables"] if v["name"] == "spreadConstraint")
+        constraint["expression"] = constraint["expression"].replace(
+            "'ScheduleAnyway'", "'DoNotSchedule'"
+        )
+
+    pod = _opted_in_pod(**{POD_SPREAD_ACROSS_HOSTS: "3"})
+    webhook = admitted(pod, MutationSettings(spread_when_unsatisfiable="DoNotSchedule"))
+    assert _stored(Policy.load(hard), pod) == webhook
+
+
+def test_the_rewrites_keep_the_expression() -> None:
+    """The three rewrites on small sources, so a reader can check them without the policy."""
+    assert (
+        typed_literals_as_maps("Object.spec.x{a: 1, ?b: t.?b, c: Object.spec.x.c{d: 'e: f'}}")
+        == "{'a': 1, ?'b': t.?b, 'c': {'d': 'e: f'}}"
+    )
+    assert typed_literals_as_maps("JSONPatch{op: 'add', value: {}}") == (
+        "{'op': 'add', 'value': {}}"
+    )
+    assert transform_map_via_entries("m.transformMap(k, v, f(k, v), v)") == (
+        "test.mapOfEntries(m.transformList(k, v, f(k, v), [k, v]))"
+    )
+    assert _variable_names("variables.a + 'variables.b' + variables.c") == (
+        "variables_a + 'variables.b' + variables_c"
+    )
+
+
+def test_bound_variables_are_lazy_as_kubernetes_variables_are() -> None:
+    """Rewrite 2 relies on it: a binding that would fail is never evaluated when unused."""
+    source = "cel.bind(variables_bad, int('two'), cel.bind(variables_ok, 1, variables_ok))"
+    assert ENV.compile(source).eval(data={"object": {}}).plain_value() == 1
