@@ -94,57 +94,54 @@ def _environment() -> Any:
 ENV = _environment()
 
 
-def _code_spans(source: str) -> list[tuple[int, int]]:
-    """Where `source` is code, not a string literal (the policy uses only '...' literals)."""
-    spans, start, at = [], 0, 0
-    while at < len(source):
-        if source[at] in "'\"":
-            end = source.index(source[at], at + 1)
-            spans.append((start, at))
-            start = at = end + 1
+def _in_code(source: str) -> list[bool]:
+    """For each character of `source`, whether it is code rather than part of a string literal
+    (the policy's literals are '...' without escapes)."""
+    mask, quote = [], ""
+    for char in source:
+        if quote:
+            mask.append(False)
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            mask.append(False)
+            quote = char
         else:
-            at += 1
-    spans.append((start, len(source)))
-    return spans
+            mask.append(True)
+    return mask
 
 
-def _in_code(source: str, position: int) -> bool:
-    return any(start <= position < end for start, end in _code_spans(source))
+def _depths(source: str) -> list[int]:
+    """For each character, the bracket depth after it (brackets in string literals ignored)."""
+    depths, depth = [], 0
+    for char, code in zip(source, _in_code(source), strict=True):
+        if code and char in CLOSING:
+            depth += 1
+        elif code and char in CLOSING.values():
+            depth -= 1
+        depths.append(depth)
+    return depths
 
 
 def _closing(source: str, opening: int) -> int:
-    """The index of the bracket that closes the one at `opening`, skipping string literals."""
-    depth = 0
-    for start, end in _code_spans(source):
-        for at in range(max(start, opening), end):
-            if source[at] in CLOSING:
-                depth += 1
-            elif source[at] in CLOSING.values():
-                depth -= 1
-                if depth == 0:
-                    return at
-    raise ValueError(f"unbalanced brackets in {source!r}")
+    """The index of the bracket that closes the one at `opening`."""
+    depths = _depths(source)
+    outside = depths[opening] - 1
+    return next(at for at in range(opening + 1, len(source)) if depths[at] == outside)
 
 
 def _top_level_parts(source: str) -> list[str]:
     """`source` split at the commas outside any bracket or string literal."""
-    parts, depth, start = [], 0, 0
-    for at, char in enumerate(source):
-        if not _in_code(source, at):
-            continue
-        if char in CLOSING:
-            depth += 1
-        elif char in CLOSING.values():
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(source[start:at])
-            start = at + 1
-    parts.append(source[start:])
-    return parts
+    scanned = zip(source, _in_code(source), _depths(source), strict=True)
+    cuts = [
+        at for at, (char, code, depth) in enumerate(scanned) if char == "," and code and depth == 0
+    ]
+    bounds = zip([-1, *cuts], [*cuts, len(source)], strict=True)
+    return [source[start + 1 : end] for start, end in bounds]
 
 
 def _first_in_code(pattern: re.Pattern[str], source: str) -> re.Match[str] | None:
-    return next((m for m in pattern.finditer(source) if _in_code(source, m.start())), None)
+    code = _in_code(source)
+    return next((m for m in pattern.finditer(source) if code[m.start()]), None)
 
 
 def typed_literals_as_maps(source: str) -> str:
@@ -191,8 +188,9 @@ def transform_map_via_entries(source: str) -> str:
 
 
 def _variable_names(source: str) -> str:
+    code = _in_code(source)
     return VARIABLE.sub(
-        lambda m: f"variables_{m.group(1)}" if _in_code(source, m.start()) else m.group(), source
+        lambda m: f"variables_{m.group(1)}" if code[m.start()] else m.group(), source
     )
 
 
@@ -226,22 +224,32 @@ class Policy:
             mutations=[compiled(m["jsonPatch"]["expression"]) for m in spec["mutations"]],
         )
 
+    def _evaluate(self, program: Any, pod: dict[str, Any], what: str) -> Any:
+        """The expression's value on `pod`, or None with the error noted (cel-expr-python
+        returns most evaluation errors as values of type error, and raises the rest)."""
+        try:
+            value = program.eval(data={"object": pod})
+        except RuntimeError as failed:
+            self.errors.append(f"{what}: {failed}")
+            return None
+        if value.type() == cel.Type.ERROR:
+            self.errors.append(f"{what}: {value.plain_value()}")
+            return None
+        return value.plain_value()
+
     def admit(self, pod: dict[str, Any]) -> dict[str, Any]:
-        """The pod kube-apiserver stores after this policy (dispatcher.go's order and skips)."""
-        if not all(
-            c.eval(data={"object": pod}).plain_value() is True for c in self.match_conditions
-        ):
+        """The pod kube-apiserver stores after this policy (dispatcher.go's order; what fails is
+        skipped, as `failurePolicy: Ignore` has it)."""
+        matches = [
+            self._evaluate(c, pod, f"matchCondition {n}")
+            for n, c in enumerate(self.match_conditions)
+        ]
+        if False in matches or None in matches:
             return pod
         for position, mutation in enumerate(self.mutations):
-            try:
-                operations = mutation.eval(data={"object": pod}).plain_value()
-            except Exception as failed:  # a failed mutation is skipped under failurePolicy Ignore
-                self.errors.append(f"mutation {position}: {failed}")
-                continue
-            if not isinstance(operations, list):  # an error value, not a list of JSONPatch
-                self.errors.append(f"mutation {position}: {operations!r}")
-                continue
-            pod = jsonpatch.apply_patch(pod, operations)
+            operations = self._evaluate(mutation, pod, f"mutation {position}")
+            if operations is not None:
+                pod = jsonpatch.apply_patch(pod, operations)
         return pod
 
 
