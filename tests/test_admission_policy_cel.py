@@ -11,9 +11,10 @@ Three source rewrites adapt Kubernetes' CEL environment to the library; none cha
 
 1. Typed construction `Object.<path>{field: x, ?field: y}` and `JSONPatch{...}` become map
    literals `{'field': x, ?'field': y}`. kube-apiserver turns the typed value into JSON holding
-   exactly the fields that were set, which is what the map holds. What the rewrite drops is the
-   compile-time check that each field exists at that path of the Pod schema; the stored pod is
-   validated against the Pod OpenAPI schema (strict, unknown fields fail) to put it back.
+   exactly the fields that were set, which is what the map holds. kube-apiserver's compile-time
+   check that the path and each field exist in the Pod schema is made by the rewrite itself,
+   against the Pod OpenAPI schema kubernetes-validate ships; the stored pod is validated
+   against that schema too (strict: unknown fields fail).
 2. `variables.NAME` becomes `cel.bind(variables_NAME, <its expression>, ...)`, nested in the
    declaration order around every expression. kube-apiserver gives each evaluation a fresh lazy
    map of variables, evaluated on first use against the same object
@@ -31,6 +32,8 @@ Three source rewrites adapt Kubernetes' CEL environment to the library; none cha
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +55,12 @@ POLICY_FILE = (
     / "k8s/components/admission-policy/mutatingadmissionpolicy.yaml"
 )
 KUBERNETES_VERSION = "1.34.0"  # newest Pod schema kubernetes-validate ships
+SCHEMAS = (
+    Path(kubernetes_validate.__file__).parent
+    / f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local-strict"
+)
+# kube-apiserver's JSONPatch type (staging/src/k8s.io/apiserver/pkg/cel/mutation/jsonpatch.go).
+JSONPATCH_FIELDS = {"op", "path", "from", "value"}
 
 # The CEL libraries the policy uses, as kube-apiserver v1.36 has them (optional types, strings,
 # lists.range, two-variable comprehensions) plus `cel.bind` for rewrite 2.
@@ -144,6 +153,32 @@ def _first_in_code(pattern: re.Pattern[str], source: str) -> re.Match[str] | Non
     return next((m for m in pattern.finditer(source) if code[m.start()]), None)
 
 
+@functools.cache
+def _schema(name: str) -> Any:
+    return json.loads((SCHEMAS / name).read_text())
+
+
+def _fields_of(type_name: str) -> set[str]:
+    """The fields of `Object.a.b` (the Pod schema at .a.b, a list field naming its items) or of
+    `JSONPatch`: the compile-time check kube-apiserver makes and rewrite 1 would drop."""
+    if type_name == "JSONPatch":
+        return JSONPATCH_FIELDS
+    definitions = _schema("_definitions.json")["$defs"]
+
+    def resolved(schema: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in schema:
+            schema = definitions[schema["$ref"].rpartition("/")[2]]
+        return resolved(schema["items"]) if "items" in schema else schema
+
+    schema = resolved(_schema("pod-v1.json"))
+    for segment in type_name.split(".")[1:]:
+        properties = schema.get("properties", {})
+        if segment not in properties:
+            raise ValueError(f"no field {segment!r} on the way to {type_name}")
+        schema = resolved(properties[segment])
+    return set(schema["properties"])
+
+
 def typed_literals_as_maps(source: str) -> str:
     """Rewrite 1: `Object.a.b{f: x, ?g: y}` and `JSONPatch{...}` as `{'f': x, ?'g': y}`."""
     found = _first_in_code(TYPED_LITERAL, source)
@@ -151,6 +186,7 @@ def typed_literals_as_maps(source: str) -> str:
         return source
     opening = found.end() - 1
     closing = _closing(source, opening)
+    known = _fields_of("".join(source[found.start() : opening].split()))
     entries = []
     for part in _top_level_parts(source[opening + 1 : closing]):
         entry = FIELD_ENTRY.fullmatch(part)
@@ -159,6 +195,8 @@ def typed_literals_as_maps(source: str) -> str:
                 raise ValueError(f"not a field initialiser: {part!r}")
             continue
         optional, name, value = entry.groups()
+        if name not in known:
+            raise ValueError(f"no field {name!r} in {source[found.start() : opening]}")
         entries.append(f"{optional or ''}'{name}': {typed_literals_as_maps(value.strip())}")
     rewritten = "{" + ", ".join(entries) + "}"
     return source[: found.start()] + rewritten + typed_literals_as_maps(source[closing + 1 :])
@@ -338,13 +376,20 @@ def test_policy_with_do_not_schedule_matches_the_webhook_setting() -> None:
 
 def test_the_rewrites_keep_the_expression() -> None:
     """The three rewrites on small sources, so a reader can check them without the policy."""
-    assert (
-        typed_literals_as_maps("Object.spec.x{a: 1, ?b: t.?b, c: Object.spec.x.c{d: 'e: f'}}")
-        == "{'a': 1, ?'b': t.?b, 'c': {'d': 'e: f'}}"
+    spread = "Object.spec.topologySpreadConstraints"
+    assert typed_literals_as_maps(
+        f"{spread}{{maxSkew: 1, ?matchLabelKeys: t.?k, labelSelector: "
+        f"{spread}.labelSelector{{matchLabels: {{'a': 'b: c'}}}}}}"
+    ) == (
+        "{'maxSkew': 1, ?'matchLabelKeys': t.?k, 'labelSelector': {'matchLabels': {'a': 'b: c'}}}"
     )
     assert typed_literals_as_maps("JSONPatch{op: 'add', value: {}}") == (
         "{'op': 'add', 'value': {}}"
     )
+    with pytest.raises(ValueError, match="no field 'topologyKeys'"):
+        typed_literals_as_maps("Object.spec.topologySpreadConstraints{topologyKeys: 'x'}")
+    with pytest.raises(ValueError, match="no field 'podAntiAfinity'"):
+        typed_literals_as_maps("Object.spec.affinity.podAntiAfinity{}")
     assert transform_map_via_entries("m.transformMap(k, v, f(k, v), v)") == (
         "test.mapOfEntries(m.transformList(k, v, f(k, v), [k, v]))"
     )
