@@ -9,10 +9,19 @@ admission-policy outputs is about these same cases.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from typing import Any
 
+import jsonpatch
+
+from hostaffinity.scheduler_extender.admission import MutationSettings
+from hostaffinity.scheduler_extender.admission_review import (
+    decode_review,
+    encode_answer,
+    mutation_for,
+)
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
@@ -40,6 +49,26 @@ def review(pod: dict[str, Any], uid: str = "00000000-0000-4000-8000-000000000001
     body["request"]["namespace"] = pod["metadata"].get("namespace", "apps")
     body["request"]["object"] = pod
     return json.dumps(body).encode()
+
+
+def answer(body: bytes, settings: MutationSettings | None = None) -> dict[str, Any]:
+    """The webhook's AdmissionReview answer to `body`, as it goes back on the wire."""
+    parsed = decode_review(body)
+    mutation = mutation_for(parsed, settings or MutationSettings())
+    reply: dict[str, Any] = json.loads(encode_answer(parsed, mutation))
+    return reply
+
+
+def admitted(pod: dict[str, Any], settings: MutationSettings | None = None) -> dict[str, Any]:
+    """The pod as the API server would store it after the webhook's answer."""
+    response = answer(review(pod), settings)["response"]
+    assert response["allowed"] is True
+    if "patch" not in response:
+        return pod
+    assert response["patchType"] == "JSONPatch"
+    operations = json.loads(base64.b64decode(response["patch"]))
+    result: dict[str, Any] = jsonpatch.apply_patch(pod, operations)
+    return result
 
 
 def _pod(
@@ -150,7 +179,14 @@ def virt_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
         "topologySpreadConstraints": [zone_spread],
         "restartPolicy": "Never",
     }
-    owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm-db-1"}
+    owner = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "name": "vm-db-1",
+        "uid": labels["kubevirt.io/created-by"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     pod = _pod(
         labels, annotations, spec, generateName="virt-launcher-vm-db-1-", ownerReferences=[owner]
     )

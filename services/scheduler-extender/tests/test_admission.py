@@ -6,22 +6,16 @@ the `jsonpatch` library, as the API server applies it, and must give the golden 
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 from typing import Any
 
-import jsonpatch
 import msgspec
 import pytest
-from admission_golden import CASES, FIXTURE, recorded_reviews, review
+from admission_golden import CASES, FIXTURE, admitted, answer, recorded_reviews, review
 
 from hostaffinity.scheduler_extender.admission import MutationSettings, Outcome, plan_pod
-from hostaffinity.scheduler_extender.admission_review import (
-    decode_review,
-    encode_answer,
-    mutation_for,
-)
+from hostaffinity.scheduler_extender.admission_review import decode_review
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
@@ -29,24 +23,6 @@ from hostaffinity.schema.names import (
 )
 
 DEFAULT = MutationSettings()
-
-
-def answer(body: bytes, settings: MutationSettings = DEFAULT) -> dict[str, Any]:
-    parsed = decode_review(body)
-    reply: dict[str, Any] = json.loads(encode_answer(parsed, mutation_for(parsed, settings)))
-    return reply
-
-
-def admitted(pod: dict[str, Any], settings: MutationSettings = DEFAULT) -> dict[str, Any]:
-    """The pod as the API server would store it after our answer."""
-    response = answer(review(pod), settings)["response"]
-    assert response["allowed"] is True
-    if "patch" not in response:
-        return pod
-    assert response["patchType"] == "JSONPatch"
-    operations = json.loads(base64.b64decode(response["patch"]))
-    result: dict[str, Any] = jsonpatch.apply_patch(pod, operations)
-    return result
 
 
 @pytest.mark.parametrize("case", list(CASES))
