@@ -61,11 +61,6 @@ _vim: Any = vim
 
 
 @pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-@pytest.fixture
 def vc(vcsim: VcsimFactory, kube_double: KubeDouble) -> Vcsim:
     started = vcsim(hosts=3, vm_names=NODES)
     for name in NODES:
