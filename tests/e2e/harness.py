@@ -2,14 +2,17 @@
 point a service at the test's nats-server and Kubernetes double, polling, and vcsim reads."""
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from pyVmomi import vim
 
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 
 # Leadership changes within seconds, so failover tests stay short.
@@ -38,6 +41,18 @@ async def eventually(check: Callable[[], bool], what: str, within: float = 15.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def default_events(kube: KubeDouble) -> list[dict[str, Any]]:
+    """The Kubernetes Events in `default`, read over the API: the test pods' Events, and those
+    of cluster-scoped objects such as Nodes, which live there."""
+    headers = {"Authorization": f"Bearer {kube.token}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
+    ):
+        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
+        return items
 
 
 def inventory(si: vim.ServiceInstance, kind: type) -> list[Any]:

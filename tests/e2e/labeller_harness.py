@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 from pyVmomi import vim
 
@@ -110,17 +109,6 @@ class LabellerParts:
 
 async def wait_ready(replica: Replica, within: float = 20.0) -> None:
     await eventually(lambda: not replica.standby and replica.ready(), "labeller ready", within)
-
-
-async def node_events(kube: KubeDouble) -> list[dict[str, Any]]:
-    """The Kubernetes Events about Nodes (cluster-scoped objects' Events live in `default`)."""
-    headers = {"Authorization": f"Bearer {kube.token}"}
-    async with (
-        aiohttp.ClientSession(headers=headers) as http,
-        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
-    ):
-        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
-        return items
 
 
 def node_labels(kube: KubeDouble, name: str) -> dict[str, str]:

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 import yaml
@@ -41,6 +40,7 @@ from tests.e2e.drs_harness import (
     reconfigure,
     running_translator,
 )
+from tests.e2e.harness import default_events
 from tests.e2e.labeller_harness import (
     eventually,
     labeller_config,
@@ -153,16 +153,6 @@ async def records(bus: Bus) -> dict[str, DrsOwnership]:
 
 async def events_of(bus: Bus, kind: type[TopologyEvent]) -> list[Any]:
     return [e for e in await stream_events(bus) if isinstance(e, kind)]
-
-
-async def pod_events(kube: KubeDouble, reason: str) -> list[dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {kube.token}"}
-    async with (
-        aiohttp.ClientSession(headers=headers) as http,
-        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
-    ):
-        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
-    return [e for e in items if e["reason"] == reason]
 
 
 async def settle(check: Callable[[], bool], what: str, within: float = 10.0) -> float:
@@ -320,7 +310,7 @@ async def test_conflicts_are_reported_and_nothing_is_sent(
         ]
         too_many = next(e for e in conflicts if e.reason == "too-few-hosts")
         assert too_many.pods == [f"default/r{i}" for i in range(1, 5)]
-        events = await pod_events(kube_double, "DrsRuleConflict")
+        events = [e for e in await default_events(kube_double) if e["reason"] == "DrsRuleConflict"]
         assert {e["involvedObject"]["name"] for e in events} == {
             "a",
             "b",
