@@ -7,6 +7,7 @@ is held to the same checks.
 
 import copy
 import itertools
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,20 @@ def test_compose_services_have_images_and_healthchecks() -> None:
         # vmware/vcsim is a FROM-scratch image: no command can run in it to check health.
         if name != "vcsim" and not one_shot:
             assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+
+
+def test_compose_builds_name_a_service_the_dockerfile_can_build() -> None:
+    """The root Dockerfile installs hostaffinity-$SERVICE from services/$SERVICE."""
+    assert (ROOT / "Dockerfile").is_file()
+    builds = {name: s["build"] for name, s in compose()["services"].items() if "build" in s}
+    assert set(SERVICE_CONFIGS) <= set(builds)
+    for name, build in builds.items():
+        assert build["context"] == ".", name
+        assert "dockerfile" not in build, name
+        service = build["args"]["SERVICE"]
+        project = tomllib.loads((ROOT / "services" / service / "pyproject.toml").read_text())
+        assert project["project"]["name"] == f"hostaffinity-{service}", name
+        assert f"hostaffinity-{service}" in project["project"]["scripts"], name
 
 
 @pytest.mark.parametrize("service", sorted(SERVICE_CONFIGS))

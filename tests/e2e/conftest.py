@@ -11,12 +11,6 @@ from tests.platform.vcsim import VcsimFactory
 
 
 @pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    """A kubeconfig file for the Kubernetes double, as the services load credentials."""
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-@pytest.fixture
 def parts(
     vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
 ) -> LabellerParts:

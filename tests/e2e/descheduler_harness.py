@@ -24,18 +24,10 @@ from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettin
 from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.main import service_spec
 from hostaffinity.descheduler.service import Descheduling
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
 from hostaffinity.runtime.runner import running_service
-from tests.e2e.labeller_harness import eventually
+from tests.e2e.harness import eventually, runner_sections
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
-
-FAST_LEASE = LeaseSettings(
-    namespace="kube-system",
-    duration_seconds=2.0,
-    renew_deadline_seconds=1.5,
-    retry_period_seconds=0.2,
-)
 
 
 def descheduler_config(
@@ -44,15 +36,10 @@ def descheduler_config(
     eviction = settings.pop(
         "eviction", ExecutorSettings(retry_initial_seconds=0.2, retry_max_seconds=1.0)
     )
-    return DeschedulerConfig(
-        nats=nats.settings(),
-        health=HealthSettings(host="127.0.0.1", port=0),
-        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
-        lease=FAST_LEASE,
-        descheduler=DeschedulerSettings(
-            policy_file=None if policy is None else str(policy), eviction=eviction, **settings
-        ),
+    descheduler = DeschedulerSettings(
+        policy_file=None if policy is None else str(policy), eviction=eviction, **settings
     )
+    return DeschedulerConfig(**runner_sections(nats, kubeconfig), descheduler=descheduler)
 
 
 @contextlib.asynccontextmanager

@@ -1,48 +1,31 @@
 """Runs the drs-translator in-process (through the service runner) or as a subprocess, and reads
 vcsim's DRS rules and groups field by field."""
 
-import asyncio
 import contextlib
 import functools
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.cluster_config import ClusterConfig
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.service import translate
 from hostaffinity.drs_translator.translator import DrsTranslator
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
-from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec
+from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec, running_service
 from hostaffinity.schema import LABEL_ESXI_HOST
-from tests.e2e.labeller_harness import FAST_LEASE as LABELLER_LEASE
-from tests.e2e.labeller_harness import eventually
+from tests.e2e.harness import eventually, finished, inventory, runner_sections
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import Vcsim
-
-# The node-labeller harness's fast Lease timings, under the translator's own Lease name.
-FAST_LEASE = msgspec.convert(
-    msgspec.to_builtins(LABELLER_LEASE) | {"name": "hostaffinity-drs-translator"}, LeaseSettings
-)
 
 
 def drs_config(
     vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
 ) -> DrsTranslatorConfig:
-    return DrsTranslatorConfig(
-        vcenter=vc.settings(),
-        vcenter_name="vcsim",
-        nats=nats.settings(),
-        health=HealthSettings(host="127.0.0.1", port=0),
-        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
-        lease=FAST_LEASE,
-        **overrides,
-    )
+    fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
+    return DrsTranslatorConfig(**(runner_sections(nats, kubeconfig) | fields | overrides))
 
 
 @dataclass
@@ -70,21 +53,11 @@ async def running_translator(config: DrsTranslatorConfig) -> AsyncIterator[Runni
         work=functools.partial(translate, observe=lambda t, c: observed.append((t, c))),
         leader_elected=True,
     )
-    runner = ServiceRunner(spec, config, identity="drs-a")
-    task = asyncio.create_task(runner.run())
-    running = RunningTranslator(runner, observed)
-    try:
+    async with running_service(spec, config, identity="drs-a") as runner:
         await eventually(
-            lambda: (bool(observed) and observed[-1][0].cycles > 0) or task.done(),
-            "the first DRS cycle",
-            30,
+            lambda: bool(observed) and observed[-1][0].cycles > 0, "the first DRS cycle", 30
         )
-        if task.done():
-            task.result()
-        yield running
-    finally:
-        runner.stop()
-        await asyncio.wait_for(task, 15)
+        yield RunningTranslator(runner, observed)
 
 
 async def cycles_after(running: RunningTranslator, count: int, within: float = 10.0) -> None:
@@ -130,11 +103,7 @@ def pod_manifest(
 
 
 def cluster_of(si: vim.ServiceInstance) -> Any:
-    content = si.RetrieveContent()
-    view = content.viewManager.CreateContainerView(
-        content.rootFolder, [vim.ClusterComputeResource], True
-    )
-    (cluster,) = view.view
+    (cluster,) = inventory(si, vim.ClusterComputeResource)
     return cluster
 
 
@@ -162,7 +131,4 @@ def drs_state(si: vim.ServiceInstance) -> dict[str, dict[str, Any]]:
 
 def reconfigure(si: vim.ServiceInstance, spec: Any) -> None:
     """One ReconfigureComputeResource_Task as an administrator, waited for."""
-    task = cluster_of(si).ReconfigureComputeResource_Task(spec=spec, modify=True)
-    while task.info.state not in ("success", "error"):
-        time.sleep(0.005)
-    assert task.info.state == "success", task.info.error
+    finished(cluster_of(si).ReconfigureComputeResource_Task(spec=spec, modify=True))

@@ -1,15 +1,12 @@
 """Runs node-labeller replicas in-process against vcsim, nats-server and the Kubernetes double."""
 
-import asyncio
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 from pyVmomi import vim
 
@@ -19,34 +16,20 @@ from hostaffinity.node_labeller.main import service_spec
 from hostaffinity.node_labeller.service import NodeLabelling
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import EVENTS_STREAM, TopologyEvent, decode_event
+from tests.e2e.harness import eventually, finished, inventory, runner_sections
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import Vcsim, VcsimFactory
-
-FAST_LEASE = LeaseSettings(
-    namespace="kube-system",
-    duration_seconds=2.0,
-    renew_deadline_seconds=1.5,
-    retry_period_seconds=0.2,
-)
 
 
 def labeller_config(
     vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
 ) -> NodeLabellerConfig:
     """A labeller config for these parts; keywords override fields (`vcenter` too)."""
-    fields: dict[str, Any] = {
-        "vcenter": vc.settings(),
-        "vcenter_name": "vcsim",
-        "nats": nats.settings(),
-        "health": HealthSettings(host="127.0.0.1", port=0),
-        "kubernetes": KubernetesSettings(kubeconfig=str(kubeconfig)),
-        "lease": FAST_LEASE,
-    }
-    return NodeLabellerConfig(**(fields | overrides))
+    fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
+    return NodeLabellerConfig(**(runner_sections(nats, kubeconfig) | fields | overrides))
 
 
 def node_object(name: str, **extra: Any) -> dict[str, Any]:
@@ -124,27 +107,8 @@ class LabellerParts:
             yield replica
 
 
-async def eventually(check: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def wait_ready(replica: Replica, within: float = 20.0) -> None:
     await eventually(lambda: not replica.standby and replica.ready(), "labeller ready", within)
-
-
-async def node_events(kube: KubeDouble) -> list[dict[str, Any]]:
-    """The Kubernetes Events about Nodes (cluster-scoped objects' Events live in `default`)."""
-    headers = {"Authorization": f"Bearer {kube.token}"}
-    async with (
-        aiohttp.ClientSession(headers=headers) as http,
-        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
-    ):
-        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
-        return items
 
 
 def node_labels(kube: KubeDouble, name: str) -> dict[str, str]:
@@ -173,26 +137,17 @@ def session_keys(si: vim.ServiceInstance) -> set[str]:
 
 
 def vm_by_name(si: vim.ServiceInstance, name: str) -> Any:
-    content = si.RetrieveContent()
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
-    return next(vm for vm in view.view if vm.name == name)
+    return next(vm for vm in inventory(si, vim.VirtualMachine) if vm.name == name)
 
 
 def host_by_name(si: vim.ServiceInstance, name: str) -> Any:
-    content = si.RetrieveContent()
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem], True)
-    return next(host for host in view.view if host.name == name)
+    return next(host for host in inventory(si, vim.HostSystem) if host.name == name)
 
 
 def relocate(si: vim.ServiceInstance, vm_name: str, host_name: str) -> Any:
     """RelocateVM_Task to a host, waited for; returns the task info."""
-    task = vm_by_name(si, vm_name).RelocateVM_Task(
-        vim.vm.RelocateSpec(host=host_by_name(si, host_name))
-    )
-    while task.info.state not in ("success", "error"):
-        time.sleep(0.005)
-    assert task.info.state == "success", task.info.error
-    return task.info
+    spec = vim.vm.RelocateSpec(host=host_by_name(si, host_name))
+    return finished(vm_by_name(si, vm_name).RelocateVM_Task(spec))
 
 
 def as_json(obj: Any) -> Any:

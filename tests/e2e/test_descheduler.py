@@ -80,11 +80,6 @@ def telemetry() -> Telemetry:
     return setup_telemetry("hostaffinity-tests")
 
 
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 def write_policy(tmp_path: Path, policy: dict[str, Any]) -> Path:
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(policy), encoding="utf-8")

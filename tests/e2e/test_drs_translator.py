@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 import yaml
@@ -44,6 +43,7 @@ from tests.e2e.drs_harness import (
     reconfigure,
     running_translator,
 )
+from tests.e2e.harness import default_events
 from tests.e2e.labeller_harness import (
     eventually,
     labeller_config,
@@ -63,11 +63,6 @@ NODES = [f"node{i}" for i in range(1, 7)]
 WEB = {"app": "web"}
 STRAY = "hostaffinity-anti-0123456789ab"  # our prefix, made by hand, no record
 _vim: Any = vim
-
-
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 @pytest.fixture
@@ -163,16 +158,6 @@ async def records(bus: Bus) -> dict[str, DrsOwnership]:
 
 async def events_of(bus: Bus, kind: type[TopologyEvent]) -> list[Any]:
     return [e for e in await stream_events(bus) if isinstance(e, kind)]
-
-
-async def pod_events(kube: KubeDouble, reason: str) -> list[dict[str, Any]]:
-    headers = {"Authorization": f"Bearer {kube.token}"}
-    async with (
-        aiohttp.ClientSession(headers=headers) as http,
-        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
-    ):
-        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
-    return [e for e in items if e["reason"] == reason]
 
 
 async def settle(check: Callable[[], bool], what: str, within: float = 10.0) -> float:
@@ -330,7 +315,7 @@ async def test_conflicts_are_reported_and_nothing_is_sent(
         ]
         too_many = next(e for e in conflicts if e.reason == "too-few-hosts")
         assert too_many.pods == [f"default/r{i}" for i in range(1, 5)]
-        events = await pod_events(kube_double, "DrsRuleConflict")
+        events = [e for e in await default_events(kube_double) if e["reason"] == "DrsRuleConflict"]
         assert {e["involvedObject"]["name"] for e in events} == {
             "a",
             "b",

@@ -11,10 +11,10 @@ import msgspec
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import TOPOLOGY_BUCKET, VmMoved, node_key
+from tests.e2e.harness import default_events
 from tests.e2e.labeller_harness import (
     LabellerParts,
     eventually,
-    node_events,
     node_object,
     stream_events,
 )
@@ -88,7 +88,7 @@ async def test_a_recurring_warning_is_one_event_whose_count_rises(parts: Labelle
             await a_full_resync_after(replica.labeller)
 
         [warning] = [
-            e for e in await node_events(parts.kube) if e["involvedObject"]["name"] == "ghost"
+            e for e in await default_events(parts.kube) if e["involvedObject"]["name"] == "ghost"
         ]
         assert warning["reason"] == "NodeUnmatched"
         assert warning["count"] >= 4  # the first labelling and at least three resyncs

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import aiohttp
 import msgspec
-import pytest
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
@@ -27,11 +26,6 @@ from tests.platform.vcsim import VcsimFactory
 
 NODES = [f"node-{i}" for i in range(1, 5)]
 NATS_LATE_SECONDS = 10.0
-
-
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 async def _readyz(port: int) -> tuple[int, str]:

@@ -17,10 +17,10 @@ from hostaffinity.schema import (
     NodeUnmatched,
     VmMoved,
 )
+from tests.e2e.harness import default_events
 from tests.e2e.labeller_harness import (
     eventually,
     labeller_config,
-    node_events,
     node_labels,
     node_object,
     relocate,
@@ -158,7 +158,7 @@ async def test_bad_input_is_reported_and_never_mislabelled(
         await wait_ready(service)
         events = await stream_events(bus)
         warnings = {
-            (e["involvedObject"]["name"], e["reason"]) for e in await node_events(kube_double)
+            (e["involvedObject"]["name"], e["reason"]) for e in await default_events(kube_double)
         }
 
     # A host name that is no label value: derived value, full name in the annotation, an Event.

@@ -3,12 +3,15 @@ SIGTERM that drains and exits 0 (the scheduler-extender), and a lost Lease that 
 node-labeller's process with status 1 before a rival may take over."""
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -33,41 +36,64 @@ async def _ready(port: int) -> bool:
         return False
 
 
-async def test_sigterm_drains_and_exits_0_with_json_logs(
-    nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
-) -> None:
-    health_port = free_port()
-    environment = os.environ | {
-        "HOSTAFFINITY_NATS__SERVERS": json.dumps([nats_server.url]),
-        "HOSTAFFINITY_KUBERNETES__KUBECONFIG": str(
-            kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-        ),
-        "HOSTAFFINITY_HEALTH__HOST": "127.0.0.1",
-        "HOSTAFFINITY_HEALTH__PORT": str(health_port),
-        "HOSTAFFINITY_EXTENDER__HOST": "127.0.0.1",
-        "HOSTAFFINITY_EXTENDER__PORT": str(free_port()),
-        "HOSTAFFINITY_LOGGING__FORMAT": "json",
+def service_environment(
+    nats: NatsServer, kube: KubeDouble, tmp_path: Path, **settings: str
+) -> dict[str, str]:
+    """This environment, pointing a service at the test's nats-server and Kubernetes double."""
+    return os.environ | {
+        "HOSTAFFINITY_NATS__SERVERS": json.dumps([nats.url]),
+        "HOSTAFFINITY_KUBERNETES__KUBECONFIG": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+        **settings,
     }
-    log = tmp_path / "extender.log"
+
+
+@contextlib.asynccontextmanager
+async def service_process(
+    script: str, environment: Mapping[str, str], log: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The console script running, its output in `log`; killed if it outlives the block."""
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
-            str(SCRIPTS / "hostaffinity-scheduler-extender"),
-            env=environment,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
+            str(SCRIPTS / script), env=environment, stdout=out, stderr=asyncio.subprocess.STDOUT
         )
         try:
-            deadline = time.monotonic() + 60
-            while not await _ready(health_port):
-                assert process.returncode is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                await asyncio.sleep(0.1)
-            process.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(process.wait(), 30)
+            yield process
         finally:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+async def while_running(
+    process: asyncio.subprocess.Process, log: Path, done: Callable[[], Awaitable[bool]]
+) -> None:
+    """Until `done`; the process must not exit, nor a minute pass, first."""
+    deadline = time.monotonic() + 60
+    while not await done():
+        assert process.returncode is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        await asyncio.sleep(0.1)
+
+
+async def test_sigterm_drains_and_exits_0_with_json_logs(
+    nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
+) -> None:
+    health_port = free_port()
+    environment = service_environment(
+        nats_server,
+        kube_double,
+        tmp_path,
+        HOSTAFFINITY_HEALTH__HOST="127.0.0.1",
+        HOSTAFFINITY_HEALTH__PORT=str(health_port),
+        HOSTAFFINITY_EXTENDER__HOST="127.0.0.1",
+        HOSTAFFINITY_EXTENDER__PORT=str(free_port()),
+        HOSTAFFINITY_LOGGING__FORMAT="json",
+    )
+    log = tmp_path / "extender.log"
+    async with service_process("hostaffinity-scheduler-extender", environment, log) as process:
+        await while_running(process, log, lambda: _ready(health_port))
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 30)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert code == 0, lines
     messages = [line["message"] for line in lines]
@@ -80,50 +106,40 @@ async def test_a_labeller_that_loses_its_lease_exits_1_in_time(
     vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, tmp_path: Path
 ) -> None:
     vc = vcsim(hosts=2, vms=2).settings()
-    environment = os.environ | {
-        "HOSTAFFINITY_NATS__SERVERS": json.dumps([nats_server.url]),
-        "HOSTAFFINITY_KUBERNETES__KUBECONFIG": str(
-            kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-        ),
-        "HOSTAFFINITY_HEALTH__PORT": str(free_port()),
-        "HOSTAFFINITY_VCENTER__HOST": vc.host,
-        "HOSTAFFINITY_VCENTER__PORT": str(vc.port),
-        "HOSTAFFINITY_VCENTER__PROTOCOL": "http",
-        "HOSTAFFINITY_VCENTER__USERNAME": vc.username,
-        "HOSTAFFINITY_VCENTER__PASSWORD": vc.password,
-        "HOSTAFFINITY_LEASE__NAMESPACE": "kube-system",
-        "HOSTAFFINITY_LEASE__DURATION_SECONDS": str(LEASE_S),
-        "HOSTAFFINITY_LEASE__RENEW_DEADLINE_SECONDS": str(RENEW_S),
-        "HOSTAFFINITY_LEASE__RETRY_PERIOD_SECONDS": "0.2",
-    }
+    environment = service_environment(
+        nats_server,
+        kube_double,
+        tmp_path,
+        HOSTAFFINITY_HEALTH__PORT=str(free_port()),
+        HOSTAFFINITY_VCENTER__HOST=vc.host,
+        HOSTAFFINITY_VCENTER__PORT=str(vc.port),
+        HOSTAFFINITY_VCENTER__PROTOCOL="http",
+        HOSTAFFINITY_VCENTER__USERNAME=vc.username,
+        HOSTAFFINITY_VCENTER__PASSWORD=vc.password,
+        HOSTAFFINITY_LEASE__NAMESPACE="kube-system",
+        HOSTAFFINITY_LEASE__DURATION_SECONDS=str(LEASE_S),
+        HOSTAFFINITY_LEASE__RENEW_DEADLINE_SECONDS=str(RENEW_S),
+        HOSTAFFINITY_LEASE__RETRY_PERIOD_SECONDS="0.2",
+    )
     log = tmp_path / "labeller.log"
-    with log.open("wb") as out:
-        process = await asyncio.create_subprocess_exec(
-            str(SCRIPTS / "hostaffinity-node-labeller"),
-            env=environment,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
+    lease: dict[str, Any] | None = None
+
+    async def lease_taken() -> bool:
+        nonlocal lease
+        lease = kube_double.read(
+            "coordination.k8s.io/v1", "leases", "hostaffinity-node-labeller", "kube-system"
         )
-        try:
-            deadline = time.monotonic() + 60
-            lease = None
-            while lease is None:
-                assert process.returncode is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                await asyncio.sleep(0.1)
-                lease = kube_double.read(
-                    "coordination.k8s.io/v1", "leases", "hostaffinity-node-labeller", "kube-system"
-                )
-            lease["spec"]["holderIdentity"] = "a-rival"
-            lease["spec"]["renewTime"] = utc_timestamp()
-            kube_double.write(lease)
-            usurped = time.monotonic()
-            code = await asyncio.wait_for(process.wait(), 30)
-            stopped_after = time.monotonic() - usurped
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+        return lease is not None
+
+    async with service_process("hostaffinity-node-labeller", environment, log) as process:
+        await while_running(process, log, lease_taken)
+        assert lease is not None
+        lease["spec"]["holderIdentity"] = "a-rival"
+        lease["spec"]["renewTime"] = utc_timestamp()
+        kube_double.write(lease)
+        usurped = time.monotonic()
+        code = await asyncio.wait_for(process.wait(), 30)
+        stopped_after = time.monotonic() - usurped
     text = log.read_text()
     assert code == 1, text
     assert "lost the Lease" in text

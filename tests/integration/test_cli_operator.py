@@ -56,11 +56,6 @@ REPORTS = {
 ALLOCATABLE = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 
 
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 class Cli:
     """Runs `hostaffinity` as main() does, in a thread, so the double and NATS keep serving."""
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
@@ -47,11 +46,6 @@ class RunningExtender:
     server: ExtenderServer
     feeds: CacheFeeds
     health_port: int
-
-
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 @contextlib.asynccontextmanager

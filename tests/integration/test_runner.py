@@ -81,11 +81,6 @@ def _config(nats: NatsServer, kubeconfig: Path, **overrides: object) -> ToyConfi
     )
 
 
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 @contextlib.asynccontextmanager
 async def running(
     work: Toy, config: ToyConfig, identity: str, *, leader_elected: bool = True

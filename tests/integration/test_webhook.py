@@ -59,11 +59,6 @@ HOSTNAME_KEY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-@pytest.fixture
-def kubeconfig(kube_double: KubeDouble, tmp_path: Path) -> Path:
-    return kube_double.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 def settings(nats: NatsServer, kubeconfig: Path) -> SchedulerExtenderSettings:
     return SchedulerExtenderSettings(
         nats=nats.settings(),

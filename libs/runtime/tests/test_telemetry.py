@@ -9,6 +9,7 @@ from prometheus_client import REGISTRY, generate_latest
 from hostaffinity.runtime.telemetry import (
     extract_trace_context,
     inject_trace_context,
+    seconds_histogram,
     setup_telemetry,
 )
 
@@ -37,6 +38,31 @@ def test_metrics_are_served_from_the_default_prometheus_registry() -> None:
     line = next(x for x in exposition.splitlines() if x.startswith("hostaffinity_test_ticks_total"))
     assert 'case="registry"' in line
     assert line.endswith(" 3.0")
+
+
+def test_seconds_histogram_is_served_in_seconds_with_its_buckets() -> None:
+    setup_telemetry("hostaffinity-tests")
+    meter = metrics.get_meter(__name__)
+    timed = seconds_histogram(meter, "hostaffinity_test_wait", "a wait", (0.5, 2.0))
+    default = seconds_histogram(meter, "hostaffinity_test_plain_wait", "a wait")
+
+    timed.record(1.0)
+    default.record(1.0)
+
+    exposition = generate_latest(REGISTRY).decode()
+    assert "# HELP hostaffinity_test_wait_seconds a wait" in exposition
+    assert _bucket_bounds(exposition, "hostaffinity_test_wait_seconds") == ["0.5", "2.0", "+Inf"]
+    default_bounds = _bucket_bounds(exposition, "hostaffinity_test_plain_wait_seconds")
+    assert "0.5" not in default_bounds
+    assert len(default_bounds) > 3
+
+
+def _bucket_bounds(exposition: str, histogram: str) -> list[str]:
+    return [
+        line.split('le="')[1].split('"')[0]
+        for line in exposition.splitlines()
+        if line.startswith(f"{histogram}_bucket{{")
+    ]
 
 
 def test_trace_context_survives_a_trip_through_headers() -> None:

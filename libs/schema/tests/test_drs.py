@@ -1,52 +1,12 @@
-"""The drs-translator's ownership record, its KV key and its three events."""
-
-import json
+"""The drs-translator's ownership record and its KV key (its events: test_events.py)."""
 
 import msgspec
 import pytest
 
 from hostaffinity.schema import (
-    EVENT_TYPES,
     DrsOwnership,
-    DrsRuleConflict,
-    DrsRuleDrift,
-    DrsRulesApplied,
-    decode_event,
     drs_rule_key,
-    encode_event,
 )
-
-COMMON = {"id": "e1", "occurred_at": "2026-11-22T08:00:00.000000Z", "source": "drs-translator"}
-EVENTS = [
-    DrsRulesApplied(
-        **COMMON, vcenter="vc", cluster_moid="domain-c7", added=["hostaffinity-anti-1"]
-    ),
-    DrsRuleConflict(
-        **COMMON,
-        vcenter="vc",
-        cluster_moid="domain-c7",
-        name="hostaffinity-anti-2",
-        reason="too-few-hosts",
-        message="4 VMs apart on 3 usable hosts",
-        vms=["vm-1", "vm-2", "vm-3", "vm-4"],
-        pods=["default/a"],
-    ),
-    DrsRuleDrift(
-        **COMMON,
-        vcenter="vc",
-        cluster_moid="domain-c7",
-        name="hostaffinity-anti-1",
-        change="deleted",
-        expected_vms=["vm-1", "vm-3"],
-    ),
-]
-
-
-@pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
-def test_drs_events_round_trip_with_a_declared_type(event: msgspec.Struct) -> None:
-    data = encode_event(event)  # type: ignore[arg-type]
-    assert json.loads(data)["type"] in EVENT_TYPES
-    assert decode_event(data) == event
 
 
 def test_ownership_record_round_trips_and_defaults_to_pending() -> None:

@@ -7,6 +7,9 @@ import pytest
 
 from hostaffinity.schema import (
     EVENT_TYPES,
+    DrsRuleConflict,
+    DrsRuleDrift,
+    DrsRulesApplied,
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
@@ -64,6 +67,27 @@ EXAMPLES = [
         strategy="RemovePodsViolatingNodeTaints",
         rule="taint dedicated=infra:NoSchedule",
         pod="kv/virt-launcher-vm-a-x",
+    ),
+    DrsRulesApplied(
+        **COMMON, vcenter="vc", cluster_moid="domain-c7", added=["hostaffinity-anti-1"]
+    ),
+    DrsRuleConflict(
+        **COMMON,
+        vcenter="vc",
+        cluster_moid="domain-c7",
+        name="hostaffinity-anti-2",
+        reason="too-few-hosts",
+        message="4 VMs apart on 3 usable hosts",
+        vms=["vm-1", "vm-2", "vm-3", "vm-4"],
+        pods=["default/a"],
+    ),
+    DrsRuleDrift(
+        **COMMON,
+        vcenter="vc",
+        cluster_moid="domain-c7",
+        name="hostaffinity-anti-1",
+        change="deleted",
+        expected_vms=["vm-1", "vm-3"],
     ),
 ]
 

@@ -14,6 +14,8 @@ from typing import Final
 
 from opentelemetry import metrics
 
+from hostaffinity.runtime.telemetry import seconds_histogram
+
 CYCLE_BUCKETS_SECONDS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -26,11 +28,11 @@ class DeschedulerMetrics:
             "hostaffinity_descheduler_pods_evicted",
             description="Eviction and migration attempts, per strategy, namespace and result",
         )
-        self._cycle = meter.create_histogram(
+        self._cycle = seconds_histogram(
+            meter,
             "hostaffinity_descheduler_cycle_duration",
-            unit="s",
-            description="Time one decision cycle took over the cache",
-            explicit_bucket_boundaries_advisory=CYCLE_BUCKETS_SECONDS,
+            "Time one decision cycle took over the cache",
+            CYCLE_BUCKETS_SECONDS,
         )
         self._migrations = meter.create_counter(
             "hostaffinity_descheduler_migrations_finished",

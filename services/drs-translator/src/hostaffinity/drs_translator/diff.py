@@ -7,7 +7,7 @@ state `applied` whose object vCenter no longer holds as recorded is drift (chang
 """
 
 from collections.abc import Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from hostaffinity.drs_translator.rules import DrsObject, from_record, has_our_prefix
@@ -88,17 +88,4 @@ def diff_cluster(
 
 def _with_key(want: DrsObject, have: DrsObject) -> DrsObject:
     """The desired object carrying vCenter's rule key, which an edit is addressed by."""
-    return DrsObject(
-        name=want.name,
-        kind=want.kind,
-        cluster_moid=want.cluster_moid,
-        vms=want.vms,
-        hosts=want.hosts,
-        vm_group=want.vm_group,
-        host_group=want.host_group,
-        mandatory=want.mandatory,
-        enabled=want.enabled,
-        key=have.key,
-        pods=want.pods,
-        reason=want.reason,
-    )
+    return replace(want, key=have.key)

@@ -6,6 +6,8 @@
 
 from opentelemetry import metrics
 
+from hostaffinity.runtime.telemetry import seconds_histogram
+
 
 class DrsMetrics:
     """Instruments created once per process, from the global meter provider."""
@@ -23,6 +25,6 @@ class DrsMetrics:
             "hostaffinity_drs_reconfigures",
             description="ReconfigureComputeResource_Task calls, per outcome",
         )
-        self.plan_duration = meter.create_histogram(
-            "hostaffinity_drs_plan_duration", unit="s", description="Time to plan every cluster"
+        self.plan_duration = seconds_histogram(
+            meter, "hostaffinity_drs_plan_duration", "Time to plan every cluster"
         )

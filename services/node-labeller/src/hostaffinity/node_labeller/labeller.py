@@ -39,6 +39,7 @@ from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.kube import NODES, KubeClient
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
 from hostaffinity.runtime.kv import TopologySnapshot, TopologyStore
+from hostaffinity.runtime.telemetry import seconds_histogram
 from hostaffinity.runtime.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
@@ -61,10 +62,10 @@ _repairs = _meter.create_counter(
     "node_labeller_kv_repairs",
     description="topology keys a resync found not holding what was written, rewritten",
 )
-_patch_latency = _meter.create_histogram(
+_patch_latency = seconds_histogram(
+    _meter,
     "node_labeller_update_to_patch_seconds",
-    unit="s",
-    description="from a vCenter update arriving to its label patch being answered",
+    "from a vCenter update arriving to its label patch being answered",
 )
 
 Publish = Callable[[Event], Awaitable[object]]

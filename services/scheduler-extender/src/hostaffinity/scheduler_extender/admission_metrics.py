@@ -14,6 +14,7 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from hostaffinity.runtime.telemetry import seconds_histogram
 from hostaffinity.scheduler_extender.admission import Outcome
 
 # The API server waits timeoutSeconds (2 s as shipped); a review should take well under 1 ms.
@@ -31,11 +32,11 @@ class AdmissionMetrics:
         self._reviews = meter.create_counter(
             "hostaffinity_webhook_reviews", description="Admission reviews answered, by outcome"
         )
-        self._latency = meter.create_histogram(
+        self._latency = seconds_histogram(
+            meter,
             "hostaffinity_webhook_review_duration",
-            unit="s",
-            description="Time to answer an admission review",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_SECONDS,
+            "Time to answer an admission review",
+            LATENCY_BUCKETS_SECONDS,
         )
         self._dropped = meter.create_counter(
             "hostaffinity_webhook_events_dropped",

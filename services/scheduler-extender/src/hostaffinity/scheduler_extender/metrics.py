@@ -21,6 +21,7 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from hostaffinity.runtime.telemetry import seconds_histogram
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.exposure_gauge import ExposureGauge
 
@@ -28,15 +29,6 @@ from hostaffinity.scheduler_extender.exposure_gauge import ExposureGauge
 LATENCY_BUCKETS_SECONDS: Final = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
-
-
-def _seconds(meter: metrics.Meter, name: str, description: str) -> metrics.Histogram:
-    return meter.create_histogram(
-        f"hostaffinity_extender_{name}",
-        unit="s",
-        description=description,
-        explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_SECONDS,
-    )
 
 
 class ExtenderMetrics:
@@ -57,8 +49,11 @@ class ExtenderMetrics:
             "hostaffinity_extender_requests_refused",
             description="Requests answered with HTTP 4xx/5xx, by path and status",
         )
-        self._wait = _seconds(
-            meter, "inflight_wait", "Time a filter waited for in-flight pods' placements"
+        self._wait = seconds_histogram(
+            meter,
+            "hostaffinity_extender_inflight_wait",
+            "Time a filter waited for in-flight pods' placements",
+            LATENCY_BUCKETS_SECONDS,
         )
         meter.create_observable_gauge(
             "hostaffinity_extender_inflight_pods",
@@ -82,8 +77,11 @@ class ExtenderMetrics:
             unit="{event}",
             description="Informer events received and not yet applied to the cache",
         )
-        self._latency = _seconds(
-            meter, "request_duration", "Time to answer kube-scheduler, per verb"
+        self._latency = seconds_histogram(
+            meter,
+            "hostaffinity_extender_request_duration",
+            "Time to answer kube-scheduler, per verb",
+            LATENCY_BUCKETS_SECONDS,
         )
         self._decisions = meter.create_counter(
             "hostaffinity_extender_decisions",

@@ -1,0 +1,69 @@
+"""What the in-process service harnesses share: fast Lease timings, the runner's sections that
+point a service at the test's nats-server and Kubernetes double, polling, and vcsim reads."""
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from pyVmomi import vim
+
+from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+
+# Leadership changes within seconds, so failover tests stay short.
+FAST_LEASE = LeaseSettings(
+    namespace="kube-system",
+    duration_seconds=2.0,
+    renew_deadline_seconds=1.5,
+    retry_period_seconds=0.2,
+)
+
+
+def runner_sections(nats: NatsServer, kubeconfig: Path) -> dict[str, Any]:
+    """Config sections for a service run in-process: this nats-server, the double through its
+    kubeconfig, a health server on a free port and the fast Lease (its name from the service)."""
+    return {
+        "nats": nats.settings(),
+        "health": HealthSettings(host="127.0.0.1", port=0),
+        "kubernetes": KubernetesSettings(kubeconfig=str(kubeconfig)),
+        "lease": FAST_LEASE,
+    }
+
+
+async def eventually(check: Callable[[], bool], what: str, within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def default_events(kube: KubeDouble) -> list[dict[str, Any]]:
+    """The Kubernetes Events in `default`, read over the API: the test pods' Events, and those
+    of cluster-scoped objects such as Nodes, which live there."""
+    headers = {"Authorization": f"Bearer {kube.token}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.get(f"{kube.url}/api/v1/namespaces/default/events") as response,
+    ):
+        items: list[dict[str, Any]] = json.loads(await response.read())["items"]
+        return items
+
+
+def inventory(si: vim.ServiceInstance, kind: type) -> list[Any]:
+    """Every managed object of `kind` in vCenter's inventory."""
+    content = si.RetrieveContent()
+    return list(content.viewManager.CreateContainerView(content.rootFolder, [kind], True).view)
+
+
+def finished(task: Any) -> Any:
+    """A vCenter task's info once it has succeeded (an administrator's call, waited for)."""
+    while task.info.state not in ("success", "error"):
+        time.sleep(0.005)
+    assert task.info.state == "success", task.info.error
+    return task.info
