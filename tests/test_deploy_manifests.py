@@ -276,6 +276,16 @@ def test_compose_services_have_images_and_healthchecks() -> None:
             assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
 
+def test_compose_publishes_each_host_port_once() -> None:
+    """Two services on one host port and `docker compose up` fails for the second."""
+    published = [
+        str(port).split(":")[0]
+        for service in compose()["services"].values()
+        for port in service.get("ports", [])
+    ]
+    assert sorted(published) == sorted(set(published))
+
+
 def test_compose_builds_name_a_service_the_dockerfile_can_build() -> None:
     """The root Dockerfile installs hostaffinity-$SERVICE from services/$SERVICE."""
     assert (ROOT / "Dockerfile").is_file()

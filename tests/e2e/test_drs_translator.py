@@ -160,6 +160,10 @@ async def events_of(bus: Bus, kind: type[TopologyEvent]) -> list[Any]:
     return [e for e in await stream_events(bus) if isinstance(e, kind)]
 
 
+async def conflict_events(kube: KubeDouble) -> list[dict[str, Any]]:
+    return [e for e in await default_events(kube) if e["reason"] == "DrsRuleConflict"]
+
+
 async def settle(check: Callable[[], bool], what: str, within: float = 10.0) -> float:
     """Seconds until `check` held."""
     started = time.monotonic()
@@ -315,7 +319,7 @@ async def test_conflicts_are_reported_and_nothing_is_sent(
         ]
         too_many = next(e for e in conflicts if e.reason == "too-few-hosts")
         assert too_many.pods == [f"default/r{i}" for i in range(1, 5)]
-        events = [e for e in await default_events(kube_double) if e["reason"] == "DrsRuleConflict"]
+        events = await conflict_events(kube_double)
         assert {e["involvedObject"]["name"] for e in events} == {
             "a",
             "b",
@@ -374,7 +378,7 @@ async def test_must_rules_onto_hosts_with_none_in_common_are_held_and_reported(
             ("no-common-host", (vm(si, "node2"),), ("default/cache",)),
             ("no-common-host", (vm(si, "node2"),), ("default/db",)),
         ]
-        events = await pod_events(kube_double, "DrsRuleConflict")
+        events = await conflict_events(kube_double)
         assert sorted(e["involvedObject"]["name"] for e in events) == ["cache", "db"]
         kube_double.delete("v1", "pods", "cache", "default")  # satisfiable again: sent
         await settle(lambda: len(drs_state(si)) == 3, "VM group, host group, VM-Host rule")
@@ -457,7 +461,7 @@ async def test_a_conflict_found_while_nats_is_down_reaches_the_stream_once_after
         for i in range(1, 5):  # 4 anti-affine replicas on 3 hosts: a conflict, made now
             kube_double.seed(pod_manifest(f"r{i}", f"node{i}", WEB, apart_from=WEB))
         deadline = time.monotonic() + 10
-        while len(await pod_events(kube_double, "DrsRuleConflict")) < 4:  # found, bus away
+        while len(await conflict_events(kube_double)) < 4:  # found, bus away
             assert time.monotonic() < deadline, "no DrsRuleConflict Events on the pods"
             await asyncio.sleep(0.1)
         await asyncio.sleep(max(0.0, 10.0 - (datetime.now(UTC) - stopped).total_seconds()))
@@ -499,7 +503,7 @@ async def test_a_conflict_published_into_a_partition_is_published_again_once_aft
             for i in range(1, 5):  # 4 anti-affine replicas on 3 hosts: a conflict, made now
                 kube_double.seed(pod_manifest(f"r{i}", f"node{i}", WEB, apart_from=WEB))
             deadline = time.monotonic() + 10
-            while len(await pod_events(kube_double, "DrsRuleConflict")) < 4:
+            while len(await conflict_events(kube_double)) < 4:
                 assert time.monotonic() < deadline, "no DrsRuleConflict Events on the pods"
                 await asyncio.sleep(0.1)
             await asyncio.sleep(7)  # past the publish timeout: the first attempt is lost
