@@ -58,9 +58,21 @@ class TcpProxy:
         pair = (writer, up_writer)
         self._pairs.add(pair)
         try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(
+                self._client_to_server(reader, up_writer), self._server_to_client(up_reader, writer)
+            )
         finally:
             self._pairs.discard(pair)
+
+    async def _client_to_server(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
+    ) -> None:
+        await _pipe(source, sink)
+
+    async def _server_to_client(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
+    ) -> None:
+        await _pipe(source, sink)
 
 
 async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
