@@ -41,6 +41,19 @@ OnLost = Callable[[], Awaitable[None] | None]
 _CALL_ERRORS: Final = (ApiException, aiohttp.ClientError, TimeoutError, OSError)
 
 
+# The shortest pause between two failed renewals, however near the deadline.
+_MIN_PAUSE_S: Final = 0.05
+
+
+def _pause_after_failure(retry_s: float, left_s: float) -> float:
+    """The pause before trying again after a failed renewal: the retry period, but at most half
+    of what is left before the renew deadline, so the tries get closer as it nears. A leader
+    whose API server was down (refused, reset) for most of the deadline still renews once the
+    server is back, instead of waiting out a full retry period past the deadline: only the
+    deadline decides leadership, not where the outage fell between two retries."""
+    return max(0.0, min(retry_s, max(left_s / 2, _MIN_PAUSE_S), left_s))
+
+
 class LeaderElector:
     """`async with LeaderElector(...) as elector: await elector.wait_until_leader()`.
 
@@ -139,7 +152,7 @@ class LeaderElector:
                 return True
             if self._observed is not None and self._observed[0] != self.identity:
                 return False
-            await asyncio.sleep(min(self._retry, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(_pause_after_failure(self._retry, deadline - time.monotonic()))
         return False
 
     async def _attempt(self, limit_s: float) -> bool:
