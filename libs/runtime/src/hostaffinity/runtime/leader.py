@@ -29,16 +29,13 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final
 
-import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import CALL_ERRORS, KubeClient, ResourceRef
 from hostaffinity.schema import utc_timestamp
 
 log = logging.getLogger(__name__)
 OnLost = Callable[[], Awaitable[None] | None]
-# What a failed call can raise: the server's answer, the transport, or our own time limit.
-_CALL_ERRORS: Final = (ApiException, aiohttp.ClientError, TimeoutError, OSError)
 
 
 # The shortest pause between two failed renewals, however near the deadline.
@@ -121,7 +118,7 @@ class LeaderElector:
                 await self._task
             self._task = None
         if self.is_leader and release:
-            with contextlib.suppress(*_CALL_ERRORS):
+            with contextlib.suppress(*CALL_ERRORS):
                 async with asyncio.timeout(self._renew_deadline):
                     await self._release()
         self._leading.clear()
@@ -161,7 +158,7 @@ class LeaderElector:
         try:
             async with asyncio.timeout(limit_s):
                 written = await self._try_acquire_or_renew()
-        except _CALL_ERRORS as exc:
+        except CALL_ERRORS as exc:
             log.warning("lease %s: %s", self._name, str(exc) or type(exc).__name__)
             return False
         if written:
