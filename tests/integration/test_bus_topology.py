@@ -181,7 +181,7 @@ async def test_watch_and_snapshot_wait_for_values_delivered_after_the_api_reply(
 
 
 STRESS_NODES = 2_000
-STRESS_ROUNDS = 3
+STRESS_ROUNDS = 5
 
 
 async def test_watch_started_during_writes_has_every_earlier_value_when_bootstrapped(
@@ -190,36 +190,52 @@ async def test_watch_started_during_writes_has_every_earlier_value_when_bootstra
     """A writer keeps moving nodes while watches start: at `Bootstrapped`, each node's view is at
     least the version acknowledged before the watch began, and no node is missing."""
     store = await bus.ensure_layout()
-    acked: dict[str, int] = {}
-
-    async def write(version: int) -> None:
-        for i in range(STRESS_NODES):
-            node = f"worker-{i}"
-            await store.put_node(placement(node, f"host-{version % 4}", version=version))
-            acked[node] = version
-
     await asyncio.gather(
         *(store.put_node(placement(f"worker-{i}", "host-0", 0)) for i in range(STRESS_NODES))
     )
-    acked.update({f"worker-{i}": 0 for i in range(STRESS_NODES)})
+    acked = {f"worker-{i}": 0 for i in range(STRESS_NODES)}
+    stop = asyncio.Event()
+
+    async def write() -> None:
+        version = 0
+        while True:
+            version += 1
+            for i in range(STRESS_NODES):
+                if stop.is_set():
+                    return
+                node = f"worker-{i}"
+                await store.put_node(placement(node, f"host-{version % 4}", version=version))
+                acked[node] = version
+
     reader_store = await reader.topology()
-    for version in range(1, STRESS_ROUNDS + 1):
-        writer = asyncio.create_task(write(version))
-        try:
-            await asyncio.sleep(0.05 * version)
+    writer = asyncio.create_task(write())
+    try:
+        for _ in range(STRESS_ROUNDS):
+            await asyncio.sleep(0.05)
             floor = dict(acked)
             async with reader_store.watch() as watch:
-                seen: dict[str, int] = {}
-                for change in await until_bootstrapped(watch):
-                    assert isinstance(change, NodeChange)
-                    assert change.placement is not None
-                    seen[change.node] = change.placement.version
+                changes = await until_bootstrapped(watch)
             snapshot = await reader_store.snapshot()
-        finally:
-            await writer
-        assert seen.keys() == floor.keys()
-        assert all(seen[node] >= floor[node] for node in floor)
-        assert snapshot.nodes.keys() == floor.keys()
+            assert not writer.done(), "the writes went on while the watch started"
+
+            seen: dict[str, int] = {}
+            for change in changes:
+                assert isinstance(change, NodeChange)
+                assert change.placement is not None
+                seen[change.node] = change.placement.version
+            revisions = [change.revision for change in changes if isinstance(change, NodeChange)]
+            assert revisions == sorted(revisions), "delivered in stream order"
+            assert seen.keys() == floor.keys()
+            assert all(seen[node] >= floor[node] for node in floor)
+            assert snapshot.nodes.keys() == floor.keys()
+            assert all(
+                isinstance(got := snapshot.nodes[node], NodePlacement)
+                and got.version >= floor[node]
+                for node in floor
+            )
+    finally:
+        stop.set()
+        await writer
 
 
 async def test_get_returns_the_typed_value_and_none_once_deleted(bus: Bus) -> None:

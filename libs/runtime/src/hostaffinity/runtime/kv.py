@@ -87,8 +87,9 @@ class _BucketWatch:
     different goroutines, so the answer can reach the socket first (in a 2,000-node benchmark
     one snapshot missed every key). The marker is therefore ignored. Instead the stream's last
     sequence is read once the watch's consumer exists: the consumer delivers in stream order
-    and that message (or a later write of its key) always reaches it, so the initial values
-    are done once an entry at or past that sequence arrives; an empty stream is done at once.
+    and that message (or a later write of its key; the bucket has no max age) always reaches
+    it, so the initial values are done once an entry at or past that sequence arrives; an
+    empty stream is done at once.
     """
 
     def __init__(self, watcher: KeyValue.KeyWatcher, initial_end: int) -> None:
