@@ -1,6 +1,7 @@
 """The topology bucket against a real nats-server: typed values, and the bootstrap watch."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -236,6 +237,42 @@ async def test_watch_started_during_writes_has_every_earlier_value_when_bootstra
     finally:
         stop.set()
         await writer
+
+
+def message_tasks() -> set[asyncio.Task[object]]:
+    """nats-py's per-subscription message tasks (the one left pending in the reported leak)."""
+    return {
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "") == "Subscription._wait_for_msgs"
+    }
+
+
+async def test_watches_cancelled_while_starting_or_stopped_at_once_leave_no_task(
+    bus: Bus, reader: Bus
+) -> None:
+    """A reconnect or a lost Lease cancels watch starts at any point; the connection lives on,
+    so what a start made must be gone without waiting for it to close."""
+    store = await bus.ensure_layout()
+    for i in range(50):
+        await store.put_node(placement(f"worker-{i}", "host-11", version=1))
+    reader_store = await reader.topology()
+    before = message_tasks()
+
+    for delay in [0.0, 0.0005, 0.001, 0.002, 0.003, 0.005] * 4:
+        watch = reader_store.watch()
+        start = asyncio.create_task(watch.__aenter__())
+        await asyncio.sleep(delay)
+        start.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await start
+            await watch.__aexit__(None, None, None)
+    for _ in range(10):
+        async with reader_store.watch():
+            pass
+
+    await asyncio.sleep(0.2)
+    assert message_tasks() == before
 
 
 async def test_get_returns_the_typed_value_and_none_once_deleted(bus: Bus) -> None:

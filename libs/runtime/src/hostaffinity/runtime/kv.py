@@ -5,6 +5,8 @@ as msgspec JSON. A watch first replays the latest value of every key, then says 
 then follows live changes: a service is ready once it has seen `Bootstrapped`.
 """
 
+import asyncio
+import contextlib
 import logging
 from types import TracebackType
 from typing import Self, TypeVar
@@ -99,11 +101,11 @@ class _BucketWatch:
 
     @classmethod
     async def start(cls, kv: KeyValue) -> Self:
-        watcher = await kv.watchall()
+        watcher = await _watch_all(kv)
         try:
             state = (await kv.status()).stream_info.state
         except BaseException:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+            await _stop(watcher)
             raise
         return cls(watcher, state.last_seq if state.messages else 0)
 
@@ -119,7 +121,37 @@ class _BucketWatch:
                 return entry
 
     async def stop(self) -> None:
-        await self._watcher.stop()  # type: ignore[no-untyped-call]
+        await _stop(self._watcher)
+
+
+async def _watch_all(kv: KeyValue) -> KeyValue.KeyWatcher:
+    """`kv.watchall()`, never abandoned half-made: nats-py unsubscribes a watch whose start
+    failed only on an Exception, so a start cancelled while it awaited its consumer_info would
+    leave the subscription, its consumer and its message task running for the life of the
+    connection (one per cancelled start: a reconnect or a lost Lease cancels starts)."""
+    starting = asyncio.ensure_future(kv.watchall())
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _stop(await starting)
+        raise
+
+
+# Loop turns for a watch's message task to get past nats-py's wait for the watch's set-up.
+_SETUP_TURNS = 3
+
+
+async def _stop(watcher: KeyValue.KeyWatcher) -> None:
+    """Stop a watch without leaving its message task running. nats-py's callback first awaits
+    `asyncio.wait_for(init_setup)`, and Python 3.11's `wait_for` swallows a cancellation that
+    arrives once its future is done but before the task ran again: a watch stopped in that
+    window (just started, or its start cancelled) kept a `Subscription._wait_for_msgs` task
+    pending for ever. The set-up is done when `watchall()` returns; a few loop turns let the
+    task get past the wait, so the cancellation reaches it."""
+    for _ in range(_SETUP_TURNS):
+        await asyncio.sleep(0)
+    await watcher.stop()  # type: ignore[no-untyped-call]
 
 
 class TopologyWatch:
