@@ -1,11 +1,13 @@
 """The topology bucket against a real nats-server: typed values, and the bootstrap watch."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
 
 from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.runtime.kv import (
     Bootstrapped,
     HostChange,
@@ -18,6 +20,7 @@ from hostaffinity.runtime.kv import (
 from hostaffinity.runtime.layout import BusLayout
 from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, EsxiHost, NodePlacement, node_key
 from tests.platform.nats import NatsServer
+from tests.platform.nats_delivery_lag import DeliveryLagProxy
 
 WAIT_SECONDS = 5.0
 
@@ -133,6 +136,140 @@ async def test_snapshot_has_every_live_key_undecodable_ones_included(bus: Bus) -
     for moid in ("host-11", "host-12"):
         await store.delete_host(moid)
     assert await store.snapshot() == empty
+
+
+@pytest.fixture
+async def lagging_reader(nats_server: NatsServer) -> AsyncIterator[Bus]:
+    """A connection whose JetStream deliveries arrive after the API replies sent behind them."""
+    proxy = DeliveryLagProxy("127.0.0.1", nats_server.port, lag=0.3, latency=0.05)
+    await proxy.start()
+    other = await Bus.connect(NatsSettings(servers=[f"nats://127.0.0.1:{proxy.port}"]), name="lag")
+    try:
+        yield other
+    finally:
+        await other.close()
+        await proxy.stop()
+
+
+async def until_bootstrapped(watch: TopologyWatch) -> list[TopologyChange]:
+    """The changes a watch yields before `Bootstrapped`."""
+    changes = []
+    while not isinstance(change := await next_change(watch), Bootstrapped):
+        changes.append(change)
+    return changes
+
+
+async def test_watch_and_snapshot_wait_for_values_delivered_after_the_api_reply(
+    bus: Bus, lagging_reader: Bus
+) -> None:
+    """nats-py ends its initial values on consumer_info's `num_pending == 0` when no delivery has
+    been read yet; a reply that overtakes the deliveries made that a bootstrap with no values."""
+    store = await bus.ensure_layout()
+    written = {placement(f"worker-{i}", "host-11", version=1) for i in range(20)}
+    for each in written:
+        await store.put_node(each)
+    reader = await lagging_reader.topology()
+
+    async with reader.watch() as watch:
+        before = await until_bootstrapped(watch)
+    assert {change.placement for change in before if isinstance(change, NodeChange)} == written
+
+    snapshot = await reader.snapshot()
+    assert set(snapshot.nodes.values()) == written
+
+
+STRESS_NODES = 2_000
+STRESS_ROUNDS = 5
+
+
+async def test_watch_started_during_writes_has_every_earlier_value_when_bootstrapped(
+    bus: Bus, reader: Bus
+) -> None:
+    """A writer keeps moving nodes while watches start: at `Bootstrapped`, each node's view is at
+    least the version acknowledged before the watch began, and no node is missing."""
+    store = await bus.ensure_layout()
+    await asyncio.gather(
+        *(store.put_node(placement(f"worker-{i}", "host-0", 0)) for i in range(STRESS_NODES))
+    )
+    acked = {f"worker-{i}": 0 for i in range(STRESS_NODES)}
+    stop = asyncio.Event()
+
+    async def write() -> None:
+        version = 0
+        while True:
+            version += 1
+            for i in range(STRESS_NODES):
+                if stop.is_set():
+                    return
+                node = f"worker-{i}"
+                await store.put_node(placement(node, f"host-{version % 4}", version=version))
+                acked[node] = version
+
+    reader_store = await reader.topology()
+    writer = asyncio.create_task(write())
+    try:
+        for _ in range(STRESS_ROUNDS):
+            await asyncio.sleep(0.05)
+            floor = dict(acked)
+            async with reader_store.watch() as watch:
+                changes = await until_bootstrapped(watch)
+            snapshot = await reader_store.snapshot()
+            assert not writer.done(), "the writes went on while the watch started"
+
+            seen: dict[str, int] = {}
+            for change in changes:
+                assert isinstance(change, NodeChange)
+                assert change.placement is not None
+                seen[change.node] = change.placement.version
+            revisions = [change.revision for change in changes if isinstance(change, NodeChange)]
+            assert revisions == sorted(revisions), "delivered in stream order"
+            assert seen.keys() == floor.keys()
+            assert all(seen[node] >= floor[node] for node in floor)
+            assert snapshot.nodes.keys() == floor.keys()
+            assert all(
+                isinstance(got := snapshot.nodes[node], NodePlacement)
+                and got.version >= floor[node]
+                for node in floor
+            )
+    finally:
+        stop.set()
+        await writer
+
+
+def message_tasks() -> set[asyncio.Task[object]]:
+    """nats-py's per-subscription message tasks (the one left pending in the reported leak)."""
+    return {
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "") == "Subscription._wait_for_msgs"
+    }
+
+
+async def test_watches_cancelled_while_starting_or_stopped_at_once_leave_no_task(
+    bus: Bus, reader: Bus
+) -> None:
+    """A reconnect or a lost Lease cancels watch starts at any point; the connection lives on,
+    so what a start made must be gone without waiting for it to close."""
+    store = await bus.ensure_layout()
+    for i in range(50):
+        await store.put_node(placement(f"worker-{i}", "host-11", version=1))
+    reader_store = await reader.topology()
+    before = message_tasks()
+
+    for delay in [step * 0.0002 for step in range(50)]:  # across a start's round trips
+        watch = reader_store.watch()
+        start = asyncio.create_task(watch.__aenter__())
+        await asyncio.sleep(delay)
+        start.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await start
+            await watch.__aexit__(None, None, None)
+    for _ in range(10):
+        async with reader_store.watch():
+            pass
+
+    await asyncio.sleep(0.2)
+    assert message_tasks() == before
 
 
 async def test_get_returns_the_typed_value_and_none_once_deleted(bus: Bus) -> None:

@@ -213,3 +213,26 @@ async def test_a_migration_is_created_once(kube_double: KubeDouble, kube: KubeCl
         migration_name("vm-a", launcher_pod.metadata.uid)
     ]
     assert migrations[0]["spec"] == {"vmiName": "vm-a"}
+
+
+async def test_an_unreachable_api_is_decided_again_after_the_backoff(
+    kube_double: KubeDouble, kube: KubeClient
+) -> None:
+    """A killed API server (connections refused) decided nothing: the pod is not given up but
+    waits for a cycle to decide about it again, as a PodDisruptionBudget's refusal does."""
+    seed_pod(kube_double, "p")
+    state = cluster([node("n1"), node("n2")], [pod("p", "n1", {"app": "web"})])
+    recorder = Recorder()
+    await kube_double.kill()
+    try:
+        evictor = await run(kube, state, Plan(actions=[action(state, "default/p")]), recorder, 1)
+    finally:
+        await kube_double.revive()
+    assert recorder.results == [("default/p", "unreachable")]
+    assert list(evictor.retrying) == ["default/p"]
+    await eventually(lambda: len(recorder.pokes) == 1, "a cycle asked for after the backoff")
+    assert not evictor.cooling("default/ReplicaSet/web-rs")
+
+    again = Recorder()
+    await run(kube, state, Plan(actions=[action(state, "default/p")]), again, 1, evictor=evictor)
+    assert again.results == [("default/p", "evicted")]

@@ -192,3 +192,39 @@ async def _eventually_true(check: Callable[[], bool], within: float) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+async def test_a_leader_whose_api_is_back_before_the_renew_deadline_keeps_leading(
+    kube_double: KubeDouble, client: KubeClient
+) -> None:
+    """Killed right after a renewal and back 0.3 s before the renew deadline, i.e. between two
+    retry periods: a renewal still gets in, since only the deadline decides leadership."""
+    lost: list[str] = []
+    leader = LeaderElector(
+        client,
+        namespace="kube-system",
+        name="hostaffinity-test",
+        identity="candidate-a",
+        lease_duration_s=3.0,
+        renew_deadline_s=2.0,
+        retry_period_s=0.8,
+        on_lost=lambda: lost.append("candidate-a"),
+    )
+    leader.start()
+    try:
+        await asyncio.wait_for(leader.wait_until_leader(), 5)
+        renewed = leader.renewed_at
+        await _eventually_true(lambda: leader.renewed_at != renewed, within=2.0)
+        await kube_double.kill()
+        killed_at = time.monotonic()
+        leading = []
+        while time.monotonic() - killed_at < 1.7:
+            leading.append(leader.is_leader)
+            await asyncio.sleep(0.01)
+        await kube_double.revive()
+        await _eventually_true(lambda: leader.renewed_at > killed_at, within=1.0)
+        assert all(leading)
+        assert leader.is_leader
+        assert lost == []
+    finally:
+        await leader.stop()

@@ -69,9 +69,22 @@ class TcpProxy:
         pair = (writer, up_writer)
         self._pairs.add(pair)
         try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            await asyncio.gather(
+                self._client_to_server(reader, up_writer), self._server_to_client(up_reader, writer)
+            )
         finally:
             self._pairs.discard(pair)
+
+    # One method per direction, so a subclass can shape one direction's traffic.
+    async def _client_to_server(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
+    ) -> None:
+        await self._pipe(source, sink)
+
+    async def _server_to_client(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
+    ) -> None:
+        await self._pipe(source, sink)
 
     async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         """Copy until either side ends (dropping what a partition cuts); then close the sink so

@@ -17,12 +17,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-import aiohttp
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import CALL_ERRORS, KubeClient, ResourceRef
 
 T = TypeVar("T")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -196,7 +195,7 @@ class Informer(Generic[T]):
                         rv = await self._watch(rv)
                 except _Expired:
                     log.info("resourceVersion expired for %s; listing again", self._resource)
-                except (ApiException, aiohttp.ClientError, TimeoutError, OSError) as exc:
+                except CALL_ERRORS as exc:
                     log.warning(
                         "informer for %s failed (%s); retrying in %.1fs", self._resource, exc, delay
                     )

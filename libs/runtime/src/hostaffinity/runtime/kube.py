@@ -49,6 +49,14 @@ PODS: Final = ResourceRef("", "v1", "pods")
 NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 
 
+# A call that failed on the way: refused, reset or closed mid-answer (aiohttp raises these as
+# ClientError subclasses, and some as plain OSError such as ConnectionResetError), or past
+# its time limit. Transient: every caller retries it, none ends on it.
+TRANSPORT_ERRORS: Final = (aiohttp.ClientError, OSError, TimeoutError)
+# Every way a call can fail: the server's answer (ApiException) or the transport.
+CALL_ERRORS: Final = (ApiException, *TRANSPORT_ERRORS)
+
+
 def api_error(status: int, body: bytes) -> ApiException:
     """An ApiException carrying the server's Status body, like the generated client raises."""
     error = ApiException(status=status, reason=_reason(body))

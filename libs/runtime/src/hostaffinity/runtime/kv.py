@@ -5,8 +5,9 @@ as msgspec JSON. A watch first replays the latest value of every key, then says 
 then follows live changes: a service is ready once it has seen `Bootstrapped`.
 """
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -79,6 +80,80 @@ def topology_change(entry: KeyValue.Entry) -> NodeChange | HostChange | None:
     return None
 
 
+class _BucketWatch:
+    """nats-py's watch of the whole bucket, and where the values it held at the start end.
+
+    nats-py marks the end of the initial values with a None, and sends that marker before any
+    value when its consumer_info answer says nothing is pending while its reader has not yet read
+    a delivery: the server answers the API request and delivers the consumer's messages from
+    different goroutines, so the answer can reach the socket first (in a 2,000-node benchmark
+    one snapshot missed every key). The marker is therefore ignored. Instead the stream's last
+    sequence is read once the watch's consumer exists: the consumer delivers in stream order
+    and that message (or a later write of its key; the bucket has no max age) always reaches
+    it, so the initial values are done once an entry at or past that sequence arrives; an
+    empty stream is done at once.
+    """
+
+    def __init__(self, watcher: KeyValue.KeyWatcher, initial_end: int) -> None:
+        self._watcher = watcher
+        self._initial_end: int | None = initial_end
+        self._read_up_to = 0
+
+    @classmethod
+    async def start(cls, kv: KeyValue) -> Self:
+        watcher = await _watch_all(kv)
+        try:
+            state = (await kv.status()).stream_info.state
+        except BaseException:
+            await _stop(watcher)
+            raise
+        return cls(watcher, state.last_seq if state.messages else 0)
+
+    async def next(self) -> KeyValue.Entry | Bootstrapped:
+        """The next entry; `Bootstrapped` once, right after the last initial value."""
+        if self._initial_end is not None and self._read_up_to >= self._initial_end:
+            self._initial_end = None
+            return Bootstrapped()
+        while True:
+            entry: KeyValue.Entry | None = await anext(self._watcher)
+            if entry is not None:
+                self._read_up_to = entry.revision or 0
+                return entry
+
+    async def stop(self) -> None:
+        await _stop(self._watcher)
+
+
+async def _watch_all(kv: KeyValue) -> KeyValue.KeyWatcher:
+    """`kv.watchall()`, never abandoned half-made: nats-py unsubscribes a watch whose start
+    failed only on an Exception, so a start cancelled while it awaited its consumer_info would
+    leave the subscription, its consumer and its message task running for the life of the
+    connection (one per cancelled start: a reconnect or a lost Lease cancels starts)."""
+    starting = asyncio.ensure_future(kv.watchall())
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _stop(await starting)
+        raise
+
+
+# Loop turns for a watch's message task to get past nats-py's wait for the watch's set-up.
+_SETUP_TURNS = 3
+
+
+async def _stop(watcher: KeyValue.KeyWatcher) -> None:
+    """Stop a watch without leaving its message task running. nats-py's callback first awaits
+    `asyncio.wait_for(init_setup)`, and Python 3.11's `wait_for` swallows a cancellation that
+    arrives once its future is done but before the task ran again: a watch stopped in that
+    window (just started, or its start cancelled) kept a `Subscription._wait_for_msgs` task
+    pending for ever. The set-up is done when `watchall()` returns; a few loop turns let the
+    task get past the wait, so the cancellation reaches it."""
+    for _ in range(_SETUP_TURNS):
+        await asyncio.sleep(0)
+    await watcher.stop()  # type: ignore[no-untyped-call]
+
+
 class TopologyWatch:
     """`async with store.watch() as changes: async for change in changes: ...`.
 
@@ -87,10 +162,10 @@ class TopologyWatch:
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
-        self._watcher: KeyValue.KeyWatcher | None = None
+        self._watch: _BucketWatch | None = None
 
     async def __aenter__(self) -> Self:
-        self._watcher = await self._kv.watchall()
+        self._watch = await _BucketWatch.start(self._kv)
         return self
 
     async def __aexit__(
@@ -99,21 +174,20 @@ class TopologyWatch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._watcher is not None:
-            await self._watcher.stop()  # type: ignore[no-untyped-call]
-            self._watcher = None
+        if self._watch is not None:
+            await self._watch.stop()
+            self._watch = None
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> TopologyChange:
-        if self._watcher is None:
+        if self._watch is None:
             raise RuntimeError("enter the watch with `async with` before iterating")
         while True:
-            # nats-py yields None once, when the initial values are done.
-            entry: KeyValue.Entry | None = await anext(self._watcher)
-            if entry is None:
-                return Bootstrapped()
+            entry = await self._watch.next()
+            if isinstance(entry, Bootstrapped):
+                return entry
             try:
                 change = topology_change(entry)
             except msgspec.DecodeError as err:
@@ -123,26 +197,30 @@ class TopologyWatch:
                 return change
 
 
-async def _latest_values(
-    kv: KeyValue, watcher: KeyValue.KeyWatcher
-) -> AsyncIterator[KeyValue.Entry]:
-    """The watch's initial values, all of them, then stop.
-
-    nats-py marks the end of the initial values with None, and also sends that marker before
-    any value when its consumer_info says nothing is pending while its reader has not yet read
-    a message (the server's delivery and its consumer_info answer race); in a 2,000-node
-    benchmark one resync's snapshot missed every key. So the end is the entry with nothing
-    pending after it (`delta == 0`), and a None ends only an empty bucket.
-    """
-    while True:
-        entry: KeyValue.Entry | None = await anext(watcher)
-        if entry is None:
-            if (await kv.status()).values == 0:
-                return
-            continue
-        yield entry
-        if entry.delta == 0:
-            return
+def _apply(
+    entry: KeyValue.Entry,
+    nodes: dict[str, NodePlacement | Undecodable],
+    hosts: dict[str, EsxiHost | Undecodable],
+) -> None:
+    """Fold one entry into a snapshot: the latest value wins, a delete removes the key."""
+    try:
+        change = topology_change(entry)
+    except msgspec.DecodeError as err:
+        if entry.key.startswith(NODE_KEY_PREFIX):
+            nodes[entry.key.removeprefix(NODE_KEY_PREFIX)] = Undecodable(str(err))
+        elif entry.key.startswith(HOST_KEY_PREFIX):
+            hosts[entry.key.removeprefix(HOST_KEY_PREFIX)] = Undecodable(str(err))
+        return
+    if isinstance(change, NodeChange):
+        if change.placement is None:
+            nodes.pop(change.node, None)
+        else:
+            nodes[change.node] = change.placement
+    elif isinstance(change, HostChange):
+        if change.host is None:
+            hosts.pop(change.moid, None)
+        else:
+            hosts[change.moid] = change.host
 
 
 class TopologyStore:
@@ -181,25 +259,12 @@ class TopologyStore:
         """Every key's latest value, undecodable ones included; deleted keys are absent."""
         nodes: dict[str, NodePlacement | Undecodable] = {}
         hosts: dict[str, EsxiHost | Undecodable] = {}
-        watcher = await self._kv.watchall()
+        watch = await _BucketWatch.start(self._kv)
         try:
-            async for entry in _latest_values(self._kv, watcher):
-                key = entry.key
-                try:
-                    change = topology_change(entry)
-                except msgspec.DecodeError as err:
-                    bad = Undecodable(str(err))
-                    if key.startswith(NODE_KEY_PREFIX):
-                        nodes[key.removeprefix(NODE_KEY_PREFIX)] = bad
-                    elif key.startswith(HOST_KEY_PREFIX):
-                        hosts[key.removeprefix(HOST_KEY_PREFIX)] = bad
-                    continue
-                if isinstance(change, NodeChange) and change.placement is not None:
-                    nodes[change.node] = change.placement
-                elif isinstance(change, HostChange) and change.host is not None:
-                    hosts[change.moid] = change.host
+            while not isinstance(entry := await watch.next(), Bootstrapped):
+                _apply(entry, nodes, hosts)
         finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+            await watch.stop()
         return TopologySnapshot(nodes=nodes, hosts=hosts)
 
     def watch(self) -> TopologyWatch:

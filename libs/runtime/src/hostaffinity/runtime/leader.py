@@ -29,16 +29,26 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final
 
-import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import CALL_ERRORS, KubeClient, ResourceRef
 from hostaffinity.schema import utc_timestamp
 
 log = logging.getLogger(__name__)
 OnLost = Callable[[], Awaitable[None] | None]
-# What a failed call can raise: the server's answer, the transport, or our own time limit.
-_CALL_ERRORS: Final = (ApiException, aiohttp.ClientError, TimeoutError, OSError)
+
+
+# The shortest pause between two failed renewals, however near the deadline.
+_MIN_PAUSE_S: Final = 0.05
+
+
+def _pause_after_failure(retry_s: float, left_s: float) -> float:
+    """The pause before trying again after a failed renewal: the retry period, but at most half
+    of what is left before the renew deadline, so the tries get closer as it nears. A leader
+    whose API server was down (refused, reset) for most of the deadline still renews once the
+    server is back, instead of waiting out a full retry period past the deadline: only the
+    deadline decides leadership, not where the outage fell between two retries."""
+    return max(0.0, min(retry_s, max(left_s / 2, _MIN_PAUSE_S), left_s))
 
 
 class LeaderElector:
@@ -108,7 +118,7 @@ class LeaderElector:
                 await self._task
             self._task = None
         if self.is_leader and release:
-            with contextlib.suppress(*_CALL_ERRORS):
+            with contextlib.suppress(*CALL_ERRORS):
                 async with asyncio.timeout(self._renew_deadline):
                     await self._release()
         self._leading.clear()
@@ -139,7 +149,7 @@ class LeaderElector:
                 return True
             if self._observed is not None and self._observed[0] != self.identity:
                 return False
-            await asyncio.sleep(min(self._retry, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(_pause_after_failure(self._retry, deadline - time.monotonic()))
         return False
 
     async def _attempt(self, limit_s: float) -> bool:
@@ -148,7 +158,7 @@ class LeaderElector:
         try:
             async with asyncio.timeout(limit_s):
                 written = await self._try_acquire_or_renew()
-        except _CALL_ERRORS as exc:
+        except CALL_ERRORS as exc:
             log.warning("lease %s: %s", self._name, str(exc) or type(exc).__name__)
             return False
         if written:

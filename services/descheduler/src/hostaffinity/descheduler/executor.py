@@ -3,7 +3,8 @@
 policy/v1 Eviction only (PodDisruptionBudgets hold): 201 is done; 429 means a budget said no
 (or was not observed yet), so the pod is not evicted: after a backoff (the server's
 `retryAfterSeconds` when it gives one) a cycle runs and decides about it again, against the
-cluster as it is then; 404 means the pod is already gone.
+cluster as it is then; 404 means the pod is already gone. An API server that cannot be reached
+(refused, reset, silent) decided nothing: the pod is `unreachable` and decided again the same way.
 Calls run with bounded parallelism. In dry-run nothing is called and results are `dry-run`.
 A virt-launcher pod is never evicted: its VMI gets a VirtualMachineInstanceMigration.
 """
@@ -22,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.descheduler.evictor import Action, Evictor, Outcome, Plan, VmiStays
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import TRANSPORT_ERRORS, KubeClient, ResourceRef
 
 _log = logging.getLogger(__name__)
 EVICTED: Final = "evicted"
@@ -30,6 +31,7 @@ MIGRATED: Final = "migrated"
 DRY_RUN: Final = "dry-run"
 BLOCKED: Final = "blocked"
 GONE: Final = "gone"
+UNREACHABLE: Final = "unreachable"
 ERROR: Final = "error"
 MANAGED_BY: Final = "hostaffinity-descheduler"
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
@@ -118,11 +120,17 @@ class Executor:
         if current is None or current.metadata.uid != action.uid:
             self._evictor.give_up(action.pod)  # gone or replaced since the decision
             return
-        if action.outcome is Outcome.MIGRATE:
-            result, retry_after = await self._migrate(action), None
-        else:
-            result, retry_after = await self._evict(action)
-        if result == BLOCKED:
+        try:
+            if action.outcome is Outcome.MIGRATE:
+                result, retry_after = await self._migrate(action), None
+            else:
+                result, retry_after = await self._evict(action)
+        except TRANSPORT_ERRORS as error:
+            _log.warning(
+                "API server unreachable for %s (%r); deciding again later", action.pod, error
+            )
+            result, retry_after = UNREACHABLE, None
+        if result in (BLOCKED, UNREACHABLE):
             self._retry_later(action, retry_after)
         else:
             self._evictor.give_up(action.pod)

@@ -5,7 +5,8 @@
 away are the runtime outbox's `hostaffinity_bus_outbox_dropped_total{outbox="descheduler"}`.
 
 `result` is evicted, migrated, dry-run, blocked (a PodDisruptionBudget said 429, retried later),
-gone (the pod was already deleted) or error.
+unreachable (the API server could not be reached, retried later), gone (the pod was already
+deleted) or error.
 """
 
 from __future__ import annotations

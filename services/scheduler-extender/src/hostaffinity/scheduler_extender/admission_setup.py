@@ -19,11 +19,9 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from hostaffinity.runtime.config import SharedSettings
 from hostaffinity.runtime.informer import Informer
-from hostaffinity.runtime.kube import PODS
+from hostaffinity.runtime.kube import CALL_ERRORS, PODS
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.scheduler_extender.admission import MutationSettings
@@ -63,7 +61,7 @@ async def _retrying(what: str, attempt: Callable[[], Awaitable[T]]) -> T:
     for count in itertools.count():
         try:
             return await attempt()
-        except (ApiException, RegistrationError, OSError, ssl.SSLError) as error:
+        except (RegistrationError, *CALL_ERRORS) as error:  # ssl.SSLError is an OSError
             delay = RETRY_SECONDS[min(count, len(RETRY_SECONDS) - 1)]
             _log.warning(
                 "admission webhook: %s failed (%s); retrying in %.0f s", what, error, delay

@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import TRANSPORT_ERRORS, KubeClient, ResourceRef
 
 
 class BindError(Exception):
@@ -56,7 +55,7 @@ class Binder:
                 f"binding {namespace}/{name} to {node} failed: HTTP {error.status}: "
                 f"{_status_message(error)}"
             ) from error
-        except (TimeoutError, aiohttp.ClientError) as error:
+        except TRANSPORT_ERRORS as error:
             raise BindError(
                 f"binding {namespace}/{name} to {node}: API server unreachable or silent for "
                 f"{self._timeout:g}s ({error!r})"

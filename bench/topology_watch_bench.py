@@ -1,0 +1,89 @@
+"""The topology bucket's bootstrap at scale: a real nats-server holding `--nodes` placements
+(5,000 by default, as many as the cluster has nodes), each watch start timed until
+`Bootstrapped` (every stored value yielded, ended by the stream's last sequence), and each
+`snapshot()` the labeller's resync takes. Prints median, p99, values/s and peak RSS.
+
+    uv run --frozen python bench/topology_watch_bench.py [--nodes 5000] [--rounds 20]
+"""
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from figures import peak_rss_mib, percentile  # noqa: E402
+
+from hostaffinity.runtime.bus import Bus  # noqa: E402
+from hostaffinity.runtime.kv import Bootstrapped, TopologyStore  # noqa: E402
+from tests.integration.test_bus_topology import placement  # noqa: E402
+from tests.platform.nats import NatsServer  # noqa: E402
+
+
+async def time_bootstrap(store: TopologyStore) -> tuple[float, int]:
+    """Seconds from opening a watch to `Bootstrapped`, and how many values came before it."""
+    started = time.perf_counter()
+    values = 0
+    async with store.watch() as changes:
+        async for change in changes:
+            if isinstance(change, Bootstrapped):
+                return time.perf_counter() - started, values
+            values += 1
+    raise RuntimeError("the watch ended before Bootstrapped")
+
+
+async def time_snapshot(store: TopologyStore) -> tuple[float, int]:
+    started = time.perf_counter()
+    snapshot = await store.snapshot()
+    return time.perf_counter() - started, len(snapshot.nodes)
+
+
+def report(what: str, samples: list[float], values: int) -> None:
+    median = statistics.median(samples)
+    print(
+        f"{what}: median {median * 1000:.1f} ms, p99 {percentile(samples, 0.99) * 1000:.1f} ms, "
+        f"{values / median:,.0f} values/s ({len(samples)} rounds)"
+    )
+
+
+async def main(nodes: int, rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as workdir:
+        server = NatsServer(Path(workdir))
+        await server.start()
+        bus = await Bus.connect(server.settings(), name="bench")
+        try:
+            store = await bus.ensure_layout()
+            for start in range(0, nodes, 500):
+                batch = range(start, min(nodes, start + 500))
+                await asyncio.gather(
+                    *(store.put_node(placement(f"node-{i}", f"host-{i % 50}", 1)) for i in batch)
+                )
+            print(f"scale: {nodes} placements in the topology bucket, real nats-server")
+            for what, measure in (
+                ("watch to Bootstrapped", time_bootstrap),
+                ("snapshot", time_snapshot),
+            ):
+                samples = []
+                for _ in range(rounds):
+                    seconds, seen = await measure(store)
+                    if seen != nodes:
+                        raise RuntimeError(f"{what} saw {seen} of {nodes} values")
+                    samples.append(seconds)
+                report(what, samples, nodes)
+            print(f"peak RSS: {peak_rss_mib():.0f} MiB")
+        finally:
+            await bus.close()
+            await server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=20)
+    args = parser.parse_args()
+    asyncio.run(main(args.nodes, args.rounds))
