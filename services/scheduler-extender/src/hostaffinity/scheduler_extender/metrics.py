@@ -31,8 +31,24 @@ LATENCY_BUCKETS_SECONDS: Final = (
 )  # fmt: skip
 
 
+Observe = Callable[["ExtenderMetrics"], Iterable[Observation]]
+
+
+def _from_reporting(read: Observe) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    """A gauge callback reading whichever ExtenderMetrics reports now. OpenTelemetry keeps the
+    first callback registered under an instrument's name and ignores later registrations, so a
+    callback bound to one instance would go on reporting that instance's cache after a newer
+    extender (a restart in the same process, as in tests) replaced it."""
+
+    def observe(_options: CallbackOptions) -> Iterable[Observation]:
+        return read(_reporting) if _reporting is not None else []
+
+    return observe
+
+
 class ExtenderMetrics:
-    """Instruments created once per process, from the global meter provider."""
+    """Instruments created once per process, from the global meter provider; the newest
+    instance is the one its gauges report."""
 
     def __init__(
         self,
@@ -41,6 +57,7 @@ class ExtenderMetrics:
         stale: Callable[[], Mapping[str, float]] = dict,
         lag: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
+        global _reporting
         meter = metrics.get_meter("hostaffinity.scheduler_extender")
         self._cache = cache
         self._stale = stale
@@ -57,23 +74,23 @@ class ExtenderMetrics:
         )
         meter.create_observable_gauge(
             "hostaffinity_extender_inflight_pods",
-            callbacks=[lambda _: [Observation(len(cache.in_flight))]],
+            callbacks=[_from_reporting(lambda m: [Observation(len(m._cache.in_flight))])],
             description="Pods filtered and not yet reported bound",
         )
         meter.create_observable_counter(
             "hostaffinity_extender_inflight_dropped",
-            callbacks=[self._inflight_dropped],
+            callbacks=[_from_reporting(ExtenderMetrics._inflight_dropped)],
             description="In-flight pods dropped: evicted for room, or expired without placement",
         )
         meter.create_observable_gauge(
             "hostaffinity_extender_source_stale",
-            callbacks=[lambda _: self._per_source(self._stale())],
+            callbacks=[_from_reporting(lambda m: m._per_source(m._stale()))],
             unit="s",
             description="Seconds since a source stopped being live (0 while live)",
         )
         meter.create_observable_gauge(
             "hostaffinity_extender_informer_lag",
-            callbacks=[lambda _: self._per_source(self._lag())],
+            callbacks=[_from_reporting(lambda m: m._per_source(m._lag()))],
             unit="{event}",
             description="Informer events received and not yet applied to the cache",
         )
@@ -93,16 +110,17 @@ class ExtenderMetrics:
         )
         meter.create_observable_gauge(
             "hostaffinity_extender_cache_age",
-            callbacks=[self._ages],
+            callbacks=[_from_reporting(ExtenderMetrics._ages)],
             unit="s",
             description="Seconds since each cache source last changed",
         )
         self._exposure = ExposureGauge(cache)
         meter.create_observable_gauge(
             "hostaffinity_workloads_exposed",
-            callbacks=[self._exposed],
+            callbacks=[_from_reporting(ExtenderMetrics._exposed)],
             description="Workloads with two or more replicas on one ESXi host, per namespace",
         )
+        _reporting = self
 
     def answered(self, verb: str, outcome: str, seconds: float) -> None:
         """One request answered."""
@@ -120,7 +138,7 @@ class ExtenderMetrics:
         """A filter waited for in-flight placements; `late` of them never came in time."""
         self._wait.record(seconds, {"late": str(late > 0).lower()})
 
-    def _inflight_dropped(self, _options: CallbackOptions) -> Iterable[Observation]:
+    def _inflight_dropped(self) -> Iterable[Observation]:
         in_flight = self._cache.in_flight
         return [
             Observation(in_flight.evicted, {"why": "evicted"}),
@@ -131,9 +149,12 @@ class ExtenderMetrics:
     def _per_source(values: Mapping[str, float]) -> Iterable[Observation]:
         return [Observation(value, {"source": source}) for source, value in values.items()]
 
-    def _ages(self, _options: CallbackOptions) -> Iterable[Observation]:
+    def _ages(self) -> Iterable[Observation]:
         return [Observation(age, {"source": s}) for s, age in self._cache.ages().items()]
 
-    def _exposed(self, _options: CallbackOptions) -> Iterable[Observation]:
+    def _exposed(self) -> Iterable[Observation]:
         counts = self._exposure.counts().items()
         return [Observation(count, {"namespace": ns}) for ns, count in counts]
+
+
+_reporting: ExtenderMetrics | None = None
