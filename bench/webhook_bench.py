@@ -38,7 +38,7 @@ from hostaffinity.scheduler_extender.admission_review import (
     encode_answer,
     mutation_for,
 )
-from hostaffinity.scheduler_extender.certificates import issue, server_context
+from hostaffinity.runtime.certificates import issue, server_context
 from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 

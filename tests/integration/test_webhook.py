@@ -25,11 +25,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.certificates import service_hostnames
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.kube import KubeClient, api_client
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
-from hostaffinity.scheduler_extender.certificates import service_hostnames
 from hostaffinity.scheduler_extender.config import (
     ExtenderSettings,
     SchedulerExtenderSettings,

@@ -19,6 +19,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from hostaffinity.runtime.certificates import server_context, service_hostnames
 from hostaffinity.runtime.config import SharedSettings
 from hostaffinity.runtime.informer import Informer
 from hostaffinity.runtime.kube import CALL_ERRORS, PODS
@@ -26,7 +27,6 @@ from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.scheduler_extender.admission import MutationSettings
 from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
-from hostaffinity.scheduler_extender.certificates import server_context, service_hostnames
 from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings, WebhookSettings
 from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.fail_open import TwinlessPods, pod_admission_decoder

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 
-from hostaffinity.scheduler_extender.certificates import (
+from hostaffinity.runtime.certificates import (
     RENEW_BEFORE,
     SERVING_VALIDITY,
     issue,

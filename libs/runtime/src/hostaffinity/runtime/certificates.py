@@ -1,4 +1,5 @@
-"""Serving certificates for the webhook: a self-signed CA and the certificate it signs.
+"""Serving certificates: a self-signed CA and the certificate it signs, for the webhook and
+for the bus (NATS clients and routes).
 
 The API server calls admission webhooks over HTTPS only and verifies the server against the
 `caBundle` of the webhook configuration. Where cert-manager runs, it issues the certificate into
@@ -71,16 +72,29 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def issue(hostnames: Sequence[str], now: datetime.datetime) -> ServingIdentity:
-    """A new CA and a serving certificate for `hostnames` (DNS names or IP addresses)."""
+def issue(
+    hostnames: Sequence[str],
+    now: datetime.datetime,
+    *,
+    ca_name: str = "hostaffinity-webhook-ca",
+    client_auth: bool = False,
+) -> ServingIdentity:
+    """A new CA and a serving certificate for `hostnames` (DNS names or IP addresses).
+
+    With `client_auth` the certificate may also present itself as a client: NATS routes are
+    mutual TLS, each server both dials and accepts with the same certificate.
+    """
     if not hostnames:
         raise ValueError("a serving certificate needs at least one hostname")
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hostaffinity-webhook-ca")])
+    issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH]
+    if client_auth:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     ca = (
         x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
+        .subject_name(issuer)
+        .issuer_name(issuer)
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - CLOCK_SKEW)
@@ -94,14 +108,14 @@ def issue(hostnames: Sequence[str], now: datetime.datetime) -> ServingIdentity:
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostnames[0])]))
-        .issuer_name(ca_name)
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(now + SERVING_VALIDITY)
         .add_extension(x509.SubjectAlternativeName([_san(n) for n in hostnames]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
         )
