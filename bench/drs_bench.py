@@ -165,7 +165,7 @@ async def main(groups: int, replicas: int, vms: int, runs: int) -> None:
             f"{len(desired.conflicts)} conflicts"
         )
 
-        await bus.ensure_layout()
+        await bus.provision()
         records = OwnershipRecords(await bus.js.key_value(DRS_BUCKET), "bench")
         events: list[Event] = []
 

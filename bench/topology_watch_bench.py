@@ -57,7 +57,7 @@ async def main(nodes: int, rounds: int) -> None:
         await server.start()
         bus = await Bus.connect(server.settings(), name="bench")
         try:
-            store = await bus.ensure_layout()
+            store = await bus.provision()
             for start in range(0, nodes, 500):
                 batch = range(start, min(nodes, start + 500))
                 await asyncio.gather(

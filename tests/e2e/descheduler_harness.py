@@ -25,13 +25,12 @@ from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.main import service_spec
 from hostaffinity.descheduler.service import Descheduling
 from hostaffinity.runtime.runner import running_service
-from tests.e2e.harness import eventually, runner_sections
+from tests.e2e.harness import BusPlatform, eventually, runner_sections
 from tests.platform.kube_double import KubeDouble
-from tests.platform.nats import NatsServer
 
 
 def descheduler_config(
-    nats: NatsServer, kubeconfig: Path, policy: Path | None = None, **settings: Any
+    nats: BusPlatform, kubeconfig: Path, policy: Path | None = None, **settings: Any
 ) -> DeschedulerConfig:
     eviction = settings.pop(
         "eviction", ExecutorSettings(retry_initial_seconds=0.2, retry_max_seconds=1.0)
@@ -39,7 +38,9 @@ def descheduler_config(
     descheduler = DeschedulerSettings(
         policy_file=None if policy is None else str(policy), eviction=eviction, **settings
     )
-    return DeschedulerConfig(**runner_sections(nats, kubeconfig), descheduler=descheduler)
+    return DeschedulerConfig(
+        **runner_sections(nats, kubeconfig, "descheduler"), descheduler=descheduler
+    )
 
 
 @contextlib.asynccontextmanager

@@ -16,16 +16,17 @@ from hostaffinity.drs_translator.service import translate
 from hostaffinity.drs_translator.translator import DrsTranslator
 from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec, running_service
 from hostaffinity.schema import LABEL_ESXI_HOST
-from tests.e2e.harness import eventually, finished, inventory, runner_sections
-from tests.platform.nats import NatsServer
+from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
 from tests.platform.vcsim import Vcsim
 
 
 def drs_config(
-    vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
+    vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
 ) -> DrsTranslatorConfig:
     fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
-    return DrsTranslatorConfig(**(runner_sections(nats, kubeconfig) | fields | overrides))
+    return DrsTranslatorConfig(
+        **(runner_sections(nats, kubeconfig, "drs-translator") | fields | overrides)
+    )
 
 
 @dataclass

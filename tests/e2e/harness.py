@@ -6,14 +6,18 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from pyVmomi import vim
 
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from hostaffinity.runtime.config import (
+    HealthSettings,
+    KubernetesSettings,
+    LeaseSettings,
+    NatsSettings,
+)
 from tests.platform.kube_double import KubeDouble
-from tests.platform.nats import NatsServer
 
 # Leadership changes within seconds, so failover tests stay short.
 FAST_LEASE = LeaseSettings(
@@ -24,11 +28,19 @@ FAST_LEASE = LeaseSettings(
 )
 
 
-def runner_sections(nats: NatsServer, kubeconfig: Path) -> dict[str, Any]:
-    """Config sections for a service run in-process: this nats-server, the double through its
-    kubeconfig, a health server on a free port and the fast Lease (its name from the service)."""
+class BusPlatform(Protocol):
+    """A bus the tests run services on: one open nats-server (`NatsServer`, which ignores the
+    identity) or the shipped, secured cluster (`NatsCluster`, where it is the service's)."""
+
+    def settings(self, identity: str) -> NatsSettings: ...
+
+
+def runner_sections(nats: BusPlatform, kubeconfig: Path, identity: str) -> dict[str, Any]:
+    """Config sections for a service run in-process: this bus as the service's identity, the
+    double through its kubeconfig, a health server on a free port and the fast Lease (its name
+    from the service)."""
     return {
-        "nats": nats.settings(),
+        "nats": nats.settings(identity),
         "health": HealthSettings(host="127.0.0.1", port=0),
         "kubernetes": KubernetesSettings(kubeconfig=str(kubeconfig)),
         "lease": FAST_LEASE,

@@ -18,18 +18,19 @@ from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import EVENTS_STREAM, TopologyEvent, decode_event
-from tests.e2e.harness import eventually, finished, inventory, runner_sections
+from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
 from tests.platform.kube_double import KubeDouble
-from tests.platform.nats import NatsServer
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 
 def labeller_config(
-    vc: Vcsim, nats: NatsServer, kubeconfig: Path, **overrides: Any
+    vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
 ) -> NodeLabellerConfig:
     """A labeller config for these parts; keywords override fields (`vcenter` too)."""
     fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
-    return NodeLabellerConfig(**(runner_sections(nats, kubeconfig) | fields | overrides))
+    return NodeLabellerConfig(
+        **(runner_sections(nats, kubeconfig, "node-labeller") | fields | overrides)
+    )
 
 
 def node_object(name: str, **extra: Any) -> dict[str, Any]:
@@ -86,7 +87,7 @@ class LabellerParts:
     """The real parts a labeller runs against (the `parts` fixture of tests/e2e)."""
 
     vcsim: VcsimFactory
-    nats: NatsServer
+    nats: BusPlatform
     kube: KubeDouble
     kubeconfig: Path
 

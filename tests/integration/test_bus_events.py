@@ -96,7 +96,9 @@ class Recorder:
 async def consuming(
     bus: Bus, handler: Callable[[TopologyEvent], Awaitable[None]], settings: ConsumerSettings
 ) -> AsyncIterator[None]:
-    """Run a durable consumer for the duration of the block, then cancel it."""
+    """Provision a durable consumer (as `hostaffinity bus provision` does), run it for the
+    duration of the block, then cancel it."""
+    await bus.provision(consumers=[settings])
     consumer = DurableConsumer(
         bus.js, service=SERVICE, settings=settings, decode=decode_event, handler=handler
     )

@@ -70,7 +70,7 @@ async def next_change(watch: TopologyWatch) -> TopologyChange:
 async def test_watch_yields_initial_values_then_bootstrapped_then_live_changes(
     bus: Bus, reader: Bus
 ) -> None:
-    writer = await bus.ensure_layout()
+    writer = await bus.provision()
     # A node name with dots: the watch must cover `node.>`, not `node.*`.
     first = placement("worker-1.k8s.example.com", "host-11", version=1)
     await writer.put_node(first)
@@ -93,12 +93,12 @@ async def test_watch_yields_initial_values_then_bootstrapped_then_live_changes(
 
 
 async def test_watch_of_an_empty_bucket_is_bootstrapped_at_once(bus: Bus) -> None:
-    async with (await bus.ensure_layout()).watch() as watch:
+    async with (await bus.provision()).watch() as watch:
         assert await next_change(watch) == Bootstrapped()
 
 
 async def test_value_that_does_not_decode_is_skipped_by_the_watch(bus: Bus) -> None:
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     raw = await bus.js.key_value(TOPOLOGY_BUCKET)
     await raw.put(node_key("broken"), b'{"node": "broken"}')
     good = placement("worker-2", "host-11", version=1)
@@ -110,7 +110,7 @@ async def test_value_that_does_not_decode_is_skipped_by_the_watch(bus: Bus) -> N
 
 
 async def test_snapshot_has_every_live_key_undecodable_ones_included(bus: Bus) -> None:
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     raw = await bus.js.key_value(TOPOLOGY_BUCKET)
     good = placement("worker-1.k8s.example.com", "host-11", version=1)
     await store.put_node(good)
@@ -129,7 +129,7 @@ async def test_snapshot_has_every_live_key_undecodable_ones_included(bus: Bus) -
     assert isinstance(snapshot.nodes["wrong-types"], Undecodable)
     assert snapshot.hosts["host-11"] == ESXI_HOST
     assert isinstance(snapshot.hosts["host-12"], Undecodable)
-    assert await (await bus.ensure_layout()).snapshot() == snapshot  # repeatable
+    assert await (await bus.provision()).snapshot() == snapshot  # repeatable
     empty = TopologySnapshot(nodes={}, hosts={})
     for key in (good.node, "garbage", "wrong-types"):
         await store.delete_node(key)
@@ -164,7 +164,7 @@ async def test_watch_and_snapshot_wait_for_values_delivered_after_the_api_reply(
 ) -> None:
     """nats-py ends its initial values on consumer_info's `num_pending == 0` when no delivery has
     been read yet; a reply that overtakes the deliveries made that a bootstrap with no values."""
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     written = {placement(f"worker-{i}", "host-11", version=1) for i in range(20)}
     for each in written:
         await store.put_node(each)
@@ -187,7 +187,7 @@ async def test_watch_started_during_writes_has_every_earlier_value_when_bootstra
 ) -> None:
     """A writer keeps moving nodes while watches start: at `Bootstrapped`, each node's view is at
     least the version acknowledged before the watch began, and no node is missing."""
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     await asyncio.gather(
         *(store.put_node(placement(f"worker-{i}", "host-0", 0)) for i in range(STRESS_NODES))
     )
@@ -250,7 +250,7 @@ async def test_watches_cancelled_while_starting_or_stopped_at_once_leave_no_task
 ) -> None:
     """A reconnect or a lost Lease cancels watch starts at any point; the connection lives on,
     so what a start made must be gone without waiting for it to close."""
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     for i in range(50):
         await store.put_node(placement(f"worker-{i}", "host-11", version=1))
     reader_store = await reader.topology()
@@ -273,7 +273,7 @@ async def test_watches_cancelled_while_starting_or_stopped_at_once_leave_no_task
 
 
 async def test_get_returns_the_typed_value_and_none_once_deleted(bus: Bus) -> None:
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     stored = placement("worker-3", "host-11", version=7)
     await store.put_node(stored)
     await store.put_host(ESXI_HOST)
@@ -289,13 +289,13 @@ async def test_get_returns_the_typed_value_and_none_once_deleted(bus: Bus) -> No
 
 
 async def test_layout_is_idempotent_and_updates_changed_settings_in_place(bus: Bus) -> None:
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     stored = placement("worker-4", "host-11", version=1)
     await store.put_node(stored)
-    await bus.ensure_layout()
+    await bus.provision()
 
     changed = BusLayout(events_max_age_seconds=3600.0, topology_history=9)
-    again = await bus.ensure_layout(changed)
+    again = await bus.provision(changed)
 
     assert (await bus.js.stream_info(EVENTS_STREAM)).config.max_age == 3600.0
     raw = await bus.js.key_value(TOPOLOGY_BUCKET)

@@ -30,7 +30,7 @@ NODES = [f"worker-{i}" for i in range(20)]
 async def test_ready_only_once_every_stored_placement_is_known(
     nats_server: NatsServer, bus: Bus, kube_double: KubeDouble, tmp_path: Path
 ) -> None:
-    store = await bus.ensure_layout()
+    store = await bus.provision()
     for node in NODES:
         kube_double.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
         await store.put_node(placement(node, "host-11", version=1))

@@ -51,8 +51,8 @@ class NatsServer:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def settings(self) -> NatsSettings:
-        """Bus settings pointing at this server."""
+    def settings(self, identity: str | None = None) -> NatsSettings:
+        """Bus settings pointing at this server; it asks for no identity, so any will do."""
         return NatsSettings(servers=[self.url])
 
     @contextlib.asynccontextmanager
@@ -116,10 +116,13 @@ class NatsServer:
 
 @pytest.fixture
 async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
-    """A running nats-server with JetStream, stopped after the test."""
+    """A running nats-server with JetStream, provisioned as `hostaffinity bus provision` would
+    (services only check the layout), stopped after the test."""
     server = NatsServer(tmp_path)
     await server.start()
     try:
+        async with server.connection("provision") as provisioning:
+            await provisioning.provision()
         yield server
     finally:
         await server.stop()
@@ -127,7 +130,6 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
 
 @pytest.fixture
 async def bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
-    """A bus connected to `nats_server` with the streams and the topology bucket in place."""
+    """A bus connected to `nats_server`, whose streams and buckets are in place."""
     async with nats_server.connection("test") as connected:
-        await connected.ensure_layout()
         yield connected

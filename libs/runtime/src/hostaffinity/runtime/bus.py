@@ -3,13 +3,15 @@
 The connection never gives up: the first connection is retried with exponential backoff (a
 service may start before NATS), NATS reconnects without limit afterwards, and every disconnect
 and reconnect is logged, so a late, restarted or failed-over server costs a pause, not a
-service. Credentials, nkey seed and TLS come from `NatsSettings` unchanged; the server enforces
-what they allow.
+service. The identity (an nkey seed file, or creds) and TLS come from
+`NatsSettings`; the server enforces what that identity may do (k8s/base/nats/auth.conf), so a
+service never creates the layout: it waits until provisioning made what it uses.
 """
 
 import asyncio
 import logging
 import ssl
+from collections.abc import Iterable
 from typing import Final
 
 from nats.aio.client import Client
@@ -18,8 +20,14 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
 from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.consumer import ConsumerSettings
 from hostaffinity.runtime.kv import TopologyStore
-from hostaffinity.runtime.layout import BusLayout, ensure_layout
+from hostaffinity.runtime.layout import (
+    BusLayout,
+    LayoutMissing,
+    missing_parts,
+    provision_layout,
+)
 from hostaffinity.runtime.publishing import publish
 from hostaffinity.schema import EVENT_TYPES, TOPOLOGY_BUCKET, Event, encode_event, event_subject
 
@@ -27,6 +35,7 @@ _log = logging.getLogger(__name__)
 
 UNLIMITED_RECONNECTS: Final = -1
 FIRST_CONNECT_ATTEMPTS: Final = 1  # nats-py tries each server this many times more
+LAYOUT_RETRY_SECONDS: Final = 2.0
 
 
 def event_type(event: Event) -> str:
@@ -66,6 +75,9 @@ class Bus:
     ) -> "Bus":
         """Connect as `name` (shown in NATS monitoring), retrying until the first connection
         succeeds, and keep reconnecting for ever after it."""
+        if missing := settings.missing_files():
+            # A Secret not mounted: retrying cannot help, and a refused connection would hide it.
+            raise ConfigFileError(f"configured files missing: {', '.join(missing)}")
         delay = settings.connect_retry_initial_seconds
         while True:
             try:
@@ -92,12 +104,38 @@ class Bus:
             return None
         return int(self.nc.stats["reconnects"])
 
-    async def ensure_layout(self, layout: BusLayout | None = None) -> TopologyStore:
-        """Create or update the streams and the topology bucket; returns the bucket, typed.
+    async def provision(
+        self, layout: BusLayout | None = None, consumers: Iterable[ConsumerSettings] | None = None
+    ) -> TopologyStore:
+        """Create or update the streams, buckets and durable consumers (the provisioning step's
+        job, with the `provision` identity); returns the topology bucket, typed.
 
         Without a layout, the one `NatsSettings` describes applies.
         """
-        return TopologyStore(await ensure_layout(self.js, layout or BusLayout.of(self.settings)))
+        chosen = layout or BusLayout.of(self.settings)
+        if consumers is None:
+            return TopologyStore(await provision_layout(self.js, chosen))
+        return TopologyStore(await provision_layout(self.js, chosen, consumers))
+
+    async def wait_for_layout(
+        self,
+        streams: Iterable[str],
+        consumers: Iterable[ConsumerSettings] = (),
+        *,
+        retry_seconds: float = LAYOUT_RETRY_SECONDS,
+    ) -> None:
+        """Return once every stream (a bucket: KV_<bucket>) and durable consumer exists; until
+        then say which are missing and how to make them, and look again. A service started
+        before the provisioning Job stays not ready instead of failing."""
+        wanted, durables = list(streams), list(consumers)
+        announced: list[str] = []
+        while missing := await missing_parts(self.js, wanted, durables):
+            if missing != announced:
+                _log.warning("%s", LayoutMissing.naming(missing))
+                announced = missing
+            await asyncio.sleep(retry_seconds)
+        if announced:
+            _log.info("the bus is provisioned now")
 
     async def topology(self) -> TopologyStore:
         """The existing topology bucket, for a service that does not own the layout."""
@@ -146,9 +184,14 @@ async def _connect_once(settings: NatsSettings, name: str, reconnect_wait_second
         reconnected_cb=reconnected,
         closed_cb=closed,
         error_cb=error,
+        inbox_prefix=settings.inbox_prefix,
         user_credentials=settings.creds_file,
         nkeys_seed=settings.nkey_seed_file,
         tls=tls_context(settings),
     )
     nc.options["max_reconnect_attempts"] = UNLIMITED_RECONNECTS
     return nc
+
+
+class ConfigFileError(RuntimeError):
+    """A file the NATS settings name does not exist; retrying will not help."""

@@ -39,9 +39,14 @@ class SharedSettings(Settings, frozen=True):
 
 
 class NatsSettings(Settings, frozen=True):
-    """How to reach NATS. Production uses a cluster with credentials and TLS."""
+    """How to reach NATS, and as whom. Production uses a cluster with one identity per service
+    (an nkey seed file, from a Secret) and TLS; see k8s/base/nats/auth.conf."""
 
     servers: list[str] = msgspec.field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    # The identity's name (node-labeller, descheduler, cli, ...): it names the inbox prefix
+    # `_INBOX_<identity>`, the only subjects auth.conf lets it receive replies on. The server
+    # knows the identity by the public key of `nkey_seed_file`.
+    identity: str | None = None
     creds_file: str | None = None
     nkey_seed_file: str | None = None
     tls_ca_file: str | None = None
@@ -51,8 +56,8 @@ class NatsSettings(Settings, frozen=True):
     # may start before NATS does); readiness stays false until it succeeds.
     connect_retry_initial_seconds: float = 0.5
     connect_retry_max_seconds: float = 10.0
-    # JetStream layout (created or updated by every service at start). Replicas: 3 on a
-    # production cluster of three or more servers, 1 on a single server.
+    # JetStream layout (created or updated by `hostaffinity bus provision`; services only check
+    # it). Replicas: 3 on a production cluster of three or more servers, 1 on a single server.
     stream_replicas: int = 1
     kv_replicas: int = 1
     # Publishes of the same event id within this window are stored once.
@@ -62,6 +67,27 @@ class NatsSettings(Settings, frozen=True):
     events_max_bytes: int = -1
     dlq_max_age_seconds: float = 30 * 24 * 3600
     dlq_max_bytes: int = -1
+
+    @property
+    def inbox_prefix(self) -> str:
+        """Where replies to this identity arrive; auth.conf lets only it subscribe there."""
+        return "_INBOX" if self.identity is None else f"_INBOX_{self.identity}"
+
+    def missing_files(self) -> list[str]:
+        """The configured files (identity, CA) that do not exist, as `setting (path)`: a
+        Secret not mounted shows up here, not as a refused connection."""
+        named = {
+            "nats.creds_file": self.creds_file,
+            "nats.nkey_seed_file": self.nkey_seed_file,
+            "nats.tls_ca_file": self.tls_ca_file,
+            "nats.tls_cert_file": self.tls_cert_file,
+            "nats.tls_key_file": self.tls_key_file,
+        }
+        return [
+            f"{name} ({path})"
+            for name, path in named.items()
+            if path is not None and not Path(path).is_file()
+        ]
 
 
 class HealthSettings(Settings, frozen=True):

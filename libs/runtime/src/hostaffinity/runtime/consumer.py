@@ -1,5 +1,8 @@
 """A durable JetStream consumer: decode, handle, ack; park what cannot be used; never stop.
 
+The consumer itself is made by provisioning (`layout.provision_layout`), from the same
+`ConsumerSettings`; the service only binds to it.
+
 The consumer is durable with explicit ack, so a service restarted mid-stream resumes at the first
 message it had not acked. A message that does not decode is parked in the DLQ and acked (a retry
 cannot make it decode): bad JSON, invalid UTF-8, nesting too deep, a wrong type, whatever its
@@ -102,9 +105,9 @@ class DurableConsumer(Generic[_T]):
         self._retry_seconds = retry_seconds
 
     async def run(self) -> None:
-        """Create or update the durable consumer, then fetch and handle until cancelled."""
+        """Fetch and handle until cancelled. The durable consumer is provisioned beforehand
+        (`hostaffinity bus provision`): a service's identity may read from it, not make it."""
         settings = self._settings
-        await self._js.add_consumer(settings.stream, config=settings.consumer_config())
         sub = await self._js.pull_subscribe_bind(durable=settings.durable, stream=settings.stream)
         try:
             while True:

@@ -1,20 +1,24 @@
-"""The JetStream layout every service expects: the events and DLQ streams, the topology bucket and
-the drs-translator's ownership bucket.
+"""The JetStream layout: the events and DLQ streams, the topology bucket, the drs-translator's
+ownership bucket and the descheduler's durable consumer.
 
-Every service runs `ensure_layout` at start, so the first one up creates the layout and the others
-find it. Creating what already exists with the same settings is a no-op on the server; when the
-settings changed (a new max age, more history) the existing stream is updated in place.
+Only the provisioning step (`hostaffinity bus provision`, with the `provision` identity) creates
+or updates them: creating what exists with the same settings is a no-op on the server, changed
+settings (a new max age, more replicas) update it in place. The services' identities may not
+create, update, delete or purge anything; at start they check that what they use is there
+(`missing_streams`) and say what is missing.
 """
 
+from collections.abc import Iterable
 from typing import Final
 
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
 from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.consumer import ConsumerSettings
 from hostaffinity.schema import (
     DLQ_STREAM,
     DLQ_SUBJECT_PREFIX,
@@ -22,12 +26,33 @@ from hostaffinity.schema import (
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
     TOPOLOGY_BUCKET,
+    event_subject,
 )
 
 # JetStream's error code for "stream name already in use with a different configuration".
 _STREAM_CONFIG_CONFLICT: Final = 10058
 _DAY: Final = 24 * 3600.0
 _UNLIMITED: Final = -1
+# The streams behind the buckets (JetStream names a bucket's stream KV_<bucket>).
+TOPOLOGY_STREAM: Final = f"KV_{TOPOLOGY_BUCKET}"
+DRS_STREAM: Final = f"KV_{DRS_BUCKET}"
+# The descheduler reads vm.moved through this durable consumer; provisioning creates it, the
+# descheduler's identity may only read from it (k8s/base/nats/auth.conf names it).
+DESCHEDULER_CONSUMER: Final = ConsumerSettings(
+    durable="hostaffinity-descheduler", filter_subject=event_subject("vm.moved")
+)
+
+
+class LayoutMissing(RuntimeError):
+    """A stream, bucket or consumer a service needs does not exist: the bus is not provisioned."""
+
+    @classmethod
+    def naming(cls, missing: Iterable[str]) -> "LayoutMissing":
+        return cls(
+            f"the bus is not provisioned: {', '.join(missing)} missing; run "
+            "`hostaffinity bus provision` (the Job hostaffinity-bus-provision in Kubernetes, "
+            "the bus-provision one-shot in compose, `make dev` locally)"
+        )
 
 
 class BusLayout(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -112,8 +137,13 @@ async def _ensure_drs_bucket(js: JetStreamContext, layout: BusLayout) -> None:
             raise
 
 
-async def ensure_layout(js: JetStreamContext, layout: BusLayout) -> KeyValue:
-    """Create or update both streams and both buckets; returns the topology bucket."""
+async def provision_layout(
+    js: JetStreamContext,
+    layout: BusLayout,
+    consumers: Iterable[ConsumerSettings] = (DESCHEDULER_CONSUMER,),
+) -> KeyValue:
+    """Create or update both streams, both buckets and the durable consumers; returns the
+    topology bucket."""
     events_age, events_bytes = layout.events_max_age_seconds, layout.events_max_bytes
     await _ensure_stream(
         js, _stream(EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, events_age, events_bytes, layout)
@@ -121,4 +151,27 @@ async def ensure_layout(js: JetStreamContext, layout: BusLayout) -> KeyValue:
     dlq_age, dlq_bytes = layout.dlq_max_age_seconds, layout.dlq_max_bytes
     await _ensure_stream(js, _stream(DLQ_STREAM, DLQ_SUBJECT_PREFIX, dlq_age, dlq_bytes, layout))
     await _ensure_drs_bucket(js, layout)
-    return await _ensure_bucket(js, layout)
+    topology = await _ensure_bucket(js, layout)
+    for consumer in consumers:
+        # Create or update: the server applies changed settings of an existing durable.
+        await js.add_consumer(consumer.stream, config=consumer.consumer_config())
+    return topology
+
+
+async def missing_parts(
+    js: JetStreamContext, streams: Iterable[str], consumers: Iterable[ConsumerSettings] = ()
+) -> list[str]:
+    """What among `streams` (a bucket is its stream, KV_<bucket>) and durable `consumers` does
+    not exist, named for a person."""
+    missing = []
+    for name in streams:
+        try:
+            await js.stream_info(name)
+        except NotFoundError:
+            missing.append(f"stream {name}")
+    for consumer in consumers:
+        try:
+            await js.consumer_info(consumer.stream, consumer.durable)
+        except NotFoundError:
+            missing.append(f"consumer {consumer.stream}/{consumer.durable}")
+    return missing

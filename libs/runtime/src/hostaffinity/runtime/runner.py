@@ -14,7 +14,7 @@ an async function the runner calls with a `ServiceContext` once everything is in
 
 
     async def translate(ctx: ServiceContext[DrsTranslatorConfig]) -> None:
-        store = await ctx.bus.ensure_layout()          # NATS is connected already
+        store = await ctx.bus.topology()                # NATS is connected, the bus provisioned
         pods = Informer(ctx.kube, PODS, on_pod, msgspec_decoder(Pod))
         ctx.add_readiness("pods synced", pods.synced.is_set)
         ctx.start(pods.run(), name="pods")             # a sibling task in the work's TaskGroup
@@ -341,6 +341,9 @@ def run_service(spec: ServiceSpec[C], argv: Sequence[str] | None = None) -> None
     except ConfigError as error:
         parser.exit(EXIT_BAD_CONFIG, f"{spec.program}: {error}\n")
     if args.check_config:
+        if missing := config.nats.missing_files():
+            message = f"configured files missing: {', '.join(missing)}"
+            parser.exit(EXIT_BAD_CONFIG, f"{spec.program}: {message}\n")
         printable = redact_secrets(msgspec.to_builtins(config))
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(printable)).decode() + "\n")
         parser.exit(0)

@@ -24,8 +24,6 @@ class DeschedulerSettings(Settings, frozen=True):
     kubevirt_default_eviction_strategy: str = "None"
     migrations: MigrationLimits = MigrationLimits()
     eviction: ExecutorSettings = ExecutorSettings()
-    # The durable consumer that reads `vm.moved` from the events stream.
-    consumer_durable: str = "hostaffinity-descheduler"
 
 
 class DeschedulerConfig(LeaderElectedSettings, frozen=True):

@@ -27,11 +27,12 @@ from hostaffinity.descheduler.policy import DEFAULT_POLICY, Policy, load_policy,
 from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
-from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
+from hostaffinity.runtime.consumer import DurableConsumer
 from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, TOPOLOGY_STREAM
 from hostaffinity.runtime.outbox import Outbox
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.schema import decode_event, event_subject
+from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, decode_event
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS: Final = 0.2
@@ -104,7 +105,10 @@ class Descheduling:
         settings, shared = config.descheduler, config.shared
         policy = read_policy(config)
         ctx.add_readiness("state synced", self.synced)
-        topology = await ctx.bus.ensure_layout()
+        await ctx.bus.wait_for_layout(
+            [TOPOLOGY_STREAM, EVENTS_STREAM, DLQ_STREAM], [DESCHEDULER_CONSUMER]
+        )
+        topology = await ctx.bus.topology()
         state = self.state = ClusterState(
             physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
             fail_unplaced=shared.unknown_placement == "fail",
@@ -141,9 +145,7 @@ class Descheduling:
         consumer = DurableConsumer(
             ctx.bus.js,
             service=SOURCE,
-            settings=ConsumerSettings(
-                durable=settings.consumer_durable, filter_subject=event_subject("vm.moved")
-            ),
+            settings=DESCHEDULER_CONSUMER,
             decode=decode_event,
             handler=feeds.on_event,
         )

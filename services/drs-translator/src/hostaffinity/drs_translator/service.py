@@ -24,10 +24,11 @@ from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.kv import TopologyStore
+from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.outbox import Outbox
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.runtime.vcenter import VCenterSession
-from hostaffinity.schema import DRS_BUCKET
+from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
 
 _log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ async def translate(
 ) -> None:
     """The work: until cancelled. `observe` lets an in-process test see the live parts."""
     config = ctx.config
-    await ctx.bus.ensure_layout()
+    await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM])
     records = OwnershipRecords(await ctx.bus.js.key_value(DRS_BUCKET), config.vcenter_label)
     await records.load()
     topology = await ctx.bus.topology()

@@ -15,7 +15,9 @@ from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.informer import Informer, InformerEvent, msgspec_decoder
 from hostaffinity.runtime.kube import NODES
 from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.schema import EVENTS_STREAM
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,8 @@ class NodeLabelling:
         config = ctx.config
         ctx.add_readiness("labelling done", self.ready)
         watcher = self.watcher = InventoryWatcher(config.vcenter)
-        store = await ctx.bus.ensure_layout()
+        await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
+        store = await ctx.bus.topology()
 
         async def on_node(event: InformerEvent[Node]) -> None:
             labeller.on_node(event.key)

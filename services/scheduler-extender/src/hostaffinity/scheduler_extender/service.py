@@ -14,6 +14,7 @@ import functools
 import logging
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.runtime.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.scheduler_extender.admission_setup import running_webhook
 from hostaffinity.scheduler_extender.binder import Binder
@@ -24,6 +25,7 @@ from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
+from hostaffinity.schema import EVENTS_STREAM
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS = 0.5
@@ -54,7 +56,8 @@ class Extender:
         cache = self.cache = build_cache(ctx.config)
         for source in SOURCES:
             ctx.add_readiness(f"{source} synced", functools.partial(cache.is_synced, source))
-        topology = await ctx.bus.ensure_layout()
+        await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
+        topology = await ctx.bus.topology()
         feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)
         metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
         decisions = DecisionPublisher(
