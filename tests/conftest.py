@@ -2,6 +2,7 @@
 
 pytest_plugins: list[str] = [
     "tests.platform.nats",
+    "tests.platform.nats_cluster",
     "tests.platform.kube_double.fixture",
     "tests.platform.vcsim",
 ]

@@ -1,5 +1,6 @@
-"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream, and the
-operator's `topology`, `exposure` and `what-if maintenance`."""
+"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream, the
+operator's `topology`, `exposure` and `what-if maintenance`, and `bus` to set up NATS
+(`provision`, `credentials`, `secrets`, `auth-config`)."""
 
 import argparse
 import asyncio
@@ -13,10 +14,12 @@ from urllib.parse import urlsplit
 import msgspec
 from nats.js.api import DeliverPolicy
 
+from hostaffinity.cli.bus_commands import add_bus_commands
+from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.kube import NODES, KubeClient, api_client
 from hostaffinity.runtime.vcenter import VCenterSettings, connect
 from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
@@ -64,7 +67,7 @@ async def follow_events(args: argparse.Namespace) -> int:
         # The runtime's connect retries for ever, as a service should; a person at a terminal
         # wants to hear that NATS is not there.
         async with asyncio.timeout(args.connect_timeout):
-            bus = await Bus.connect(NatsSettings(servers=[args.nats]), name="hostaffinity-cli")
+            bus = await Bus.connect(nats_settings(args), name="hostaffinity-cli")
     except TimeoutError:
         raise RuntimeError(
             f"cannot reach NATS at {args.nats} within {args.connect_timeout:g} s"
@@ -101,13 +104,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     seeding.add_argument("--nodes", help="comma-separated node names instead of asking Kubernetes")
     seeding.set_defaults(run=seed)
     events = commands.add_parser("events", help="print hostaffinity events as JSON lines")
-    events.add_argument("--nats", default="nats://127.0.0.1:4222")
+    add_nats_options(events)
     events.add_argument("--all", action="store_true", help="from the start of the stream")
     events.add_argument(
         "--connect-timeout", type=float, default=30.0, help="seconds to wait for NATS (default 30)"
     )
     events.set_defaults(run=follow_events)
     add_operator_commands(commands)
+    add_bus_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:

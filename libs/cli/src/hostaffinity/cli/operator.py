@@ -17,10 +17,11 @@ import msgspec
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.cli.exposure import exposure_report, render_exposure
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
+from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.reading import Progress, read_snapshot
 from hostaffinity.cli.snapshot import ClusterSnapshot, EngineOptions, build_engine
 from hostaffinity.cli.topology import render_topology, topology_report
-from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.config import KubernetesSettings
 
 Answer = tuple[msgspec.Struct, str, int]  # report, its table, exit status
 READ_TIMEOUT_SECONDS = 120.0
@@ -31,7 +32,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument("--server", help="API server address replacing the kubeconfig's")
-    parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS with the topology KV")
+    add_nats_options(parser)
     parser.add_argument(
         "--physical-anti-affinity",
         choices=("opt-in", "cluster-wide"),
@@ -119,9 +120,7 @@ def run(
         )
         try:
             async with asyncio.timeout(args.timeout):
-                snapshot = await read_snapshot(
-                    kubernetes, NatsSettings(servers=[args.nats]), Progress()
-                )
+                snapshot = await read_snapshot(kubernetes, nats_settings(args), Progress())
         except TimeoutError as error:
             # The bus and the informer retry for ever, as services should; a command gives up.
             raise RuntimeError(

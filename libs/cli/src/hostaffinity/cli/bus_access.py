@@ -1,0 +1,211 @@
+"""Who may do what on the bus: one NATS identity per service, a read-only one for this CLI and
+one for provisioning, each allowed exactly the subjects and JetStream API calls it uses.
+
+The table here is the single source; `hostaffinity bus auth-config` renders it as the
+`authorization` block of nats-server (k8s/base/nats/auth.conf, which Kubernetes, compose,
+`make dev` and the tests all load; a test keeps the file equal to the rendering). An identity
+is an nkey: the client holds the seed and signs the server's challenge, the server knows only
+the public key, an environment variable (`$NATS_NKEY_<IDENTITY>`) filled from the Secret in
+Kubernetes and from generated files locally. No server holds anything a client could log in
+with.
+
+Why each allowance, in JetStream terms (nats-server's JetStream API, ADR-15 for ack subjects):
+- replies come back on the identity's own inbox prefix `_INBOX_<name>` (the client is told to
+  use it), the only subjects it may subscribe to, so no identity reads another's replies;
+- reading a bucket watches it through an ordered (ephemeral) consumer; creating a consumer
+  bypasses subscribe permissions, so creation is allowed only on the streams an identity may read;
+- a durable consumer is made by provisioning; its reader may only fetch from it and ack;
+- acks and flow-control replies are allowed in both subject forms: `$JS.ACK.<stream>.…` and the
+  form with domain and account hash (`$JS.ACK.<domain>.<hash>.<stream>.…`), which later servers
+  send, so an upgrade of nats-server does not silently stop acks;
+- nobody but provisioning may create or update a stream, a bucket or a durable consumer, and
+  nobody may delete or purge one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.schema import (
+    DLQ_STREAM,
+    DRS_BUCKET,
+    EVENTS_STREAM,
+    TOPOLOGY_BUCKET,
+    dlq_subject,
+    event_subject,
+)
+
+API: Final = "$JS.API"
+OUR_STREAMS: Final = (EVENTS_STREAM, DLQ_STREAM, TOPOLOGY_STREAM, DRS_STREAM)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A NATS user: what it is for, and the subjects it may publish and subscribe to."""
+
+    name: str
+    purpose: str
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+    @property
+    def public_key_variable(self) -> str:
+        """The server's environment variable holding this identity's public nkey."""
+        return "NATS_NKEY_" + self.name.upper().replace("-", "_")
+
+    @property
+    def inbox(self) -> str:
+        return f"_INBOX_{self.name}"
+
+
+def _acks(stream: str, consumer: str) -> list[str]:
+    """Ack (and nak, term, in-progress) subjects of one consumer, in both subject forms."""
+    return [f"$JS.ACK.{stream}.{consumer}.>", f"$JS.ACK.*.*.{stream}.{consumer}.>"]
+
+
+def _flow_control(stream: str) -> list[str]:
+    """Replies to an ordered consumer's flow-control requests, in both subject forms."""
+    return [f"$JS.FC.{stream}.>", f"$JS.FC.*.*.{stream}.>"]
+
+
+def read_stream(stream: str) -> list[str]:
+    """Watch or read a stream through ordered consumers, and get single messages."""
+    return [
+        f"{API}.STREAM.INFO.{stream}",
+        f"{API}.CONSUMER.CREATE.{stream}",
+        f"{API}.CONSUMER.CREATE.{stream}.>",
+        f"{API}.CONSUMER.INFO.{stream}.*",
+        f"{API}.DIRECT.GET.{stream}",
+        f"{API}.DIRECT.GET.{stream}.>",
+        f"{API}.STREAM.MSG.GET.{stream}",
+        *_flow_control(stream),
+    ]
+
+
+def read_bucket(bucket: str) -> list[str]:
+    return read_stream(f"KV_{bucket}")
+
+
+def write_bucket(bucket: str) -> list[str]:
+    """Put, create and delete keys (a KV write is a publish on `$KV.<bucket>.<key>`)."""
+    return [f"$KV.{bucket}.>"]
+
+
+def publish_events(*types: str) -> list[str]:
+    """Publish these event types on the events stream (and no others)."""
+    return [f"{API}.STREAM.INFO.{EVENTS_STREAM}", *(event_subject(t) for t in types)]
+
+
+def consume_durable(stream: str, durable: str, service: str) -> list[str]:
+    """Fetch from and ack a provisioned durable consumer; park undecodable messages."""
+    return [
+        f"{API}.STREAM.INFO.{DLQ_STREAM}",
+        f"{API}.CONSUMER.INFO.{stream}.{durable}",
+        f"{API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        *_acks(stream, durable),
+        dlq_subject(service),
+    ]
+
+
+def provision_layout() -> list[str]:
+    """Create, update and inspect our streams, buckets and durable consumers; no deletes."""
+    durable = DESCHEDULER_CONSUMER
+    allowed = [f"{API}.INFO"]
+    for stream in OUR_STREAMS:
+        allowed += [
+            f"{API}.STREAM.CREATE.{stream}",
+            f"{API}.STREAM.UPDATE.{stream}",
+            f"{API}.STREAM.INFO.{stream}",
+        ]
+    return [
+        *allowed,
+        f"{API}.CONSUMER.CREATE.{durable.stream}.{durable.durable}",
+        f"{API}.CONSUMER.CREATE.{durable.stream}.{durable.durable}.>",
+        f"{API}.CONSUMER.DURABLE.CREATE.{durable.stream}.{durable.durable}",
+        f"{API}.CONSUMER.INFO.{durable.stream}.{durable.durable}",
+    ]
+
+
+def _identity(name: str, purpose: str, *allowances: Iterable[str]) -> Identity:
+    publish = tuple(dict.fromkeys(subject for allowance in allowances for subject in allowance))
+    return Identity(name, purpose, publish, (f"_INBOX_{name}.>",))
+
+
+IDENTITIES: Final = (
+    _identity(
+        "node-labeller",
+        "writes the topology bucket and the placement events",
+        read_bucket(TOPOLOGY_BUCKET),
+        write_bucket(TOPOLOGY_BUCKET),
+        publish_events("vm.moved", "node.placed", "node.labelled", "node.unmatched"),
+    ),
+    _identity(
+        "drs-translator",
+        "reads the topology, owns the DRS ownership bucket, reports rule events",
+        read_bucket(TOPOLOGY_BUCKET),
+        read_bucket(DRS_BUCKET),
+        write_bucket(DRS_BUCKET),
+        publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift"),
+    ),
+    _identity(
+        "scheduler-extender",
+        "reads the topology; reports admission mutations and sampled decisions",
+        read_bucket(TOPOLOGY_BUCKET),
+        publish_events("pod.mutated", "extender.decision"),
+    ),
+    _identity(
+        "descheduler",
+        "reads the topology and vm.moved (its durable consumer); reports evictions",
+        read_bucket(TOPOLOGY_BUCKET),
+        consume_durable(EVENTS_STREAM, DESCHEDULER_CONSUMER.durable, "descheduler"),
+        publish_events("pod.evicted", "vmi.migration.requested"),
+    ),
+    _identity(
+        "cli",
+        "the operator's hostaffinity command: reads everything, writes nothing",
+        read_bucket(TOPOLOGY_BUCKET),
+        read_bucket(DRS_BUCKET),
+        read_stream(EVENTS_STREAM),
+        [f"{API}.STREAM.INFO.{DLQ_STREAM}"],
+    ),
+    _identity("provision", "creates and updates the JetStream layout", provision_layout()),
+)
+IDENTITY_NAMES: Final = tuple(identity.name for identity in IDENTITIES)
+
+
+def identity(name: str) -> Identity:
+    for candidate in IDENTITIES:
+        if candidate.name == name:
+            return candidate
+    raise ValueError(f"no bus identity {name!r}; the identities are {', '.join(IDENTITY_NAMES)}")
+
+
+def _quoted(subjects: Iterable[str]) -> str:
+    return "\n".join(f'          "{subject}"' for subject in subjects)
+
+
+def render_auth_config() -> str:
+    """The nats-server `authorization` block for every identity (no anonymous access)."""
+    users = []
+    for who in IDENTITIES:
+        users.append(
+            f"    # {who.name}: {who.purpose}\n"
+            f"    {{\n"
+            f"      nkey: ${who.public_key_variable}\n"
+            f"      permissions: {{\n"
+            f"        publish: {{ allow: [\n{_quoted(who.publish)}\n        ] }}\n"
+            f"        subscribe: {{ allow: [\n{_quoted(who.subscribe)}\n        ] }}\n"
+            f"      }}\n"
+            f"    }}"
+        )
+    body = "\n".join(users)
+    return (
+        "# Generated by `hostaffinity bus auth-config` from hostaffinity.cli.bus_access: edit\n"
+        "# that table, not this file (a test keeps them equal). Every client must be one of\n"
+        "# these nkey users; anonymous connections are refused. The public keys come from the\n"
+        "# server's environment (NATS_NKEY_<IDENTITY>).\n"
+        f"authorization {{\n  timeout: 5\n  users: [\n{body}\n  ]\n}}\n"
+    )

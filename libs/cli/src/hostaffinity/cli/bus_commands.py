@@ -1,0 +1,151 @@
+"""`hostaffinity bus …`: set up the bus the services run on.
+
+- `provision`: create or update the streams, buckets and durable consumers (identity
+  `provision`); the services' identities may not, they wait until this ran.
+- `credentials --dir D`: local nkeys, one seed file per identity, and the server's env file.
+- `secrets --namespace N`: the same in Kubernetes, as Secrets, plus the servers' TLS (a Job runs
+  it before NATS starts); existing Secrets are kept.
+- `auth-config`: print the nats-server authorization block (k8s/base/nats/auth.conf).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from hostaffinity.cli.bus_access import render_auth_config
+from hostaffinity.cli.bus_credentials import (
+    SERVER_ENV_FILE,
+    identities_secret,
+    tls_secret,
+    write_local_credentials,
+)
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import (
+    KubernetesSettings,
+    NatsSettings,
+    Settings,
+    SharedSettings,
+    load_config,
+)
+from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.layout import BusLayout
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+
+
+class ProvisionConfig(Settings, frozen=True):
+    """The sections `bus provision` reads (the services' shared.yaml has both)."""
+
+    shared: SharedSettings = SharedSettings()
+    nats: NatsSettings = NatsSettings()
+
+
+async def provision(args: argparse.Namespace) -> int:
+    config = load_config(ProvisionConfig, args.config)
+    settings = config.nats
+    try:
+        async with asyncio.timeout(args.connect_timeout):
+            bus = await Bus.connect(settings, name="hostaffinity-bus-provision")
+    except TimeoutError:
+        raise RuntimeError(
+            f"cannot reach NATS at {', '.join(settings.servers)} within {args.connect_timeout:g} s"
+        ) from None
+    try:
+        layout = BusLayout.of(settings)
+        await bus.provision(layout)
+        for name in await bus.js.streams_info():
+            described = name.config
+            print(
+                f"stream {described.name}: replicas {described.num_replicas}, "
+                f"{name.state.messages} messages"
+            )
+        print(
+            f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}, "
+            "consumer hostaffinity-descheduler"
+        )
+    finally:
+        await bus.close()
+    return 0
+
+
+async def local_credentials(args: argparse.Namespace) -> int:
+    files = write_local_credentials(Path(args.dir))
+    for name, path in files.items():
+        print(f"{name}: {path}")
+    print(f"server environment: {Path(args.dir) / SERVER_ENV_FILE}")
+    return 0
+
+
+async def kubernetes_secrets(args: argparse.Namespace) -> int:
+    secrets_in = ResourceRef("", "v1", "secrets", args.namespace)
+    api = await api_client(
+        KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
+    )
+    kube = KubeClient(api)
+    try:
+        for secret in (identities_secret(args.namespace), tls_secret(args.namespace)):
+            outcome = await _create_unless_present(kube, secrets_in, secret)
+            print(f"secret {args.namespace}/{secret['metadata']['name']}: {outcome}")
+    finally:
+        await api.close()
+    return 0
+
+
+async def _create_unless_present(
+    kube: KubeClient, secrets_in: ResourceRef, secret: dict[str, Any]
+) -> str:
+    try:
+        await kube.request("GET", secrets_in.path(secret["metadata"]["name"]))
+        return "kept"
+    except ApiException as error:
+        if error.status != HTTP_NOT_FOUND:
+            raise
+    try:
+        await kube.request("POST", secrets_in.path(), body=secret)
+    except ApiException as error:
+        if error.status == HTTP_CONFLICT:  # another run made it first
+            return "kept"
+        raise
+    return "created"
+
+
+async def auth_config(args: argparse.Namespace) -> int:
+    sys.stdout.write(render_auth_config())
+    return 0
+
+
+def add_bus_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bus = commands.add_parser("bus", help="set up the NATS bus: provision, credentials, secrets")
+    verbs = bus.add_subparsers(dest="bus_command", required=True)
+    provisioning = verbs.add_parser(
+        "provision", help="create or update the streams, buckets and consumers"
+    )
+    provisioning.add_argument(
+        "--config", action="append", default=[], help="YAML with a `nats` section; repeatable"
+    )
+    provisioning.add_argument(
+        "--connect-timeout", type=float, default=300.0, help="seconds to wait for NATS"
+    )
+    provisioning.set_defaults(run=provision)
+    credentials = verbs.add_parser(
+        "credentials", help="write local nkeys (one seed file per identity) and the server's env"
+    )
+    credentials.add_argument("--dir", required=True, help="e.g. .dev/nats")
+    credentials.set_defaults(run=local_credentials)
+    secrets = verbs.add_parser(
+        "secrets", help="create the NATS identity and TLS Secrets in Kubernetes, if absent"
+    )
+    secrets.add_argument("--namespace", default="hostaffinity")
+    secrets.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
+    secrets.add_argument("--context", help="kubeconfig context")
+    secrets.add_argument("--server", help="API server address replacing the kubeconfig's")
+    secrets.set_defaults(run=kubernetes_secrets)
+    rendering = verbs.add_parser("auth-config", help="print nats-server's authorization block")
+    rendering.set_defaults(run=auth_config)

@@ -1,0 +1,229 @@
+"""The bus as it ships: nats-servers started from k8s/base/nats (cluster.conf or local.conf,
+with auth.conf beside it), every client one of its identities.
+
+`NatsCluster` is the Kubernetes StatefulSet on loopback: three servers from cluster.conf, TLS on
+clients and routes, R3. Rendering changes only what a pod's environment makes different here,
+each change asserted to match: ports (client, route, monitor), the route URLs, the paths of the
+TLS files, the pid file and the store. The nkeys come from `hostaffinity bus credentials`, the
+TLS material from `hostaffinity bus secrets`' own generator, for 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import urllib.request
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, server_tls, write_local_credentials
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import NatsSettings
+from tests.platform.nats import free_port, nats_server_binary
+
+SHIPPED: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "nats"
+CLUSTER_SIZE: Final = 3
+STARTUP_TIMEOUT_SECONDS: Final = 20.0
+STOP_TIMEOUT_SECONDS: Final = 15.0
+
+
+def shipped(name: str) -> str:
+    return (SHIPPED / name).read_text(encoding="utf-8")
+
+
+def rewrite(text: str, old: str, new: str, count: int = 1) -> str:
+    """Replace `old` exactly `count` times; a shipped file that changed shape fails here."""
+    found = text.count(old)
+    if found != count:
+        raise AssertionError(f"expected {count} of {old!r} in the shipped config, found {found}")
+    return text.replace(old, new)
+
+
+@dataclass(frozen=True)
+class Ports:
+    client: int
+    route: int
+    monitor: int
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(free_port(), free_port(), free_port())
+
+
+def render_cluster_conf(index: int, ports: list[Ports], tls_dir: Path, store: Path) -> str:
+    """cluster.conf for server `index` of the loopback cluster."""
+    own = ports[index]
+    text = shipped("cluster.conf")
+    text = rewrite(text, "listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{own.client}")
+    text = rewrite(text, "http: 0.0.0.0:8222", f"http: 127.0.0.1:{own.monitor}")
+    text = rewrite(text, "listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{own.route}")
+    for peer, peer_ports in enumerate(ports):
+        text = rewrite(
+            text,
+            f"nats-route://nats-{peer}.nats-headless:6222",
+            f"nats-route://127.0.0.1:{peer_ports.route}",
+        )
+    text = rewrite(text, "/etc/nats/tls/", f"{tls_dir}/", count=6)
+    text = rewrite(text, "/var/run/nats/nats.pid", str(store.parent / "nats.pid"))
+    return rewrite(text, "store_dir: /data/jetstream", f"store_dir: {store}")
+
+
+class ServerProcess:
+    """One nats-server: start, wait until JetStream is healthy, stop gently or kill -9."""
+
+    def __init__(self, name: str, config: Path, env: dict[str, str], monitor_port: int) -> None:
+        self.name = name
+        self.config = config
+        self.env = env
+        self.monitor_port = monitor_port
+        self.log_file = config.parent / "nats-server.log"
+        self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    async def start(self, *, wait: bool = True) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            str(nats_server_binary()),
+            f"--config={self.config}",
+            f"--log={self.log_file}",
+            env={**os.environ, **self.env},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        if wait:
+            await self.wait_healthy()
+
+    async def wait_healthy(self, query: str = "js-server-only=true") -> None:
+        """Until /healthz?<query> answers 200 (the probes Kubernetes uses)."""
+        url = f"http://127.0.0.1:{self.monitor_port}/healthz?{query}"
+        async with asyncio.timeout(STARTUP_TIMEOUT_SECONDS):
+            while True:
+                if self._process is not None and self._process.returncode is not None:
+                    raise RuntimeError(f"{self.name} exited; see {self.log_file}")
+                if await asyncio.to_thread(_answers_ok, url):
+                    return
+                await asyncio.sleep(0.1)
+
+    async def kill(self) -> None:
+        """kill -9: no lame duck, no flush."""
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+
+    async def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def _answers_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+class NatsCluster:
+    """Three servers from the shipped cluster.conf and auth.conf on loopback, TLS on."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.ports = [Ports.free() for _ in range(CLUSTER_SIZE)]
+        self.tls_dir = workdir / "tls"
+        self.credentials_dir = workdir / "credentials"
+        self.seeds = write_local_credentials(self.credentials_dir)
+        self._write_tls()
+        server_env = _read_env(self.credentials_dir / SERVER_ENV_FILE)
+        self.servers: list[ServerProcess] = []
+        for index in range(CLUSTER_SIZE):
+            folder = workdir / f"nats-{index}"
+            folder.mkdir()
+            config = folder / "cluster.conf"
+            store = folder / "jetstream"
+            config.write_text(render_cluster_conf(index, self.ports, self.tls_dir, store))
+            (folder / "auth.conf").write_text(shipped("auth.conf"))
+            env = {**server_env, "POD_NAME": f"nats-{index}"}
+            self.servers.append(
+                ServerProcess(f"nats-{index}", config, env, self.ports[index].monitor)
+            )
+
+    def _write_tls(self) -> None:
+        bundle = server_tls(["127.0.0.1", "localhost"])
+        self.tls_dir.mkdir()
+        (self.tls_dir / "ca.crt").write_bytes(bundle.ca_pem)
+        (self.tls_dir / "tls.crt").write_bytes(bundle.cert_pem)
+        (self.tls_dir / "tls.key").write_bytes(bundle.key_pem)
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"tls://127.0.0.1:{ports.client}" for ports in self.ports]
+
+    def settings(self, identity: str, *, urls: list[str] | None = None) -> NatsSettings:
+        """How a service (or the CLI, or provisioning) of that identity connects: all three
+        servers, its nkey seed, the CA, R3 as the shipped shared.yaml says."""
+        return NatsSettings(
+            servers=urls or self.urls,
+            identity=identity,
+            nkey_seed_file=str(self.seeds[identity]),
+            tls_ca_file=str(self.tls_dir / "ca.crt"),
+            stream_replicas=CLUSTER_SIZE,
+            kv_replicas=CLUSTER_SIZE,
+        )
+
+    @contextlib.asynccontextmanager
+    async def connection(self, identity: str) -> AsyncIterator[Bus]:
+        bus = await Bus.connect(self.settings(identity), name=f"test-{identity}")
+        try:
+            yield bus
+        finally:
+            await bus.close()
+
+    async def start(self) -> None:
+        for server in self.servers:
+            await server.start(wait=False)
+        for server in self.servers:
+            await server.wait_healthy()
+        # A meta leader is elected once all three see each other.
+        for server in self.servers:
+            await server.wait_healthy("")
+
+    async def provision(self) -> None:
+        async with self.connection("provision") as bus:
+            await bus.provision()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(server.stop() for server in self.servers))
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text(encoding="utf-8").splitlines() if line)
+    return {name: value for name, value in pairs}
+
+
+@pytest.fixture
+async def nats_cluster(tmp_path: Path) -> AsyncIterator[NatsCluster]:
+    """The shipped 3-server cluster, provisioned (R3), stopped after the test."""
+    cluster = NatsCluster(tmp_path / "bus")
+    await cluster.start()
+    try:
+        await cluster.provision()
+        yield cluster
+    finally:
+        await cluster.stop()
