@@ -118,3 +118,33 @@ async def test_on_stop_with_the_bus_not_answering_the_drain_gives_up_at_its_boun
     await asyncio.wait_for(asyncio.gather(runner, return_exceptions=True), 2)
     assert asyncio.get_running_loop().time() - started >= 0.2  # it did wait for the bus
     assert len(outbox) == 3  # kept (and logged), never half-published
+
+
+async def test_a_stop_swallowed_by_the_last_publish_still_ends_the_outbox() -> None:
+    """Python 3.11's `wait_for` returns the result when it and a cancellation arrive together
+    (nats-py's publish and the outbox's own timeout both use it). When that was the last event,
+    the outbox used to go back to waiting for more, which never came: the service's stop then
+    hung until its drain bound (DrainTimeout in the drs-translator's e2e test)."""
+    ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    publishing: list[str] = []
+    sent: list[str] = []
+
+    async def publish(item: Event) -> None:
+        publishing.append(item.id)
+        await ack  # the JetStream ack, in flight when the stop comes
+        sent.append(item.id)
+
+    outbox = Outbox("test", publish)
+    runner = asyncio.create_task(outbox.run())
+    outbox.put(event(1))
+    await eventually(lambda: publishing == ["e1"])
+    ack.set_result(None)  # the ack and the stop in the same loop turn
+    runner.cancel()
+    done, _ = await asyncio.wait({runner}, timeout=2.0)
+    try:
+        assert runner in done, "the outbox went on waiting for events after it was cancelled"
+        assert runner.cancelled()
+        assert sent == ["e1"]
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)

@@ -91,6 +91,9 @@ class Outbox:
 
     async def _publish_until_cancelled(self) -> None:
         while True:
+            # The last publish may have swallowed a cancellation (3.11's `wait_for`, nats-py's
+            # and ours): with nothing more to publish, nothing would end this wait.
+            raise_if_cancel_requested()
             await self._ready.wait()
             failures = 0
             while self._waiting:

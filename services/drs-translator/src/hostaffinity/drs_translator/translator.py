@@ -122,7 +122,7 @@ class DrsTranslator:
         """Plan and apply until cancelled; the first cycle reads vCenter whole."""
         next_resync = 0.0
         while True:
-            raise_if_cancel_requested()  # a NATS call in the cycle may have swallowed it
+            raise_if_cancel_requested()  # `_wait_for_work`'s wait_for may have swallowed it
             now = time.monotonic()
             full = now >= next_resync or self._resync_now.is_set()
             self._resync_now.clear()
@@ -144,6 +144,9 @@ class DrsTranslator:
             await self._wait_for_work(next_resync)
 
     async def _wait_for_work(self, next_resync: float) -> None:
+        # The cycle's NATS calls (ownership records) go through 3.11's `wait_for`, which may have
+        # swallowed a cancellation: the wait below would then last until the next resync.
+        raise_if_cancel_requested()
         wake = min(next_resync, self._applier.next_retry() or next_resync)
         timeout = max(0.0, wake - time.monotonic())
         try:

@@ -1,0 +1,87 @@
+"""The translator's loop stops when cancelled, even when a NATS call of its cycle swallowed the
+cancellation (Python 3.11's `asyncio.wait_for`, python/cpython#86296)."""
+
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from drs_builders import VCENTER, pod, topology
+
+from hostaffinity.affinity.model import Namespace, ObjectMeta
+from hostaffinity.drs_translator.applier import DrsApplier
+from hostaffinity.drs_translator.diff import Change
+from hostaffinity.drs_translator.metrics import DrsMetrics
+from hostaffinity.drs_translator.planner import PlannerSettings
+from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.translator import DrsTranslator
+from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
+from hostaffinity.schema import Event
+
+WEB = {"app": "web"}
+
+
+class GatedKeyValue:
+    """The ownership bucket: the first put waits for its ack through `asyncio.wait_for`, as
+    nats-py's `KeyValue.put` does (its request awaits the reply that way); the rest answer."""
+
+    def __init__(self) -> None:
+        self.ack: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.waiting = asyncio.Event()
+        self.puts = 0
+
+    async def put(self, key: str, value: bytes) -> int:
+        self.puts += 1
+        if self.puts == 1:
+            self.waiting.set()
+            return await asyncio.wait_for(self.ack, 5.0)
+        return self.puts
+
+    async def delete(self, key: str) -> None:
+        return None
+
+
+class VCenterDouble:
+    """One cluster with no rules yet; every reconfigure succeeds."""
+
+    def __init__(self) -> None:
+        self.reconfigures = 0
+
+    async def read(self, cluster_moid: str) -> dict[str, DrsObject]:
+        return {}
+
+    async def reconfigure(self, cluster_moid: str, changes: Sequence[Change]) -> None:
+        self.reconfigures += 1
+
+
+async def test_a_stop_swallowed_by_a_records_write_ends_the_loop() -> None:
+    kv = GatedKeyValue()
+    vcenter = VCenterDouble()
+    sent: list[Event] = []
+    metrics = DrsMetrics()
+    records = OwnershipRecords(kv, VCENTER)  # type: ignore[arg-type]
+    applier = DrsApplier(vcenter, records, sent.append, metrics, vcenter=VCENTER)  # type: ignore[arg-type]
+    translator = DrsTranslator(PlannerSettings(vcenter=VCENTER), applier, records, None, metrics)
+    placements, hosts = topology()
+    for node, placement in placements.items():
+        translator.on_topology(NodeChange(node=node, placement=placement, revision=1))
+    for moid, host in hosts.items():
+        translator.on_topology(HostChange(moid=moid, host=host, revision=1))
+    translator.on_topology(Bootstrapped())
+    translator.upsert_namespace(Namespace(metadata=ObjectMeta(name="default")))
+    for node in ("node1", "node2"):  # two replicas apart on two hosts: one rule to add
+        translator.upsert_pod(pod(f"web-{node}", node, WEB, apart_from=WEB))
+
+    loop = asyncio.create_task(translator.run())
+    try:
+        await asyncio.wait_for(kv.waiting.wait(), 5.0)  # the `pending` record is being written
+        kv.ack.set_result(1)  # its ack and the stop arrive in the same loop turn
+        loop.cancel()
+        done, _ = await asyncio.wait({loop}, timeout=2.0)
+        assert loop in done, "the translator went on waiting for work after it was cancelled"
+        assert loop.cancelled()
+        if sys.version_info < (3, 12):  # 3.11's wait_for swallowed it: the cycle went on
+            assert vcenter.reconfigures == 1
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
