@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.cli.bus_access import render_auth_config
+from hostaffinity.cli.bus_access import OUR_STREAMS, render_auth_config
 from hostaffinity.cli.bus_credentials import (
     SERVER_ENV_FILE,
     identities_secret,
@@ -60,11 +60,11 @@ async def provision(args: argparse.Namespace) -> int:
     try:
         layout = BusLayout.of(settings)
         await bus.provision(layout)
-        for name in await bus.js.streams_info():
-            described = name.config
+        for stream in OUR_STREAMS:  # listing all streams is not provisioning's to do
+            info = await bus.js.stream_info(stream)
             print(
-                f"stream {described.name}: replicas {described.num_replicas}, "
-                f"{name.state.messages} messages"
+                f"stream {stream}: replicas {info.config.num_replicas}, "
+                f"{info.state.messages} messages"
             )
         print(
             f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}, "

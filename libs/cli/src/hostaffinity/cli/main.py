@@ -22,7 +22,7 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.kube import NODES, KubeClient, api_client
 from hostaffinity.runtime.vcenter import VCenterSettings, connect
-from hostaffinity.schema import EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
+from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
 
 
 def vcenter_settings(url: str) -> VCenterSettings:
@@ -73,8 +73,12 @@ async def follow_events(args: argparse.Namespace) -> int:
             f"cannot reach NATS at {args.nats} within {args.connect_timeout:g} s"
         ) from None
     policy = DeliverPolicy.ALL if args.all else DeliverPolicy.NEW
+    # Naming the stream spares a STREAM.NAMES lookup the read-only identity may not make.
     subscription = await bus.js.subscribe(
-        f"{EVENTS_SUBJECT_PREFIX}.>", ordered_consumer=True, deliver_policy=policy
+        f"{EVENTS_SUBJECT_PREFIX}.>",
+        stream=EVENTS_STREAM,
+        ordered_consumer=True,
+        deliver_policy=policy,
     )
     try:
         async for message in subscription.messages:
