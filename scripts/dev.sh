@@ -9,6 +9,7 @@ bash scripts/setup.sh
 state=${DEV_STATE:-.cache/dev}
 mkdir -p "$state"
 NATS_PORT=${NATS_PORT:-4222}
+NATS_MONITOR_PORT=${NATS_MONITOR_PORT:-8222}
 VCSIM_LISTEN=${VCSIM_LISTEN:-127.0.0.1:8989}
 LABELLER_HEALTH_PORT=${LABELLER_HEALTH_PORT:-8081}
 EXTENDER_HEALTH_PORT=${EXTENDER_HEALTH_PORT:-8082}
@@ -24,10 +25,21 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-.venv/bin/nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$state/jetstream" \
-  >"$state/nats.log" 2>&1 &
+# The bus as Kubernetes runs it, on one server without TLS: the shipped local.conf with the same
+# users and permissions (auth.conf), one nkey per identity under $state/nats (kept across runs).
+.venv/bin/hostaffinity bus credentials --dir "$state/nats" >/dev/null
+(set -a && . "$state/nats/nats-server.env" && exec .venv/bin/nats-server \
+  -c k8s/base/nats/local.conf -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MONITOR_PORT" \
+  -sd "$state/jetstream") >"$state/nats.log" 2>&1 &
 pids+=($!)
-echo "dev: nats-server on nats://127.0.0.1:$NATS_PORT (JetStream in $state/jetstream)"
+echo "dev: nats-server on nats://127.0.0.1:$NATS_PORT (JetStream in $state/jetstream," \
+  "monitor on :$NATS_MONITOR_PORT, identities in $state/nats)"
+export HOSTAFFINITY_NATS__SERVERS="[\"nats://127.0.0.1:$NATS_PORT\"]"
+# Each process connects as its own identity (the nkey seed file named after it).
+as_identity() {
+  HOSTAFFINITY_NATS__IDENTITY=$1 HOSTAFFINITY_NATS__NKEY_SEED_FILE="$state/nats/$1.nk" "${@:2}"
+}
+as_identity provision .venv/bin/hostaffinity bus provision --connect-timeout 30
 
 build/vcsim -listen "$VCSIM_LISTEN" -clusters 1 -hosts 3 -vms 0 \
   >"$state/vcsim.out" 2>"$state/vcsim.log" &
@@ -41,14 +53,13 @@ echo "dev: KUBECONFIG=${KUBECONFIG:-<unset: ~/.kube/config>}"
 .venv/bin/hostaffinity seed-vcsim --vcenter "$vcsim_url" ${KUBECONFIG:+--kubeconfig "$KUBECONFIG"}
 
 vc_hostport=${vcsim_url#*@}; vc_hostport=${vc_hostport%%/*}
-export HOSTAFFINITY_NATS__SERVERS="[\"nats://127.0.0.1:$NATS_PORT\"]"
 ${KUBECONFIG:+export HOSTAFFINITY_KUBERNETES__KUBECONFIG="$KUBECONFIG"}
 
 HOSTAFFINITY_VCENTER__HOST=${vc_hostport%:*} HOSTAFFINITY_VCENTER__PORT=${vc_hostport##*:} \
 HOSTAFFINITY_VCENTER__PROTOCOL=http HOSTAFFINITY_VCENTER__USERNAME=user \
 HOSTAFFINITY_VCENTER__PASSWORD=pass HOSTAFFINITY_LEASE__NAMESPACE=kube-system \
 HOSTAFFINITY_HEALTH__PORT=$LABELLER_HEALTH_PORT \
-  .venv/bin/hostaffinity-node-labeller >"$state/node-labeller.log" 2>&1 &
+  as_identity node-labeller .venv/bin/hostaffinity-node-labeller >"$state/node-labeller.log" 2>&1 &
 pids+=($!)
 echo "dev: node-labeller (health on :$LABELLER_HEALTH_PORT, log $state/node-labeller.log)"
 
@@ -65,10 +76,12 @@ fi
 HOSTAFFINITY_HEALTH__PORT=$EXTENDER_HEALTH_PORT HOSTAFFINITY_EXTENDER__PORT=$EXTENDER_PORT \
 HOSTAFFINITY_WEBHOOK__PORT=$WEBHOOK_PORT HOSTAFFINITY_KUBERNETES__NAMESPACE=default \
 HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES="[\"127.0.0.1\"${webhook_host:+, \"$webhook_host\"}]" \
-  .venv/bin/hostaffinity-scheduler-extender >"$state/scheduler-extender.log" 2>&1 &
+  as_identity scheduler-extender .venv/bin/hostaffinity-scheduler-extender \
+  >"$state/scheduler-extender.log" 2>&1 &
 pids+=($!)
 echo "dev: scheduler-extender on :$EXTENDER_PORT, admission webhook on :$WEBHOOK_PORT (health on :$EXTENDER_HEALTH_PORT)"
-echo "dev: follow events with: .venv/bin/hostaffinity events --nats nats://127.0.0.1:$NATS_PORT"
+echo "dev: follow events with: .venv/bin/hostaffinity events --nats nats://127.0.0.1:$NATS_PORT" \
+  "--nats-seed $state/nats/cli.nk"
 echo "dev: running; Ctrl-C stops everything"
 wait -n "${pids[@]}"
 echo "dev: a process exited; see the logs in $state" >&2

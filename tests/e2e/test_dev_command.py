@@ -6,6 +6,11 @@ import signal
 import time
 from pathlib import Path
 
+import nats
+import nats.errors
+import pytest
+
+from hostaffinity.cli.bus_access import IDENTITY_NAMES
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import free_port
@@ -22,7 +27,8 @@ async def test_dev_command_labels_a_cluster_without_vsphere(
     environment = os.environ | {
         "KUBECONFIG": str(kube_double.write_kubeconfig(tmp_path / "kubeconfig")),
         "DEV_STATE": str(tmp_path / "dev"),
-        "NATS_PORT": str(free_port()),
+        "NATS_PORT": str(nats_port := free_port()),
+        "NATS_MONITOR_PORT": str(free_port()),
         "VCSIM_LISTEN": f"127.0.0.1:{free_port()}",
         "LABELLER_HEALTH_PORT": str(free_port()),
         "EXTENDER_HEALTH_PORT": str(free_port()),
@@ -49,6 +55,13 @@ async def test_dev_command_labels_a_cluster_without_vsphere(
                 await asyncio.sleep(0.2)
             hosts = {_host_label(kube_double, name) for name in NODES}
             assert hosts == {"DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"}
+            # The local bus has Kubernetes' authorization: identities on file, no anonymous.
+            seeds = sorted(p.name for p in (tmp_path / "dev" / "nats").glob("*.nk"))
+            assert seeds == sorted(f"{name}.nk" for name in IDENTITY_NAMES)
+            with pytest.raises(nats.errors.Error, match=r"(?i)authorization violation"):
+                await nats.connect(
+                    f"nats://127.0.0.1:{nats_port}", allow_reconnect=False, max_reconnect_attempts=0
+                )
         finally:
             os.killpg(dev.pid, signal.SIGTERM)
             await asyncio.wait_for(dev.wait(), 30)
