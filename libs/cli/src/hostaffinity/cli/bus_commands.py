@@ -76,7 +76,7 @@ async def provision(args: argparse.Namespace) -> int:
 
 
 async def local_credentials(args: argparse.Namespace) -> int:
-    files = write_local_credentials(Path(args.dir))
+    files = write_local_credentials(Path(args.dir), owner=args.owner)
     for name, path in files.items():
         print(f"{name}: {path}")
     print(f"server environment: {Path(args.dir) / SERVER_ENV_FILE}")
@@ -137,7 +137,10 @@ def add_bus_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     credentials = verbs.add_parser(
         "credentials", help="write local nkeys (one seed file per identity) and the server's env"
     )
-    credentials.add_argument("--dir", required=True, help="e.g. .dev/nats")
+    credentials.add_argument("--dir", required=True, help="e.g. .cache/dev/nats")
+    credentials.add_argument(
+        "--owner", type=int, help="uid to hand the files to (run as root, e.g. in compose)"
+    )
     credentials.set_defaults(run=local_credentials)
     secrets = verbs.add_parser(
         "secrets", help="create the NATS identity and TLS Secrets in Kubernetes, if absent"

@@ -59,9 +59,11 @@ def server_tls(hostnames: Sequence[str], now: datetime.datetime | None = None) -
     return issue(hostnames, moment, ca_name="hostaffinity-nats-ca", client_auth=True)
 
 
-def write_local_credentials(directory: Path) -> dict[str, Path]:
+def write_local_credentials(directory: Path, owner: int | None = None) -> dict[str, Path]:
     """`<identity>.nk` for every identity that has none yet, and the server's environment file
-    from all of them; returns the seed files by identity."""
+    from all of them; returns the seed files by identity. With `owner` (a uid; root only) the
+    files are handed to it: compose writes them as root into a fresh volume and the services
+    read them as uid 65532."""
     directory.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     for who in IDENTITIES:
@@ -72,6 +74,9 @@ def write_local_credentials(directory: Path) -> dict[str, Path]:
         files[who.name] = path
     keys = {name: public_key(path.read_bytes().strip()) for name, path in files.items()}
     (directory / SERVER_ENV_FILE).write_text(server_environment(keys), encoding="utf-8")
+    if owner is not None:
+        for path in (directory, *files.values()):
+            os.chown(path, owner, owner)
     return files
 
 
