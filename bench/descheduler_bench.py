@@ -7,7 +7,7 @@ workloads of 10, 10% of pods with pod anti-affinity) is built clean -- every rul
 then 899 violations are planted, as in the issue's upstream run: 150 anti-affinity pairs (a
 replica moved next to another, on the ESXi host or the node), 100 pods on a node their
 nodeSelector no longer matches, 649 pods on nodes newly tainted NoSchedule. The policy is the
-shared fixture (../shared/fixtures/descheduler/policy-affinity-v1alpha2.yaml) unchanged.
+recorded fixture (tests/fixtures/descheduler/policy-affinity-v1alpha2.yaml) unchanged.
 
 Prints: the cycle over the warm cache (median and p99 over `--cycles`, per strategy), peak RSS
 of this process (the decoded Pods and Nodes, the index and the descheduler's state included),
@@ -83,7 +83,7 @@ from hostaffinity.runtime.kube import KubeClient
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICY = ROOT.parent / "shared" / "fixtures" / "descheduler" / "policy-affinity-v1alpha2.yaml"
+POLICY = ROOT / "tests" / "fixtures" / "descheduler" / "policy-affinity-v1alpha2.yaml"
 PLANTED_PAIRS, PLANTED_NODE_AFFINITY, PLANTED_TAINTS = 150, 100, 649
 TAINT = Taint(key="maintenance", value="planned", effect="NoSchedule")
 TOLERATE = Toleration(key="maintenance", operator="Exists")

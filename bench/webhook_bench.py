@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 from figures import peak_rss_mib, percentile
 
+from hostaffinity.runtime.certificates import issue, server_context
 from hostaffinity.scheduler_extender.admission import MutationSettings, Outcome
 from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
 from hostaffinity.scheduler_extender.admission_review import (
@@ -38,7 +39,6 @@ from hostaffinity.scheduler_extender.admission_review import (
     encode_answer,
     mutation_for,
 )
-from hostaffinity.runtime.certificates import issue, server_context
 from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 

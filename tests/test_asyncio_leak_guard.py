@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.shared_fixtures import REPOSITORY
+from tests.recorded_fixtures import REPOSITORY
 
 SAMPLE = """
 import asyncio

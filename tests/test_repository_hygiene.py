@@ -1,5 +1,6 @@
-"""The repository stands on its own: no machine's absolute paths, and the shared fixtures are
-found beside the checkout or their absence fails loudly, naming where they were looked for."""
+"""The repository stands on its own: no machine's absolute paths, nothing that points outside
+it, and the recorded fixtures are inside it or their absence fails loudly, naming where they
+were looked for."""
 
 import os
 import re
@@ -9,17 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.shared_fixtures import (
+from tests.recorded_fixtures import (
     OVERRIDE_ENV,
     REPOSITORY,
-    MissingSharedFixtures,
-    shared_fixture_dir,
+    MissingFixtures,
+    fixture_dir,
 )
+
+# The founders' folder beside their checkout, which a user's clone does not have.
+OUTSIDE = re.compile(r"\.\./" + "shared")
 
 # A quoted or spaced absolute path into one machine's directories (as the shared before-stop hook
 # looks for them); the pattern is split so that this file does not match itself.
 MACHINE_PATH = re.compile("[\"' ](/" + "(?:work|root|home|tmp))/[A-Za-z]")
-TRACKED = ("*.py", "*.sh", "*.yaml", "*.yml", "*.toml")
+TRACKED = ("*.py", "*.sh", "*.yaml", "*.yml", "*.toml", "*.md", "*.conf", "Makefile")
 FIXTURE_TESTS = (
     "libs/affinity/tests/test_oracle.py",
     "libs/affinity/tests/test_model.py",
@@ -53,22 +57,33 @@ def test_no_tracked_file_names_an_absolute_machine_path() -> None:
     assert offenders == []
 
 
+def test_nothing_tracked_points_outside_the_repository() -> None:
+    offenders = [
+        f"{path.relative_to(REPOSITORY)}:{number}"
+        for path in _tracked_files()
+        if path.is_file()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert offenders == []
+
+
 def test_the_machine_path_check_catches_one() -> None:
     assert MACHINE_PATH.search('ORACLE = Path("/' + 'work/shared/fixtures")')
-    assert not MACHINE_PATH.search('ORACLE = shared_fixture_dir("kube-scheduler-oracle")')
+    assert not MACHINE_PATH.search('ORACLE = fixture_dir("kube-scheduler-oracle")')
 
 
 def test_a_missing_fixture_folder_is_an_error_naming_the_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(OVERRIDE_ENV, str(tmp_path / "moved-away"))
-    with pytest.raises(MissingSharedFixtures, match=re.escape(str(tmp_path / "moved-away"))):
-        shared_fixture_dir("kube-apiserver")
+    with pytest.raises(MissingFixtures, match=re.escape(str(tmp_path / "moved-away"))):
+        fixture_dir("kube-apiserver")
 
 
 def test_fixture_based_tests_fail_when_shared_is_unreachable(tmp_path: Path) -> None:
-    """Collected with `shared/` out of reach, every fixture-based module fails loudly."""
-    missing = tmp_path / "no-shared-here"
+    """Collected with the fixtures out of reach, every fixture-based module fails loudly."""
+    missing = tmp_path / "no-fixtures-here"
     collected = subprocess.run(
         [
             sys.executable,
@@ -92,4 +107,4 @@ def test_fixture_based_tests_fail_when_shared_is_unreachable(tmp_path: Path) -> 
     assert "empty parameter set" not in output
     for module in FIXTURE_TESTS:
         assert f"ERROR {module}" in output, output
-    assert output.count(f"shared fixtures not found: {missing}/fixtures/") >= len(FIXTURE_TESTS)
+    assert output.count(f"recorded fixtures not found: {missing}/") >= len(FIXTURE_TESTS)

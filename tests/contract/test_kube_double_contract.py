@@ -23,9 +23,9 @@ import aiohttp
 import pytest
 
 from tests.platform.kube_double import KubeDouble
-from tests.shared_fixtures import shared_fixture_dir
+from tests.recorded_fixtures import fixture_dir
 
-FIXTURES = shared_fixture_dir("kube-apiserver")
+FIXTURES = fixture_dir("kube-apiserver")
 TIME_SCALE = 0.2
 MAX_GAP_S = 0.5
 USER_AGENTS = {

@@ -49,11 +49,11 @@ from hostaffinity.schema import (
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
-from tests.shared_fixtures import shared_fixture_dir
+from tests.recorded_fixtures import fixture_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURATION = ROOT / "k8s" / "base" / "scheduler-extender" / "mutatingwebhookconfiguration.yaml"
-FIXTURE = shared_fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
+FIXTURE = fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
 WEBHOOKS = "admissionregistration.k8s.io/v1"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"

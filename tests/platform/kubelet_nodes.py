@@ -4,7 +4,7 @@ kube-scheduler with `nodeCacheCapable: false` sends every candidate Node whole (
 `Filter`: `nodeList.Items = append(nodeList.Items, *nodeInfo.Node())`). A kubelet-reported Node
 carries the standard labels and annotations, five conditions with messages, addresses, capacity
 and allocatable, nodeInfo and up to 50 images (`nodeStatusMaxImages`), each with its digests;
-the recorded ones in ../shared/fixtures/kube-scheduler-extender/ are the shape, not the size.
+the recorded ones in tests/fixtures/kube-scheduler-extender/ are the shape, not the size.
 """
 
 from __future__ import annotations

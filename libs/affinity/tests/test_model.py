@@ -10,11 +10,11 @@ import pytest
 
 from hostaffinity.affinity.interpod import apply_label_keys
 from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, decode_pod
-from tests.shared_fixtures import shared_fixture_files
+from tests.recorded_fixtures import fixture_files
 
 WITH_KEYS = [
     p
-    for p in shared_fixture_files("kube-scheduler-oracle", "kso-*.json")
+    for p in fixture_files("kube-scheduler-oracle", "kso-*.json")
     if "LabelKeys" in p.read_text()
 ]
 

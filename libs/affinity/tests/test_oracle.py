@@ -1,6 +1,6 @@
 """Every decision recorded from a real kube-scheduler v1.36.2 must be reproduced exactly.
 
-Fixtures: ../shared/fixtures/kube-scheduler-oracle/ (see its README). The feasible set must match
+Fixtures: tests/fixtures/kube-scheduler-oracle/ (see its README). The feasible set must match
 exactly; the per-reason node counts of the scheduler's message, and how many rejections were
 unresolvable (the nodes preemption calls "not helpful"), are compared too.
 """
@@ -19,9 +19,9 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.explain import fit_error_message
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Node, Pod
-from tests.shared_fixtures import shared_fixture_files
+from tests.recorded_fixtures import fixture_files
 
-CASES = shared_fixture_files("kube-scheduler-oracle", "kso-*.json")
+CASES = fixture_files("kube-scheduler-oracle", "kso-*.json")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 NOT_HELPFUL = re.compile(r"(\d+) Preemption is not helpful for scheduling")
 

@@ -11,7 +11,7 @@ from hostaffinity.descheduler.policy import PolicyError, load_policy, parse_poli
 from hostaffinity.descheduler.protections import DAEMONSET, LOCAL_STORAGE, WITH_PVC
 from hostaffinity.descheduler.strategies import StrategyArgsError, build_strategy
 from hostaffinity.descheduler.strategies.node_affinity import REQUIRED, NodeAffinity
-from tests.shared_fixtures import shared_fixture_dir
+from tests.recorded_fixtures import fixture_dir
 
 
 def policy(**overrides: Any) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def policy(**overrides: Any) -> dict[str, Any]:
 
 
 def test_the_shared_fixture_policy_loads() -> None:
-    fixture = shared_fixture_dir("descheduler") / "policy-affinity-v1alpha2.yaml"
+    fixture = fixture_dir("descheduler") / "policy-affinity-v1alpha2.yaml"
     assert fixture.is_file(), f"missing fixture {fixture}"
     loaded = load_policy(fixture)
     [profile] = loaded.profiles

@@ -27,9 +27,9 @@ from hostaffinity.schema.names import (
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
-from tests.shared_fixtures import shared_fixture_dir
+from tests.recorded_fixtures import fixture_dir
 
-FIXTURE = shared_fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
+FIXTURE = fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
 HOSTNAME = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"

@@ -1,6 +1,6 @@
 """The HTTP server with the requests a real kube-scheduler v1.36.2 sent, in both forms.
 
-`../shared/fixtures/kube-scheduler-extender/` holds the nodeCacheCapable=false bodies; the
+`tests/fixtures/kube-scheduler-extender/` holds the nodeCacheCapable=false bodies; the
 nodeCacheCapable=true form is the same with `"Nodes": null` and the names in `NodeNames`.
 Answers are compared as whole JSON documents: every key, every value.
 """
@@ -28,9 +28,9 @@ from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST, ExtenderDecision
-from tests.shared_fixtures import shared_fixture_dir
+from tests.recorded_fixtures import fixture_dir
 
-FIXTURES = shared_fixture_dir("kube-scheduler-extender")
+FIXTURES = fixture_dir("kube-scheduler-extender")
 HOSTS = {"sched-node-1": "esx-a", "sched-node-2": "esx-a", "sched-node-3": "esx-b"}
 # db-0 (app=db) runs on sched-node-1, so on ESXi host esx-a.
 DB_0 = {"metadata": {"name": "db-0", "namespace": "k8sreal-s", "labels": {"app": "db"}},

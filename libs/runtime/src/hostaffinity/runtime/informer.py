@@ -3,7 +3,7 @@ re-list when the server says the resourceVersion expired, and hand events to a h
 per object but in parallel across objects (the pattern of kopf's watching.py and queueing.py).
 
 The real server reports an expired resourceVersion on a watch as HTTP 200 plus one `ERROR`
-event with a Status of code 410 (see ../shared/fixtures/kube-apiserver/03-*); an HTTP 410 is
+event with a Status of code 410 (see tests/fixtures/kube-apiserver/03-*); an HTTP 410 is
 handled the same way. Objects are decoded from the raw JSON, one at a time, so one bad object is
 logged and skipped instead of stopping the stream.
 """

@@ -29,7 +29,7 @@ from hostaffinity.schema import utc_timestamp
 log = logging.getLogger(__name__)
 
 # A core/v1 Event about a cluster-scoped object must live in "default" (the API server answers
-# 422 otherwise; see shared/fixtures/kube-apiserver/06-create-events.json, E5).
+# 422 otherwise; see tests/fixtures/kube-apiserver/06-create-events.json, E5).
 CLUSTER_SCOPED_EVENT_NAMESPACE = "default"
 # client-go's maxLruCacheEntries, defaultSpamBurst and 1/defaultSpamQPS.
 MAX_SERIES = 4096

@@ -2,7 +2,7 @@
 
 Through the runtime's raw-JSON client (kubernetes_asyncio with `_preload_content=False`): the
 generated `create_namespaced_pod_binding` raises ValueError after a successful 201 because it
-reads the returned Status as a V1Binding (../shared/fixtures/kube-apiserver/09-pod-binding.json).
+reads the returned Status as a V1Binding (tests/fixtures/kube-apiserver/09-pod-binding.json).
 """
 
 from __future__ import annotations
