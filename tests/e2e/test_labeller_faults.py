@@ -30,6 +30,7 @@ from tests.e2e.labeller_harness import (
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
+from tests.platform.nats_cluster import NatsCluster
 from tests.platform.tcp_proxy import TcpProxy
 
 NODES = [f"node-{i}" for i in range(1, 7)]
@@ -151,11 +152,12 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
 
 
 async def truth_everywhere(
-    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer
+    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer | NatsCluster
 ) -> dict[str, tuple[str, str | None]]:
-    """Per node where the label and the KV entry disagree with vCenter: {node: (label, kv)}."""
+    """Per node where the label and the KV entry disagree with vCenter: {node: (label, kv)}.
+    The KV is read as the read-only `cli` identity (a connection name on a `NatsServer`)."""
     truth = await asyncio.to_thread(vcenter_truth, admin)
-    async with nats.connection("checker") as bus:
+    async with nats.connection("cli") as bus:
         store = await bus.topology()
         wrong = {}
         for node in NODES:
@@ -167,7 +169,9 @@ async def truth_everywhere(
         return wrong
 
 
-async def converges(kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer) -> float:
+async def converges(
+    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer | NatsCluster
+) -> float:
     """Seconds until every label and KV entry equals vCenter's truth; fails after 30 s."""
     started = time.monotonic()
     while wrong := await truth_everywhere(kube, admin, nats):

@@ -22,6 +22,7 @@ from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.main import service_spec
 from hostaffinity.scheduler_extender.service import Extender
 from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement
+from tests.e2e.harness import BusPlatform
 from tests.e2e.labeller_harness import (
     eventually,
     labeller_config,
@@ -49,10 +50,10 @@ class RunningExtender:
 
 
 @contextlib.asynccontextmanager
-async def extender(nats: NatsServer, kubeconfig: Path) -> AsyncIterator[RunningExtender]:
+async def extender(nats: BusPlatform, kubeconfig: Path) -> AsyncIterator[RunningExtender]:
     """The service as main() starts it, on loopback ports, once /readyz says ready."""
     settings = SchedulerExtenderSettings(
-        nats=nats.settings(),
+        nats=nats.settings("scheduler-extender"),
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
         extender=ExtenderSettings(host="127.0.0.1", port=0, decision_sample_ratio=1.0),
