@@ -16,7 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from hostaffinity.runtime.config import (  # noqa: E402
     HealthSettings,
     KubernetesSettings,
     LeaseSettings,
+    NatsSettings,
 )
 from hostaffinity.runtime.runner import running_service  # noqa: E402
 from tests.e2e.labeller_harness import host_by_name, vm_by_name  # noqa: E402
@@ -78,6 +80,24 @@ def relocate(si: Any, vm_name: str, host_name: str) -> float:
     return float(task.info.completeTime.timestamp())
 
 
+@contextlib.asynccontextmanager
+async def running_labeller(
+    vc: Vcsim, nats: NatsSettings, kubeconfig: Path
+) -> AsyncIterator[NodeLabelling]:
+    """The labeller in this process, run as its service runs it, on this vCenter, bus and
+    Kubernetes."""
+    config = NodeLabellerConfig(
+        vcenter=vc.settings(),
+        nats=nats,
+        health=HealthSettings(host="127.0.0.1", port=0),
+        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+        lease=LeaseSettings(namespace="kube-system"),
+    )
+    work = NodeLabelling()
+    async with running_service(service_spec(work), config, identity="bench"):
+        yield work
+
+
 async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
     print(f"scale: 1 cluster, {hosts} ESXi hosts, {vms} node VMs and Nodes, {moves} vMotions")
     started = time.monotonic()
@@ -91,17 +111,11 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
     nats = NatsServer(workdir)
     await nats.start()
     try:
+        async with nats.connection("provision") as provisioning:  # services only check it
+            await provisioning.provision()
         with kube_double(vms, workdir) as kubeconfig:
-            config = NodeLabellerConfig(
-                vcenter=vc.settings(),
-                nats=nats.settings(),
-                health=HealthSettings(host="127.0.0.1", port=0),
-                kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
-                lease=LeaseSettings(namespace="kube-system"),
-            )
             rss_before = peak_rss_mib()
-            work = NodeLabelling()
-            async with running_service(service_spec(work), config, identity="bench"):
+            async with running_labeller(vc, nats.settings(), kubeconfig) as work:
                 started = time.monotonic()
                 while not work.ready():  # noqa: ASYNC110 (polls a state)
                     await asyncio.sleep(0.01)
@@ -123,12 +137,26 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
         vc.stop()
 
 
-async def measure_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) -> None:
+@dataclass
+class MoveTimings:
+    """Per RelocateVM_Task, in seconds: from its completeTime to the label patch answered, and
+    the parts: vCenter update seen by the labeller, patch sent (KV put done), patch answered."""
+
+    total: list[float] = field(default_factory=list)
+    seen: list[float] = field(default_factory=list)
+    sent: list[float] = field(default_factory=list)
+    answered: list[float] = field(default_factory=list)
+
+
+async def time_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) -> MoveTimings:
+    """Move VMs one at a time, each to another host, and time each until its label patch is
+    answered."""
     labeller = work.labeller
     assert labeller is not None
     si = vc.connect()
     wall_minus_mono = time.time() - time.monotonic()
-    total, seen, sent, answered = [], [], [], []
+    timings = MoveTimings()
+    total, seen, sent, answered = timings.total, timings.seen, timings.sent, timings.answered
     for index in range(moves):
         vm = f"node-{index * 37 % len(labeller.state.placements) + 1}"
         current = labeller.state.placements[vm].host_name
@@ -146,12 +174,17 @@ async def measure_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) 
         sent.append(timing.patch_sent - timing.seen)
         answered.append(timing.patch_answered - timing.patch_sent)
         total.append(timing.patch_answered - completed)
-    print(f"vMotion → label patch answered, {len(total)} RelocateVM_Task calls (ms):")
+    return timings
+
+
+async def measure_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) -> None:
+    timings = await time_moves(work, vc, hosts, moves)
+    print(f"vMotion → label patch answered, {len(timings.total)} RelocateVM_Task calls (ms):")
     for name, values in (
-        ("total (completeTime → patch answered)", total),
-        ("  completeTime → update seen", seen),
-        ("  update seen → patch sent", sent),
-        ("  patch sent → patch answered", answered),
+        ("total (completeTime → patch answered)", timings.total),
+        ("  completeTime → update seen", timings.seen),
+        ("  update seen → patch sent", timings.sent),
+        ("  patch sent → patch answered", timings.answered),
     ):
         ms = [v * 1000 for v in values]
         print(

@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -31,6 +31,7 @@ SHIPPED: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "nats"
 CLUSTER_SIZE: Final = 3
 STARTUP_TIMEOUT_SECONDS: Final = 20.0
 STOP_TIMEOUT_SECONDS: Final = 15.0
+SYNC_ALWAYS: Final = "  sync_interval: always\n"
 
 
 def shipped(name: str) -> str:
@@ -56,10 +57,21 @@ class Ports:
         return cls(free_port(), free_port(), free_port())
 
 
-def render_cluster_conf(index: int, ports: list[Ports], tls_dir: Path, store: Path) -> str:
-    """cluster.conf for server `index` of the loopback cluster."""
+def default_sync(text: str) -> str:
+    """A shipped config without its `sync_interval: always`, so nats-server's default applies
+    (fsync every 2 minutes): the variant bench/bus_bench.py compares the shipped one with."""
+    return rewrite(text, SYNC_ALWAYS, "")
+
+
+def render_cluster_conf(
+    index: int, ports: list[Ports], tls_dir: Path, store: Path, *, sync_always: bool = True
+) -> str:
+    """cluster.conf for server `index` of the loopback cluster; `sync_always=False` renders the
+    default-sync variant."""
     own = ports[index]
     text = shipped("cluster.conf")
+    if not sync_always:
+        text = default_sync(text)
     text = rewrite(text, "listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{own.client}")
     text = rewrite(text, "http: 0.0.0.0:8222", f"http: 127.0.0.1:{own.monitor}")
     text = rewrite(text, "listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{own.route}")
@@ -77,11 +89,20 @@ def render_cluster_conf(index: int, ports: list[Ports], tls_dir: Path, store: Pa
 class ServerProcess:
     """One nats-server: start, wait until JetStream is healthy, stop gently or kill -9."""
 
-    def __init__(self, name: str, config: Path, env: dict[str, str], monitor_port: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: Path,
+        env: dict[str, str],
+        monitor_port: int,
+        options: Sequence[str] = (),
+    ) -> None:
         self.name = name
         self.config = config
         self.env = env
         self.monitor_port = monitor_port
+        # Command-line options after the config (which they override), as scripts/dev.sh gives.
+        self.options = tuple(options)
         self.log_file = config.parent / "nats-server.log"
         self._process: asyncio.subprocess.Process | None = None
 
@@ -94,6 +115,7 @@ class ServerProcess:
             str(nats_server_binary()),
             f"--config={self.config}",
             f"--log={self.log_file}",
+            *self.options,
             env={**os.environ, **self.env},
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
@@ -143,7 +165,7 @@ def _answers_ok(url: str) -> bool:
 class NatsCluster:
     """Three servers from the shipped cluster.conf and auth.conf on loopback, TLS on."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, sync_always: bool = True) -> None:
         self.workdir = workdir
         self.ports = [Ports.free() for _ in range(CLUSTER_SIZE)]
         self.tls_dir = workdir / "tls"
@@ -157,7 +179,9 @@ class NatsCluster:
             folder.mkdir()
             config = folder / "cluster.conf"
             store = folder / "jetstream"
-            config.write_text(render_cluster_conf(index, self.ports, self.tls_dir, store))
+            config.write_text(
+                render_cluster_conf(index, self.ports, self.tls_dir, store, sync_always=sync_always)
+            )
             (folder / "auth.conf").write_text(shipped("auth.conf"))
             env = {**server_env, "POD_NAME": f"nats-{index}"}
             self.servers.append(
