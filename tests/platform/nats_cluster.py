@@ -25,7 +25,7 @@ import pytest
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, server_tls, write_local_credentials
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
-from tests.platform.nats import free_port, nats_server_binary
+from tests.platform.nats import free_port, nats_server_binary, stop_process
 
 SHIPPED: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "nats"
 CLUSTER_SIZE: Final = 3
@@ -144,14 +144,7 @@ class ServerProcess:
 
     async def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.returncode is not None:
-            return
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        await stop_process(process)
 
 
 def _answers_ok(url: str) -> bool:
