@@ -1,10 +1,13 @@
-.PHONY: setup test dev proto bench
+.PHONY: setup test images dev proto bench
 
 setup:
 	bash scripts/setup.sh
 
 test:
 	bash scripts/test.sh
+
+images:
+	bash scripts/images.sh
 
 dev:
 	bash scripts/dev.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's one test command (`make test`): set-up, lint, type-check, layer contracts, tests.
+# The project's one test command (`make test`): set-up, lint, type-check, layer contracts, the
+# container images (scripts/images.sh), tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,5 +11,7 @@ echo "== mypy --strict (libs and services)"
 uv run --frozen mypy --strict libs/*/src services/*/src
 echo "== import-linter"
 uv run --frozen lint-imports
+echo "== container images (podman)"
+bash scripts/images.sh
 echo "== pytest"
 uv run --frozen pytest "$@"
