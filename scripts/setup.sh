@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh Debian machine: a pinned uv (with pip), the
-# Python dependencies from uv.lock, and our vcsim build (which installs its Debian packages).
+# Python dependencies from uv.lock, our vcsim build (which installs its Debian packages) and
+# Debian's prometheus (promtool and a Prometheus for the monitoring tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV_VERSION=0.13.9
@@ -10,3 +11,4 @@ if ! command -v uv >/dev/null || [ "$(uv --version | awk '{print $2}')" != "$UV_
 fi
 uv sync --all-packages --frozen --quiet
 bash scripts/build-vcsim.sh
+bash scripts/install-prometheus.sh

@@ -19,7 +19,7 @@ PARKED_PAYLOAD_LIMIT = 256 * 1024
 
 _encoder = msgspec.json.Encoder()
 _parked = metrics.get_meter(__name__).create_counter(
-    "hostaffinity.bus.dead_letters",
+    "hostaffinity_bus_dead_letters",
     unit="{message}",
     description="Messages a service could not use and parked in HOSTAFFINITY_DLQ.",
 )

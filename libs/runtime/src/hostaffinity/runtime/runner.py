@@ -212,6 +212,11 @@ class ServiceRunner(Generic[C]):
             await self._work(kube, bus)
             return
         lease = self._lease()
+        self.health.add_gauge(
+            "hostaffinity_leader",
+            "1 while this replica holds its service's Lease and does the work, 0 while standing by",
+            lambda: 1.0 if self.elector is not None and self.elector.is_leader else 0.0,
+        )
         self.elector = LeaderElector(
             kube,
             namespace=lease.namespace,

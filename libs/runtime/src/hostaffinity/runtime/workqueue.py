@@ -25,7 +25,8 @@ from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
 _retries = metrics.get_meter("hostaffinity.runtime").create_counter(
-    "workqueue_retries", description="keys handed back to a work queue after a failure, by queue"
+    "hostaffinity_workqueue_retries",
+    description="keys handed back to a work queue after a failure, by queue",
 )
 
 

@@ -18,11 +18,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.node_labeller.inventory import HOST, Inventory
 from hostaffinity.node_labeller.nodes import Node
@@ -54,18 +55,39 @@ from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 _meter = metrics.get_meter("hostaffinity.node_labeller")
-_patches = _meter.create_counter("node_labeller_label_patches", description="label patches sent")
+_patches = _meter.create_counter(
+    "hostaffinity_labeller_label_patches", description="Label patches sent"
+)
 _warnings = _meter.create_counter(
-    "node_labeller_node_warnings", description="problems reported on nodes, by reason"
+    "hostaffinity_labeller_node_warnings", description="Problems reported on nodes, by reason"
 )
 _repairs = _meter.create_counter(
-    "node_labeller_kv_repairs",
-    description="topology keys a resync found not holding what was written, rewritten",
+    "hostaffinity_labeller_kv_repairs",
+    description="Topology keys a resync found not holding what was written, rewritten",
 )
+# A vMotion is labelled in ~0.1 s on vcsim (bench/node_labeller_bench.py); a minute is an outage.
+UPDATE_TO_PATCH_BUCKETS_SECONDS: Final = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
 _patch_latency = seconds_histogram(
     _meter,
-    "node_labeller_update_to_patch_seconds",
-    "from a vCenter update arriving to its label patch being answered",
+    "hostaffinity_labeller_update_to_patch",
+    "From a vCenter update arriving to its label patch being answered",
+    UPDATE_TO_PATCH_BUCKETS_SECONDS,
+)
+
+
+def _observe_nodes(_options: CallbackOptions) -> Iterable[Observation]:
+    """Reads the newest Labeller: OpenTelemetry keeps only the first callback registered under
+    a name, and a replica that leads again (in tests, the same process) builds a new one."""
+    return _reporting.node_states() if _reporting is not None else []
+
+
+_meter.create_observable_gauge(
+    "hostaffinity_labeller_nodes",
+    callbacks=[_observe_nodes],
+    description="Nodes by state: placed (labelled with their host), unmatched (no VM matches), "
+    "pending (not placed yet, or on a host the inventory does not know)",
 )
 
 Publish = Callable[[Event], Awaitable[object]]
@@ -150,6 +172,19 @@ class Labeller:
         self.resyncs = 0
         # Complete vCenter inventories applied: the first, one per re-login and per resync.
         self.inventory_reads = 0
+        global _reporting
+        _reporting = self
+
+    def node_states(self) -> list[Observation]:
+        """How many known Nodes are placed, unmatched or pending, for the nodes gauge."""
+        names = self._nodes.cache.keys()
+        placed = sum(1 for name in names if name in self.state.placements)
+        unmatched = sum(
+            1 for name in names if name in self._unmatched and name not in self.state.placements
+        )
+        pending = len(names) - placed - unmatched
+        counts = {"placed": placed, "unmatched": unmatched, "pending": pending}
+        return [Observation(count, {"state": state}) for state, count in counts.items()]
 
     def idle(self) -> bool:
         """Working, and every queued key is done: nothing queued, running or waiting to retry."""
@@ -368,3 +403,6 @@ class Labeller:
         about = ObjectRef(kind="Node", name=node.name, uid=node.metadata.uid)
         if await self._recorder.record(about, reason, message):
             log.warning("node %s: %s: %s", node.name, reason, message)
+
+
+_reporting: Labeller | None = None

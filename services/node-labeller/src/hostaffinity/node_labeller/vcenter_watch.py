@@ -27,7 +27,7 @@ from hostaffinity.runtime.vcenter import VCenterSession, VCenterSettings
 
 log = logging.getLogger(__name__)
 _reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
-    "node_labeller_vcenter_reconnects",
+    "hostaffinity_labeller_vcenter_reconnects",
     description="vCenter watch sessions lost and logged in again (each is followed by a resync)",
 )
 
