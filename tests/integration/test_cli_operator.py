@@ -7,18 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
-import logging
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import msgspec
 import pytest
 
-from hostaffinity.cli.main import main
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import (
     DRS_BUCKET,
@@ -36,6 +32,7 @@ from tests.e2e.labeller_harness import (
     running,
     wait_ready,
 )
+from tests.integration.cli_runner import Cli, exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
@@ -47,59 +44,7 @@ ANTI_HOST = {
         ]
     }
 }
-PROTO = Path(__file__).resolve().parents[2] / "proto" / "schemas"
-REPORTS = {
-    "topology": "TopologyReport",
-    "exposure": "ExposureReport",
-    "what-if": "MaintenanceReport",
-}
 ALLOCATABLE = {"cpu": "4", "memory": "8Gi", "pods": "110"}
-
-
-class Cli:
-    """Runs `hostaffinity` as main() does, in a thread, so the double and NATS keep serving."""
-
-    def __init__(self, kubeconfig: Path, nats: NatsServer, capsys: pytest.CaptureFixture[str]):
-        self.common = ["--kubeconfig", str(kubeconfig), "--nats", nats.url]
-        self.capsys = capsys
-
-    async def __call__(self, *argv: str) -> tuple[int, str, str]:
-        command = list(argv)
-        position = 3 if command[0] == "what-if" else 1  # options go after the subcommand
-        while position < len(command) and not command[position].startswith("-"):
-            position += 1
-        command[position:position] = self.common
-        self.capsys.readouterr()
-        code = await asyncio.to_thread(_exit_code, command)
-        captured = self.capsys.readouterr()
-        return code, captured.out, captured.err
-
-    async def json(self, *argv: str) -> tuple[int, Any]:
-        """The command's `-o json` document, validated against its JSON Schema in proto/."""
-        code, out, err = await self(*argv, "-o", "json")
-        assert out, err
-        document = json.loads(out)
-        schema = json.loads((PROTO / f"{REPORTS[argv[0]]}.json").read_text(encoding="utf-8"))
-        jsonschema.Draft202012Validator(schema).validate(document)
-        return code, document
-
-
-def _exit_code(argv: Sequence[str]) -> int:
-    """main()'s exit status; the log handler it installs on the captured stderr is removed after,
-    so later tests do not log into a closed stream."""
-    handlers = list(logging.root.handlers)
-    try:
-        main(list(argv))
-    except SystemExit as exited:
-        return int(exited.code or 0)
-    finally:
-        logging.root.handlers = handlers
-    raise AssertionError("main() always exits")
-
-
-@pytest.fixture
-def cli(kubeconfig: Path, nats_server: NatsServer, capsys: pytest.CaptureFixture[str]) -> Cli:
-    return Cli(kubeconfig, nats_server, capsys)
 
 
 def deployment_pod(
@@ -380,6 +325,6 @@ async def test_an_unreachable_bus_is_a_clear_error_after_the_timeout(
     kube_double: KubeDouble, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["topology", "--kubeconfig", str(kubeconfig), "--nats", "nats://127.0.0.1:9"]
-    code = await asyncio.to_thread(_exit_code, [*argv, "--timeout", "1"])
+    code = await asyncio.to_thread(exit_code, [*argv, "--timeout", "1"])
     assert code == 1
     assert "could not read the cluster and the topology KV within 1 s" in capsys.readouterr().err

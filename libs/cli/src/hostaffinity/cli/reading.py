@@ -148,10 +148,7 @@ async def read_bus(settings: NatsSettings, snapshot: ClusterSnapshot, progress: 
     try:
         topology = await progress.counted("topology KV", _topology(bus))
         snapshot.placements, snapshot.hosts = topology
-        records = await progress.counted("DRS ownership records", _drs_records(bus))
-        snapshot.drs_pods = frozenset(
-            pod for record in records if record.state != "removing" for pod in record.pods
-        )
+        snapshot.drs_records = await progress.counted("DRS ownership records", _drs_records(bus))
     finally:
         await bus.close()
 

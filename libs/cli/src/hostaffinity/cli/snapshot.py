@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Node, Pod
 from hostaffinity.affinity.resources import Resources
 from hostaffinity.affinity.workloads import WorkloadRef
-from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
+from hostaffinity.schema import LABEL_ESXI_HOST, DrsOwnership, EsxiHost, NodePlacement
 
 
 @dataclass
@@ -24,7 +25,7 @@ class ClusterSnapshot:
 
     `requests` (per pod key) and `allocatable` (per node) are the resource figures the API
     objects carry; `vmi_owners` maps (namespace, VMI name) to the VMI's controller;
-    `drs_pods` are the pods (`namespace/name`) the drs-translator's ownership records name.
+    `drs_records` are the drs-translator's ownership records.
     """
 
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -35,7 +36,14 @@ class ClusterSnapshot:
     placements: dict[str, NodePlacement] = field(default_factory=dict)
     hosts: dict[str, EsxiHost] = field(default_factory=dict)
     vmi_owners: dict[tuple[str, str], WorkloadRef] = field(default_factory=dict)
-    drs_pods: frozenset[str] = frozenset()
+    drs_records: list[DrsOwnership] = field(default_factory=list)
+
+    @cached_property
+    def drs_pods(self) -> frozenset[str]:
+        """The pods (`namespace/name`) a record names that is not being removed."""
+        return frozenset(
+            pod for record in self.drs_records if record.state != "removing" for pod in record.pods
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,74 @@
+"""Running `hostaffinity` in a test as main() runs, and checking its `-o json` against proto/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from hostaffinity.cli.main import main
+from tests.platform.nats import NatsServer
+
+PROTO = Path(__file__).resolve().parents[2] / "proto" / "schemas"
+# The command (and its subject) -> the JSON Schema its `-o json` document follows.
+REPORTS = {
+    ("topology",): "TopologyReport",
+    ("exposure",): "ExposureReport",
+    ("what-if",): "MaintenanceReport",
+    ("explain", "pod"): "PodExplanation",
+    ("explain", "node"): "NodeExplanation",
+    ("status",): "StatusReport",
+}
+
+
+def schema_of(argv: Sequence[str]) -> dict[str, Any]:
+    """The JSON Schema of what `argv` prints with `-o json`."""
+    name = REPORTS.get(tuple(argv[:2])) or REPORTS[(argv[0],)]
+    loaded: dict[str, Any] = json.loads((PROTO / f"{name}.json").read_text(encoding="utf-8"))
+    return loaded
+
+
+class Cli:
+    """Runs `hostaffinity` as main() does, in a thread, so the double and NATS keep serving."""
+
+    def __init__(self, kubeconfig: Path, nats: NatsServer, capsys: pytest.CaptureFixture[str]):
+        self.common = ["--kubeconfig", str(kubeconfig), "--nats", nats.url]
+        self.capsys = capsys
+
+    async def __call__(self, *argv: str) -> tuple[int, str, str]:
+        command = list(argv)
+        position = 1  # options go after the subcommands and their arguments
+        while position < len(command) and not command[position].startswith("-"):
+            position += 1
+        command[position:position] = self.common
+        self.capsys.readouterr()
+        code = await asyncio.to_thread(exit_code, command)
+        captured = self.capsys.readouterr()
+        return code, captured.out, captured.err
+
+    async def json(self, *argv: str) -> tuple[int, Any]:
+        """The command's `-o json` document, validated against its JSON Schema in proto/."""
+        code, out, err = await self(*argv, "-o", "json")
+        assert out, err
+        document = json.loads(out)
+        jsonschema.Draft202012Validator(schema_of(argv)).validate(document)
+        return code, document
+
+
+def exit_code(argv: Sequence[str]) -> int:
+    """main()'s exit status; the log handler it installs on the captured stderr is removed after,
+    so later tests do not log into a closed stream."""
+    handlers = list(logging.root.handlers)
+    try:
+        main(list(argv))
+    except SystemExit as exited:
+        return int(exited.code or 0)
+    finally:
+        logging.root.handlers = handlers
+    raise AssertionError("main() always exits")
