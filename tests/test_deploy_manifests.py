@@ -9,6 +9,7 @@ to every reference to it).
 
 import copy
 import itertools
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -42,8 +43,9 @@ NEWER_THAN_SCHEMAS = {
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): "v1beta1",
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): "v1beta1",
 }
-# Custom resources of cert-manager: no schema here; test_cert_manager_component checks them.
-CUSTOM_GROUPS = {"cert-manager.io"}
+# Custom resources of cert-manager and the Prometheus operator: no schema here;
+# test_cert_manager_component and test_monitoring_component_* check them.
+CUSTOM_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
 COMPONENTS = sorted(p.name for p in (ROOT / "k8s" / "components").iterdir() if p.is_dir())
 # The config record each service loads, by its compose service and Deployment name.
 SERVICE_CONFIGS: dict[str, type[Settings]] = {
@@ -165,6 +167,9 @@ def render(component: str | None = None) -> list[dict[str, Any]]:
     where = ROOT / "k8s" / "components" / component
     kustomization = yaml.safe_load((where / "kustomization.yaml").read_text())
     documents += [d for name in kustomization.get("resources", []) for d in _load_all(where / name)]
+    documents += generated_configmaps(where, kustomization)
+    for document in documents:
+        document["metadata"].setdefault("namespace", base_kustomization["namespace"])
     for patch in kustomization.get("patches", []):
         content = yaml.safe_load((where / patch["path"]).read_text())
         if isinstance(content, dict) and content.get("$patch") == "delete":
@@ -456,9 +461,10 @@ def assert_nats_credentials(pod: dict[str, Any], identity: str) -> None:
     assert NATS_TLS_SECRET not in elsewhere
 
 
-def test_every_pod_meets_the_restricted_pod_security_standard() -> None:
-    """And runs with a read-only root, as every service does."""
-    for where, pod in pod_specs(render()).items():
+@pytest.mark.parametrize("component", [None, *COMPONENTS])
+def test_every_pod_meets_the_restricted_pod_security_standard(component: str | None) -> None:
+    """And runs with a read-only root, as every service does (with any component too)."""
+    for where, pod in pod_specs(render(component)).items():
         assert pod["securityContext"]["runAsNonRoot"] is True, where
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
         assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod), where
@@ -781,3 +787,64 @@ def test_external_nats_component_removes_the_bundled_nats() -> None:
     assert_nats_credentials(
         one(documents, "Job", "hostaffinity-bus-provision")["spec"]["template"]["spec"], "provision"
     )
+
+
+# Monitoring (k8s/components/monitoring): the Prometheus operator's objects and the dashboard.
+SCRAPED = {**{f"Deployment/{s}": s for s in SERVICE_CONFIGS}, "StatefulSet/nats": "nats"}
+SEVERITIES = {"warning", "critical"}
+
+
+def test_monitoring_component_scrapes_every_service_and_nats() -> None:
+    """One PodMonitor per workload, on a port its pods name, with job = the workload's name, and
+    that port open to the monitoring namespaces."""
+    documents = render("monitoring")
+    monitors = [d for d in documents if d["kind"] == "PodMonitor"]
+    assert {m["apiVersion"] for m in monitors} == {"monitoring.coreos.com/v1"}
+    labels, pods = pod_labels(documents), pod_specs(documents)
+    monitoring = {"namespaceSelector": {"matchLabels": MONITORING}}
+    for where, job in SCRAPED.items():
+        (monitor,) = [m for m in monitors if _selects(m["spec"]["selector"], labels[where])]
+        assert monitor["metadata"]["namespace"] == "hostaffinity"
+        assert labels[where][monitor["spec"]["jobLabel"]] == job
+        ports = {
+            p["name"]: p["containerPort"] for c in pods[where]["containers"] for p in c["ports"]
+        }
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            assert endpoint["path"] == "/metrics"
+            assert monitoring in admitted(documents, labels[where])[ports[endpoint["port"]]]
+    assert len(monitors) == len(SCRAPED)
+
+
+def test_monitoring_component_adds_the_nats_exporter_beside_each_server() -> None:
+    pod = one(render("monitoring"), "StatefulSet", "nats")["spec"]["template"]["spec"]
+    server, exporter = pod["containers"]
+    (monitor_port,) = [p["containerPort"] for p in server["ports"] if p["name"] == "monitor"]
+    assert exporter["args"][-1] == f"http://localhost:{monitor_port}"
+    assert exporter["image"].startswith("natsio/prometheus-nats-exporter:")
+
+
+def test_monitoring_component_rules_are_complete() -> None:
+    """Every alert: a severity, a summary, a runbook in docs/operating.md; names unique."""
+    rule = one(render("monitoring"), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert alerts
+    assert all(set(r) <= {"alert", "expr", "for", "labels", "annotations"} for r in alerts)
+    names = [r["alert"] for r in alerts]
+    assert len(names) == len(set(names))
+    for alert in alerts:
+        assert alert["labels"]["severity"] in SEVERITIES, alert["alert"]
+        assert alert["annotations"]["summary"], alert["alert"]
+        assert alert["annotations"]["runbook_url"] == f"docs/operating.md#{alert['alert'].lower()}"
+
+
+def test_monitoring_component_ships_the_dashboard_for_grafanas_sidecar() -> None:
+    configmap = one(render("monitoring"), "ConfigMap", "hostaffinity-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (text,) = configmap["data"].values()
+    dashboard = json.loads(text)
+    assert dashboard["uid"] == "hostaffinity"
+    for panel in dashboard["panels"]:
+        assert panel["title"], panel
+        assert panel["targets"], panel["title"]
+        assert all(t["expr"] for t in panel["targets"]), panel["title"]

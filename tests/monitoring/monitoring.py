@@ -1,0 +1,50 @@
+"""What the monitoring tests share: the shipped rules and dashboard, and Debian's Prometheus tools.
+
+The tools come from Debian's `prometheus` package (scripts/install-prometheus.sh, run by
+`make setup`); a test that needs one fails, never skips, when it is missing, so a machine without
+them cannot pass the rule tests by not running them.
+"""
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPONENT = ROOT / "k8s" / "components" / "monitoring"
+RULES_TEST = Path(__file__).with_name("rules_test.yaml")
+OPERATING = ROOT / "docs" / "operating.md"
+
+
+def tool(name: str) -> str:
+    """The path of `promtool` or `prometheus`; fails the test loudly when it is not installed."""
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is missing: run `make setup` (Debian's prometheus package)")
+    return found
+
+
+def rule_groups() -> dict[str, Any]:
+    """The PrometheusRule's spec: a Prometheus rule file (`groups:`) as it is."""
+    rule = yaml.safe_load((COMPONENT / "prometheusrule.yaml").read_text(encoding="utf-8"))
+    spec: dict[str, Any] = rule["spec"]
+    return spec
+
+
+def alerts() -> list[dict[str, Any]]:
+    return [r for group in rule_groups()["groups"] for r in group["rules"] if "alert" in r]
+
+
+def write_rules(directory: Path) -> Path:
+    path = directory / "rules.yaml"
+    path.write_text(yaml.safe_dump(rule_groups()), encoding="utf-8")
+    return path
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    text = (COMPONENT / "dashboards" / "hostaffinity.json").read_text(encoding="utf-8")
+    panels: list[dict[str, Any]] = json.loads(text)["panels"]
+    return panels
