@@ -44,11 +44,13 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     && .venv/bin/python -c 'import kubernetes_asyncio.client'
 
 FROM ${BASE}
+ARG BASE
 ARG SERVICE
 ARG VERSION=unknown
 ARG REVISION=unknown
 ARG SOURCE=https://github.com/hostaffinity/hostaffinity
 LABEL org.opencontainers.image.title="hostaffinity-${SERVICE}" \
+      org.opencontainers.image.base.name="${BASE}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
