@@ -1,29 +1,44 @@
-"""The operator's commands: `topology`, `exposure`, `what-if maintenance`.
+"""The operator's commands: `topology`, `exposure`, `what-if maintenance`, `explain`, `status`.
 
 Each reads one snapshot (progress on stderr), answers from the affinity engine, and prints a
 table or, with `-o json`, a document whose JSON Schema is in proto/schemas/ (TopologyReport,
-ExposureReport, MaintenanceReport). Exit status: 0, or 1 when `exposure --fail-on-exposed` finds
-a workload or `what-if maintenance` leaves a pod nowhere to go; 2 for bad arguments.
+ExposureReport, MaintenanceReport, PodExplanation, NodeExplanation, StatusReport). `explain` and
+`status` read the event stream too, `status` the services' Leases. Exit status: 0, or 1 when
+`exposure --fail-on-exposed` finds a workload, `what-if maintenance` leaves a pod nowhere to go,
+`status` finds something that needs attention, or what was asked about does not exist; 2 for bad
+arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import TypeVar
 
 import msgspec
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.cli.event_log import events_of, last_of_each_type
+from hostaffinity.cli.explain import explain_node, explain_pod, render_node, render_pod
 from hostaffinity.cli.exposure import exposure_report, render_exposure
+from hostaffinity.cli.history import NODE_EVENT_TYPES, POD_EVENT_TYPES
+from hostaffinity.cli.leases import read_leases
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
+from hostaffinity.cli.pod_lookup import read_pod, split_pod_key
 from hostaffinity.cli.reading import Progress, read_snapshot
 from hostaffinity.cli.snapshot import ClusterSnapshot, EngineOptions, build_engine
+from hostaffinity.cli.status import render_status, status_report
+from hostaffinity.cli.streams import stream_views
 from hostaffinity.cli.topology import render_topology, topology_report
+from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings
+from hostaffinity.schema import TopologyEvent
 
 Answer = tuple[msgspec.Struct, str, int]  # report, its table, exit status
+T = TypeVar("T")
 READ_TIMEOUT_SECONDS = 120.0
 
 
@@ -80,6 +95,24 @@ def add_operator_commands(commands: argparse._SubParsersAction[argparse.Argument
     _common(maintenance)
     maintenance.set_defaults(run=run(_maintenance))
 
+    explain = commands.add_parser("explain", help="why a pod or node is where it is")
+    subjects = explain.add_subparsers(dest="subject", required=True)
+    pod = subjects.add_parser("pod", help="a pod: its host-level rules, refusals, history")
+    pod.add_argument("pod", metavar="NAMESPACE/NAME")
+    _common(pod)
+    pod.set_defaults(run=_explain_pod)
+    node = subjects.add_parser("node", help="a node: its ESXi host, its pods' rules, history")
+    node.add_argument("node", metavar="NAME")
+    _common(node)
+    node.set_defaults(run=_explain_node)
+
+    status = commands.add_parser("status", help="leaders, last events, exposure, DLQ, streams")
+    status.add_argument(
+        "--namespace", default="hostaffinity", help="where the services' Leases are"
+    )
+    _common(status)
+    status.set_defaults(run=_status)
+
 
 def _options(args: argparse.Namespace) -> EngineOptions:
     return EngineOptions(args.physical_anti_affinity, args.unknown_placement)
@@ -109,32 +142,97 @@ def _maintenance(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
     return report, render_maintenance(report), 0 if report.ok else 1
 
 
+def _kubernetes(args: argparse.Namespace) -> KubernetesSettings:
+    return KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
+
+
+async def _within(args: argparse.Namespace, what: str, reading: Awaitable[T]) -> T:
+    """Await a read under --timeout: the bus and the informer retry for ever, as services
+    should; a command gives up and says what it could not read."""
+    try:
+        async with asyncio.timeout(args.timeout):
+            return await reading
+    except TimeoutError as error:
+        raise RuntimeError(
+            f"could not read {what} within {args.timeout:g} s (see the warnings above)"
+        ) from error
+
+
+async def _snapshot(args: argparse.Namespace) -> ClusterSnapshot:
+    snapshot = await _within(
+        args,
+        "the cluster and the topology KV",
+        read_snapshot(_kubernetes(args), nats_settings(args), Progress()),
+    )
+    # The snapshot lives until exit: keep the GC from walking its ~1M objects while the
+    # index is built.
+    freeze_gc_after_initial_load()
+    return snapshot
+
+
+def _print(args: argparse.Namespace, report: msgspec.Struct, text: str) -> None:
+    if args.output == "json":
+        print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
+    else:
+        print(text)
+
+
 def run(
     answer: Callable[[argparse.Namespace, ClusterSnapshot], Answer],
 ) -> Callable[[argparse.Namespace], object]:
     """The async entry point main() runs for a command: read, answer, print, exit status."""
 
     async def command(args: argparse.Namespace) -> int:
-        kubernetes = KubernetesSettings(
-            kubeconfig=args.kubeconfig, context=args.context, server=args.server
-        )
-        try:
-            async with asyncio.timeout(args.timeout):
-                snapshot = await read_snapshot(kubernetes, nats_settings(args), Progress())
-        except TimeoutError as error:
-            # The bus and the informer retry for ever, as services should; a command gives up.
-            raise RuntimeError(
-                f"could not read the cluster and the topology KV within {args.timeout:g} s "
-                "(see the warnings above)"
-            ) from error
-        # The snapshot lives until exit: keep the GC from walking its ~1M objects while the
-        # index is built.
-        freeze_gc_after_initial_load()
-        report, text, status = answer(args, snapshot)
-        if args.output == "json":
-            print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
-        else:
-            print(text)
+        report, text, status = answer(args, await _snapshot(args))
+        _print(args, report, text)
         return status
 
     return command
+
+
+async def _bus(args: argparse.Namespace) -> Bus:
+    return await _within(
+        args, f"NATS at {args.nats}", Bus.connect(nats_settings(args), name="hostaffinity-cli")
+    )
+
+
+async def _events(args: argparse.Namespace, types: Sequence[str]) -> list[TopologyEvent]:
+    bus = await _bus(args)
+    try:
+        return await _within(args, "the events stream", events_of(bus, types))
+    finally:
+        await bus.close()
+
+
+async def _explain_pod(args: argparse.Namespace) -> int:
+    """Looks the pod up first: a pod that does not exist is said at once."""
+    namespace, name = split_pod_key(args.pod)
+    facts = await _within(args, "the pod", read_pod(_kubernetes(args), namespace, name))
+    snapshot = await _snapshot(args)
+    events = await _events(args, POD_EVENT_TYPES)
+    report = explain_pod(snapshot, build_engine(snapshot, _options(args)), facts, events)
+    _print(args, report, render_pod(report))
+    return 0
+
+
+async def _explain_node(args: argparse.Namespace) -> int:
+    snapshot = await _snapshot(args)
+    events = await _events(args, NODE_EVENT_TYPES)
+    report = explain_node(snapshot, build_engine(snapshot, _options(args)), args.node, events)
+    _print(args, report, render_node(report))
+    return 0
+
+
+async def _status(args: argparse.Namespace) -> int:
+    leases = await _within(args, "the Leases", read_leases(_kubernetes(args), args.namespace))
+    snapshot = await _snapshot(args)
+    exposure = exposure_report(snapshot, build_engine(snapshot, _options(args)).index)
+    bus = await _bus(args)
+    try:
+        last = await _within(args, "the events stream", last_of_each_type(bus))
+        streams = await _within(args, "the streams' state", stream_views(bus))
+    finally:
+        await bus.close()
+    report = status_report(datetime.now(UTC), leases, last, len(exposure.workloads), streams)
+    _print(args, report, render_status(report))
+    return 1 if report.problems else 0

@@ -34,7 +34,14 @@ from hostaffinity.schema.names import (
     dlq_subject,
     event_subject,
 )
-from hostaffinity.schema.reports import ExposureReport, MaintenanceReport, TopologyReport
+from hostaffinity.schema.reports import (
+    ExposureReport,
+    MaintenanceReport,
+    NodeExplanation,
+    PodExplanation,
+    StatusReport,
+    TopologyReport,
+)
 from hostaffinity.schema.topology import DeadLetter, EsxiHost, NodePlacement
 from hostaffinity.schema.version import SCHEMA_VERSION
 
@@ -58,7 +65,14 @@ VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     DrsOwnership,
 )
 # What the `hostaffinity` command prints with `-o json`.
-CLI_REPORTS: tuple[type[msgspec.Struct], ...] = (TopologyReport, ExposureReport, MaintenanceReport)
+CLI_REPORTS: tuple[type[msgspec.Struct], ...] = (
+    TopologyReport,
+    ExposureReport,
+    MaintenanceReport,
+    PodExplanation,
+    NodeExplanation,
+    StatusReport,
+)
 
 
 def generated_files() -> dict[str, str]:

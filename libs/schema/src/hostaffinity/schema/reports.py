@@ -1,4 +1,4 @@
-"""What `hostaffinity topology|exposure|what-if maintenance -o json` print: a stable contract.
+"""What the `hostaffinity` operator commands print with `-o json`: a stable contract.
 
 Scripts and CI jobs read these documents, so they follow the event rules (new fields at the end
 with defaults, never a changed type) and `make proto` publishes their JSON Schema in proto/.
@@ -12,6 +12,7 @@ import msgspec
 
 Coverage = Literal["required", "preferred", "none"]
 Verdict = Literal["moves", "unsatisfiable", "no-node", "no-room"]
+TermState = Literal["holds", "violated", "unknown", "not-placed"]
 
 
 class _Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,3 +131,148 @@ class MaintenanceReport(_Report, frozen=True):
     moves: list[PodMove]
     unsatisfiable_rules: list[UnsatisfiableRule]
     ok: bool
+
+
+class Location(_Report, frozen=True):
+    """Where a node's VM runs, from the topology KV; only `node` is set when the KV has no
+    placement for it (or, for a pod, when the pod is on no node: all empty)."""
+
+    node: str
+    vm_moid: str = ""
+    esxi_host: str = ""
+    host_label: str = ""
+    cluster: str = ""
+    datacenter: str = ""
+
+
+class TermView(_Report, frozen=True):
+    """A pod (anti-)affinity term that concerns a pod: its own (`owner` is the pod) or an existing
+    pod's required anti-affinity that selects it (`owner` is that pod).
+
+    `kind` is "required affinity", "required anti-affinity", "preferred affinity" or "preferred
+    anti-affinity"; `rule` the term in words; `host_level`: its domain is the ESXi host. `state`
+    is whether it holds where the pod runs now ("unknown": the node's host is not known,
+    "not-placed": the pod is on no node); `why` says so in the affinity engine's words.
+    """
+
+    owner: str
+    kind: str
+    rule: str
+    host_level: bool
+    state: TermState
+    why: str = ""
+
+
+class Refusal(_Report, frozen=True):
+    """Nodes refusing a pod for one reason, grouped by ESXi host label ("" when the host is
+    unknown); `plugin`, `reason` and `message` are the affinity engine's (kube-scheduler's
+    plugin and reason, the rule and the pod in words). Nodes sorted."""
+
+    host: str
+    nodes: list[str]
+    plugin: str
+    reason: str
+    message: str
+
+
+class DrsRuleView(_Report, frozen=True):
+    """A DRS rule or group the drs-translator holds an ownership record of for the pod."""
+
+    name: str
+    kind: str
+    cluster_moid: str
+    state: str
+    vms: list[str]
+    reason: str = ""
+    applied_at: str = ""
+
+
+class HistoryEntry(_Report, frozen=True):
+    """One thing hostaffinity did, from the event stream: `at` is the event's `occurred_at`,
+    `type` its type, `summary` what it says, in words."""
+
+    at: str
+    type: str
+    source: str
+    summary: str
+
+
+class PodExplanation(_Report, frozen=True):
+    """`hostaffinity explain pod NAMESPACE/NAME -o json`.
+
+    `concerned` is false when no hostaffinity rule, DRS record or event concerns the pod.
+    `terms`: the pod's own terms in the order written (required, then preferred), then existing
+    pods' required anti-affinity terms selecting it. For a pod on no node, `feasible_nodes`
+    (sorted) and `refusals` (by host, then reason) are the engine's filter now and `summary`
+    kube-scheduler's one-line summary of it. `history` is oldest first.
+    """
+
+    pod: str
+    phase: str
+    concerned: bool
+    location: Location
+    terms: list[TermView]
+    feasible_nodes: list[str]
+    refusals: list[Refusal]
+    summary: str
+    drs_rules: list[DrsRuleView]
+    history: list[HistoryEntry]
+
+
+class NodeExplanation(_Report, frozen=True):
+    """`hostaffinity explain node NAME -o json`: where the node's VM runs, the host's state, the
+    other nodes on its host (sorted), the host-level terms concerning its pods (by pod), and what
+    hostaffinity did about the node, oldest first."""
+
+    node: str
+    location: Location
+    host_state: str
+    in_maintenance_mode: bool
+    cordoned: bool
+    host_peers: list[str]
+    terms: list[TermView]
+    history: list[HistoryEntry]
+
+
+class ServiceView(_Report, frozen=True):
+    """One service: its leader from the Lease (`lease` is empty for the scheduler-extender,
+    which every replica runs), and the last event it published.
+
+    `live` is false when the Lease is missing, has no holder, or was not renewed within its
+    duration; `held_seconds` counts from `acquired_at` to the moment of the report.
+    """
+
+    service: str
+    lease: str
+    holder: str
+    live: bool
+    acquired_at: str = ""
+    renewed_at: str = ""
+    held_seconds: float = 0.0
+    last_event_type: str = ""
+    last_event_at: str = ""
+
+
+class StreamView(_Report, frozen=True):
+    """A JetStream stream (an events stream or a KV bucket's): `replicas` configured, the
+    current stream `leader` ("" on a single server), and each replica that is not current with
+    its lag in operations (`lagging`, sorted)."""
+
+    name: str
+    messages: int
+    replicas: int
+    leader: str
+    lagging: dict[str, int]
+
+
+class StatusReport(_Report, frozen=True):
+    """`hostaffinity status -o json`. `problems` names what needs attention, one sentence each
+    (a service with no live leader, dead letters, a replica not current, exposed workloads); the
+    command exits 1 when it is not empty. `at` is when the report was made."""
+
+    at: str
+    services: list[ServiceView]
+    exposed_workloads: int
+    dlq_depth: int
+    streams: list[StreamView]
+    problems: list[str]

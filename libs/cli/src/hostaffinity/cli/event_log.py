@@ -1,0 +1,95 @@
+"""Reading the events stream for the operator: every event of some types (`explain`), or the
+last event of each type (`status`).
+
+Reads go by subject, so a stream full of `vm.moved` costs nothing to a question about pods: the
+stream's per-subject counts say which subjects to read, an ordered consumer reads each to its
+end, and the last message of a subject is one STREAM.MSG.GET. The stream is always named: the
+CLI's identity may not list streams.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from nats.js.api import DeliverPolicy, StreamInfo
+from nats.js.errors import NotFoundError
+
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.schema import (
+    EVENT_TYPES,
+    EVENTS_STREAM,
+    EVENTS_SUBJECT_PREFIX,
+    UNDECODABLE,
+    TopologyEvent,
+    decode_event,
+    event_subject,
+)
+
+# How long one message may take to arrive while reading a subject the stream says is not empty.
+MESSAGE_WAIT_SECONDS: Final = 5.0
+
+
+async def stream_info(bus: Bus, name: str, subjects_filter: str | None = None) -> StreamInfo:
+    """A stream's info; a missing stream is a clear error, not a traceback."""
+    try:
+        return await bus.js.stream_info(name, subjects_filter=subjects_filter)
+    except NotFoundError:
+        raise RuntimeError(
+            f"the stream {name} does not exist (has `hostaffinity bus provision` run?)"
+        ) from None
+
+
+async def events_of(bus: Bus, types: Sequence[str]) -> list[TopologyEvent]:
+    """Every event of these types the stream holds, in stream order (oldest first)."""
+    info = await stream_info(bus, EVENTS_STREAM, subjects_filter=f"{EVENTS_SUBJECT_PREFIX}.>")
+    counts = info.state.subjects or {}
+    found: list[tuple[int, TopologyEvent]] = []
+    for event_type in types:
+        subject = event_subject(event_type)
+        if counts.get(subject):
+            found.extend(await _read_subject(bus, subject))
+    return [event for _, event in sorted(found, key=lambda pair: pair[0])]
+
+
+async def _read_subject(bus: Bus, subject: str) -> list[tuple[int, TopologyEvent]]:
+    subscription = await bus.js.subscribe(
+        subject, stream=EVENTS_STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+    )
+    read: list[tuple[int, TopologyEvent]] = []
+    try:
+        while True:
+            message = await subscription.next_msg(timeout=MESSAGE_WAIT_SECONDS)
+            metadata = message.metadata
+            decoded = _decoded(subject, message.data)
+            if decoded is not None:
+                read.append((metadata.sequence.stream, decoded))
+            if not metadata.num_pending:
+                return read
+    finally:
+        await subscription.unsubscribe()
+
+
+def _decoded(subject: str, data: bytes) -> TopologyEvent | None:
+    """The event, or None (said on stderr) for bytes no known event decodes from."""
+    try:
+        return decode_event(data)
+    except UNDECODABLE as error:
+        print(f"undecodable message on {subject} skipped: {str(error)[:200]}", file=sys.stderr)
+        return None
+
+
+async def last_of_each_type(bus: Bus) -> list[TopologyEvent]:
+    """The newest event of every type the stream holds one of."""
+    await stream_info(bus, EVENTS_STREAM)  # a missing stream says so once, clearly
+    last: list[TopologyEvent] = []
+    for event_type in EVENT_TYPES:
+        try:
+            message = await bus.js.get_last_msg(EVENTS_STREAM, event_subject(event_type))
+        except NotFoundError:
+            continue
+        decoded = _decoded(event_subject(event_type), message.data or b"")
+        if decoded is not None:
+            last.append(decoded)
+    return last

@@ -1,0 +1,271 @@
+"""`hostaffinity explain pod|node`: where it runs, the rules that concern it and whether they
+hold, why a Pending pod is refused, and what hostaffinity did to it.
+
+Every judgement is the affinity engine's: the filter (engine.py) for a pod on no node, the term
+standings (standing.py) for a placed one, both worded by explain.py, as the extender and the
+descheduler word them. The history is the event stream's (history.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hostaffinity.affinity.engine import AffinityEngine, FilterResult
+from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
+from hostaffinity.cli.history import PodIdentity, node_history, pod_history
+from hostaffinity.cli.pod_lookup import PodFacts, PodNotFoundError
+from hostaffinity.cli.snapshot import ClusterSnapshot
+from hostaffinity.cli.tables import table
+from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent
+from hostaffinity.schema.reports import (
+    DrsRuleView,
+    HistoryEntry,
+    Location,
+    NodeExplanation,
+    PodExplanation,
+    Refusal,
+    TermView,
+)
+
+
+class NodeNotFoundError(ValueError):
+    """No such node in the API."""
+
+
+def location(snapshot: ClusterSnapshot, node: str) -> Location:
+    """Where the node's VM runs, as the topology KV says."""
+    placement = snapshot.placements.get(node)
+    if placement is None:
+        return Location(node=node)
+    return Location(
+        node=node,
+        vm_moid=placement.vm_moid,
+        esxi_host=placement.host_name,
+        host_label=placement.host_label,
+        cluster=placement.cluster_name,
+        datacenter=placement.datacenter,
+    )
+
+
+def _view(standing: Standing) -> TermView:
+    return TermView(
+        owner=standing.owner,
+        kind=KIND_WORDS[standing.kind],
+        rule=standing.term.describe(),
+        host_level=standing.term.physical,
+        state=standing.state,
+        why=standing.why,
+    )
+
+
+def _unplaced_terms(engine: AffinityEngine, pod: Pod) -> list[TermView]:
+    """A pod on no node: its own terms, then existing pods' anti-affinity selecting it."""
+    views = [
+        TermView(
+            owner=pod.key,
+            kind=KIND_WORDS[kind],
+            rule=term.describe(),
+            host_level=term.physical,
+            state="not-placed",
+        )
+        for kind, term in own_terms(engine.terms(pod))
+    ]
+    meta = pod.metadata
+    for owner, term in engine.index.terms_matching("required_anti", meta.namespace, meta.labels):
+        views.append(
+            TermView(
+                owner=owner.key,
+                kind=KIND_WORDS["required_anti"],
+                rule=term.describe(),
+                host_level=term.physical,
+                state="not-placed",
+                why=f"pod {owner.key} runs on node {owner.node}",
+            )
+        )
+    return views
+
+
+def refusals(engine: AffinityEngine, result: FilterResult) -> list[Refusal]:
+    """The filter's rejections grouped by ESXi host and reason, hosts in name order."""
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
+    for node, why in result.rejected.items():
+        host = engine.index.domain(node, LABEL_ESXI_HOST) or ""
+        groups.setdefault((host, why.plugin, why.reason, why.message), []).append(node)
+    return [
+        Refusal(host=host, nodes=sorted(nodes), plugin=plugin, reason=reason, message=message)
+        for (host, plugin, reason, message), nodes in sorted(groups.items())
+    ]
+
+
+def explain_pod(
+    snapshot: ClusterSnapshot,
+    engine: AffinityEngine,
+    facts: PodFacts,
+    events: Sequence[TopologyEvent],
+) -> PodExplanation:
+    """The pod's explanation from one snapshot and the events read after it."""
+    pod = snapshot.pods.get(facts.key)
+    if pod is None:  # deleted between the lookup and the snapshot
+        raise PodNotFoundError(f"pod {facts.key} does not exist (any more)")
+    record = engine.index.pod(pod.key)
+    feasible: list[str] = []
+    refused: list[Refusal] = []
+    summary = ""
+    if record is not None:
+        terms = [_view(s) for s in standings(engine.index, record)]
+    else:
+        terms = _unplaced_terms(engine, pod)
+        if not pod.spec.node_name:
+            result = engine.filter(pod)
+            feasible, refused = sorted(result.feasible), refusals(engine, result)
+            summary = result.summary() if not feasible else f"{len(feasible)} node(s) fit"
+    drs = [
+        DrsRuleView(
+            name=r.name,
+            kind=r.kind,
+            cluster_moid=r.cluster_moid,
+            state=r.state,
+            vms=r.vms,
+            reason=r.reason,
+            applied_at=r.applied_at,
+        )
+        for r in snapshot.drs_records
+        if pod.key in r.pods
+    ]
+    identity = PodIdentity(
+        key=pod.key,
+        uid=facts.metadata.uid,
+        generate_name=facts.metadata.generate_name,
+        created_at=facts.metadata.creation_timestamp,
+    )
+    history = pod_history(events, identity, {r.name for r in drs})
+    host_level = any(t.host_level for t in terms)
+    return PodExplanation(
+        pod=pod.key,
+        phase=_phase(facts),
+        concerned=host_level or bool(drs) or bool(history),
+        location=location(snapshot, pod.spec.node_name) if pod.spec.node_name else Location(""),
+        terms=terms,
+        feasible_nodes=feasible,
+        refusals=refused,
+        summary=summary,
+        drs_rules=drs,
+        history=history,
+    )
+
+
+def _phase(facts: PodFacts) -> str:
+    phase = facts.status.phase or "Unknown"
+    return f"{phase}, terminating" if facts.metadata.deletion_timestamp else phase
+
+
+def explain_node(
+    snapshot: ClusterSnapshot, engine: AffinityEngine, name: str, events: Sequence[TopologyEvent]
+) -> NodeExplanation:
+    """The node's explanation: its host, its pods' host-level terms, what was done about it."""
+    node = snapshot.nodes.get(name)
+    if node is None:
+        raise NodeNotFoundError(f"node {name} does not exist")
+    where = location(snapshot, name)
+    host = next(
+        (h for h in snapshot.hosts.values() if where.host_label and h.label == where.host_label),
+        None,
+    )
+    peers = sorted(
+        other
+        for other, placement in snapshot.placements.items()
+        if where.host_label and placement.host_label == where.host_label and other != name
+    )
+    terms = [
+        _view(standing)
+        for record in sorted(engine.index.pods_on(name), key=lambda r: r.key)
+        for standing in standings(engine.index, record)
+        if standing.term.physical
+    ]
+    return NodeExplanation(
+        node=name,
+        location=where,
+        host_state=host.connection_state if host else "unknown",
+        in_maintenance_mode=host.in_maintenance_mode if host else False,
+        cordoned=node.spec.unschedulable,
+        host_peers=peers,
+        terms=terms,
+        history=node_history(events, name),
+    )
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def _vm(where: Location) -> str:
+    if not where.esxi_host:
+        return "no known ESXi host"
+    return (
+        f"VM {where.vm_moid} on ESXi host {where.esxi_host} "
+        f"(cluster {where.cluster}, datacenter {where.datacenter})"
+    )
+
+
+def _where(where: Location) -> str:
+    return f"on node {where.node}, {_vm(where)}" if where.node else "on no node"
+
+
+def _terms(terms: Sequence[TermView], own: str) -> str:
+    lines = []
+    for term in terms:
+        whose = "" if term.owner == own else f" of pod {term.owner}"
+        level = "host-level" if term.host_level else "not host-level"
+        lines.append(f"  [{term.state}] {term.kind}{whose} ({level}): {term.rule}")
+        if term.why:
+            lines.append(f"      {term.why}")
+    return "\n".join(lines)
+
+
+def _history(history: Sequence[HistoryEntry]) -> str:
+    rows = [[h.at, h.type, h.summary] for h in history]
+    done = table(["AT", "EVENT", "WHAT"], rows)
+    return "what hostaffinity did (oldest first):\n" + _indented(done)
+
+
+def _indented(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
+
+
+def render_pod(report: PodExplanation) -> str:
+    if not report.concerned:
+        return (
+            f"pod {report.pod} ({report.phase}) {_where(report.location)}: no hostaffinity rule "
+            "concerns it (no host-level term, no DRS rule, no event)"
+        )
+    parts = [f"pod {report.pod} ({report.phase}) {_where(report.location)}"]
+    if report.terms:
+        parts.append("rules:\n" + _terms(report.terms, report.pod))
+    if report.summary:
+        rows = [[r.host or "(unknown)", ", ".join(r.nodes), r.message] for r in report.refusals]
+        refused = _indented(table(["ESXI HOST", "NODES", "WHY NOT"], rows)) if rows else ""
+        fits = f"\n  fits: {', '.join(report.feasible_nodes)}" if report.feasible_nodes else ""
+        parts.append(f"scheduling now: {report.summary}{fits}\n{refused}".rstrip())
+    for rule in report.drs_rules:
+        parts.append(
+            f"DRS {rule.kind} rule {rule.name} in cluster {rule.cluster_moid} ({rule.state}) "
+            f"over VMs {', '.join(rule.vms)}" + (f": {rule.reason}" if rule.reason else "")
+        )
+    parts.append(_history(report.history) if report.history else "no hostaffinity events")
+    return "\n\n".join(parts)
+
+
+def render_node(report: NodeExplanation) -> str:
+    state = report.host_state + (", maintenance" if report.in_maintenance_mode else "")
+    head = f"node {report.node}{' (cordoned)' if report.cordoned else ''}: {_vm(report.location)}"
+    parts = [head]
+    if report.location.esxi_host:
+        peers = ", ".join(report.host_peers) or "none"
+        parts[0] += f"\n  host {state}; other nodes on it: {peers}"
+    parts.append(
+        "host-level rules of its pods:\n" + _terms(report.terms, "")
+        if report.terms
+        else "no pod on it has a host-level rule"
+    )
+    parts.append(_history(report.history) if report.history else "no hostaffinity events")
+    return "\n\n".join(parts)

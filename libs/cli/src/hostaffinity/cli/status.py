@@ -1,0 +1,135 @@
+"""`hostaffinity status`: one screen saying whether hostaffinity is working, and what needs
+attention when it is not.
+
+Each leader-elected service's Lease (leases.py), the last event each service published, the
+exposure count (the exposure report's), the dead letters waiting, and each stream's replicas.
+Anything that needs a person becomes one sentence in `problems`, and the command exits 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Final
+
+import msgspec
+
+from hostaffinity.cli.leases import LEADER_ELECTED, Lease, leadership, parse_time
+from hostaffinity.cli.tables import table
+from hostaffinity.schema import DLQ_STREAM, TopologyEvent, utc_timestamp
+from hostaffinity.schema.reports import ServiceView, StatusReport, StreamView
+
+# Every service, in the order the pipeline runs; the extender holds no Lease.
+SERVICES: Final = ("node-labeller", "drs-translator", "scheduler-extender", "descheduler")
+
+
+def _last_events(events: Sequence[TopologyEvent]) -> dict[str, TopologyEvent]:
+    """The newest of the given events per `source`."""
+    newest: dict[str, TopologyEvent] = {}
+    for event in events:
+        known = newest.get(event.source)
+        if known is None or parse_time(event.occurred_at) > parse_time(known.occurred_at):
+            newest[event.source] = event
+    return newest
+
+
+def _service(
+    service: str, leases: Mapping[str, Lease | None], last: TopologyEvent | None, now: datetime
+) -> ServiceView:
+    view = ServiceView(
+        service=service,
+        lease="",
+        holder="",
+        live=True,
+        last_event_type=str(last.__struct_config__.tag) if last else "",
+        last_event_at=last.occurred_at if last else "",
+    )
+    if service not in LEADER_ELECTED:
+        return view
+    held = leadership(service, leases.get(service), now)
+    return msgspec.structs.replace(
+        view,
+        lease=held.lease,
+        holder=held.holder,
+        live=bool(held.holder),
+        acquired_at=held.acquired_at,
+        renewed_at=held.renewed_at,
+        held_seconds=held.held_seconds,
+    )
+
+
+def status_report(
+    now: datetime,
+    leases: Mapping[str, Lease | None],
+    last_events: Sequence[TopologyEvent],
+    exposed_workloads: int,
+    streams: Sequence[StreamView],
+) -> StatusReport:
+    """The report at `now`, with a sentence for everything that needs attention."""
+    last = _last_events(last_events)
+    services = [_service(s, leases, last.get(s), now) for s in SERVICES]
+    dlq = next((s.messages for s in streams if s.name == DLQ_STREAM), 0)
+    problems = [
+        f"{s.service} has no live leader (Lease {s.lease}: "
+        + ("no holder, or not renewed within its duration)" if s.renewed_at else "not found)")
+        for s in services
+        if not s.live
+    ]
+    if dlq:
+        problems.append(f"{dlq} dead letter(s) in {DLQ_STREAM}")
+    problems.extend(
+        f"stream {s.name}: replica {peer} is not current (lag {lag})"
+        for s in streams
+        for peer, lag in s.lagging.items()
+    )
+    if exposed_workloads:
+        problems.append(
+            f"{exposed_workloads} workload(s) with replicas sharing an ESXi host "
+            "(see `hostaffinity exposure`)"
+        )
+    return StatusReport(
+        at=utc_timestamp(now),
+        services=services,
+        exposed_workloads=exposed_workloads,
+        dlq_depth=dlq,
+        streams=list(streams),
+        problems=problems,
+    )
+
+
+def _held(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def render_status(report: StatusReport) -> str:
+    service_rows = [
+        [
+            s.service,
+            (s.holder or "NONE") if s.lease else "(every replica)",
+            _held(s.held_seconds) if s.holder else "-",
+            f"{s.last_event_type} at {s.last_event_at}" if s.last_event_type else "-",
+        ]
+        for s in report.services
+    ]
+    stream_rows = [
+        [
+            s.name,
+            str(s.messages),
+            str(s.replicas),
+            s.leader or "-",
+            ", ".join(f"{p} lag {lag}" for p, lag in s.lagging.items()) or "all current",
+        ]
+        for s in report.streams
+    ]
+    parts = [
+        table(["SERVICE", "LEADER", "HELD FOR", "LAST EVENT"], service_rows),
+        table(["STREAM", "MESSAGES", "REPLICAS", "LEADER", "REPLICA STATE"], stream_rows),
+        f"exposed workloads: {report.exposed_workloads}; dead letters: {report.dlq_depth}",
+    ]
+    if report.problems:
+        parts.append("needs attention:\n" + "\n".join(f"  - {p}" for p in report.problems))
+    else:
+        parts.append("all well")
+    return "\n\n".join(parts)

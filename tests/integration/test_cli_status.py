@@ -1,0 +1,107 @@
+"""`hostaffinity status` as the operator runs it: the CLI's own identity on the shipped 3-server
+cluster, the node-labeller leading for real (its Lease, its events) against vcsim and the
+Kubernetes double, the other services' Leases written as their electors write them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from hostaffinity.schema import LABEL_ESXI_HOST, utc_timestamp
+from tests.e2e.harness import FAST_LEASE
+from tests.e2e.labeller_harness import (
+    eventually,
+    labeller_config,
+    node_labels,
+    node_object,
+    running,
+    wait_ready,
+)
+from tests.integration.cli_runner import exit_code, schema_of
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats_cluster import NatsCluster
+from tests.platform.vcsim import VcsimFactory
+
+
+def lease(service: str, holder: str, renewed: datetime, duration_s: int = 60) -> dict[str, Any]:
+    """A Lease as runtime/leader.py writes it, held since a minute before its last renewal."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": f"hostaffinity-{service}", "namespace": FAST_LEASE.namespace},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            "acquireTime": utc_timestamp(renewed - timedelta(minutes=1)),
+            "renewTime": utc_timestamp(renewed),
+            "leaseTransitions": 0,
+        },
+    }
+
+
+async def status(
+    cluster: NatsCluster, kubeconfig: Path, capsys: pytest.CaptureFixture[str], *options: str
+) -> tuple[int, str]:
+    """`hostaffinity status` as the CLI's identity; returns the exit status and stdout."""
+    bus = cluster.settings("cli")
+    argv = ["status", "--namespace", FAST_LEASE.namespace, "--kubeconfig", str(kubeconfig)]
+    argv += ["--nats", bus.servers[0], "--nats-seed", str(bus.nkey_seed_file)]
+    argv += ["--nats-ca-file", str(bus.tls_ca_file), *options]
+    capsys.readouterr()
+    code = await asyncio.to_thread(exit_code, argv)
+    return code, capsys.readouterr().out
+
+
+async def test_status_healthy_then_a_service_whose_leader_is_gone(
+    vcsim: VcsimFactory,
+    kube_double: KubeDouble,
+    nats_cluster: NatsCluster,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kube = kube_double
+    vc = vcsim(hosts=2, vm_names=["node1", "node2"])
+    for name in ("node1", "node2"):
+        kube.seed(node_object(name))
+    now = datetime.now(UTC)
+    kube.seed(lease("drs-translator", "drs-translator-7c9-x2", now))
+    kube.seed(lease("descheduler", "descheduler-5f4-k8", now))
+    config = labeller_config(vc, nats_cluster, kubeconfig)
+    async with running(config, identity="node-labeller-6d8-q1") as labeller:
+        await wait_ready(labeller)
+        await eventually(lambda: LABEL_ESXI_HOST in node_labels(kube, "node2"), "labelled")
+        code, out = await status(nats_cluster, kubeconfig, capsys, "-o", "json")
+        report = json.loads(out)
+        jsonschema.Draft202012Validator(schema_of(["status"])).validate(report)
+        assert (code, report["problems"]) == (0, [])
+        services = {s["service"]: s for s in report["services"]}
+        labeller_view = services["node-labeller"]
+        assert (labeller_view["holder"], labeller_view["live"]) == ("node-labeller-6d8-q1", True)
+        assert labeller_view["last_event_type"] in ("node.placed", "node.labelled")
+        assert services["descheduler"]["held_seconds"] >= 60
+        assert services["scheduler-extender"]["lease"] == ""
+        assert report["dlq_depth"] == 0
+        assert report["exposed_workloads"] == 0
+        assert {s["name"]: s["replicas"] for s in report["streams"]} == {
+            "HOSTAFFINITY_EVENTS": 3, "HOSTAFFINITY_DLQ": 3,
+            "KV_hostaffinity-topology": 3, "KV_hostaffinity-drs": 3,
+        }  # fmt: skip
+        assert all(s["leader"] and not s["lagging"] for s in report["streams"])
+        code, out = await status(nats_cluster, kubeconfig, capsys)
+        assert code == 0
+        assert "node-labeller       node-labeller-6d8-q1" in out
+        assert out.rstrip().endswith("all well")
+    # The labeller stopped (released its Lease); the descheduler's leader stopped renewing.
+    kube.write(lease("descheduler", "descheduler-5f4-k8", now - timedelta(minutes=5)))
+    code, out = await status(nats_cluster, kubeconfig, capsys)
+    assert code == 1
+    assert "needs attention:" in out
+    assert "- node-labeller has no live leader (Lease hostaffinity-node-labeller" in out
+    assert "- descheduler has no live leader (Lease hostaffinity-descheduler" in out
+    assert "drs-translator has no live leader" not in out
