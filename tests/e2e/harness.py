@@ -4,7 +4,7 @@ point a service at the test's nats-server and Kubernetes double, polling, and vc
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,7 +17,9 @@ from hostaffinity.runtime.config import (
     LeaseSettings,
     NatsSettings,
 )
+from hostaffinity.schema import EsxiHost, NodePlacement
 from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
 
 # Leadership changes within seconds, so failover tests stay short.
 FAST_LEASE = LeaseSettings(
@@ -53,6 +55,22 @@ async def eventually(check: Callable[[], bool], what: str, within: float = 15.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def bus_rebuilt_with(
+    nats: NatsServer, nodes: Iterable[NodePlacement], hosts: Iterable[EsxiHost] = ()
+) -> None:
+    """An outage after which NATS comes back with its store lost: provisioning runs again and
+    the node-labeller writes what exists now. Whatever it does not write went away during the
+    outage, and no deletion of it is ever delivered: a reader learns it only by reading the
+    whole bucket again and dropping what was not there."""
+    await nats.restart(keep_store=False)
+    async with nats.connection("provision") as provisioning:
+        store = await provisioning.provision()
+        for node in nodes:
+            await store.put_node(node)
+        for host in hosts:
+            await store.put_host(host)
 
 
 async def default_events(kube: KubeDouble) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from tests.e2e.descheduler_harness import (
     pod_object,
     running_descheduler,
 )
+from tests.e2e.harness import bus_rebuilt_with
 from tests.e2e.labeller_harness import (
     labeller_config,
     relocate,
@@ -462,3 +463,30 @@ async def test_nats_down_loses_nothing(
             assert await published(), "pod.evicted never reached the stream"
         finally:
             await bus.close()
+
+
+async def test_a_node_gone_during_a_nats_outage_loses_its_placement(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, bus: Bus
+) -> None:
+    """NATS returns without its store and only worker-a is written again: worker-b's deletion is
+    never delivered, so only a watch that reads the bucket again after the reconnect and drops
+    what it did not replay forgets worker-b's ESXi host; a watch kept across the reconnect
+    never hears of it."""
+    topology = await bus.topology()
+    for node in ("worker-a", "worker-b"):
+        kube_double.seed(node_object(node))
+        await topology.put_node(placement(node, "esx-1"))
+    async with running_descheduler(descheduler_config(nats_server, kubeconfig)) as service:
+        assert service.state is not None
+        index = service.state.index
+        assert index.domain("worker-b", LABEL_ESXI_HOST) == "esx-1"
+
+        await bus_rebuilt_with(nats_server, [placement("worker-a", "esx-1")])
+
+        await eventually(
+            lambda: index.domain("worker-b", LABEL_ESXI_HOST) is None,
+            "worker-b's placement dropped",
+            within=15,
+        )
+        assert index.domain("worker-a", LABEL_ESXI_HOST) == "esx-1"
+        await eventually(service.synced, "descheduler synced again")

@@ -43,7 +43,7 @@ from tests.e2e.drs_harness import (
     reconfigure,
     running_translator,
 )
-from tests.e2e.harness import default_events
+from tests.e2e.harness import bus_rebuilt_with, default_events
 from tests.e2e.labeller_harness import (
     eventually,
     labeller_config,
@@ -54,6 +54,8 @@ from tests.e2e.labeller_harness import (
     vm_by_name,
     wait_ready,
 )
+from tests.integration.test_bus_topology import ESXI_HOST, placement
+from tests.integration.test_topology_feed import OTHER_HOST
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.tcp_proxy import TcpProxy
@@ -571,3 +573,29 @@ async def test_after_resets_and_a_terminated_session_it_keeps_working_on_one_ses
     print("vCenter sessions after each reset and after the termination:", counts)
     assert max(counts) <= len(others) + 1, counts  # ours: one at a time
     assert after == others  # and logged out at the end
+
+
+async def test_a_node_and_a_host_gone_during_a_nats_outage_are_forgotten(
+    vc: Vcsim, nats_server: NatsServer, kubeconfig: Path, bus: Bus
+) -> None:
+    """NATS returns without its store and only node1 and host-11 are written again: the other
+    two are never reported deleted, so only a watch that reads the bucket again after the
+    reconnect and drops what it did not replay forgets them; a watch kept across the reconnect
+    plans with them for good."""
+    topology = await bus.topology()
+    for node, host in (("node1", ESXI_HOST), ("node2", OTHER_HOST)):
+        await topology.put_node(placement(node, host.moid, version=1))
+        await topology.put_host(host)
+    async with running_translator(drs_config(vc, nats_server, kubeconfig)) as drs:
+        assert drs.translator.placements.keys() == {"node1", "node2"}
+        assert drs.translator.hosts.keys() == {"host-11", "host-12"}
+
+        await bus_rebuilt_with(nats_server, [placement("node1", "host-11", version=1)], [ESXI_HOST])
+
+        await eventually(
+            lambda: drs.translator.placements.keys() == {"node1"}
+            and drs.translator.hosts.keys() == {"host-11"},
+            "node2 and host-12 dropped",
+            15,
+        )
+        assert drs.translator.placements["node1"].host_moid == "host-11"

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import importlib.metadata
 import json
+import shutil
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -95,8 +96,13 @@ class NatsServer:
         process, self._process = self._process, None
         await stop_process(process)
 
-    async def restart(self) -> None:
+    async def restart(self, *, keep_store: bool = True) -> None:
+        """Stop and start on the same port. Without `keep_store` the store is lost on the way
+        (a lost volume, an emptyDir): every stream, bucket and consumer is gone until
+        provisioning runs again, and no client is told what went away."""
         await self.stop()
+        if not keep_store:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
         await self.start()
 
     async def _wait_ready(self) -> None:

@@ -10,7 +10,6 @@ node-labeller writes the KV before it publishes), which the watch applies.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -35,10 +34,10 @@ from hostaffinity.descheduler.triggers import (
 )
 from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
-from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
+from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
+from hostaffinity.runtime.topology_feed import Link, follow_topology
 from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent, VmMoved
 
-_log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 PODS: Final = ResourceRef("", "v1", "pods")
@@ -47,7 +46,6 @@ NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 PDBS: Final = ResourceRef("policy", "v1", "poddisruptionbudgets")
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
-RETRY_SECONDS: Final = 2.0
 Handler = Callable[[InformerEvent[T]], Awaitable[None]]
 
 
@@ -63,9 +61,11 @@ class Feeds:
         *,
         kubevirt: bool,
         on_migration: Callable[[VirtualMachineInstanceMigration], Awaitable[None]],
+        link: Link,
         settings: InformerSettings | None = None,
     ) -> None:
         self._topology = topology
+        self._link = link
         self._state = state
         self._trigger = trigger
         self.placements_synced = False
@@ -125,7 +125,10 @@ class Feeds:
         async with asyncio.TaskGroup() as group:
             for informer in (*self.required, *self.optional):
                 group.create_task(informer.run())
-            group.create_task(self._follow_topology())
+            topology = follow_topology(
+                self._topology, self._on_topology, link=self._link, on_lost=self._placements_lost
+            )
+            group.create_task(topology)
 
     async def on_event(self, event: TopologyEvent) -> None:
         """The durable consumer's handler: a VM moved to another ESXi host, so run a cycle.
@@ -162,25 +165,20 @@ class Feeds:
 
         return handle
 
-    async def _follow_topology(self) -> None:
-        while True:
-            try:
-                async with self._topology.watch() as changes:
-                    async for change in changes:
-                        if isinstance(change, NodeChange):
-                            placement = change.placement
-                            host = placement.host_label if placement else None
-                            if host != self._state.index.domain(change.node, LABEL_ESXI_HOST):
-                                self._trigger.poke(f"placement of {change.node} changed")
-                            self._state.set_placement(change.node, host)
-                        elif isinstance(change, Bootstrapped):
-                            self.placements_synced = True
-                            # Cycles skipped while the watch was down run now.
-                            self._trigger.poke("topology watch (re)started")
-            except Exception as error:  # nats-py raises its own types for a lost connection
-                self.placements_synced = False
-                _log.warning("topology watch failed (%r); reopening in %gs", error, RETRY_SECONDS)
-                await asyncio.sleep(RETRY_SECONDS)
+    def _on_topology(self, change: TopologyChange) -> None:
+        if isinstance(change, NodeChange):
+            host = change.placement.host_label if change.placement else None
+            if host != self._state.index.domain(change.node, LABEL_ESXI_HOST):
+                self._trigger.poke(f"placement of {change.node} changed")
+            self._state.set_placement(change.node, host)
+        elif isinstance(change, Bootstrapped):
+            self.placements_synced = True
+            # Cycles skipped while the watch was down run now.
+            self._trigger.poke("topology watch (re)started")
+
+    def _placements_lost(self) -> None:
+        """No cycle decides from placements that may have gone stale with the connection."""
+        self.placements_synced = False
 
 
 def _unknown(_key: str) -> None:

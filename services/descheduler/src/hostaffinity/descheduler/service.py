@@ -141,6 +141,7 @@ class Descheduling:
             trigger,
             kubevirt=settings.kubevirt,
             on_migration=reporter.migration_changed,
+            link=ctx.bus.link_epoch,
         )
         consumer = DurableConsumer(
             ctx.bus.js,

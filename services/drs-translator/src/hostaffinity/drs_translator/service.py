@@ -7,7 +7,6 @@ first plan waits until all three have replayed their current state, so a restart
 """
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Final
 
@@ -19,22 +18,18 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
-from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.kv import TopologyStore
 from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.outbox import Outbox
 from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.runtime.topology_feed import follow_topology
 from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
 
-_log = logging.getLogger(__name__)
-
 PODS: Final = ResourceRef("", "v1", "pods")
 NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
-TOPOLOGY_RETRY_SECONDS: Final = 2.0
 _SYNC_POLL_SECONDS: Final = 0.05
 
 Observer = Callable[[DrsTranslator, ClusterConfig], None]
@@ -99,7 +94,10 @@ async def translate(
         ctx.add_readiness("first DRS cycle done", lambda: translator.cycles > 0)
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")
-        ctx.start(_follow_topology(topology, translator), name="topology")
+        ctx.start(
+            follow_topology(topology, translator.on_topology, link=ctx.bus.link_epoch),
+            name="topology",
+        )
         if observe is not None:
             observe(translator, cluster_config)
         # Informers hand their first list to workers: wait until those have run too.
@@ -114,19 +112,3 @@ async def translate(
                 break
             await asyncio.sleep(_SYNC_POLL_SECONDS)
         await translator.run()
-
-
-async def _follow_topology(store: TopologyStore, translator: DrsTranslator) -> None:
-    """The topology KV into the translator; a failed watch is reopened (it replays all)."""
-    while True:
-        try:
-            async with store.watch() as changes:
-                async for change in changes:
-                    raise_if_cancel_requested()  # nats-py's wait_for may have swallowed it
-                    translator.on_topology(change)
-        except Exception as error:  # nats-py raises its own types for a lost connection
-            raise_if_cancel_requested()  # ...and sometimes for a cancellation
-            _log.warning(
-                "topology watch failed (%r); reopening in %gs", error, TOPOLOGY_RETRY_SECONDS
-            )
-            await asyncio.sleep(TOPOLOGY_RETRY_SECONDS)

@@ -1,0 +1,154 @@
+"""`follow_topology` on a real nats-server: what a service sees of the topology bucket across a
+cut connection and a server that came back without its store, and that it stops cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
+from hostaffinity.runtime.topology_feed import INFERRED_REVISION, follow_topology
+from hostaffinity.schema import NodePlacement
+from tests.e2e.harness import bus_rebuilt_with, eventually
+from tests.integration.test_bus_topology import ESXI_HOST, message_tasks, placement
+from tests.platform.nats import NatsServer
+from tests.platform.tcp_proxy import TcpProxy
+
+OTHER_HOST = msgspec.structs.replace(ESXI_HOST, moid="host-12", name="esx-12.example.com")
+RECOVERY_SECONDS = 10.0
+
+
+class Seen:
+    """What the feed reported, in order, and whether it last said live (`Bootstrapped`) or
+    lost."""
+
+    def __init__(self) -> None:
+        self.changes: list[TopologyChange] = []
+        self.live = False
+
+    def change(self, change: TopologyChange) -> None:
+        self.changes.append(change)
+        self.live = self.live or isinstance(change, Bootstrapped)
+
+    def lost(self) -> None:
+        self.live = False
+
+    def nodes(self) -> dict[str, NodePlacement]:
+        """The placements as a service folding every change would hold them."""
+        held: dict[str, NodePlacement] = {}
+        for change in self.changes:
+            if isinstance(change, NodeChange):
+                if change.placement is None:
+                    held.pop(change.node, None)
+                else:
+                    held[change.node] = change.placement
+        return held
+
+    def hosts(self) -> set[str]:
+        held: set[str] = set()
+        for change in self.changes:
+            if isinstance(change, HostChange):
+                (held.add if change.host else held.discard)(change.moid)
+        return held
+
+
+@contextlib.asynccontextmanager
+async def following(reader: Bus) -> AsyncIterator[Seen]:
+    """The feed on `reader`'s connection, live before the block and cancelled after it."""
+    seen = Seen()
+    feed = asyncio.create_task(
+        follow_topology(
+            await reader.topology(), seen.change, link=reader.link_epoch, on_lost=seen.lost
+        )
+    )
+    try:
+        await eventually(lambda: seen.live, "the first replay")
+        yield seen
+    finally:
+        feed.cancel()
+        await asyncio.wait({feed}, timeout=5)
+        assert feed.cancelled(), "the feed did not stop when cancelled"
+
+
+async def two_nodes_on_two_hosts(bus: Bus) -> None:
+    store = await bus.topology()
+    await store.put_node(placement("worker-a", ESXI_HOST.moid, version=1))
+    await store.put_node(placement("worker-b", OTHER_HOST.moid, version=1))
+    await store.put_host(ESXI_HOST)
+    await store.put_host(OTHER_HOST)
+
+
+async def test_what_a_store_lost_in_an_outage_no_longer_holds_is_reported_deleted_once(
+    nats_server: NatsServer, bus: Bus
+) -> None:
+    await two_nodes_on_two_hosts(bus)
+    async with nats_server.connection("reader") as reader, following(reader) as seen:
+        assert seen.nodes().keys() == {"worker-a", "worker-b"}
+        before = len(seen.changes)
+
+        await bus_rebuilt_with(
+            nats_server, [placement("worker-a", ESXI_HOST.moid, version=1)], [ESXI_HOST]
+        )
+        await eventually(
+            lambda: seen.nodes().keys() == {"worker-a"} and seen.live,
+            "worker-b dropped after the reconnect",
+            RECOVERY_SECONDS,
+        )
+        after = seen.changes[before:]
+    inferred = [
+        NodeChange(node="worker-b", placement=None, revision=INFERRED_REVISION),
+        HostChange(moid="host-12", host=None, revision=INFERRED_REVISION),
+        Bootstrapped(),
+    ]
+    at = after.index(inferred[0])
+    assert after[at : at + 3] == inferred, "deletions are reported just before the replay ends"
+    assert after.count(inferred[0]) == after.count(inferred[1]) == 1
+    assert seen.hosts() == {"host-11"}
+
+
+async def test_a_node_deleted_while_the_connection_was_cut_is_gone_once_it_is_back(
+    nats_server: NatsServer, bus: Bus
+) -> None:
+    """The deletion is in the store but was never delivered on the cut connection: the feed says
+    lost while cut, and the watch opened on the new connection replays it."""
+    await two_nodes_on_two_hosts(bus)
+    proxy = TcpProxy("127.0.0.1", nats_server.port)
+    await proxy.start()
+    settings = NatsSettings(servers=[f"nats://127.0.0.1:{proxy.port}"])
+    reader = await Bus.connect(settings, name="reader", reconnect_wait_seconds=1)
+    try:
+        async with following(reader) as seen:
+            await proxy.refuse()
+            await eventually(lambda: not seen.live, "lost while the connection is cut")
+            store = await bus.topology()
+            await store.delete_node("worker-b")
+            await store.delete_host(OTHER_HOST.moid)
+            await proxy.accept()
+
+            await eventually(
+                lambda: seen.nodes().keys() == {"worker-a"} and seen.live,
+                "worker-b gone after the reconnect",
+                RECOVERY_SECONDS,
+            )
+            assert seen.hosts() == {"host-11"}
+    finally:
+        await reader.close()
+        await proxy.stop()
+
+
+async def test_cancelled_it_stops_and_leaves_no_watch_behind(
+    nats_server: NatsServer, bus: Bus
+) -> None:
+    await two_nodes_on_two_hosts(bus)
+    async with nats_server.connection("reader") as reader:
+        await reader.topology()  # a first request starts the connection's reply subscription
+        before = message_tasks()
+        async with following(reader):
+            assert message_tasks() != before
+        # The connection lives on: only stopping the watch ends its message task.
+        await eventually(lambda: message_tasks() == before, "the watch's message task gone", 2)
