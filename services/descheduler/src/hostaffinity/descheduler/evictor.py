@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 import msgspec
 
@@ -30,6 +31,17 @@ from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.protections import Protections, node_selected
 from hostaffinity.descheduler.state import ClusterState, workload_of
 from hostaffinity.descheduler.strategies.base import Violation
+from hostaffinity.descheduler.strategies.changes import Change
+
+# Node fit's own triggers: changes that may give a pod somewhere to go, whatever the strategy.
+NODE_FIT_TRIGGERS: Final = (
+    Change.NODE_ADDED
+    | Change.NODE_UNCORDONED
+    | Change.NODE_READY
+    | Change.NODE_TAINTS
+    | Change.NODE_LABELS
+    | Change.MIGRATION_FINISHED
+)
 
 
 class EvictionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

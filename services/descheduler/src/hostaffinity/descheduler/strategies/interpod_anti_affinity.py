@@ -23,6 +23,7 @@ from hostaffinity.descheduler.strategies.base import (
     describe_order,
     eviction_order,
 )
+from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
 
 
 class InterPodAntiAffinityArgs(ScopedArgs, frozen=True):
@@ -32,6 +33,7 @@ class InterPodAntiAffinityArgs(ScopedArgs, frozen=True):
 
 class InterPodAntiAffinity:
     name: ClassVar[str] = "RemovePodsViolatingInterPodAntiAffinity"
+    triggers: ClassVar[Change] = SCOPE_CHANGES | Change.POD_AFFINITY | Change.NODE_LABELS
 
     def __init__(self, args: InterPodAntiAffinityArgs) -> None:
         self.args = args
