@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Final
 
-from hostaffinity.descheduler.evictor import NODE_FIT_TRIGGERS
+from hostaffinity.descheduler.eviction_planner import NODE_FIT_TRIGGERS
 from hostaffinity.descheduler.kubevirt import (
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,

@@ -1,7 +1,7 @@
 """What every strategy shares: its output (`Violation`), the pod scope args, candidate order.
 
 A strategy only finds violations and orders the pods that could resolve each one; it never
-evicts. The evictor takes the first candidate that may go and has somewhere better to go
+evicts. The eviction planner takes the first candidate that may go and has somewhere better to go
 (descheduler's split: pkg/framework/types/types.go gives plugins a narrow handle, and
 pkg/descheduler/evictions/evictions.go owns limits and dry-run).
 """

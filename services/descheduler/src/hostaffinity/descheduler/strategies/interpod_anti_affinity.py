@@ -5,7 +5,7 @@ checks required terms between pods of one node. Here every topology key counts, 
 domain included with placements from the topology KV (so a vMotion counts before the node label
 catches up), namespaces / namespaceSelector / matchLabelKeys as the engine compiles them, and
 preferred terms when `includePreferred` is set. Each violating pair gives one Violation whose
-candidates are both pods, so the evictor evicts one of them and never both.
+candidates are both pods, so the planner picks one of them and never both.
 """
 
 from __future__ import annotations
