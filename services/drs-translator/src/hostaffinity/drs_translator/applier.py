@@ -25,12 +25,12 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.drs_translator.cluster_config import ClusterConfig, ReconfigureRefused
 from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig, ReconfigureRefused
 from hostaffinity.schema import (
     DrsOwnership,
     DrsRecordState,

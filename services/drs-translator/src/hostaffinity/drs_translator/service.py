@@ -13,12 +13,12 @@ from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
-from hostaffinity.drs_translator.cluster_config import ClusterConfig
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import ResourceRef
