@@ -110,8 +110,8 @@ class Descheduling:
         )
         topology = await ctx.bus.topology()
         state = self.state = ClusterState(
-            physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
-            fail_unplaced=shared.unknown_placement == "fail",
+            physical_anti_affinity=shared.reads_hostname_as_host,
+            fail_unplaced=shared.fails_unplaced,
         )
         metrics = DeschedulerMetrics()
         trigger = CycleTrigger(settings.debounce_seconds, settings.interval_seconds)
