@@ -65,7 +65,13 @@ from hostaffinity.affinity.model import (
     WeightedPodAffinityTerm,
 )
 from hostaffinity.descheduler.cycle import decide
-from hostaffinity.descheduler.evictor import Action, Evictor, EvictorSettings, Plan, VmiStays
+from hostaffinity.descheduler.eviction_planner import (
+    Action,
+    EvictionPlanner,
+    Plan,
+    PlannerSettings,
+    VmiStays,
+)
 from hostaffinity.descheduler.executor import EVICTED, Executor, ExecutorSettings
 from hostaffinity.descheduler.model import (
     Container,
@@ -398,9 +404,9 @@ async def evict_through_double(
             async def report_stay(_stay: VmiStays) -> None:
                 return None
 
-            evictor = Evictor(EvictorSettings(), load_policy(POLICY).limits)
+            planner = EvictionPlanner(PlannerSettings(), load_policy(POLICY).limits)
             executor = Executor(
-                client, state, evictor, settings, report, report_stay, lambda _reason: None
+                client, state, planner, settings, report, report_stay, lambda _reason: None
             )
             runner = asyncio.create_task(executor.run())
             started = time.perf_counter()
@@ -454,8 +460,8 @@ def main() -> None:
     seconds, plans = [], []
     per_strategy: dict[str, list[float]] = {}
     for _ in range(args.cycles):
-        evictor = Evictor(EvictorSettings(), policy.limits)
-        report = decide(state, policy, evictor, datetime.now(UTC))
+        planner = EvictionPlanner(PlannerSettings(), policy.limits)
+        report = decide(state, policy, planner, datetime.now(UTC))
         seconds.append(report.seconds)
         plans.append(report.plan)
         for name, spent in report.per_strategy.items():

@@ -31,10 +31,10 @@ from figures import peak_rss_mib, percentile  # noqa: E402
 from hostaffinity.affinity.index import ClusterIndex  # noqa: E402
 from hostaffinity.affinity.model import Pod  # noqa: E402
 from hostaffinity.drs_translator.applier import DrsApplier  # noqa: E402
-from hostaffinity.drs_translator.cluster_config import ClusterConfig  # noqa: E402
 from hostaffinity.drs_translator.metrics import DrsMetrics  # noqa: E402
 from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan  # noqa: E402
 from hostaffinity.drs_translator.records import OwnershipRecords  # noqa: E402
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig  # noqa: E402
 from hostaffinity.runtime.bus import Bus  # noqa: E402
 from hostaffinity.runtime.vcenter import VCenterSession  # noqa: E402
 from hostaffinity.schema import (  # noqa: E402

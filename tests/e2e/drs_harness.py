@@ -10,10 +10,10 @@ from typing import Any
 
 from pyVmomi import vim
 
-from hostaffinity.drs_translator.cluster_config import ClusterConfig
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.service import translate
 from hostaffinity.drs_translator.translator import DrsTranslator
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
 from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec, running_service
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from descheduler_builders import cluster, launcher, node, pod, pod_json
 
-from hostaffinity.descheduler.evictor import (
+from hostaffinity.descheduler.eviction_planner import (
     Action,
     EvictionLimits,
-    Evictor,
-    EvictorSettings,
+    EvictionPlanner,
     Outcome,
     Plan,
+    PlannerSettings,
     VmiStays,
 )
 from hostaffinity.descheduler.executor import Executor, ExecutorSettings, migration_name
@@ -77,12 +77,12 @@ async def run(
     plan: Plan,
     recorder: Recorder,
     until: int,
-    evictor: Evictor | None = None,
-) -> Evictor:
-    evictor = evictor or Evictor(EvictorSettings(), EvictionLimits())
+    planner: EvictionPlanner | None = None,
+) -> EvictionPlanner:
+    planner = planner or EvictionPlanner(PlannerSettings(), EvictionLimits())
     settings = ExecutorSettings(retry_initial_seconds=0.05, retry_max_seconds=0.2)
     executor = Executor(
-        kube, state, evictor, settings, recorder.report, recorder.stay, recorder.poke
+        kube, state, planner, settings, recorder.report, recorder.stay, recorder.poke
     )
     task = asyncio.create_task(executor.run())
     try:
@@ -92,7 +92,7 @@ async def run(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    return evictor
+    return planner
 
 
 def seed_pod(kube_double: KubeDouble, name: str, node_name: str = "n1") -> None:
@@ -131,7 +131,7 @@ async def test_evicted_blocked_and_gone_then_the_blocked_one_decided_again(
         actions=[action(state, k) for k in ("default/free", "default/guarded", "default/ghost")]
     )
     recorder = Recorder()
-    evictor = await run(kube, state, plan, recorder, until=3)
+    planner = await run(kube, state, plan, recorder, until=3)
     outcomes = dict(recorder.results)
     assert outcomes["default/ghost"] == "gone"
     assert sorted(outcomes[k] for k in ("default/free", "default/guarded")) == [
@@ -140,12 +140,12 @@ async def test_evicted_blocked_and_gone_then_the_blocked_one_decided_again(
     ]
     [blocked] = [k for k, r in recorder.results if r == "blocked"]
     # Not retried blindly: the pod waits for a cycle to decide about it again.
-    assert list(evictor.retrying) == [blocked]
-    assert evictor.retrying[blocked].attempts == 1
+    assert list(planner.retrying) == [blocked]
+    assert planner.retrying[blocked].attempts == 1
     await eventually(lambda: len(recorder.pokes) == 1, "a cycle asked for after the backoff")
     assert blocked in recorder.pokes[0]
-    assert evictor.in_progress == set()
-    assert evictor.cooling("default/ReplicaSet/web-rs")
+    assert planner.in_progress == set()
+    assert planner.cooling("default/ReplicaSet/web-rs")
 
     # The disruption controller's view once the first eviction's replacement is Ready.
     stored = kube_double.read("policy/v1", "poddisruptionbudgets", "pdb", "default")
@@ -153,9 +153,9 @@ async def test_evicted_blocked_and_gone_then_the_blocked_one_decided_again(
     stored["status"]["disruptionsAllowed"] = 1
     kube_double.write(stored)
     again = Recorder()
-    await run(kube, state, Plan(actions=[action(state, blocked)]), again, until=1, evictor=evictor)
+    await run(kube, state, Plan(actions=[action(state, blocked)]), again, until=1, planner=planner)
     assert again.results == [(blocked, "evicted")]
-    assert evictor.retrying == {}
+    assert planner.retrying == {}
     for name in ("free", "guarded"):
         stored_pod = kube_double.read("v1", "pods", name, "default")
         assert stored_pod is not None
@@ -181,10 +181,10 @@ async def test_a_replaced_pod_is_not_evicted(kube_double: KubeDouble, kube: Kube
     body = pod_json("p", "n1", {"app": "web"})
     body["metadata"]["uid"] = "a-new-uid"
     state.upsert_pod(decode_pod(json.dumps(body)))
-    evictor = Evictor(EvictorSettings(), EvictionLimits())
+    planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
     recorder = Recorder()
     executor = Executor(
-        kube, state, evictor, ExecutorSettings(), recorder.report, recorder.stay, recorder.poke
+        kube, state, planner, ExecutorSettings(), recorder.report, recorder.stay, recorder.poke
     )
     task = asyncio.create_task(executor.run())
     try:
@@ -225,14 +225,14 @@ async def test_an_unreachable_api_is_decided_again_after_the_backoff(
     recorder = Recorder()
     await kube_double.kill()
     try:
-        evictor = await run(kube, state, Plan(actions=[action(state, "default/p")]), recorder, 1)
+        planner = await run(kube, state, Plan(actions=[action(state, "default/p")]), recorder, 1)
     finally:
         await kube_double.revive()
     assert recorder.results == [("default/p", "unreachable")]
-    assert list(evictor.retrying) == ["default/p"]
+    assert list(planner.retrying) == ["default/p"]
     await eventually(lambda: len(recorder.pokes) == 1, "a cycle asked for after the backoff")
-    assert not evictor.cooling("default/ReplicaSet/web-rs")
+    assert not planner.cooling("default/ReplicaSet/web-rs")
 
     again = Recorder()
-    await run(kube, state, Plan(actions=[action(state, "default/p")]), again, 1, evictor=evictor)
+    await run(kube, state, Plan(actions=[action(state, "default/p")]), again, 1, planner=planner)
     assert again.results == [("default/p", "evicted")]

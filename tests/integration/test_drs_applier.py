@@ -7,11 +7,11 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.applier import DrsApplier
-from hostaffinity.drs_translator.cluster_config import ClusterConfig
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, DrsRuleConflict, DrsRulesApplied, Event

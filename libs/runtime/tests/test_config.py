@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hostaffinity.runtime.config import (
@@ -101,3 +102,22 @@ def _sample_value(name: str) -> str:
     samples |= {"UNKNOWN_PLACEMENT": "pass", "LEGACY_HOST_LABEL": "true"}
     last = name.rsplit("__", 1)[-1].removeprefix("HOSTAFFINITY_")
     return samples.get(last, "1")
+
+
+@pytest.mark.parametrize(
+    ("physical", "unknown", "as_host", "disabled", "fails"),
+    [
+        ("opt-in", "fail", False, False, True),
+        ("cluster-wide", "pass", True, False, False),
+        ("disabled", "fail", False, True, True),
+    ],
+)
+def test_shared_settings_answer_by_name(
+    physical: str, unknown: str, as_host: bool, disabled: bool, fails: bool
+) -> None:
+    shared = msgspec.convert(
+        {"physical_anti_affinity": physical, "unknown_placement": unknown}, SharedSettings
+    )
+    assert shared.reads_hostname_as_host is as_host
+    assert shared.physical_anti_affinity_disabled is disabled
+    assert shared.fails_unplaced is fails

@@ -6,14 +6,17 @@ import msgspec
 import pytest
 
 from hostaffinity.schema import (
+    EVENT_MESSAGES,
     EVENT_TYPES,
     DrsRuleConflict,
     DrsRuleDrift,
     DrsRulesApplied,
+    ExtenderDecision,
     NodeLabelled,
     NodePlaced,
     NodeUnmatched,
     PodEvicted,
+    PodMutated,
     VmiMigrationRequested,
     VmMoved,
     decode_event,
@@ -89,7 +92,23 @@ EXAMPLES = [
         change="deleted",
         expected_vms=["vm-1", "vm-3"],
     ),
+    ExtenderDecision(
+        **COMMON,
+        verb="filter",
+        pod="shop/web-1",
+        pod_uid="u1",
+        outcome="unschedulable",
+        nodes_asked=3,
+        rejections={"host anti-affinity": 3},
+    ),
+    PodMutated(**COMMON, pod="shop/web-", request_uid="r1", owner="ReplicaSet/web-6d4", twins=1),
 ]
+
+
+def test_every_event_type_has_an_example() -> None:
+    """EVENT_MESSAGES comes from the union; an event without an example would go untested."""
+    assert {type(event) for event in EXAMPLES} == set(EVENT_MESSAGES)
+    assert len(set(EVENT_TYPES)) == len(EVENT_MESSAGES)
 
 
 @pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: type(e).__name__)

@@ -13,7 +13,12 @@ from typing import Any
 
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.descheduler.cycle import decide
-from hostaffinity.descheduler.evictor import EvictionLimits, Evictor, EvictorSettings, Plan
+from hostaffinity.descheduler.eviction_planner import (
+    EvictionLimits,
+    EvictionPlanner,
+    Plan,
+    PlannerSettings,
+)
 from hostaffinity.descheduler.kubevirt import VirtualMachineInstance, decode_vmi
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod, decode_node, decode_pod
 from hostaffinity.descheduler.policy import Policy, Profile
@@ -222,14 +227,14 @@ def decide_once(
     *strategies: Strategy,
     evictor_args: DefaultEvictorArgs | None = None,
     limits: EvictionLimits | None = None,
-    settings: EvictorSettings | None = None,
-    evictor: Evictor | None = None,
+    settings: PlannerSettings | None = None,
+    planner: EvictionPlanner | None = None,
 ) -> Plan:
     """One cycle of the given strategies under one profile."""
     profile = Profile("test", Protections(evictor_args or DefaultEvictorArgs()), strategies)
     policy = Policy((profile,), limits or EvictionLimits())
-    evictor = evictor or Evictor(settings or EvictorSettings(), policy.limits)
-    return decide(state, policy, evictor, NOW).plan
+    planner = planner or EvictionPlanner(settings or PlannerSettings(), policy.limits)
+    return decide(state, policy, planner, NOW).plan
 
 
 def evicted(plan: Plan) -> list[str]:

@@ -1,4 +1,4 @@
-"""Each strategy's decisions, table-driven, through one evictor cycle.
+"""Each strategy's decisions, table-driven, through one planner cycle.
 
 Where upstream covers the case, the test names the upstream test it mirrors (kubernetes-sigs/
 descheduler v0.36, pkg/framework/plugins/<plugin>/*_test.go) and expects the same count;
@@ -263,7 +263,7 @@ def test_preferred_terms_only_by_setting_and_only_towards_a_free_domain() -> Non
 
 def test_max_pods_total_limit() -> None:
     """Upstream "Maximum pods to evict (maxNoOfPodsToEvictTotal)": total 1 -> 1 evicted."""
-    from hostaffinity.descheduler.evictor import EvictionLimits
+    from hostaffinity.descheduler.eviction_planner import EvictionLimits
 
     pods = [pod(f"p{i}", "n1", WEB, affinity=ANTI, created_minutes_ago=i) for i in range(4)]
     state = cluster([node(f"n{i}") for i in range(1, 6)], pods)

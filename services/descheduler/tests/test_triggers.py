@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import reduce
+from operator import or_
 
 import pytest
 from descheduler_builders import anti_affinity, node, pod
 
+from hostaffinity.descheduler import triggers
+from hostaffinity.descheduler.strategies.changes import Change
 from hostaffinity.descheduler.triggers import CycleTrigger, node_trigger, pod_trigger
 
 NOSCHED = {"key": "k", "effect": "NoSchedule"}
@@ -57,6 +61,17 @@ def test_node_changes(old: object, new: object, expected: str | None) -> None:
 )
 def test_pod_changes(old: object, new: object, expected: str | None) -> None:
     assert_reason(pod_trigger(old, new), expected)  # type: ignore[arg-type]
+
+
+def test_every_change_is_registered_by_a_strategy_or_node_fit() -> None:
+    assert reduce(or_, Change) == triggers.REGISTERED
+
+
+def test_a_change_nobody_registered_for_starts_no_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triggers, "REGISTERED", Change.NODE_LABELS)
+    assert node_trigger(node("n1"), node("n1", taints=[NOSCHED])) is None
+    relabelled_and_tainted = node("n1", {"disk": "ssd"}, taints=[NOSCHED])
+    assert_reason(node_trigger(node("n1"), relabelled_and_tainted), "labels")
 
 
 def assert_reason(reason: str | None, expected: str | None) -> None:

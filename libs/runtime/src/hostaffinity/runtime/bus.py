@@ -29,7 +29,14 @@ from hostaffinity.runtime.layout import (
     provision_layout,
 )
 from hostaffinity.runtime.publishing import publish
-from hostaffinity.schema import EVENT_TYPES, TOPOLOGY_BUCKET, Event, encode_event, event_subject
+from hostaffinity.schema import (
+    EVENT_TYPES,
+    TOPOLOGY_BUCKET,
+    Event,
+    encode_event,
+    event_subject,
+    event_type_of,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -40,10 +47,10 @@ LAYOUT_RETRY_SECONDS: Final = 2.0
 
 def event_type(event: Event) -> str:
     """The `type` tag of an event; only the schema's declared types get a subject."""
-    tag = type(event).__struct_config__.tag
+    tag = event_type_of(type(event))
     if tag not in EVENT_TYPES:
         raise TypeError(f"{type(event).__name__} is not one of the schema's event types")
-    return str(tag)
+    return tag
 
 
 def tls_context(settings: NatsSettings) -> ssl.SSLContext | None:

@@ -37,6 +37,22 @@ class SharedSettings(Settings, frozen=True):
     # A node whose placement is unknown fails host-level required terms ("fail") or passes them.
     unknown_placement: Literal["fail", "pass"] = "fail"
 
+    # Named answers, so that no service compares the setting strings itself.
+    @property
+    def reads_hostname_as_host(self) -> bool:
+        """Every pod's hostname anti-affinity counts as ESXi-host anti-affinity (cluster-wide)."""
+        return self.physical_anti_affinity == "cluster-wide"
+
+    @property
+    def physical_anti_affinity_disabled(self) -> bool:
+        """No pod's hostname anti-affinity is read as ESXi-host anti-affinity, annotated or not."""
+        return self.physical_anti_affinity == "disabled"
+
+    @property
+    def fails_unplaced(self) -> bool:
+        """A node with no known ESXi host fails host-level required terms."""
+        return self.unknown_placement == "fail"
+
 
 class NatsSettings(Settings, frozen=True):
     """How to reach NATS, and as whom. Production uses a cluster with one identity per service

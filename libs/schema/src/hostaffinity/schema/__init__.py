@@ -5,6 +5,7 @@ Services and outside subscribers import names from here so that they always agre
 
 from hostaffinity.schema.drs import DRS_NAME_PREFIX, DrsObjectKind, DrsOwnership, DrsRecordState
 from hostaffinity.schema.events import (
+    EVENT_MESSAGES,
     EVENT_TYPES,
     UNDECODABLE,
     DrsRuleConflict,
@@ -23,6 +24,7 @@ from hostaffinity.schema.events import (
     decode_event,
     encode_event,
     event_id,
+    event_type_of,
 )
 from hostaffinity.schema.labels import label_value
 from hostaffinity.schema.names import (
@@ -59,6 +61,7 @@ __all__ = [
     "DRS_NAME_PREFIX",
     "EVENTS_STREAM",
     "EVENTS_SUBJECT_PREFIX",
+    "EVENT_MESSAGES",
     "EVENT_TYPES",
     "LABEL_DATACENTER",
     "LABEL_ESXI_HOST",
@@ -94,6 +97,7 @@ __all__ = [
     "encode_event",
     "event_id",
     "event_subject",
+    "event_type_of",
     "host_key",
     "label_value",
     "node_key",

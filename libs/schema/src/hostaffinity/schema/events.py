@@ -1,7 +1,7 @@
 """Events on the `HOSTAFFINITY_EVENTS` stream: a tagged union decoded by one decoder."""
 
 import hashlib
-from typing import Final
+from typing import Final, get_args
 
 import msgspec
 
@@ -184,19 +184,15 @@ TopologyEvent = (
     | VmiMigrationRequested
 )
 
-EVENT_TYPES: Final[tuple[str, ...]] = (
-    "vm.moved",
-    "node.placed",
-    "node.labelled",
-    "node.unmatched",
-    "extender.decision",
-    "drs.rules.applied",
-    "drs.rule.conflict",
-    "drs.rule.drift",
-    "pod.mutated",
-    "pod.evicted",
-    "vmi.migration.requested",
-)
+
+def event_type_of(message: type[Event]) -> str:
+    """The `type` tag a message class is encoded with (its subject suffix)."""
+    return str(message.__struct_config__.tag)
+
+
+# Derived from the union, so a new event is one class plus its place in `TopologyEvent`.
+EVENT_MESSAGES: Final[tuple[type[Event], ...]] = get_args(TopologyEvent)
+EVENT_TYPES: Final[tuple[str, ...]] = tuple(event_type_of(message) for message in EVENT_MESSAGES)
 
 # What decoding untrusted JSON bytes raises: msgspec's errors (ValidationError included), invalid
 # UTF-8 inside a string, nesting deeper than the interpreter allows. All mean "bad input".

@@ -12,20 +12,7 @@ from typing import Any
 import msgspec
 
 from hostaffinity.schema.drs import DrsOwnership
-from hostaffinity.schema.events import (
-    DrsRuleConflict,
-    DrsRuleDrift,
-    DrsRulesApplied,
-    Event,
-    ExtenderDecision,
-    NodeLabelled,
-    NodePlaced,
-    NodeUnmatched,
-    PodEvicted,
-    PodMutated,
-    VmiMigrationRequested,
-    VmMoved,
-)
+from hostaffinity.schema.events import EVENT_MESSAGES, event_type_of
 from hostaffinity.schema.names import (
     DLQ_STREAM,
     DRS_BUCKET,
@@ -45,19 +32,6 @@ from hostaffinity.schema.reports import (
 from hostaffinity.schema.topology import DeadLetter, EsxiHost, NodePlacement
 from hostaffinity.schema.version import SCHEMA_VERSION
 
-EVENT_MESSAGES: tuple[type[Event], ...] = (
-    VmMoved,
-    NodePlaced,
-    NodeLabelled,
-    NodeUnmatched,
-    ExtenderDecision,
-    DrsRulesApplied,
-    DrsRuleConflict,
-    DrsRuleDrift,
-    PodMutated,
-    PodEvicted,
-    VmiMigrationRequested,
-)
 VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     NodePlacement,
     EsxiHost,
@@ -102,18 +76,13 @@ def _json_schema(message: type[msgspec.Struct]) -> dict[str, Any]:
     }
 
 
-def _event_type(message: type[Event]) -> str:
-    tag = msgspec.inspect.type_info(message).tag  # type: ignore[attr-defined]
-    return str(tag)
-
-
 def _asyncapi() -> dict[str, Any]:
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     messages: dict[str, Any] = {}
     for message in EVENT_MESSAGES:
         name = message.__name__
-        channel = _event_type(message).replace(".", "-")
+        channel = event_type_of(message).replace(".", "-")
         messages[name] = {
             "name": name,
             "contentType": "application/json",
@@ -127,7 +96,7 @@ def _asyncapi() -> dict[str, Any]:
             "payload": {"$ref": f"schemas/{name}.json"},
         }
         channels[channel] = {
-            "address": event_subject(_event_type(message)),
+            "address": event_subject(event_type_of(message)),
             "description": f"Stream {EVENTS_STREAM}: {(message.__doc__ or '').strip()}",
             "messages": {name: {"$ref": f"#/components/messages/{name}"}},
         }

@@ -10,7 +10,7 @@ from hostaffinity.runtime.config import LeaderElectedSettings, Settings
 
 
 class DeschedulerSettings(Settings, frozen=True):
-    """When cycles run and what the evictor enforces beyond the policy."""
+    """When cycles run and what the eviction planner enforces beyond the policy."""
 
     policy_file: str | None = None
     # A cycle runs this long after the first trigger (node uncordoned/Ready/added, vm.moved, pod

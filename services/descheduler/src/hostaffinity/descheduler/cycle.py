@@ -1,6 +1,10 @@
-"""One decision cycle: every profile's strategies in order, each violation through the evictor.
+"""One decision cycle: every profile's strategies in order, each violation through the planner.
 
-Strategies of later profiles see the moves planned by earlier ones (the evictor places a chosen
+"Cycle" means only this one pass over the cache (upstream's descheduling cycle): a CycleTrigger
+starts it, the planner's PlanDraft holds its plan while it is built, the DeschedulingLoop runs
+one after another, and the executor carries the finished plan out afterwards.
+
+Strategies of later profiles see the moves planned by earlier ones (the planner places a chosen
 pod on its target in the index until the cycle ends), so one pod is never chosen twice and a
 pod moved away from a tainted node is not also counted as violating there.
 """
@@ -12,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from hostaffinity.descheduler.evictor import Evictor, Plan
+from hostaffinity.descheduler.eviction_planner import EvictionPlanner, Plan
 from hostaffinity.descheduler.policy import Policy
 from hostaffinity.descheduler.state import ClusterState
 
@@ -29,10 +33,12 @@ class CycleReport:
     violations: int = 0
 
 
-def decide(state: ClusterState, policy: Policy, evictor: Evictor, now: datetime) -> CycleReport:
+def decide(
+    state: ClusterState, policy: Policy, planner: EvictionPlanner, now: datetime
+) -> CycleReport:
     """Run every profile once over the cache; returns the plan, the cache is left unchanged."""
     started = time.perf_counter()
-    cycle = evictor.begin(state, now)
+    draft = planner.draft(state, now)
     per_strategy: dict[str, float] = {}
     violations = 0
     try:
@@ -42,11 +48,11 @@ def decide(state: ClusterState, policy: Policy, evictor: Evictor, now: datetime)
                 found = strategy.violations(state)
                 violations += len(found)
                 for violation in found:
-                    cycle.resolve(violation, profile.protections)
+                    draft.resolve(violation, profile.protections)
                 label = f"{profile.name}/{strategy.name}"
                 per_strategy[label] = per_strategy.get(label, 0.0) + time.perf_counter() - began
     finally:
-        plan = cycle.finish()
+        plan = draft.finish()
     report = CycleReport(plan, time.perf_counter() - started, per_strategy, violations)
     _log.info(
         "cycle: %d violations, %d actions, %d skipped, %d VMIs staying in %.3fs",

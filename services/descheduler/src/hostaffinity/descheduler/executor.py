@@ -21,7 +21,13 @@ from typing import Final
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.descheduler.evictor import Action, Evictor, Outcome, Plan, VmiStays
+from hostaffinity.descheduler.eviction_planner import (
+    Action,
+    EvictionPlanner,
+    Outcome,
+    Plan,
+    VmiStays,
+)
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube import TRANSPORT_ERRORS, KubeClient, ResourceRef
 
@@ -60,7 +66,7 @@ class Executor:
         self,
         client: KubeClient,
         state: ClusterState,
-        evictor: Evictor,
+        planner: EvictionPlanner,
         settings: ExecutorSettings,
         report: Report,
         report_stay: ReportStay,
@@ -68,7 +74,7 @@ class Executor:
     ) -> None:
         self._client = client
         self._state = state
-        self._evictor = evictor
+        self._planner = planner
         self._settings = settings
         self._report = report
         self._report_stay = report_stay
@@ -89,7 +95,7 @@ class Executor:
             if plan.dry_run:
                 await self._report(action, DRY_RUN)
                 continue
-            self._evictor.in_progress.add(action.pod)
+            self._planner.in_progress.add(action.pod)
             self._queue.put_nowait(action)
 
     async def run(self) -> None:
@@ -110,15 +116,15 @@ class Executor:
                 await self._carry_out(action)
             except Exception:  # one failed call never stops the worker
                 _log.exception("eviction of %s failed unexpectedly", action.pod)
-                self._evictor.give_up(action.pod)
+                self._planner.give_up(action.pod)
             finally:
-                self._evictor.in_progress.discard(action.pod)
+                self._planner.in_progress.discard(action.pod)
                 self._busy -= 1
 
     async def _carry_out(self, action: Action) -> None:
         current = self._state.pods.get(action.pod)
         if current is None or current.metadata.uid != action.uid:
-            self._evictor.give_up(action.pod)  # gone or replaced since the decision
+            self._planner.give_up(action.pod)  # gone or replaced since the decision
             return
         try:
             if action.outcome is Outcome.MIGRATE:
@@ -133,21 +139,21 @@ class Executor:
         if result in (BLOCKED, UNREACHABLE):
             self._retry_later(action, retry_after)
         else:
-            self._evictor.give_up(action.pod)
+            self._planner.give_up(action.pod)
         if result in (EVICTED, MIGRATED):
-            self._evictor.record_evicted(action.workload)
+            self._planner.record_evicted(action.workload)
         await self._report(action, result)
 
     def _retry_later(self, action: Action, retry_after: float | None) -> None:
         """Back off, then have a cycle decide about the pod again."""
         settings = self._settings
-        attempt = self._evictor.attempts(action.pod) + 1
+        attempt = self._planner.attempts(action.pod) + 1
         if attempt > settings.max_attempts:
-            self._evictor.give_up(action.pod)
+            self._planner.give_up(action.pod)
             return
         backoff = settings.retry_initial_seconds * 2 ** (attempt - 1)
         delay = min(settings.retry_max_seconds, max(backoff, retry_after or 0.0))
-        self._evictor.retry_later(action.pod, delay, attempt)
+        self._planner.retry_later(action.pod, delay, attempt)
         reason = f"retry eviction of {action.pod} (attempt {attempt + 1})"
 
         def fire() -> None:

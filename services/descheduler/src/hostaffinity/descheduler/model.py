@@ -1,7 +1,7 @@
 """The API shapes the descheduler reads beyond what the affinity engine needs.
 
 `DeschedulerPod` and `DeschedulerNode` subclass the engine's `Pod` and `Node`, so one decode from
-the raw JSON serves both the engine (which reads only its fields) and the evictor (priority,
+the raw JSON serves both the engine (which reads only its fields) and the planner (priority,
 owners, volumes, requests, age, allocatable, readiness). Quantities follow
 k8s.io/apimachinery/pkg/api/resource (v1.36): decimal and binary suffixes, `m` for milli.
 """
@@ -151,7 +151,7 @@ def quantity_milli(text: str) -> int:
     return round(value * _SUFFIXES[suffix] * 1000)
 
 
-# -- facts the evictor reads ---------------------------------------------------------------------
+# -- facts the eviction planner reads ------------------------------------------------------------
 
 Resources = dict[str, int]  # resource name -> thousandths
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 import msgspec
 import yaml
 
-from hostaffinity.descheduler.evictor import EvictionLimits
+from hostaffinity.descheduler.eviction_planner import EvictionLimits
 from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
 from hostaffinity.descheduler.strategies import REGISTRY, StrategyArgsError, build_strategy
 from hostaffinity.descheduler.strategies.base import Strategy

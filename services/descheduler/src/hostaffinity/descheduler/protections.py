@@ -12,13 +12,14 @@ deprecated booleans turn them off or add PVC / no-PDB protection); `labelSelecto
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Final
 
 import msgspec
 
 from hostaffinity.affinity.model import LabelSelector
-from hostaffinity.affinity.selectors import Selector, compile_label_selector
+from hostaffinity.affinity.selectors import compile_label_selector
 from hostaffinity.descheduler.model import DeschedulerPod, parse_time
 from hostaffinity.descheduler.state import ClusterState, workload_of
 from hostaffinity.descheduler.strategies.base import PREFER_NO_EVICTION
@@ -177,29 +178,136 @@ def node_selected(selector: dict[str, tuple[str, str]], labels: dict[str, str]) 
     return True
 
 
+# Why a pod may not be evicted, or None; one per active protection or narrowing arg.
+Constraint = Callable[[ClusterState, DeschedulerPod, datetime], str | None]
+
+
+def _bare_pods(protected: bool) -> Constraint:
+    """Always registered: FailedBarePods only decides whether a failed bare pod may go."""
+
+    def constraint(_state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+        if pod.metadata.owner_references or not (protected or pod.status.phase != "Failed"):
+            return None
+        return "pod has no owner (a bare pod would not come back)"
+
+    return constraint
+
+
+def _system_critical(threshold: int | None) -> list[Constraint]:
+    """System-critical priority, and the priority threshold that only applies alongside it."""
+
+    def critical(_state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+        priority = pod.spec.priority
+        if priority is not None and priority >= SYSTEM_CRITICAL_PRIORITY:
+            return "pod has system-critical priority"
+        return None
+
+    def above(_state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+        priority = pod.spec.priority
+        if threshold is not None and priority is not None and priority >= threshold:
+            return f"pod priority {priority} is at or above the threshold {threshold}"
+        return None
+
+    return [critical] if threshold is None else [critical, above]
+
+
+def _local_storage(_state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+    if any(v.empty_dir is not None or v.host_path is not None for v in pod.spec.volumes):
+        return "pod has local storage (emptyDir or hostPath)"
+    return None
+
+
+def _daemonset(_state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+    if any(r.kind == "DaemonSet" for r in pod.metadata.owner_references):
+        return "pod belongs to a DaemonSet"
+    return None
+
+
+def _with_pvc(_state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+    if any(v.persistent_volume_claim is not None for v in pod.spec.volumes):
+        return "pod uses a PersistentVolumeClaim"
+    return None
+
+
+def _without_pdb(state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+    return None if _covered_by_pdb(state, pod) else "pod has no PodDisruptionBudget"
+
+
 class Protections:
-    """One profile's DefaultEvictor, compiled once."""
+    """One profile's DefaultEvictor, compiled once into a list of constraints.
+
+    As upstream's New() does (kubernetes-sigs/descheduler,
+    pkg/framework/plugins/defaultevictor/defaultevictor.go: addAllConstraints and the
+    apply*Protection functions), each active protection and each narrowing arg registers its own
+    constraint when the profile is loaded; a pod is refused by the first constraint that says no.
+    """
 
     def __init__(self, args: DefaultEvictorArgs) -> None:
         self.args = args
         self.active = args.protections()
         self.node_selector = parse_node_selector(args.node_selector)
-        self._labels: Selector | None = (
-            None if args.label_selector is None else compile_label_selector(args.label_selector)
+        self._constraints = [*self._protection_constraints(), *self._scope_constraints()]
+
+    def _protection_constraints(self) -> list[Constraint]:
+        """The pod protections, in upstream's order of registration."""
+        active = self.active
+        constraints = [_bare_pods(FAILED_BARE in active)]
+        if SYSTEM_CRITICAL in active:
+            constraints += _system_critical(_threshold(self.args.priority_threshold))
+        optional: tuple[tuple[str, Constraint], ...] = (
+            (LOCAL_STORAGE, _local_storage),
+            (DAEMONSET, _daemonset),
+            (WITH_PVC, _with_pvc),
+            (WITHOUT_PDB, _without_pdb),
         )
-        self._namespaces: Selector | None = None
+        constraints += [constraint for name, constraint in optional if name in active]
+        return constraints
+
+    def _scope_constraints(self) -> list[Constraint]:
+        """labelSelector, namespaceLabelSelector, minPodAge and minReplicas, when set."""
+        args = self.args
+        constraints: list[Constraint] = []
+        if args.label_selector is not None:
+            labels = compile_label_selector(args.label_selector)
+
+            def in_labels(_state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+                if labels.matches(pod.metadata.labels):
+                    return None
+                return "pod is outside the evictor's labelSelector"
+
+            constraints.append(in_labels)
         selector = args.namespace_label_selector
         if selector is not None and selector.match_labels:
-            self._namespaces = compile_label_selector(selector)
-        threshold = args.priority_threshold
-        self._threshold: int | None = None
-        if threshold is not None:
-            self._threshold = (
-                threshold.value
-                if threshold.value is not None
-                else KNOWN_PRIORITY_CLASSES.get(threshold.name)
-            )
-        self._min_age = None if args.min_pod_age is None else parse_duration(args.min_pod_age)
+            namespaces = compile_label_selector(selector)
+
+            def in_namespaces(
+                state: ClusterState, pod: DeschedulerPod, _now: datetime
+            ) -> str | None:
+                if namespaces.matches(state.index.namespaces.get(pod.metadata.namespace, {})):
+                    return None
+                return "pod's namespace is outside the namespaceLabelSelector"
+
+            constraints.append(in_namespaces)
+        if args.min_pod_age is not None:
+            min_age = timedelta(seconds=parse_duration(args.min_pod_age))
+
+            def old_enough(_state: ClusterState, pod: DeschedulerPod, now: datetime) -> str | None:
+                created = parse_time(pod.metadata.creation_timestamp)
+                if created is not None and now - created >= min_age:
+                    return None
+                return f"pod is younger than minPodAge {args.min_pod_age}"
+
+            constraints.append(old_enough)
+        minimum = args.min_replicas
+        if minimum > 1:
+
+            def replicated(state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
+                if len(state.workloads.get(workload_of(pod), ())) >= minimum:
+                    return None
+                return f"pod's owner has fewer than minReplicas {minimum} pods"
+
+            constraints.append(replicated)
+        return constraints
 
     def refuse(self, state: ClusterState, pod: DeschedulerPod, now: datetime) -> str | None:
         """None when the pod may be evicted, else why not (the first reason found)."""
@@ -215,46 +323,18 @@ class Protections:
             return "pod is a mirror pod"
         if annotations.get(SOURCE_ANNOTATION, "api") != "api":
             return "pod is a static pod"
-        return self._constraints(state, pod, now) or self._scope(state, pod, now)
+        return next(filter(None, (c(state, pod, now) for c in self._constraints)), None)
 
-    def _constraints(self, state: ClusterState, pod: DeschedulerPod, now: datetime) -> str | None:
-        active, spec, refs = self.active, pod.spec, pod.metadata.owner_references
-        if not refs and (FAILED_BARE in active or pod.status.phase != "Failed"):
-            return "pod has no owner (a bare pod would not come back)"
-        priority = spec.priority
-        if SYSTEM_CRITICAL in active:
-            if priority is not None and priority >= SYSTEM_CRITICAL_PRIORITY:
-                return "pod has system-critical priority"
-            if self._threshold is not None and priority is not None and priority >= self._threshold:
-                return f"pod priority {priority} is at or above the threshold {self._threshold}"
-        if LOCAL_STORAGE in active and any(
-            v.empty_dir is not None or v.host_path is not None for v in spec.volumes
-        ):
-            return "pod has local storage (emptyDir or hostPath)"
-        if DAEMONSET in active and any(r.kind == "DaemonSet" for r in refs):
-            return "pod belongs to a DaemonSet"
-        if WITH_PVC in active and any(v.persistent_volume_claim is not None for v in spec.volumes):
-            return "pod uses a PersistentVolumeClaim"
-        if WITHOUT_PDB in active and not _covered_by_pdb(state, pod):
-            return "pod has no PodDisruptionBudget"
-        return None
 
-    def _scope(self, state: ClusterState, pod: DeschedulerPod, now: datetime) -> str | None:
-        meta = pod.metadata
-        if self._labels is not None and not self._labels.matches(meta.labels):
-            return "pod is outside the evictor's labelSelector"
-        if self._namespaces is not None and not self._namespaces.matches(
-            state.index.namespaces.get(meta.namespace, {})
-        ):
-            return "pod's namespace is outside the namespaceLabelSelector"
-        if self._min_age is not None:
-            created = parse_time(meta.creation_timestamp)
-            if created is None or now - created < timedelta(seconds=self._min_age):
-                return f"pod is younger than minPodAge {self.args.min_pod_age}"
-        minimum = self.args.min_replicas
-        if minimum > 1 and len(state.workloads.get(workload_of(pod), ())) < minimum:
-            return f"pod's owner has fewer than minReplicas {minimum} pods"
+def _threshold(threshold: PriorityThreshold | None) -> int | None:
+    """priorityThreshold as a number (a known class name resolved), or None when unset."""
+    if threshold is None:
         return None
+    return (
+        threshold.value
+        if threshold.value is not None
+        else KNOWN_PRIORITY_CLASSES.get(threshold.name)
+    )
 
 
 def _covered_by_pdb(state: ClusterState, pod: DeschedulerPod) -> bool:

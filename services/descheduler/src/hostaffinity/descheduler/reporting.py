@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hostaffinity.descheduler.evictor import Action, Outcome, VmiStays
+from hostaffinity.descheduler.eviction_planner import Action, Outcome, VmiStays
 from hostaffinity.descheduler.executor import (
     BLOCKED,
     DRY_RUN,

@@ -19,7 +19,7 @@ import msgspec
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.cycle import CycleReport, decide
-from hostaffinity.descheduler.evictor import Evictor, EvictorSettings
+from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
@@ -44,14 +44,14 @@ def read_policy(config: DeschedulerConfig) -> Policy:
     return parse_policy(DEFAULT_POLICY) if path is None else load_policy(path)
 
 
-class CycleLoop:
+class DeschedulingLoop:
     """Runs decision cycles until cancelled; the last report is kept for health and tests."""
 
     def __init__(
         self,
         state: ClusterState,
         policy: Policy,
-        evictor: Evictor,
+        planner: EvictionPlanner,
         executor: Executor,
         trigger: CycleTrigger,
         metrics: DeschedulerMetrics,
@@ -59,7 +59,7 @@ class CycleLoop:
     ) -> None:
         self._state = state
         self._policy = policy
-        self._evictor = evictor
+        self._planner = planner
         self._executor = executor
         self._trigger = trigger
         self._metrics = metrics
@@ -79,7 +79,7 @@ class CycleLoop:
                 _log.warning("skipping a cycle: the state is incomplete (a feed is re-listing)")
                 continue
             _log.info("cycle triggered by %s", "; ".join(reasons[:5]))
-            report = decide(self._state, self._policy, self._evictor, datetime.now(UTC))
+            report = decide(self._state, self._policy, self._planner, datetime.now(UTC))
             self._metrics.cycle(report.seconds)
             self.cycles += 1
             self.last = report
@@ -95,7 +95,7 @@ class Descheduling:
         self.state: ClusterState | None = None
         self.feeds: Feeds | None = None
         self.executor: Executor | None = None
-        self.loop: CycleLoop | None = None
+        self.loop: DeschedulingLoop | None = None
 
     def synced(self) -> bool:
         return self.feeds is not None and self.feeds.synced()
@@ -110,13 +110,13 @@ class Descheduling:
         )
         topology = await ctx.bus.topology()
         state = self.state = ClusterState(
-            physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
-            fail_unplaced=shared.unknown_placement == "fail",
+            physical_anti_affinity=shared.reads_hostname_as_host,
+            fail_unplaced=shared.fails_unplaced,
         )
         metrics = DeschedulerMetrics()
         trigger = CycleTrigger(settings.debounce_seconds, settings.interval_seconds)
-        evictor = Evictor(
-            EvictorSettings(
+        planner = EvictionPlanner(
+            PlannerSettings(
                 cooldown_seconds=settings.cooldown_seconds,
                 dry_run=settings.dry_run,
                 kubevirt_default_eviction_strategy=settings.kubevirt_default_eviction_strategy,
@@ -132,7 +132,7 @@ class Descheduling:
                 eviction, grace_period_seconds=policy.grace_period_seconds
             )
         executor = self.executor = Executor(
-            ctx.kube, state, evictor, eviction, reporter.action, reporter.stay, trigger.poke
+            ctx.kube, state, planner, eviction, reporter.action, reporter.stay, trigger.poke
         )
         feeds = self.feeds = Feeds(
             ctx.kube,
@@ -150,7 +150,9 @@ class Descheduling:
             decode=decode_event,
             handler=feeds.on_event,
         )
-        self.loop = CycleLoop(state, policy, evictor, executor, trigger, metrics, feeds.synced)
+        self.loop = DeschedulingLoop(
+            state, policy, planner, executor, trigger, metrics, feeds.synced
+        )
         ctx.start(feeds.run(), name="feeds")
         ctx.start(consumer.run(), name="vm-moved-consumer")
         ctx.start(executor.run(), name="executor")

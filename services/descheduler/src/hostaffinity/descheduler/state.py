@@ -1,4 +1,5 @@
-"""What the descheduler knows: the engine's index plus the facts the evictor needs.
+"""What the descheduler knows: the engine's index plus the facts the eviction planner
+needs.
 
 Fed event by event by the informers (Pods, Nodes, Namespaces, PodDisruptionBudgets, KubeVirt
 VMIs and migrations) and the topology KV watch, all on one event loop; a decision cycle reads it
@@ -56,7 +57,7 @@ def _add(into: Resources, amount: Resources, sign: int) -> None:
 
 
 class ClusterState:
-    """The index and engine the strategies read, plus pods, nodes and usage for the evictor."""
+    """The index and engine the strategies read, plus pods, nodes and usage for the planner."""
 
     def __init__(self, *, physical_anti_affinity: bool = False, fail_unplaced: bool = True) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)

@@ -1,48 +1,76 @@
 """When a cycle runs: on changes that can create or resolve violations, debounced, and on a
-timer. The change tests are pure, so they are unit-tested without informers.
+timer. Which changes count is declared by the strategies (their `triggers`) and by node fit
+(NODE_FIT_TRIGGERS), not known here. The change tests are pure, so they are unit-tested without
+informers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
+from typing import Final
 
+from hostaffinity.descheduler.eviction_planner import NODE_FIT_TRIGGERS
 from hostaffinity.descheduler.kubevirt import (
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
 )
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
+from hostaffinity.descheduler.strategies import registered_triggers
+from hostaffinity.descheduler.strategies.changes import Change
+
+# What the registered plugins and node fit declared; nothing else starts a cycle.
+REGISTERED: Final = registered_triggers() | NODE_FIT_TRIGGERS
+
+Changes = Iterator[tuple[Change, str]]
+
+
+def _if_registered(change: Change, reason: str) -> str | None:
+    """The reason when some plugin (or node fit) registered for the change, else None."""
+    return reason if change & REGISTERED else None
+
+
+def _first_registered(changes: Changes) -> str | None:
+    """The reason of the first change someone registered for, or None."""
+    return next(filter(None, (_if_registered(change, reason) for change, reason in changes)), None)
 
 
 def node_trigger(old: DeschedulerNode | None, new: DeschedulerNode | None) -> str | None:
     """Why a node change may let pods move (or break a rule), or None."""
-    if new is None:
-        return None
+    return None if new is None else _first_registered(_node_changes(old, new))
+
+
+def _node_changes(old: DeschedulerNode | None, new: DeschedulerNode) -> Changes:
     name = new.metadata.name
     if old is None:
-        return f"node {name} added"
+        yield Change.NODE_ADDED, f"node {name} added"
+        return
     if old.spec.unschedulable and not new.spec.unschedulable:
-        return f"node {name} uncordoned"
+        yield Change.NODE_UNCORDONED, f"node {name} uncordoned"
     if new.ready and not old.ready:
-        return f"node {name} Ready"
+        yield Change.NODE_READY, f"node {name} Ready"
     if old.spec.taints != new.spec.taints:
-        return f"node {name} taints changed"
+        yield Change.NODE_TAINTS, f"node {name} taints changed"
     if old.metadata.labels != new.metadata.labels:
-        return f"node {name} labels changed"
-    return None
+        yield Change.NODE_LABELS, f"node {name} labels changed"
 
 
 def pod_trigger(old: DeschedulerPod | None, new: DeschedulerPod | None) -> str | None:
     """Why a pod change may create a violation, or None (deletions only ever resolve them)."""
     if new is None or not new.spec.node_name:
         return None
+    return _first_registered(_pod_changes(old, new))
+
+
+def _pod_changes(old: DeschedulerPod | None, new: DeschedulerPod) -> Changes:
     if old is None or old.spec.node_name != new.spec.node_name:
-        return f"pod {new.key} assigned to {new.spec.node_name}"
+        yield Change.POD_ASSIGNED, f"pod {new.key} assigned to {new.spec.node_name}"
+        return
     if old.metadata.labels != new.metadata.labels:
-        return f"pod {new.key} labels changed"
+        yield Change.POD_LABELS, f"pod {new.key} labels changed"
     if old.spec.affinity != new.spec.affinity:
-        return f"pod {new.key} affinity changed"
-    return None
+        yield Change.POD_AFFINITY, f"pod {new.key} affinity changed"
 
 
 def vmi_trigger(old: VirtualMachineInstance | None, new: VirtualMachineInstance) -> str | None:
@@ -50,7 +78,7 @@ def vmi_trigger(old: VirtualMachineInstance | None, new: VirtualMachineInstance)
     if old is None:
         return None
     if old.spec.affinity != new.spec.affinity or old.spec.node_selector != new.spec.node_selector:
-        return f"VMI {new.key} rules changed"
+        return _if_registered(Change.POD_AFFINITY, f"VMI {new.key} rules changed")
     return None
 
 
@@ -60,7 +88,7 @@ def migration_trigger(
     """A migration finished: its slot under KubeVirt's limits is free again."""
     if new.in_flight or (old is not None and not old.in_flight):
         return None
-    return f"migration {new.key} {new.status.phase}"
+    return _if_registered(Change.MIGRATION_FINISHED, f"migration {new.key} {new.status.phase}")
 
 
 class CycleTrigger:

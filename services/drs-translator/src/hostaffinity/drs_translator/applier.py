@@ -19,18 +19,17 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
-from hostaffinity.drs_translator.cluster_config import ClusterConfig, ReconfigureRefused
 from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig, ReconfigureRefused
 from hostaffinity.schema import (
     DrsOwnership,
     DrsRecordState,
@@ -39,6 +38,7 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     Event,
     event_id,
+    utc_timestamp,
 )
 
 SOURCE: Final = "drs-translator"
@@ -50,10 +50,6 @@ PAUSE_AFTER_RECONFIGURE_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_RECONFIGURE"
 _log = logging.getLogger(__name__)
 # Hands a bus event to the runtime's outbox, which keeps it until NATS takes it.
 Send = Callable[[Event], None]
-
-
-def now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(slots=True)
@@ -123,7 +119,10 @@ class DrsApplier:
         for obj in diff.confirm:
             await self._records.put(
                 obj.record(
-                    self._vcenter, state="applied", recorded_at=now_text(), applied_at=now_text()
+                    self._vcenter,
+                    state="applied",
+                    recorded_at=utc_timestamp(),
+                    applied_at=utc_timestamp(),
                 )
             )
         for name in diff.forget:
@@ -158,13 +157,13 @@ class DrsApplier:
                     await self._records.put(_with_state(existing, "removing"))
             else:
                 await self._records.put(
-                    obj.record(self._vcenter, state="pending", recorded_at=now_text())
+                    obj.record(self._vcenter, state="pending", recorded_at=utc_timestamp())
                 )
         return previous
 
     async def _done(self, cluster: str, changes: Sequence[Change]) -> None:
         actual = self._actual.setdefault(cluster, {})
-        applied_at = now_text()
+        applied_at = utc_timestamp()
         for change in changes:
             obj = change.obj
             self._backoff.pop((cluster, obj.name), None)
@@ -258,8 +257,10 @@ class DrsApplier:
             found = drift.found
             self._send(
                 DrsRuleDrift(
-                    id=event_id("drs.rule.drift", self._vcenter, cluster, drift.name, now_text()),
-                    occurred_at=now_text(),
+                    id=event_id(
+                        "drs.rule.drift", self._vcenter, cluster, drift.name, utc_timestamp()
+                    ),
+                    occurred_at=utc_timestamp(),
                     source=SOURCE,
                     vcenter=self._vcenter,
                     cluster_moid=cluster,
@@ -295,7 +296,7 @@ class DrsApplier:
                 id=event_id(
                     "drs.rule.conflict", self._vcenter, cluster, name, reason, *vms, *pods, attempt
                 ),
-                occurred_at=now_text(),
+                occurred_at=utc_timestamp(),
                 source=SOURCE,
                 vcenter=self._vcenter,
                 cluster_moid=cluster,
@@ -312,7 +313,7 @@ class DrsApplier:
             op: sorted(c.obj.name for c in changes if c.op == op)
             for op in ("add", "edit", "remove")
         }
-        when = now_text()
+        when = utc_timestamp()
         self._send(
             DrsRulesApplied(
                 id=event_id("drs.rules.applied", self._vcenter, cluster, when, names),

@@ -330,10 +330,31 @@ def _plan_host_rules(
     result: Plan,
 ) -> None:
     """VM group + host group + VM-Host rule per (cluster, set of hosts asked for)."""
+    groups = _host_groups(pods, vm_of, hosts, settings)
+    stranded = _stranded_vms(groups)
+    for (cluster, moids, mandatory), by_vm in sorted(groups.items()):
+        cluster_plan = result.cluster(cluster)
+        objects = _vm_host_objects(cluster, moids, mandatory, by_vm)
+        clashing = sorted(vm for vm in by_vm if mandatory and (cluster, vm) in stranded)
+        if clashing:
+            cluster_plan.held.update(obj.name for obj in objects)
+            result.conflicts.append(_no_common_host(objects[-1], moids, clashing, by_vm))
+            continue
+        for obj in objects:
+            cluster_plan.objects[obj.name] = obj
+
+
+def _host_groups(
+    pods: Iterable[Pod],
+    vm_of: _Placements,
+    hosts: Mapping[str, EsxiHost],
+    settings: PlannerSettings,
+) -> dict[_HostGroupKey, dict[str, set[str]]]:
+    """(cluster, host moids asked for, must) → VM → the pods on it that asked for those hosts."""
     hosts_by_label: dict[tuple[str, str], str] = {
         (h.cluster_moid, h.label): h.moid for h in hosts.values()
     }
-    groups: dict[_HostGroupKey, dict[str, set[str]]] = {}  # → VM → the pods that asked
+    groups: dict[_HostGroupKey, dict[str, set[str]]] = {}
     for pod in pods:
         vm = vm_of(pod.spec.node_name) if pod.spec.node_name else None
         if vm is None or pod.status.phase in ("Succeeded", "Failed"):
@@ -351,60 +372,61 @@ def _plan_host_rules(
                 continue
             asked = groups.setdefault((vm.cluster, moids, mandatory), {})
             asked.setdefault(vm.moid, set()).add(pod.metadata.namespace + "/" + pod.metadata.name)
-    stranded = _stranded_vms(groups)
-    for (cluster, moids, mandatory), by_vm in sorted(groups.items()):
-        key = f"hosts:{','.join(moids)}:{'must' if mandatory else 'should'}"
-        vm_group = object_name("vm-group", cluster, key)
-        host_group = object_name("host-group", cluster, key)
-        rule = object_name("vm-host", cluster, key)
-        pods_asked = tuple(sorted(set().union(*by_vm.values())))
-        reason = f"node affinity on hosts {', '.join(moids)}"
-        cluster_plan = result.cluster(cluster)
-        objects = (
-            DrsObject(
-                name=vm_group,
-                kind="vm-group",
-                cluster_moid=cluster,
-                vms=tuple(sorted(by_vm)),
-                pods=pods_asked,
-                reason=reason,
-            ),
-            DrsObject(
-                name=host_group,
-                kind="host-group",
-                cluster_moid=cluster,
-                hosts=moids,
-                pods=pods_asked,
-                reason=reason,
-            ),
-            DrsObject(
-                name=rule,
-                kind="vm-host",
-                cluster_moid=cluster,
-                vm_group=vm_group,
-                host_group=host_group,
-                mandatory=mandatory,
-                pods=pods_asked,
-                reason=reason,
-            ),
-        )
-        clashing = sorted(vm for vm in by_vm if mandatory and (cluster, vm) in stranded)
-        if clashing:
-            cluster_plan.held.update(obj.name for obj in objects)
-            result.conflicts.append(
-                Conflict(
-                    cluster,
-                    rule,
-                    "no-common-host",
-                    f"VMs {', '.join(clashing)} are sent by this 'must' rule onto hosts "
-                    f"{', '.join(moids)} and by another 'must' rule onto hosts none of these",
-                    tuple(clashing),
-                    tuple(sorted(set().union(*(by_vm[vm] for vm in clashing)))),
-                )
-            )
-            continue
-        for obj in objects:
-            cluster_plan.objects[obj.name] = obj
+    return groups
+
+
+def _vm_host_objects(
+    cluster: str, moids: tuple[str, ...], mandatory: bool, by_vm: Mapping[str, set[str]]
+) -> tuple[DrsObject, DrsObject, DrsObject]:
+    """The VM group, host group and VM-Host rule (last) for one host group key."""
+    key = f"hosts:{','.join(moids)}:{'must' if mandatory else 'should'}"
+    vm_group = object_name("vm-group", cluster, key)
+    host_group = object_name("host-group", cluster, key)
+    pods_asked = tuple(sorted(set().union(*by_vm.values())))
+    reason = f"node affinity on hosts {', '.join(moids)}"
+    return (
+        DrsObject(
+            name=vm_group,
+            kind="vm-group",
+            cluster_moid=cluster,
+            vms=tuple(sorted(by_vm)),
+            pods=pods_asked,
+            reason=reason,
+        ),
+        DrsObject(
+            name=host_group,
+            kind="host-group",
+            cluster_moid=cluster,
+            hosts=moids,
+            pods=pods_asked,
+            reason=reason,
+        ),
+        DrsObject(
+            name=object_name("vm-host", cluster, key),
+            kind="vm-host",
+            cluster_moid=cluster,
+            vm_group=vm_group,
+            host_group=host_group,
+            mandatory=mandatory,
+            pods=pods_asked,
+            reason=reason,
+        ),
+    )
+
+
+def _no_common_host(
+    rule: DrsObject, moids: tuple[str, ...], clashing: list[str], by_vm: Mapping[str, set[str]]
+) -> Conflict:
+    """Why a "must" rule is held: these VMs are also sent onto hosts outside `moids`."""
+    return Conflict(
+        rule.cluster_moid,
+        rule.name,
+        "no-common-host",
+        f"VMs {', '.join(clashing)} are sent by this 'must' rule onto hosts "
+        f"{', '.join(moids)} and by another 'must' rule onto hosts none of these",
+        tuple(clashing),
+        tuple(sorted(set().union(*(by_vm[vm] for vm in clashing)))),
+    )
 
 
 def _stranded_vms(groups: Mapping[_HostGroupKey, Mapping[str, object]]) -> set[tuple[str, str]]:

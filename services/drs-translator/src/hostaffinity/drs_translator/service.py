@@ -12,12 +12,12 @@ from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
-from hostaffinity.drs_translator.cluster_config import ClusterConfig
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
 from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder
@@ -71,7 +71,7 @@ async def translate(
             if config.dry_run
             else EventRecorder(ctx.kube, f"hostaffinity-{SOURCE}", ctx.identity),
             metrics,
-            physical_cluster_wide=config.shared.physical_anti_affinity == "cluster-wide",
+            physical_cluster_wide=config.shared.reads_hostname_as_host,
             pacing=Pacing(
                 config.debounce_seconds, config.resync_seconds, config.error_retry_seconds
             ),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from hostaffinity.node_labeller.inventory import HostFacts, Inventory
+from hostaffinity.node_labeller.inventory import HostFacts, Inventory, VmFacts
 from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.runtime.kv import TopologySnapshot
@@ -100,16 +100,39 @@ def reconcile_node(
     match = match_node(node, inventory, settings.fallback)
     host = _host_of(match, inventory, actions)
     if isinstance(match, Unmatched) or host is None:
-        if isinstance(match, Unmatched):
-            actions.warnings.append(NodeWarning("NodeUnmatched", match.reason))
-            actions.events.append(_unmatched_event(node.name, match, now))
-        actions.delete_placement = previous is not None or kv_stale
-        actions.label_patch = _patch(node, {}, settings)
+        _unplace(node, match, actions, settings, now=now, removes=previous is not None or kv_stale)
         return actions
-
     vm = inventory.vm(match.vm_moid)
     assert vm is not None  # match_node only returns VMs the inventory holds
-    placement = NodePlacement(
+    observed = _placement(node, vm, host, settings, now=now, version=version)
+    placement = _settle(previous, observed, match, actions, now=now, kv_stale=kv_stale)
+    actions.warnings.extend(_placement_warnings(host, vm, placement))
+    _relabel(node, placement, actions, settings, now=now)
+    return actions
+
+
+def _unplace(
+    node: Node,
+    match: Matched | Unmatched,
+    actions: NodeActions,
+    settings: Settings,
+    *,
+    now: str,
+    removes: bool,
+) -> None:
+    """No host for the node: say why when unmatched, drop its KV key and our labels."""
+    if isinstance(match, Unmatched):
+        actions.warnings.append(NodeWarning("NodeUnmatched", match.reason))
+        actions.events.append(_unmatched_event(node.name, match, now))
+    actions.delete_placement = removes
+    actions.label_patch = _patch(node, {}, settings)
+
+
+def _placement(
+    node: Node, vm: VmFacts, host: HostFacts, settings: Settings, *, now: str, version: int
+) -> NodePlacement:
+    """Where vCenter says the node's VM runs now, as the KV value it would get."""
+    return NodePlacement(
         node=node.name,
         vm_moid=vm.moid,
         bios_uuid=vm.bios_uuid,
@@ -124,45 +147,75 @@ def reconcile_node(
         observed_at=now,
         version=version,
     )
-    if previous is not None and _same_place(previous, placement):
-        placement = previous
-        if kv_stale:
-            placement = msgspec.structs.replace(previous, observed_at=now, version=version)
-            actions.placement = placement
-    else:
-        actions.placement = placement
-        actions.events.extend(_placement_events(previous, placement, match, now))
+
+
+def _settle(
+    previous: NodePlacement | None,
+    observed: NodePlacement,
+    match: Matched,
+    actions: NodeActions,
+    *,
+    now: str,
+    kv_stale: bool,
+) -> NodePlacement:
+    """The placement that stands: the previous one when the node has not moved (rewritten only
+    to repair a stale KV, silently), else the observed one, written and announced."""
+    if previous is None or not _same_place(previous, observed):
+        actions.placement = observed
+        actions.events.extend(_placement_events(previous, observed, match, now))
+        return observed
+    if kv_stale:
+        actions.placement = msgspec.structs.replace(
+            previous, observed_at=now, version=observed.version
+        )
+        return actions.placement
+    return previous
+
+
+def _placement_warnings(
+    host: HostFacts, vm: VmFacts, placement: NodePlacement
+) -> list[NodeWarning]:
+    """What an operator should know about where the node is: a host in maintenance, a host
+    name that had to be changed to become a label value."""
+    warnings = []
     if host.in_maintenance_mode:
-        actions.warnings.append(
+        warnings.append(
             NodeWarning(
                 "EsxiHostInMaintenance",
                 f"ESXi host {host.name} is in maintenance mode; this node's VM {vm.name} "
                 "is expected to move",
             )
         )
-    desired = desired_labels(placement, settings)
     if placement.host_label != placement.host_name:
-        actions.warnings.append(
+        warnings.append(
             NodeWarning(
                 "EsxiHostNameNotALabelValue",
                 f"ESXi host name {placement.host_name!r} is not a valid label value; labelled "
                 f"{placement.host_label!r}, full name in annotation {ANNOTATION_ESXI_HOST_NAME}",
             )
         )
+    return warnings
+
+
+def _relabel(
+    node: Node, placement: NodePlacement, actions: NodeActions, settings: Settings, *, now: str
+) -> None:
+    """Patch the node's labels to the placement, announcing the labels when they change."""
+    desired = desired_labels(placement, settings)
     actions.label_patch = _patch(node, desired, settings)
-    if actions.label_patch is not None:
-        labels = {k: v for k, v in desired.items() if k in owned_label_keys(settings)}
-        actions.events.append(
-            NodeLabelled(
-                id=event_id("node.labelled", node.name, placement.version, sorted(labels.items())),
-                occurred_at=now,
-                source=SOURCE,
-                node=node.name,
-                labels=labels,
-                version=placement.version,
-            )
+    if actions.label_patch is None:
+        return
+    labels = {k: v for k, v in desired.items() if k in owned_label_keys(settings)}
+    actions.events.append(
+        NodeLabelled(
+            id=event_id("node.labelled", node.name, placement.version, sorted(labels.items())),
+            occurred_at=now,
+            source=SOURCE,
+            node=node.name,
+            labels=labels,
+            version=placement.version,
         )
-    return actions
+    )
 
 
 def forget_node(name: str, previous: NodePlacement | None, *, kv_stale: bool) -> NodeActions:

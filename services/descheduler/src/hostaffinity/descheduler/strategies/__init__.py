@@ -1,18 +1,20 @@
 """The strategy registry: upstream plugin name -> args record and plugin class.
 
 Upstream registers plugins the same way (pkg/framework/pluginregistry); a policy naming a plugin
-that is not here is an error that names it.
+that is not here is an error that names it. Each plugin class carries its own `triggers`, so
+the cycle triggers learn what to react to from here rather than knowing every strategy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
 
-from hostaffinity.descheduler.strategies.base import Args, Strategy
+from hostaffinity.descheduler.strategies.base import Args, Plugin, Strategy
+from hostaffinity.descheduler.strategies.changes import Change
 from hostaffinity.descheduler.strategies.duplicates import Duplicates, DuplicatesArgs
 from hostaffinity.descheduler.strategies.interpod_affinity import (
     InterPodAffinity,
@@ -31,16 +33,27 @@ class Registration:
     """How to build one plugin from its JSON args."""
 
     args: type[Args]
-    build: Callable[[Any], Strategy]
+    plugin: Plugin
 
 
 REGISTRY: Final[Mapping[str, Registration]] = {
-    InterPodAntiAffinity.name: Registration(InterPodAntiAffinityArgs, InterPodAntiAffinity),
-    InterPodAffinity.name: Registration(InterPodAffinityArgs, InterPodAffinity),
-    NodeAffinity.name: Registration(NodeAffinityArgs, NodeAffinity),
-    NodeTaints.name: Registration(NodeTaintsArgs, NodeTaints),
-    Duplicates.name: Registration(DuplicatesArgs, Duplicates),
+    registration.plugin.name: registration
+    for registration in (
+        Registration(InterPodAntiAffinityArgs, InterPodAntiAffinity),
+        Registration(InterPodAffinityArgs, InterPodAffinity),
+        Registration(NodeAffinityArgs, NodeAffinity),
+        Registration(NodeTaintsArgs, NodeTaints),
+        Registration(DuplicatesArgs, Duplicates),
+    )
 }
+
+
+def registered_triggers() -> Change:
+    """Every change some registered plugin reacts to."""
+    triggers = Change(0)
+    for registration in REGISTRY.values():
+        triggers |= registration.plugin.triggers
+    return triggers
 
 
 class StrategyArgsError(ValueError):
@@ -60,4 +73,4 @@ def build_strategy(name: str, raw_args: Mapping[str, Any] | None) -> Strategy:
     problems = args.validate()
     if problems:
         raise StrategyArgsError(f"{name}: " + "; ".join(problems))
-    return registration.build(args)
+    return registration.plugin(args)

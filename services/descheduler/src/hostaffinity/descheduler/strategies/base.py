@@ -1,7 +1,7 @@
 """What every strategy shares: its output (`Violation`), the pod scope args, candidate order.
 
 A strategy only finds violations and orders the pods that could resolve each one; it never
-evicts. The evictor takes the first candidate that may go and has somewhere better to go
+evicts. The eviction planner takes the first candidate that may go and has somewhere better to go
 (descheduler's split: pkg/framework/types/types.go gives plugins a narrow handle, and
 pkg/descheduler/evictions/evictions.go owns limits and dry-run).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 import msgspec
 
@@ -18,6 +18,7 @@ from hostaffinity.affinity.model import LabelSelector
 from hostaffinity.affinity.selectors import Selector, compile_label_selector
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.strategies.changes import Change
 
 PREFER_NO_EVICTION: Final = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
 
@@ -89,8 +90,21 @@ class Strategy(Protocol):
     """A descheduling plugin: finds violations in the cluster state."""
 
     name: ClassVar[str]
+    triggers: ClassVar[Change]
 
     def violations(self, state: ClusterState) -> list[Violation]: ...
+
+
+class Plugin(Protocol):
+    """A strategy class as the registry holds it: its name, its triggers, its constructor."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def triggers(self) -> Change: ...
+
+    def __call__(self, args: Any, /) -> Strategy: ...
 
 
 def eviction_order(state: ClusterState, keys: Sequence[str]) -> tuple[str, ...]:

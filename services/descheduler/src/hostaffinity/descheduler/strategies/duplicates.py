@@ -24,6 +24,7 @@ from hostaffinity.descheduler.strategies.base import (
     Violation,
     eviction_order,
 )
+from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 DOMAIN_KEYS: Final = {"node": HOSTNAME_KEY, "esxi-host": LABEL_ESXI_HOST}
@@ -37,6 +38,7 @@ class DuplicatesArgs(ScopedArgs, frozen=True):
 
 class Duplicates:
     name: ClassVar[str] = "RemoveDuplicates"
+    triggers: ClassVar[Change] = SCOPE_CHANGES | Change.NODE_LABELS
 
     def __init__(self, args: DuplicatesArgs) -> None:
         self.args = args

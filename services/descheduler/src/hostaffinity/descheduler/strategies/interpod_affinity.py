@@ -12,6 +12,7 @@ from typing import ClassVar
 from hostaffinity.affinity.explain import INTER_POD_AFFINITY, REASON_AFFINITY
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, Violation
+from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
 
 
 class InterPodAffinityArgs(ScopedArgs, frozen=True):
@@ -20,6 +21,7 @@ class InterPodAffinityArgs(ScopedArgs, frozen=True):
 
 class InterPodAffinity:
     name: ClassVar[str] = "RemovePodsViolatingInterPodAffinity"
+    triggers: ClassVar[Change] = SCOPE_CHANGES | Change.POD_AFFINITY | Change.NODE_LABELS
 
     def __init__(self, args: InterPodAffinityArgs) -> None:
         self.args = args

@@ -5,7 +5,7 @@ checks required terms between pods of one node. Here every topology key counts, 
 domain included with placements from the topology KV (so a vMotion counts before the node label
 catches up), namespaces / namespaceSelector / matchLabelKeys as the engine compiles them, and
 preferred terms when `includePreferred` is set. Each violating pair gives one Violation whose
-candidates are both pods, so the evictor evicts one of them and never both.
+candidates are both pods, so the planner picks one of them and never both.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hostaffinity.descheduler.strategies.base import (
     describe_order,
     eviction_order,
 )
+from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
 
 
 class InterPodAntiAffinityArgs(ScopedArgs, frozen=True):
@@ -32,6 +33,7 @@ class InterPodAntiAffinityArgs(ScopedArgs, frozen=True):
 
 class InterPodAntiAffinity:
     name: ClassVar[str] = "RemovePodsViolatingInterPodAntiAffinity"
+    triggers: ClassVar[Change] = SCOPE_CHANGES | Change.POD_AFFINITY | Change.NODE_LABELS
 
     def __init__(self, args: InterPodAntiAffinityArgs) -> None:
         self.args = args

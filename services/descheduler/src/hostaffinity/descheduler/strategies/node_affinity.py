@@ -16,6 +16,7 @@ import msgspec
 from hostaffinity.affinity.nodeaffinity import preferred_node_terms, required_node_affinity
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, TargetCheck, Violation
+from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
 
 REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -40,6 +41,7 @@ class NodeAffinityArgs(ScopedArgs, frozen=True):
 
 class NodeAffinity:
     name: ClassVar[str] = "RemovePodsViolatingNodeAffinity"
+    triggers: ClassVar[Change] = SCOPE_CHANGES | Change.POD_AFFINITY | Change.NODE_LABELS
 
     def __init__(self, args: NodeAffinityArgs) -> None:
         self.args = args

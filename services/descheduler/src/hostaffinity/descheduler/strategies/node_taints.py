@@ -20,6 +20,7 @@ from hostaffinity.affinity.taints import (
 )
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, TargetCheck, Violation
+from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
 
 
 class NodeTaintsArgs(ScopedArgs, frozen=True):
@@ -40,6 +41,7 @@ def _named(taint: Taint, names: list[str]) -> bool:
 
 class NodeTaints:
     name: ClassVar[str] = "RemovePodsViolatingNodeTaints"
+    triggers: ClassVar[Change] = SCOPE_CHANGES | Change.NODE_TAINTS
 
     def __init__(self, args: NodeTaintsArgs) -> None:
         self.args = args

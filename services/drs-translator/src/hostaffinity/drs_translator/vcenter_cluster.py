@@ -1,4 +1,5 @@
-"""One vSphere cluster's DRS rules and groups, read from and written to vCenter.
+"""vCenter's side of one vSphere cluster: its DRS rules and groups, read from and written to
+vCenter (the translator's own settings are in config.py).
 
 Reads `configurationEx` (its `rule` and `group` arrays) and writes with one
 `ReconfigureComputeResource_Task` per batch (`modify=True`, so only the listed entries change).

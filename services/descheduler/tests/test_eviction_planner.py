@@ -1,4 +1,4 @@
-"""The evictor: protections, limits, cooldown, node fit and KubeVirt, one rule per test."""
+"""The eviction planner: protections, limits, cooldown, node fit and KubeVirt, one rule per test."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from descheduler_builders import (
 )
 
 from hostaffinity.affinity.model import LabelSelector
-from hostaffinity.descheduler.evictor import (
+from hostaffinity.descheduler.eviction_planner import (
     EvictionLimits,
-    Evictor,
-    EvictorSettings,
+    EvictionPlanner,
     Outcome,
+    PlannerSettings,
 )
 from hostaffinity.descheduler.kubevirt import MigrationLimits
 from hostaffinity.descheduler.protections import (
@@ -165,24 +165,26 @@ def test_pods_never_count_on_the_same_free_slot() -> None:
 
 def test_cooldown_stops_a_second_eviction_of_the_same_workload() -> None:
     clock = [1000.0]
-    evictor = Evictor(EvictorSettings(cooldown_seconds=60), EvictionLimits(), lambda: clock[0])
+    planner = EvictionPlanner(
+        PlannerSettings(cooldown_seconds=60), EvictionLimits(), lambda: clock[0]
+    )
     state = tainted_cluster(pod("p1", "n1"), pod("p2", "n1"))
-    first = decide_once(state, TAINTS, evictor=evictor)
+    first = decide_once(state, TAINTS, planner=planner)
     assert len(first.actions) == 2  # one cycle may move several replicas
-    evictor.record_evicted(first.actions[0].workload)
+    planner.record_evicted(first.actions[0].workload)
     clock[0] += 30
-    again = decide_once(state, TAINTS, evictor=evictor)
+    again = decide_once(state, TAINTS, planner=planner)
     assert evicted(again) == []
     assert "cooling down" in again.skipped[0].reasons[0][1]
     clock[0] += 31
-    assert len(decide_once(state, TAINTS, evictor=evictor).actions) == 2
+    assert len(decide_once(state, TAINTS, planner=planner).actions) == 2
 
 
 def test_a_pod_with_an_eviction_under_way_is_not_chosen_again() -> None:
-    evictor = Evictor(EvictorSettings(), EvictionLimits())
-    evictor.in_progress.add("default/p1")
+    planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
+    planner.in_progress.add("default/p1")
     state = tainted_cluster(pod("p1", "n1"))
-    assert evicted(decide_once(state, TAINTS, evictor=evictor)) == []
+    assert evicted(decide_once(state, TAINTS, planner=planner)) == []
 
 
 # -- KubeVirt ---------------------------------------------------------------------------------
@@ -243,7 +245,7 @@ def test_migration_limits_hold_with_ten_violating_vmis() -> None:
     custom = decide_once(
         state,
         TAINTS,
-        settings=EvictorSettings(migrations=MigrationLimits(per_cluster=10, outbound_per_node=1)),
+        settings=PlannerSettings(migrations=MigrationLimits(per_cluster=10, outbound_per_node=1)),
     )
     assert len(custom.actions) == 3
 
@@ -317,25 +319,27 @@ def test_seed_002_a_rule_added_to_a_running_vm_moves_it_live() -> None:
 
 def test_a_refused_eviction_is_decided_again_after_its_backoff_despite_the_cooldown() -> None:
     clock = [1000.0]
-    evictor = Evictor(EvictorSettings(cooldown_seconds=600), EvictionLimits(), lambda: clock[0])
+    planner = EvictionPlanner(
+        PlannerSettings(cooldown_seconds=600), EvictionLimits(), lambda: clock[0]
+    )
     state = tainted_cluster(pod("p1", "n1"), pod("p2", "n1"))
-    evictor.record_evicted("default/ReplicaSet/web-rs")  # p1 went; p2's eviction got a 429
-    evictor.retry_later("default/p2", 5.0, attempts=1)
-    waiting = decide_once(state, TAINTS, evictor=evictor)
+    planner.record_evicted("default/ReplicaSet/web-rs")  # p1 went; p2's eviction got a 429
+    planner.retry_later("default/p2", 5.0, attempts=1)
+    waiting = decide_once(state, TAINTS, planner=planner)
     assert evicted(waiting) == []
     reasons = dict(r for s in waiting.skipped for r in s.reasons)
     assert "trying again" in reasons["default/p2"]
     assert "cooling down" in reasons["default/p1"]
     clock[0] += 6
-    due = decide_once(state, TAINTS, evictor=evictor)
+    due = decide_once(state, TAINTS, planner=planner)
     assert evicted(due) == ["default/p2"]  # finishing what was decided is not a loop
 
 
 def test_a_due_retry_whose_rule_now_holds_is_dropped() -> None:
     clock = [1000.0]
-    evictor = Evictor(EvictorSettings(), EvictionLimits(), lambda: clock[0])
-    evictor.retry_later("default/p", 1.0, attempts=3)
+    planner = EvictionPlanner(PlannerSettings(), EvictionLimits(), lambda: clock[0])
+    planner.retry_later("default/p", 1.0, attempts=3)
     clock[0] += 2
     state = cluster([node("n1"), node("n2")], [pod("p", "n1")])  # the taint is gone
-    assert evicted(decide_once(state, TAINTS, evictor=evictor)) == []
-    assert evictor.retrying == {}
+    assert evicted(decide_once(state, TAINTS, planner=planner)) == []
+    assert planner.retrying == {}

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pyVmomi import vim
 
-from hostaffinity.drs_translator.cluster_config import ClusterConfig, ReconfigureRefused
 from hostaffinity.drs_translator.diff import Change
 from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig, ReconfigureRefused
 from hostaffinity.runtime.vcenter import VCenterSession
 from tests.platform.vcsim import Vcsim, VcsimFactory
 

@@ -1,4 +1,4 @@
-"""The evictor's decisions: which candidate of each violation goes, and where it can go.
+"""The eviction planner: which candidate of each violation goes, and where it can go.
 
 The only place that decides an eviction (descheduler's split, pkg/descheduler/evictions/
 evictions.go): strategies hand over violations; here each one is checked against the
@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 import msgspec
 
@@ -30,6 +31,17 @@ from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.protections import Protections, node_selected
 from hostaffinity.descheduler.state import ClusterState, workload_of
 from hostaffinity.descheduler.strategies.base import Violation
+from hostaffinity.descheduler.strategies.changes import Change
+
+# Node fit's own triggers: changes that may give a pod somewhere to go, whatever the strategy.
+NODE_FIT_TRIGGERS: Final = (
+    Change.NODE_ADDED
+    | Change.NODE_UNCORDONED
+    | Change.NODE_READY
+    | Change.NODE_TAINTS
+    | Change.NODE_LABELS
+    | Change.MIGRATION_FINISHED
+)
 
 
 class EvictionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -40,8 +52,8 @@ class EvictionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     total: int | None = None
 
 
-class EvictorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What the evictor enforces beyond the policy."""
+class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the planner enforces beyond the policy."""
 
     # A workload that lost a pod to the descheduler is left alone this long (loop guard).
     cooldown_seconds: float = 300.0
@@ -111,7 +123,7 @@ class Retry:
     attempts: int
 
 
-class Evictor:
+class EvictionPlanner:
     """Long-lived: cooldowns, evictions in flight, and the pods waiting to be tried again.
 
     A refused eviction is not retried blindly: the pod is decided again by a later cycle (the
@@ -121,7 +133,7 @@ class Evictor:
 
     def __init__(
         self,
-        settings: EvictorSettings,
+        settings: PlannerSettings,
         limits: EvictionLimits,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -161,18 +173,19 @@ class Evictor:
             return False
         return True
 
-    def begin(self, state: ClusterState, now: datetime) -> Cycle:
-        return Cycle(self, state, now)
+    def draft(self, state: ClusterState, now: datetime) -> PlanDraft:
+        """Start the plan of one cycle; finish() it before the state changes again."""
+        return PlanDraft(self, state, now)
 
 
-class Cycle:
-    """One decision pass: per-cycle counts, the planned moves, and the plan being built."""
+class PlanDraft:
+    """The plan of one cycle while it is built: per-cycle counts and the planned moves."""
 
-    def __init__(self, evictor: Evictor, state: ClusterState, now: datetime) -> None:
-        self.evictor = evictor
+    def __init__(self, planner: EvictionPlanner, state: ClusterState, now: datetime) -> None:
+        self.planner = planner
         self.state = state
         self.now = now
-        self.plan = Plan(dry_run=evictor.settings.dry_run)
+        self.plan = Plan(dry_run=planner.settings.dry_run)
         self._chosen: set[str] = set()
         self._cooling: dict[str, bool] = {}
         self._per_node: dict[str, int] = {}
@@ -191,7 +204,7 @@ class Cycle:
             self._migrations_out[source] = self._migrations_out.get(source, 0) + 1
         self._migrations_total = len(self._migrating_vmis)
         self._cursor = 0
-        self._clock_now = evictor.now()
+        self._clock_now = planner.now()
 
     def resolve(self, violation: Violation, protections: Protections) -> Action | None:
         """Pick the first candidate that may go and has somewhere to go; plan its move."""
@@ -225,19 +238,19 @@ class Cycle:
         for original in reversed(self._moved):
             self.state.place(original)
         self._moved.clear()
-        evictor = self.evictor
-        for pod, retry in list(evictor.retrying.items()):
+        planner = self.planner
+        for pod, retry in list(planner.retrying.items()):
             if retry.not_before <= self._clock_now and pod not in self._chosen:
-                evictor.give_up(pod)
+                planner.give_up(pod)
         return self.plan
 
     # -- checks --------------------------------------------------------------------------------
 
     def _refuse(self, pod: DeschedulerPod, protections: Protections) -> str | None:
-        evictor, limits = self.evictor, self.evictor.limits
-        if pod.key in evictor.in_progress:
+        planner, limits = self.planner, self.planner.limits
+        if pod.key in planner.in_progress:
             return "an eviction of this pod is already under way"
-        retry = evictor.retrying.get(pod.key)
+        retry = planner.retrying.get(pod.key)
         if retry is not None and self._clock_now < retry.not_before:
             wait = retry.not_before - self._clock_now
             return f"a PodDisruptionBudget refused its eviction; trying again in {wait:.1f}s"
@@ -247,7 +260,7 @@ class Cycle:
         workload = workload_of(pod)
         cooling = self._cooling.get(workload)
         if cooling is None:
-            cooling = self._cooling[workload] = evictor.cooling(workload)
+            cooling = self._cooling[workload] = planner.cooling(workload)
         if cooling and retry is None:
             return f"workload {workload} is cooling down after an eviction"
         node, namespace = pod.spec.node_name, pod.metadata.namespace
@@ -291,7 +304,7 @@ class Cycle:
         return action, None
 
     def _migration_refusal(self, pod: DeschedulerPod, vmi: str, violation: Violation) -> str | None:
-        settings = self.evictor.settings
+        settings = self.planner.settings
         how, reason = how_to_move(
             self.state.vmis.get(vmi), settings.kubevirt_default_eviction_strategy
         )
