@@ -13,9 +13,7 @@ from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, deco
 from tests.recorded_fixtures import fixture_files
 
 WITH_KEYS = [
-    p
-    for p in fixture_files("kube-scheduler-oracle", "kso-*.json")
-    if "LabelKeys" in p.read_text()
+    p for p in fixture_files("kube-scheduler-oracle", "kso-*.json") if "LabelKeys" in p.read_text()
 ]
 
 
