@@ -68,6 +68,19 @@ def exported(name: str, outbox: str) -> float:
     return sum(values)
 
 
+def test_a_new_outbox_is_exported_at_zero() -> None:
+    """Before anything waits or drops, so increase() in an alert sees the first drop."""
+    setup_telemetry("hostaffinity-tests")
+    Outbox("fresh", lambda _e: asyncio.sleep(0))
+    names = {
+        sample.name
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.labels.get("outbox") == "fresh" and sample.value == 0
+    }
+    assert names == {"hostaffinity_bus_outbox_queued", "hostaffinity_bus_outbox_dropped_total"}
+
+
 def test_a_full_outbox_drops_the_oldest_and_counts_it() -> None:
     setup_telemetry("hostaffinity-tests")
     outbox = Outbox("bounded", lambda _e: asyncio.sleep(0), capacity=2)

@@ -62,6 +62,10 @@ class Outbox:
         self._ids: set[str] = set()
         self._ready = asyncio.Event()
         self._labels = {"outbox": name}
+        # Exported from the start, at 0: an alert's increase() then sees the first drop, and a
+        # dashboard shows the outbox before anything went wrong.
+        _queued.add(0, self._labels)
+        _dropped.add(0, self._labels)
 
     def put(self, event: Event) -> None:
         """Queue `event` unless its id already waits; at the bound the oldest is dropped."""

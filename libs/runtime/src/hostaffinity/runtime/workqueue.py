@@ -42,6 +42,8 @@ class WorkQueue(Generic[K]):
         self._processing: set[K] = set()
         self._failures: dict[K, int] = {}
         self._waiting: dict[K, tuple[float, asyncio.TimerHandle]] = {}
+        # Exported at 0 from the start: rate() then sees the first retry.
+        _retries.add(0, {"queue": name})
 
     def add(self, key: K) -> None:
         """Queue `key` now (once, however often it is added before a worker takes it)."""

@@ -4,9 +4,14 @@
 `hostaffinity_drs_reconfigures_total{outcome}` and `hostaffinity_drs_plan_duration_seconds`.
 """
 
+from typing import Final
+
 from opentelemetry import metrics
 
 from hostaffinity.runtime.telemetry import seconds_histogram
+
+# Planning every cluster is a pure computation over the caches: milliseconds, seconds at worst.
+PLAN_BUCKETS_SECONDS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class DrsMetrics:
@@ -26,5 +31,8 @@ class DrsMetrics:
             description="ReconfigureComputeResource_Task calls, per outcome",
         )
         self.plan_duration = seconds_histogram(
-            meter, "hostaffinity_drs_plan_duration", "Time to plan every cluster"
+            meter,
+            "hostaffinity_drs_plan_duration",
+            "Time to plan every cluster",
+            PLAN_BUCKETS_SECONDS,
         )

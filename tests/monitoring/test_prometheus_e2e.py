@@ -1,0 +1,316 @@
+"""A real Prometheus (Debian's package) on loopback scrapes the four services, run in-process on
+vcsim, a nats-server and the Kubernetes double, while they do the work the dashboard and the
+alerts watch: a vMotion labelled, evictions, a DRS rule repaired after a hand edit and a conflict,
+a filter and an admission review answered, a message parked in the DLQ. Then every dashboard
+panel's and every alert's expression is evaluated through Prometheus' HTTP API (each names only
+metrics that exist; each panel returns data), the rules evaluate without error, every name
+served follows Prometheus' conventions, and `promtool check metrics` is clean on each /metrics.
+
+The services share this process and so the OpenTelemetry registry: each /metrics serves every
+service's instruments, plus its own readiness checks and leadership. The `nats` job points at a
+port where nothing listens: the prometheus-nats-exporter sidecar of k8s/components/monitoring is
+not packaged in Debian, so only its `up` (here 0) is evaluated.
+"""
+
+import asyncio
+import contextlib
+import json
+import re
+import subprocess
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from pyVmomi import vim
+
+from hostaffinity.descheduler.main import service_spec as descheduler_spec
+from hostaffinity.descheduler.service import Descheduling
+from hostaffinity.runtime.runner import running_service
+from hostaffinity.runtime.telemetry import setup_telemetry
+from hostaffinity.scheduler_extender.main import service_spec as extender_spec
+from hostaffinity.scheduler_extender.service import Extender
+from hostaffinity.schema import event_subject
+from tests.e2e.descheduler_harness import descheduler_config, node_object
+from tests.e2e.drs_harness import (
+    cluster_of,
+    drs_config,
+    drs_state,
+    pod_manifest,
+    reconfigure,
+    running_translator,
+)
+from tests.e2e.harness import eventually
+from tests.e2e.labeller_harness import (
+    labeller_config,
+    relocate,
+    running,
+    wait_ready,
+)
+from tests.e2e.test_descheduler import terminating, web_pod
+from tests.integration.test_extender import filter_args
+from tests.integration.test_webhook import (
+    FIXTURE,
+    RunningExtender,
+    eventually_true,
+    post,
+    ready,
+    settings,
+    shipped_configuration,  # noqa: F401 (the fixture, used by name)
+    written_ca,
+)
+from tests.monitoring.monitoring import alerts, dashboard_panels, tool, write_rules
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer, free_port
+from tests.platform.vcsim import VcsimFactory
+
+NODES = ["node1", "node2", "node3"]
+RATE_INTERVAL = "15s"  # Grafana's $__rate_interval, for a 1 s scrape interval
+# What Prometheus and prometheus_client add beside our instruments.
+FOREIGN_PREFIXES = ("python_", "process_", "scrape_", "target_info", "up", "prometheus_")
+METRIC = re.compile(r"\b(hostaffinity_[a-z0-9_]+|up)\b(?!\s*\()")
+_vim: Any = vim
+
+
+async def api(http: aiohttp.ClientSession, base: str, path: str, **params: str) -> Any:
+    async with http.get(f"{base}/api/v1/{path}", params=params) as response:
+        body = await response.json()
+    assert body["status"] == "success", (path, params, body)
+    return body["data"]
+
+
+@contextlib.asynccontextmanager
+async def prometheus(tmp_path: Path, jobs: Mapping[str, int]) -> AsyncIterator[str]:
+    """Prometheus scraping each job's port every second, with the shipped rules; its base URL."""
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(write_rules(tmp_path))],
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{port}"], "labels": {"pod": f"{job}-0"}}
+                ],
+            }
+            for job, port in jobs.items()
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        tool("prometheus"),
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.log").open("wb"),
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def answers() -> bool:
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{base}/-/ready") as response:
+                        return response.status == 200
+                return False
+
+            await eventually_true(answers, "Prometheus never became ready")
+        yield base
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(METRIC.findall(expr))
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    return [
+        (panel["title"], target["expr"].replace("$__rate_interval", RATE_INTERVAL))
+        for panel in dashboard_panels()
+        for target in panel["targets"]
+    ]
+
+
+async def wait_for_series(http: aiohttp.ClientSession, base: str, names: set[str]) -> None:
+    """Until Prometheus holds a series of every name (a histogram's as its buckets)."""
+    missing = set(names)
+    for _ in range(200):
+        found = set(await api(http, base, "label/__name__/values"))
+        missing = {n for n in names if n not in found and f"{n}_bucket" not in found}
+        if not missing:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never scraped: {sorted(missing)}")
+
+
+def check_names_follow_conventions(metadata: dict[str, list[dict[str, str]]]) -> None:
+    """One prefix; counters end in _total; a family with a unit in its name has it last."""
+    for family, entries in metadata.items():
+        if family.startswith(FOREIGN_PREFIXES):
+            continue
+        assert family.startswith("hostaffinity_"), family
+        kinds = {e["type"] for e in entries}
+        if "counter" in kinds:
+            assert family.endswith("_total"), family
+        for unit in ("seconds", "bytes"):
+            if f"_{unit}_" in family:
+                assert family.endswith(f"_{unit}_total"), family
+
+
+def promtool_check_metrics(text: str) -> str:
+    result = subprocess.run(
+        [tool("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return (result.stdout + result.stderr).strip() if result.returncode else ""
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_services(
+    vcsim: VcsimFactory,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    setup_telemetry("hostaffinity-tests")
+    kube = kube_double
+    vc = vcsim(hosts=3, vm_names=NODES)
+    si = vc.connect()
+    for name in [*NODES, "ghost"]:  # ghost: a Node no VM matches (Ready, as the others)
+        kube.seed(node_object(name))
+    kube.seed(web_pod("web-1", "node1"))
+    kube.seed(web_pod("web-2", "node2"))
+    # Two pods the DRS translator cannot express together: a conflict.
+    kube.seed(pod_manifest("a", "node3", {"app": "a"}, apart_from={"app": "b"}))
+    kube.seed(pod_manifest("b", "node1", {"app": "b"}, near={"app": "a"}))
+
+    extender, descheduler = Extender(), Descheduling()
+    async with (
+        running(labeller_config(vc, nats_server, kubeconfig)) as labeller,
+        running_service(extender_spec(extender), settings(nats_server, kubeconfig)) as ext,
+        running_translator(drs_config(vc, nats_server, kubeconfig, resync_seconds=1.0)) as drs,
+        running_service(
+            descheduler_spec(descheduler), descheduler_config(nats_server, kubeconfig)
+        ) as desch,
+    ):
+        await wait_ready(labeller)
+        await eventually_true(lambda: ready(ext.health.port), "the extender never became ready")
+        health = {
+            "node-labeller": labeller.runner.health.port,
+            "scheduler-extender": ext.health.port,
+            "drs-translator": drs.runner.health.port,
+            "descheduler": desch.health.port,
+            "nats": free_port(),
+        }
+        async with prometheus(tmp_path, health) as base, aiohttp.ClientSession() as http:
+            await eventually(descheduler.synced, "descheduler synced", within=20)
+            await do_the_watched_work(kube, si, extender, ext.health.port, nats_server)
+            await eventually(lambda: bool(terminating(kube)), "an eviction", within=10)
+            watched = {n for _, e in panel_queries() for n in metric_names(e)}
+            watched |= {n for a in alerts() for n in metric_names(a["expr"])}
+            await wait_for_series(http, base, watched)
+            await asyncio.sleep(2)  # a few more scrapes: rates over the window have two points
+
+            empty = [
+                (title, expr)
+                for title, expr in panel_queries()
+                if not (await api(http, base, "query", query=expr))["result"]
+            ]
+            assert empty == [], "dashboard queries without data"
+            for alert in alerts():
+                await api(http, base, "query", query=alert["expr"])  # evaluates
+            groups = (await api(http, base, "rules"))["groups"]
+            unhealthy = [r["name"] for g in groups for r in g["rules"] if r["health"] != "ok"]
+            assert unhealthy == []
+            assert len([r for g in groups for r in g["rules"]]) == len(alerts())
+
+            nodes = await api(http, base, "query", query="hostaffinity_labeller_nodes")
+            states = {s["metric"]["state"]: s["value"][1] for s in nodes["result"]}
+            assert states == {"placed": "3", "unmatched": "1", "pending": "0"}
+            leaders = await api(http, base, "query", query="hostaffinity_leader")
+            assert {s["metric"]["job"]: s["value"][1] for s in leaders["result"]} == {
+                "node-labeller": "1",
+                "drs-translator": "1",
+                "descheduler": "1",
+            }
+            check_names_follow_conventions(await api(http, base, "metadata"))
+
+            problems = {}
+            for job, port in health.items():
+                if job == "nats":
+                    continue
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    text = await response.text()
+                if found := promtool_check_metrics(text):
+                    problems[job] = found
+            assert problems == {}
+
+
+async def do_the_watched_work(
+    kube: KubeDouble,
+    si: vim.ServiceInstance,
+    extender: Extender,
+    health_port: int,
+    nats: NatsServer,
+) -> None:
+    """What the panels and alerts watch, done once each."""
+    assert extender.server is not None
+    url = f"http://127.0.0.1:{extender.server.port}/filter"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, json=filter_args(kube, "web-1", NODES)) as response,
+    ):
+        assert response.status == 200
+    await eventually_true(
+        lambda: _webhook_serving(extender, kube), "the webhook never served with its caBundle"
+    )
+    assert extender.webhook is not None
+    review = json.loads(FIXTURE.read_text())["reviews"][0]["request_body"]
+    ca = written_ca(kube)
+    assert ca is not None
+    status, _ = await post(
+        RunningExtender(health_port, extender.webhook), json.dumps(review).encode(), ca
+    )
+    assert status == 200
+    # A rule of ours deleted by hand: repaired at the next resync, counted as drift.
+    await eventually(lambda: bool(ours(si)), "the translator's first rule", within=15)
+    (key,) = ours(si)
+    reconfigure(
+        si,
+        _vim.cluster.ConfigSpecEx(
+            rulesSpec=[_vim.cluster.RuleSpec(operation="remove", removeKey=key)]
+        ),
+    )
+    await eventually(lambda: bool(ours(si)), "the rule repaired", within=10)
+    # A message no consumer can decode: the descheduler parks it.
+    async with nats.connection("monitoring-test") as bus:
+        await bus.js.publish(event_subject("vm.moved"), b"[]")
+    # The vMotion that puts both web replicas on one host: labelled, then one is evicted.
+    relocate(si, "node2", "DC0_C0_H0")
+
+
+def ours(si: vim.ServiceInstance) -> list[int]:
+    """Keys of the translator's anti-affinity rules in vcsim."""
+    names = {
+        v["name"]
+        for v in drs_state(si).values()
+        if v["name"].startswith("hostaffinity-") and v["_type"].endswith("AntiAffinityRuleSpec")
+    }
+    return [r.key for r in cluster_of(si).configurationEx.rule if r.name in names]
+
+
+async def _webhook_serving(extender: Extender, kube: KubeDouble) -> bool:
+    return (
+        extender.webhook is not None and extender.webhook.serving and written_ca(kube) is not None
+    )
