@@ -30,6 +30,7 @@ from figures import peak_rss_mib, percentile  # noqa: E402
 
 from hostaffinity.affinity.index import ClusterIndex  # noqa: E402
 from hostaffinity.affinity.model import Pod  # noqa: E402
+from hostaffinity.drs_translator.announcements import KeptAnnouncements  # noqa: E402
 from hostaffinity.drs_translator.applier import DrsApplier  # noqa: E402
 from hostaffinity.drs_translator.metrics import DrsMetrics  # noqa: E402
 from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan  # noqa: E402
@@ -166,12 +167,16 @@ async def main(groups: int, replicas: int, vms: int, runs: int) -> None:
         )
 
         await bus.provision()
-        records = OwnershipRecords(await bus.js.key_value(DRS_BUCKET), "bench")
+        drs_bucket = await bus.js.key_value(DRS_BUCKET)
+        records = OwnershipRecords(drs_bucket, "bench")
+        kept = KeptAnnouncements(drs_bucket, "bench")
         events: list[Event] = []
 
         async with VCenterSession(vc.settings()) as session:
             config = ClusterConfig(session)
-            applier = DrsApplier(config, records, events.append, DrsMetrics(), vcenter="bench")
+            applier = DrsApplier(
+                config, records, kept, events.append, DrsMetrics(), vcenter="bench"
+            )
             started = time.perf_counter()
             for cluster_plan in desired.clusters.values():
                 await applier.apply(cluster_plan)

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from pyVmomi import vim
 
-from hostaffinity.drs_translator.applier import PAUSE_AFTER_RECONFIGURE_ENV
+from hostaffinity.drs_translator.applier import PAUSE_AFTER_KEEP_ENV, PAUSE_AFTER_RECONFIGURE_ENV
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.schema import (
@@ -33,6 +33,7 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     TopologyEvent,
 )
+from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX, DRS_RULE_KEY_PREFIX
 from tests.e2e.drs_harness import (
     RunningTranslator,
     cluster_of,
@@ -145,17 +146,27 @@ def anti_rules(si: vim.ServiceInstance) -> dict[str, list[str]]:
     }
 
 
-async def records(bus: Bus) -> dict[str, DrsOwnership]:
+async def drs_keys(bus: Bus, prefix: str) -> list[str]:
     kv = await bus.js.key_value(DRS_BUCKET)
     try:
         keys = await kv.keys()
     except Exception:  # nats-py raises NoKeysError for an empty bucket
-        return {}
+        return []
+    return [key for key in keys if key.startswith(prefix)]
+
+
+async def records(bus: Bus) -> dict[str, DrsOwnership]:
+    kv = await bus.js.key_value(DRS_BUCKET)
     found = {}
-    for key in keys:
+    for key in await drs_keys(bus, DRS_RULE_KEY_PREFIX):
         entry = await kv.get(key)
         found[key] = msgspec.json.decode(entry.value or b"", type=DrsOwnership)
     return found
+
+
+async def kept_announcements(bus: Bus) -> list[str]:
+    """The `drs.rules.applied` events the translator still keeps (not acknowledged yet)."""
+    return await drs_keys(bus, DRS_OUTBOX_KEY_PREFIX)
 
 
 async def events_of(bus: Bus, kind: type[TopologyEvent]) -> list[Any]:
@@ -403,6 +414,7 @@ def start_subprocess(config_path: Path, log: Path, **env: str) -> subprocess.Pop
         )
 
 
+@pytest.mark.parametrize("pause", [PAUSE_AFTER_RECONFIGURE_ENV, PAUSE_AFTER_KEEP_ENV])
 async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
     vc: Vcsim,
     nats_server: NatsServer,
@@ -410,7 +422,10 @@ async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
     kubeconfig: Path,
     bus: Bus,
     tmp_path: Path,
+    pause: str,
 ) -> None:
+    """Killed after the reconfigure (the event not kept yet) or after keeping the event (the
+    records not confirmed): one rule, one record, and the batch announced exactly once."""
     si = vc.connect()
     expected = sorted([vm(si, "node1"), vm(si, "node3")])
     config_path = tmp_path / "drs-translator.yaml"
@@ -420,7 +435,7 @@ async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
     kube_double.seed(pod_manifest("p1", "node1", WEB, apart_from=WEB))
     kube_double.seed(pod_manifest("p2", "node3", WEB, apart_from=WEB))
     async with labeller(vc, nats_server, kubeconfig):
-        first = start_subprocess(config_path, log, **{PAUSE_AFTER_RECONFIGURE_ENV: str(paused)})
+        first = start_subprocess(config_path, log, **{pause: str(paused)})
         try:
             await eventually(paused.exists, "the pause after the reconfigure", 30)
             assert list(anti_rules(si).values()) == [expected]  # vCenter has it...
@@ -448,6 +463,9 @@ async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
     assert (record.vms, record.pods) == (expected, ["default/p1", "default/p2"])
     conflicts = await events_of(bus, DrsRuleConflict)
     assert conflicts == []  # the rule was recognised as ours, not reported as a stranger
+    announced = [e for e in await events_of(bus, DrsRulesApplied) if record.name in e.added]
+    assert len(announced) == 1, announced
+    assert await kept_announcements(bus) == []  # acknowledged, so no longer kept
 
 
 async def test_a_conflict_found_while_nats_is_down_reaches_the_stream_once_after(

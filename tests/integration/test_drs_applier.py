@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from pyVmomi import vim
 
+from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
@@ -44,12 +45,20 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
     vc, si, cluster, vms = inventory
     published: list[Event] = []
 
-    records = OwnershipRecords(await bus.js.key_value(DRS_BUCKET), "vcsim")
+    drs_bucket = await bus.js.key_value(DRS_BUCKET)
+    records = OwnershipRecords(drs_bucket, "vcsim")
+    kept = KeptAnnouncements(drs_bucket, "vcsim")
     first = DrsObject("hostaffinity-vmgroup-aaaa", "vm-group", cluster, vms=(vms[0],))
     async with VCenterSession(vc.settings()) as session:
         config = ClusterConfig(session)
         applier = DrsApplier(
-            config, records, published.append, DrsMetrics(), vcenter="vcsim", retry_base_seconds=0.2
+            config,
+            records,
+            kept,
+            published.append,
+            DrsMetrics(),
+            vcenter="vcsim",
+            retry_base_seconds=0.2,
         )
         await applier.apply(plan_of(cluster, first))
         # An administrator takes the name we are about to use, after our last read of vCenter.
@@ -97,13 +106,14 @@ async def test_dry_run_plans_and_publishes_but_writes_nothing(
 ) -> None:
     vc, si, cluster, vms = inventory
     kv = await bus.js.key_value(DRS_BUCKET)
+    kept = KeptAnnouncements(kv, "vcsim")
     records = OwnershipRecords(kv, "vcsim")
     published: list[Event] = []
 
     async with VCenterSession(vc.settings()) as session:
         config = ClusterConfig(session)
         applier = DrsApplier(
-            config, records, published.append, DrsMetrics(), vcenter="vcsim", dry_run=True
+            config, records, kept, published.append, DrsMetrics(), vcenter="vcsim", dry_run=True
         )
         await applier.apply(plan_of(cluster, anti(cluster, "hostaffinity-anti-c", *vms[:2])))
     assert drs_state(si) == {}

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from drs_builders import VCENTER, pod, topology
 
 from hostaffinity.affinity.model import Namespace, ObjectMeta
+from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.diff import Change
 from hostaffinity.drs_translator.metrics import DrsMetrics
@@ -60,7 +61,8 @@ async def test_a_stop_swallowed_by_a_records_write_ends_the_loop() -> None:
     sent: list[Event] = []
     metrics = DrsMetrics()
     records = OwnershipRecords(kv, VCENTER)  # type: ignore[arg-type]
-    applier = DrsApplier(vcenter, records, sent.append, metrics, vcenter=VCENTER)  # type: ignore[arg-type]
+    kept = KeptAnnouncements(kv, VCENTER)  # type: ignore[arg-type]
+    applier = DrsApplier(vcenter, records, kept, sent.append, metrics, vcenter=VCENTER)  # type: ignore[arg-type]
     translator = DrsTranslator(PlannerSettings(vcenter=VCENTER), applier, records, None, metrics)
     placements, hosts = topology()
     for node, placement in placements.items():

@@ -36,6 +36,8 @@ _dropped = _meter.create_counter(
 
 PUBLISH_TIMEOUT_SECONDS: Final = 5.0
 Publish = Callable[[Event], Awaitable[object]]
+# Told of each event NATS acknowledged, e.g. to drop a copy kept elsewhere until then.
+Published = Callable[[Event], Awaitable[None]]
 
 
 class Outbox:
@@ -50,6 +52,7 @@ class Outbox:
         retry_base_seconds: float = 0.25,
         retry_max_seconds: float = 5.0,
         drain_seconds: float = 2.0,
+        on_published: Published | None = None,
     ) -> None:
         self.name = name
         self.dropped = 0
@@ -58,6 +61,7 @@ class Outbox:
         self._retry_base = retry_base_seconds
         self._retry_max = retry_max_seconds
         self._drain_seconds = drain_seconds
+        self._on_published = on_published
         self._waiting: collections.deque[Event] = collections.deque()
         self._ids: set[str] = set()
         self._ready = asyncio.Event()
@@ -119,7 +123,7 @@ class Outbox:
                     await asyncio.sleep(delay)
                     continue
                 failures = 0
-                self._published(event)
+                await self._published(event)
             self._ready.clear()
 
     async def _drain(self) -> None:
@@ -131,7 +135,7 @@ class Outbox:
                 await asyncio.wait_for(self._publish(event), min(left, PUBLISH_TIMEOUT_SECONDS))
             except Exception:  # NATS is away: no time left to wait for it
                 break
-            self._published(event)
+            await self._published(event)
         if self._waiting:
             _log.warning(
                 "%s: stopping with %d events not published, from %s",
@@ -140,8 +144,14 @@ class Outbox:
                 self._waiting[0].id,
             )
 
-    def _published(self, event: Event) -> None:
+    async def _published(self, event: Event) -> None:
         if self._waiting and self._waiting[0] is event:  # not dropped meanwhile
             self._waiting.popleft()
             self._ids.discard(event.id)
             _queued.add(-1, self._labels)
+        if self._on_published is None:
+            return
+        try:
+            await self._on_published(event)
+        except Exception:  # the copy stays; sent again later, stored once (same id)
+            _log.warning("%s: after publishing %s", self.name, event.id, exc_info=True)

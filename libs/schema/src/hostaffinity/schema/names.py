@@ -25,6 +25,8 @@ DLQ_SUBJECT_PREFIX = "hostaffinity.dlq"
 NODE_KEY_PREFIX = "node."
 HOST_KEY_PREFIX = "host."
 DRS_RULE_KEY_PREFIX = "rule."
+# `drs.rules.applied` events kept until NATS acknowledged them (the translator's durable outbox).
+DRS_OUTBOX_KEY_PREFIX = "outbox."
 
 
 def node_key(node_name: str) -> str:
@@ -54,6 +56,11 @@ def drs_rule_key(vcenter: str, cluster_moid: str, name: str) -> str:
     """
     parts = (_key_safe(vcenter), _key_safe(cluster_moid), _key_safe(name))
     return DRS_RULE_KEY_PREFIX + ".".join(parts)
+
+
+def drs_outbox_key(vcenter: str, event_id: str) -> str:
+    """KV key of a `drs.rules.applied` event the drs-translator keeps until it is published."""
+    return f"{DRS_OUTBOX_KEY_PREFIX}{_key_safe(vcenter)}.{_key_safe(event_id)}"
 
 
 def _key_safe(part: str) -> str:

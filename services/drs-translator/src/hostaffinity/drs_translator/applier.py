@@ -1,10 +1,13 @@
 """Brings one cluster's DRS rules and groups to the plan, one reconfigure per batch, crash-safe.
 
 Order for a batch: ownership records first (`pending`, or `removing`), then one
-`ReconfigureComputeResource_Task` with every add, edit and remove, then the records confirmed
-(`applied`, or deleted), then the `drs.rules.applied` event. A translator killed between the
-reconfigure and the confirmation finds, on restart, a record for the rule it wrote: the rule is
-ours, it is compared and at most edited, never added twice, never orphaned.
+`ReconfigureComputeResource_Task` with every add, edit and remove, then the `drs.rules.applied`
+event kept in the bucket (announcements.py), then the records confirmed (`applied`, or deleted),
+then the event sent. A translator killed between the reconfigure and the confirmation finds, on
+restart, a record for the rule it wrote: the rule is ours, it is compared and at most edited,
+never added twice, never orphaned; and the batch is announced exactly once: by the kept event
+when the crash came after keeping it (`settle` confirms what it names), else by the restart, which
+announces the `pending` records it finds applied and the `removing` ones it finds gone.
 
 If vCenter refuses the batch, the cluster is read again (a simulator may have applied part of it)
 and what is still to do is sent one change per call: the ones vCenter takes are applied, a refused
@@ -24,6 +27,7 @@ from typing import Final
 
 import msgspec
 
+from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
@@ -42,10 +46,12 @@ from hostaffinity.schema import (
 )
 
 SOURCE: Final = "drs-translator"
-# Test-only: when set to a file path, the applier creates that file after a successful
-# reconfigure and waits there for ever, before confirming the records, so that a test can kill
-# the process exactly between the two steps (README, "drs-translator").
+# Test-only: when one is set to a file path, the applier creates that file at that step and
+# waits there for ever, so that a test can kill the process exactly there (README,
+# "drs-translator"): after a successful reconfigure (before the event is kept), or after the
+# event is kept (before the records are confirmed).
 PAUSE_AFTER_RECONFIGURE_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_RECONFIGURE"
+PAUSE_AFTER_KEEP_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_KEEP"
 
 _log = logging.getLogger(__name__)
 # Hands a bus event to the runtime's outbox, which keeps it until NATS takes it.
@@ -65,6 +71,7 @@ class DrsApplier:
         self,
         config: ClusterConfig,
         records: OwnershipRecords,
+        kept: KeptAnnouncements,
         send: Send,
         metrics: DrsMetrics,
         *,
@@ -75,6 +82,7 @@ class DrsApplier:
     ) -> None:
         self._config = config
         self._records = records
+        self._kept = kept
         self._send = send
         self._metrics = metrics
         self._vcenter = vcenter
@@ -102,8 +110,9 @@ class DrsApplier:
         changes = self._due(cluster, diff.changes)
         if self._dry_run:
             if changes:
-                self._announce(cluster, changes)
+                self._send(self._applied_event(cluster, _names(changes)))
             return
+        await self._announce_recovered(cluster, diff)
         if changes:
             previous = await self._record_intent(changes)
             try:
@@ -114,7 +123,7 @@ class DrsApplier:
                 await self._isolate(cluster, changes, previous)
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
-                await _pause_if_asked()
+                await _pause_if_asked(PAUSE_AFTER_RECONFIGURE_ENV)
                 await self._done(cluster, changes)
         for obj in diff.confirm:
             await self._records.put(
@@ -161,9 +170,39 @@ class DrsApplier:
                 )
         return previous
 
+    async def settle(self, kept: DrsRulesApplied) -> None:
+        """A kept event from before a restart: what it announces was applied, so its records
+        are confirmed (a `pending` one becomes `applied`, a `removing` one goes)."""
+        records = self._records.of(kept.cluster_moid)
+        for name in [*kept.added, *kept.edited]:
+            record = records.get(name)
+            if record is not None and record.state == "pending":
+                applied = msgspec.structs.replace(
+                    record, state="applied", applied_at=kept.occurred_at
+                )
+                await self._records.put(applied)
+        for name in kept.removed:
+            record = records.get(name)
+            if record is not None and record.state == "removing":
+                await self._records.delete(kept.cluster_moid, name)
+
+    async def _announce_recovered(self, cluster: str, diff: ClusterDiff) -> None:
+        """What an earlier run wrote and did not announce (killed between the reconfigure and
+        keeping the event): `pending` records vCenter holds, `removing` ones it no longer does."""
+        records = self._records.of(cluster)
+        added = [obj.name for obj in diff.confirm if _state(records, obj.name) == "pending"]
+        removed = [name for name in diff.forget if _state(records, name) == "removing"]
+        if added or removed:
+            event = self._applied_event(cluster, {"add": added, "edit": [], "remove": removed})
+            await self._kept.keep(event)
+            self._send(event)
+
     async def _done(self, cluster: str, changes: Sequence[Change]) -> None:
         actual = self._actual.setdefault(cluster, {})
         applied_at = utc_timestamp()
+        event = self._applied_event(cluster, _names(changes))
+        await self._kept.keep(event)
+        await _pause_if_asked(PAUSE_AFTER_KEEP_ENV)
         for change in changes:
             obj = change.obj
             self._backoff.pop((cluster, obj.name), None)
@@ -180,7 +219,7 @@ class DrsApplier:
                         applied_at=applied_at,
                     )
                 )
-        self._announce(cluster, changes)
+        self._send(event)
 
     async def _isolate(
         self,
@@ -308,25 +347,8 @@ class DrsApplier:
             )
         )
 
-    def _announce(self, cluster: str, changes: Sequence[Change]) -> None:
-        names = {
-            op: sorted(c.obj.name for c in changes if c.op == op)
-            for op in ("add", "edit", "remove")
-        }
+    def _applied_event(self, cluster: str, names: Mapping[str, list[str]]) -> DrsRulesApplied:
         when = utc_timestamp()
-        self._send(
-            DrsRulesApplied(
-                id=event_id("drs.rules.applied", self._vcenter, cluster, when, names),
-                occurred_at=when,
-                source=SOURCE,
-                vcenter=self._vcenter,
-                cluster_moid=cluster,
-                added=names["add"],
-                edited=names["edit"],
-                removed=names["remove"],
-                dry_run=self._dry_run,
-            )
-        )
         _log.info(
             "%s %s: added %s, edited %s, removed %s",
             "planned" if self._dry_run else "applied",
@@ -335,6 +357,29 @@ class DrsApplier:
             names["edit"],
             names["remove"],
         )
+        return DrsRulesApplied(
+            id=event_id("drs.rules.applied", self._vcenter, cluster, when, names),
+            occurred_at=when,
+            source=SOURCE,
+            vcenter=self._vcenter,
+            cluster_moid=cluster,
+            added=names["add"],
+            edited=names["edit"],
+            removed=names["remove"],
+            dry_run=self._dry_run,
+        )
+
+
+def _names(changes: Sequence[Change]) -> dict[str, list[str]]:
+    """The names a batch adds, edits and removes, sorted."""
+    return {
+        op: sorted(c.obj.name for c in changes if c.op == op) for op in ("add", "edit", "remove")
+    }
+
+
+def _state(records: Mapping[str, DrsOwnership], name: str) -> DrsRecordState | None:
+    record = records.get(name)
+    return None if record is None else record.state
 
 
 def _took_effect(change: Change, actual: Mapping[str, DrsObject]) -> bool:
@@ -348,11 +393,9 @@ def _with_state(record: DrsOwnership, state: DrsRecordState) -> DrsOwnership:
     return msgspec.structs.replace(record, state=state)
 
 
-async def _pause_if_asked() -> None:
-    marker = os.environ.get(PAUSE_AFTER_RECONFIGURE_ENV)
+async def _pause_if_asked(variable: str) -> None:
+    marker = os.environ.get(variable)
     if marker:
         Path(marker).write_text(str(os.getpid()))
-        _log.warning(
-            "%s is set: pausing between reconfigure and records", PAUSE_AFTER_RECONFIGURE_ENV
-        )
+        _log.warning("%s is set: pausing here", variable)
         await asyncio.Event().wait()

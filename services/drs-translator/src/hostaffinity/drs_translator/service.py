@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
+from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.metrics import DrsMetrics
@@ -41,17 +42,20 @@ async def translate(
     """The work: until cancelled. `observe` lets an in-process test see the live parts."""
     config = ctx.config
     await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM])
-    records = OwnershipRecords(await ctx.bus.js.key_value(DRS_BUCKET), config.vcenter_label)
+    drs_bucket = await ctx.bus.js.key_value(DRS_BUCKET)
+    records = OwnershipRecords(drs_bucket, config.vcenter_label)
     await records.load()
+    kept = KeptAnnouncements(drs_bucket, config.vcenter_label)
     topology = await ctx.bus.topology()
     metrics = DrsMetrics()
-    outbox = Outbox(SOURCE, ctx.bus.publish_event)
+    outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=kept.forget)
     ctx.start(outbox.run(), name="bus-outbox")
     async with VCenterSession(config.vcenter) as session:
         cluster_config = ClusterConfig(session)
         applier = DrsApplier(
             cluster_config,
             records,
+            kept,
             outbox.put,
             metrics,
             vcenter=config.vcenter_label,
@@ -59,6 +63,9 @@ async def translate(
             retry_base_seconds=config.retry_base_seconds,
             retry_max_seconds=config.retry_max_seconds,
         )
+        for announcement in await kept.load():  # a batch an earlier run did not announce
+            await applier.settle(announcement)
+            outbox.put(announcement)
         translator = DrsTranslator(
             PlannerSettings(
                 vcenter=config.vcenter_label,

@@ -1,0 +1,61 @@
+"""`drs.rules.applied` survives a crash: the event is kept in the `hostaffinity-drs` bucket
+(`outbox.<vcenter>.<event-id>`) from before the ownership records are confirmed until NATS
+acknowledged it, so a translator killed in between sends it on restart instead of losing it.
+
+The runtime's outbox keeps events in memory only, which is right for events that can be made
+again; a batch of DRS writes cannot: on restart the records show the rules as ours and applied,
+and nothing would say that they were. A kept event is sent with its own id, so a copy NATS had
+already stored is dropped as a duplicate (within the stream's duplicate window).
+"""
+
+import logging
+
+import msgspec
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from hostaffinity.schema import DrsRulesApplied, Event, drs_outbox_key
+from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX
+
+_log = logging.getLogger(__name__)
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(DrsRulesApplied)
+
+
+class KeptAnnouncements:
+    """The `drs.rules.applied` events of one vCenter not yet acknowledged by NATS."""
+
+    def __init__(self, kv: KeyValue, vcenter: str) -> None:
+        self._kv = kv
+        self._vcenter = vcenter
+        self._kept: set[str] = set()
+
+    async def keep(self, event: DrsRulesApplied) -> None:
+        """Store the event before what it announces is confirmed."""
+        await self._kv.put(drs_outbox_key(self._vcenter, event.id), _encoder.encode(event))
+        self._kept.add(event.id)
+
+    async def forget(self, event: Event) -> None:
+        """Drop a kept event NATS acknowledged (the outbox's `on_published`)."""
+        if event.id not in self._kept:
+            return
+        await self._kv.delete(drs_outbox_key(self._vcenter, event.id))
+        self._kept.discard(event.id)
+
+    async def load(self) -> list[DrsRulesApplied]:
+        """Every event kept by an earlier run, oldest first; they are kept until forgotten."""
+        found: list[DrsRulesApplied] = []
+        prefix = drs_outbox_key(self._vcenter, "")
+        watcher = await self._kv.watch(f"{DRS_OUTBOX_KEY_PREFIX}>", ignore_deletes=True)
+        try:
+            while (entry := await anext(watcher)) is not None:
+                if entry.operation in (KV_DEL, KV_PURGE) or not entry.key.startswith(prefix):
+                    continue
+                try:
+                    found.append(_decoder.decode(entry.value or b""))
+                except msgspec.DecodeError as err:
+                    _log.error("kept announcement %s does not decode; dropped: %s", entry.key, err)
+                    await self._kv.delete(entry.key)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        self._kept.update(event.id for event in found)
+        return sorted(found, key=lambda event: event.occurred_at)
