@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job without Docker (`make dev`): the services as local processes, with an embedded
+# The main job without Docker (`make dev`): the four services as local processes, with an embedded
 # nats-server (JetStream) and our vcsim, against whatever cluster KUBECONFIG points at.
 # vcsim gets one VM per cluster node (spread over its hosts, matched by name), since kind and k3s
-# have no vSphere behind them. Ctrl-C stops everything. Logs and state live in .cache/dev.
+# have no vSphere behind them. Without a usable cluster it stops at once saying what is missing.
+# Ctrl-C stops everything. Logs and state live in .cache/dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,17 +14,23 @@ NATS_MONITOR_PORT=${NATS_MONITOR_PORT:-8222}
 VCSIM_LISTEN=${VCSIM_LISTEN:-127.0.0.1:8989}
 LABELLER_HEALTH_PORT=${LABELLER_HEALTH_PORT:-8081}
 EXTENDER_HEALTH_PORT=${EXTENDER_HEALTH_PORT:-8082}
+DRS_HEALTH_PORT=${DRS_HEALTH_PORT:-8083}
+DESCHEDULER_HEALTH_PORT=${DESCHEDULER_HEALTH_PORT:-8084}
 EXTENDER_PORT=${EXTENDER_PORT:-8888}
 WEBHOOK_PORT=${WEBHOOK_PORT:-8443}
 # Where the cluster's API server reaches this machine's webhook, e.g. https://172.17.0.1:8443/mutate
 # for kind (the docker bridge); unset: the webhook runs but is not registered.
 DEV_WEBHOOK_URL=${DEV_WEBHOOK_URL:-}
+# Before anything starts: an API server that answers, or one line naming what is missing.
+.venv/bin/hostaffinity check-cluster
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  echo "dev: stopped"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # The bus as Kubernetes runs it, on one server without TLS: the shipped local.conf with the same
 # users and permissions (auth.conf), one nkey per identity under $state/nats (kept across runs).
@@ -35,11 +42,18 @@ pids+=($!)
 echo "dev: nats-server on nats://127.0.0.1:$NATS_PORT (JetStream in $state/jetstream," \
   "monitor on :$NATS_MONITOR_PORT, identities in $state/nats)"
 export HOSTAFFINITY_NATS__SERVERS="[\"nats://127.0.0.1:$NATS_PORT\"]"
-# Each process connects as its own identity (the nkey seed file named after it).
+# Each process connects as its own identity (the nkey seed file named after it). Run in a
+# subshell, the command replaces it: the pid kept is the service's own, so stopping it stops it.
 as_identity() {
-  HOSTAFFINITY_NATS__IDENTITY=$1 HOSTAFFINITY_NATS__NKEY_SEED_FILE="$state/nats/$1.nk" "${@:2}"
+  export HOSTAFFINITY_NATS__IDENTITY=$1 HOSTAFFINITY_NATS__NKEY_SEED_FILE="$state/nats/$1.nk"
+  exec "${@:2}"
 }
-as_identity provision .venv/bin/hostaffinity bus provision --connect-timeout 30
+# start IDENTITY COMMAND...: a service in the background, logging to $state/IDENTITY.log.
+start() {
+  (as_identity "$@") >"$state/$1.log" 2>&1 &
+  pids+=($!)
+}
+(as_identity provision .venv/bin/hostaffinity bus provision --connect-timeout 30)
 
 build/vcsim -listen "$VCSIM_LISTEN" -clusters 1 -hosts 3 -vms 0 \
   >"$state/vcsim.out" 2>"$state/vcsim.log" &
@@ -55,13 +69,23 @@ echo "dev: KUBECONFIG=${KUBECONFIG:-<unset: ~/.kube/config>}"
 vc_hostport=${vcsim_url#*@}; vc_hostport=${vc_hostport%%/*}
 ${KUBECONFIG:+export HOSTAFFINITY_KUBERNETES__KUBECONFIG="$KUBECONFIG"}
 
-HOSTAFFINITY_VCENTER__HOST=${vc_hostport%:*} HOSTAFFINITY_VCENTER__PORT=${vc_hostport##*:} \
-HOSTAFFINITY_VCENTER__PROTOCOL=http HOSTAFFINITY_VCENTER__USERNAME=user \
-HOSTAFFINITY_VCENTER__PASSWORD=pass HOSTAFFINITY_LEASE__NAMESPACE=kube-system \
-HOSTAFFINITY_HEALTH__PORT=$LABELLER_HEALTH_PORT \
-  as_identity node-labeller .venv/bin/hostaffinity-node-labeller >"$state/node-labeller.log" 2>&1 &
-pids+=($!)
+# node-labeller and drs-translator watch and write the same vcsim; the leader-elected services
+# keep their Leases in kube-system, which every cluster has.
+export HOSTAFFINITY_LEASE__NAMESPACE=kube-system
+vcenter=(HOSTAFFINITY_VCENTER__HOST="${vc_hostport%:*}" HOSTAFFINITY_VCENTER__PORT="${vc_hostport##*:}"
+  HOSTAFFINITY_VCENTER__PROTOCOL=http HOSTAFFINITY_VCENTER__USERNAME=user
+  HOSTAFFINITY_VCENTER__PASSWORD=pass)
+start node-labeller env "${vcenter[@]}" HOSTAFFINITY_HEALTH__PORT="$LABELLER_HEALTH_PORT" \
+  .venv/bin/hostaffinity-node-labeller
 echo "dev: node-labeller (health on :$LABELLER_HEALTH_PORT, log $state/node-labeller.log)"
+start drs-translator env "${vcenter[@]}" HOSTAFFINITY_HEALTH__PORT="$DRS_HEALTH_PORT" \
+  .venv/bin/hostaffinity-drs-translator
+echo "dev: drs-translator (health on :$DRS_HEALTH_PORT, log $state/drs-translator.log)"
+start descheduler env HOSTAFFINITY_HEALTH__PORT="$DESCHEDULER_HEALTH_PORT" \
+  .venv/bin/hostaffinity-descheduler --config scripts/dev/descheduler.yaml
+echo "dev: descheduler with every strategy (scripts/dev/descheduler-policy.yaml; health on" \
+  ":$DESCHEDULER_HEALTH_PORT, log $state/descheduler.log)"
+unset HOSTAFFINITY_LEASE__NAMESPACE
 
 if [ -n "$DEV_WEBHOOK_URL" ]; then
   # The shipped configuration, pointed at this machine by URL; the service writes its caBundle.
@@ -76,12 +100,20 @@ fi
 HOSTAFFINITY_HEALTH__PORT=$EXTENDER_HEALTH_PORT HOSTAFFINITY_EXTENDER__PORT=$EXTENDER_PORT \
 HOSTAFFINITY_WEBHOOK__PORT=$WEBHOOK_PORT HOSTAFFINITY_KUBERNETES__NAMESPACE=default \
 HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES="[\"127.0.0.1\"${webhook_host:+, \"$webhook_host\"}]" \
-  as_identity scheduler-extender .venv/bin/hostaffinity-scheduler-extender \
-  >"$state/scheduler-extender.log" 2>&1 &
-pids+=($!)
+  start scheduler-extender .venv/bin/hostaffinity-scheduler-extender
 echo "dev: scheduler-extender on :$EXTENDER_PORT, admission webhook on :$WEBHOOK_PORT (health on :$EXTENDER_HEALTH_PORT)"
 echo "dev: follow events with: .venv/bin/hostaffinity events --nats nats://127.0.0.1:$NATS_PORT" \
   "--nats-seed $state/nats/cli.nk"
+ready() { .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+  "http://127.0.0.1:$1/readyz" 2>/dev/null; }
+for port in "$LABELLER_HEALTH_PORT" "$DRS_HEALTH_PORT" "$DESCHEDULER_HEALTH_PORT" "$EXTENDER_HEALTH_PORT"; do
+  until ready "$port"; do
+    kill -0 "${pids[@]}" 2>/dev/null || { echo "dev: a process exited; see the logs in $state" >&2; exit 1; }
+    sleep 0.5
+  done
+done
+echo "dev: all four services ready (/readyz); try: .venv/bin/hostaffinity topology" \
+  "--nats nats://127.0.0.1:$NATS_PORT --nats-seed $state/nats/cli.nk"
 echo "dev: running; Ctrl-C stops everything"
 wait -n "${pids[@]}"
 echo "dev: a process exited; see the logs in $state" >&2

@@ -15,6 +15,7 @@ import msgspec
 from nats.js.api import DeliverPolicy
 
 from hostaffinity.cli.bus_commands import add_bus_commands
+from hostaffinity.cli.cluster_check import add_check_command
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms
@@ -116,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     events.set_defaults(run=follow_events)
     add_operator_commands(commands)
     add_bus_commands(commands)
+    add_check_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:
