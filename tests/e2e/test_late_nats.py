@@ -54,6 +54,7 @@ async def test_a_labeller_started_before_nats_waits_and_loses_nothing(
             assert await _readyz(port) == (503, "not ready: nats connected\n")
             assert replica.standby, "no work (no Lease, no labels) before NATS is there"
             await late.start()
+            await late.provision()  # the provisioning Job runs once NATS is up
             await wait_ready(replica, within=30)
             assert (await _readyz(port))[0] == 200
             await eventually(

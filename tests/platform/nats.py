@@ -78,6 +78,11 @@ class NatsServer:
         finally:
             await connected.close()
 
+    async def provision(self) -> None:
+        """The streams, buckets and consumer, as `hostaffinity bus provision` makes them."""
+        async with self.connection("provision") as provisioning:
+            await provisioning.provision()
+
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
             str(nats_server_binary()),
@@ -133,8 +138,7 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
     server = NatsServer(tmp_path)
     await server.start()
     try:
-        async with server.connection("provision") as provisioning:
-            await provisioning.provision()
+        await server.provision()
         yield server
     finally:
         await server.stop()
