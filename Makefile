@@ -1,4 +1,4 @@
-.PHONY: setup test images dev proto bench
+.PHONY: setup test images dev demo proto bench
 
 setup:
 	bash scripts/setup.sh
@@ -11,6 +11,10 @@ images:
 
 dev:
 	bash scripts/dev.sh
+
+# Plays the scenarios on what `make dev` started (run it in a second terminal).
+demo:
+	uv run --frozen hostaffinity demo --nats-seed .cache/dev/nats/cli.nk
 
 proto:
 	uv run --frozen python -m hostaffinity.schema.proto proto

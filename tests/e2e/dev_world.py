@@ -8,9 +8,11 @@ serves from the test's event loop, so every wait here is asynchronous.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-KIND_NODES = ["kind-control-plane", *(f"kind-worker{n or ''}" for n in range(5))]
+KIND_NODES = ["kind-control-plane", "kind-worker", *(f"kind-worker{n}" for n in range(2, 6))]
 READY_LINE = "dev: all four services ready"
 
 
@@ -111,3 +113,15 @@ class DevRun:
         if self.process.returncode is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             await asyncio.wait_for(self.process.wait(), 30)
+
+
+@contextlib.asynccontextmanager
+async def running_dev(kube: KubeDouble, tmp_path: Path) -> AsyncIterator[DevRun]:
+    """`make dev` against six kind-named nodes of the double, from ready until the block ends."""
+    environment = dev_environment(tmp_path, kind_cluster(kube, tmp_path))
+    dev = await DevRun.start(environment, tmp_path / "dev.out")
+    try:
+        await dev.ready()
+        yield dev
+    finally:
+        await dev.stop()

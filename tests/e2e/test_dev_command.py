@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from hostaffinity.cli.bus_access import IDENTITY_NAMES
-from tests.e2e.dev_world import REPO, DevRun, dev_environment, kind_cluster
+from tests.e2e.dev_world import REPO, DevRun, dev_environment, running_dev
 from tests.platform.kube_double import KubeDouble
 
 pytestmark = pytest.mark.timeout(240)
@@ -20,10 +20,8 @@ pytestmark = pytest.mark.timeout(240)
 async def test_dev_command_runs_every_service_and_stops_them_all(
     kube_double: KubeDouble, tmp_path: Path
 ) -> None:
-    environment = dev_environment(tmp_path, kind_cluster(kube_double, tmp_path))
-    dev = await DevRun.start(environment, tmp_path / "dev.out")
-    try:
-        await dev.ready()
+    async with running_dev(kube_double, tmp_path) as dev:
+        environment = dev.environment
         for port in ("LABELLER", "DRS", "DESCHEDULER", "EXTENDER"):
             assert f"health on :{environment[f'{port}_HEALTH_PORT']}" in dev.text()
         state = tmp_path / "dev"
@@ -49,8 +47,6 @@ async def test_dev_command_runs_every_service_and_stops_them_all(
         await dev.interrupt()
         assert dev.leftovers() == []
         assert dev.text().rstrip().endswith("dev: stopped"), dev.text()
-    finally:
-        await dev.stop()
 
 
 def _empty(tmp_path: Path) -> Path:

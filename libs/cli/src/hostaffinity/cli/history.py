@@ -109,12 +109,13 @@ def _admission(events: Sequence[TopologyEvent], pod: PodIdentity) -> PodMutated 
 def _entries(events: list[TopologyEvent]) -> list[HistoryEntry]:
     ordered = sorted(events, key=lambda e: parse_time(e.occurred_at))
     return [
-        HistoryEntry(at=e.occurred_at, type=_type(e), source=e.source, summary=summary(e))
+        HistoryEntry(at=e.occurred_at, type=event_type(e), source=e.source, summary=summary(e))
         for e in ordered
     ]
 
 
-def _type(event: TopologyEvent) -> str:
+def event_type(event: TopologyEvent) -> str:
+    """The tag the event is published under, e.g. `vm.moved`."""
     return str(event.__struct_config__.tag)
 
 
@@ -170,4 +171,4 @@ def summary(event: TopologyEvent) -> str:
             return f"labelled {labels}"
         case NodeUnmatched():
             return f"not matched to a VM: {event.reason}"
-    return _type(event)  # the types neither history shows
+    return event_type(event)  # the types neither history shows

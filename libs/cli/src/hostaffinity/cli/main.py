@@ -8,38 +8,21 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Literal
-from urllib.parse import urlsplit
 
 import msgspec
 from nats.js.api import DeliverPolicy
 
 from hostaffinity.cli.bus_commands import add_bus_commands
 from hostaffinity.cli.cluster_check import add_check_command
+from hostaffinity.cli.demo import add_demo_command
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
-from hostaffinity.cli.seeding import seed_node_vms
+from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.kube import NODES, KubeClient, api_client
-from hostaffinity.runtime.vcenter import VCenterSettings, connect
+from hostaffinity.runtime.vcenter import connect
 from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
-
-
-def vcenter_settings(url: str) -> VCenterSettings:
-    """Settings from `http://user:pass@host:port/sdk` (the form vcsim prints)."""
-    parts = urlsplit(url)
-    if not parts.hostname or parts.username is None or parts.password is None:
-        raise ValueError(f"expected a URL like http://user:pass@host:8989/sdk, not {url!r}")
-    protocol: Literal["https", "http"] = "https" if parts.scheme == "https" else "http"
-    return VCenterSettings(
-        host=parts.hostname,
-        port=parts.port or (443 if protocol == "https" else 80),
-        username=parts.username,
-        password=parts.password,
-        protocol=protocol,
-        verify_tls=False,
-    )
 
 
 async def node_names(kubeconfig: str | None, server: str | None = None) -> list[str]:
@@ -118,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_operator_commands(commands)
     add_bus_commands(commands)
     add_check_command(commands)
+    add_demo_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     try:

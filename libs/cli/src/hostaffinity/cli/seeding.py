@@ -9,9 +9,12 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pyVmomi import vim
+
+from hostaffinity.runtime.vcenter import VCenterSettings
 
 log = logging.getLogger(__name__)
 TASK_POLL_SECONDS = 0.05
@@ -24,14 +27,30 @@ class SeedResult:
     existing: list[str]
 
 
+def vcenter_settings(url: str) -> VCenterSettings:
+    """Settings from `http://user:pass@host:port/sdk` (the form vcsim prints)."""
+    parts = urlsplit(url)
+    if not parts.hostname or parts.username is None or parts.password is None:
+        raise ValueError(f"expected a URL like http://user:pass@host:8989/sdk, not {url!r}")
+    protocol: Literal["https", "http"] = "https" if parts.scheme == "https" else "http"
+    return VCenterSettings(
+        host=parts.hostname,
+        port=parts.port or (443 if protocol == "https" else 80),
+        username=parts.username,
+        password=parts.password,
+        protocol=protocol,
+        verify_tls=False,
+    )
+
+
 def seed_node_vms(service_instance: vim.ServiceInstance, node_names: Sequence[str]) -> SeedResult:
     """Create a powered-on VM per node that has none, placed round-robin over all hosts."""
     content: Any = service_instance.RetrieveContent()  # pyVmomi objects: typed at this edge only
-    existing = {vm.name for vm in _all(content, vim.VirtualMachine)}
-    hosts = sorted(_all(content, vim.HostSystem), key=lambda host: host.name)
+    existing = {vm.name for vm in inventory(content, vim.VirtualMachine)}
+    hosts = sorted(inventory(content, vim.HostSystem), key=lambda host: host.name)
     if not hosts:
         raise RuntimeError("the vCenter has no ESXi hosts to place node VMs on")
-    datacenter = next(iter(_all(content, vim.Datacenter)))
+    datacenter = next(iter(inventory(content, vim.Datacenter)))
     created: dict[str, str] = {}
     missing = [name for name in node_names if name not in existing]
     for index, name in enumerate(missing):
@@ -42,14 +61,14 @@ def seed_node_vms(service_instance: vim.ServiceInstance, node_names: Sequence[st
             files=_VM.FileInfo(vmPathName=f"[{_datastore_name(host)}]"),
         )
         task = datacenter.vmFolder.CreateVM_Task(spec, host.parent.resourcePool, host)
-        _wait(task)
-        _wait(task.info.result.PowerOnVM_Task())
+        wait_for_task(task)
+        wait_for_task(task.info.result.PowerOnVM_Task())
         created[name] = host.name
         log.info("created VM %s on %s", name, host.name)
     return SeedResult(created=created, existing=sorted(set(node_names) & existing))
 
 
-def _all(content: Any, kind: type) -> list[Any]:
+def inventory(content: Any, kind: type) -> list[Any]:
     view = content.viewManager.CreateContainerView(content.rootFolder, [kind], True)
     try:
         return list(view.view)
@@ -61,7 +80,7 @@ def _datastore_name(host: vim.HostSystem) -> str:
     return str(host.datastore[0].name) if host.datastore else "datastore1"
 
 
-def _wait(task: vim.Task) -> None:
+def wait_for_task(task: vim.Task) -> None:
     while task.info.state in ("queued", "running"):
         time.sleep(TASK_POLL_SECONDS)
     if task.info.state != "success":

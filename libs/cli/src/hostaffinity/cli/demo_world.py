@@ -1,0 +1,232 @@
+"""What `hostaffinity demo` touches, through the public surfaces only: the Kubernetes API (its
+writes), the vCenter API (vMotions, reading DRS rules) and the event stream, read as the
+read-only `cli` identity (never written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+from nats.js.api import DeliverPolicy
+from pyVmomi import vim
+
+from hostaffinity.cli.history import event_type, summary
+from hostaffinity.cli.seeding import inventory, wait_for_task
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.kube import NODES, KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.vcenter import VCenterSettings, connect
+from hostaffinity.schema import (
+    EVENTS_STREAM,
+    EVENTS_SUBJECT_PREFIX,
+    LABEL_ESXI_HOST,
+    UNDECODABLE,
+    TopologyEvent,
+    decode_event,
+)
+
+SOURCE_WIDTH = 15
+_VM: Any = vim.vm  # data-object constructors pyVmomi leaves untyped
+
+
+class StepFailed(Exception):
+    """A check did not hold: what was expected and what was seen."""
+
+
+@dataclass
+class EventTail:
+    """Every event published since the demo started, printed as it arrives when it concerns the
+    step running (`show`)."""
+
+    seen: list[TopologyEvent] = field(default_factory=list)
+    show: Callable[[TopologyEvent], bool] = lambda _event: False
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, event: TopologyEvent) -> None:
+        self.seen.append(event)
+        if self.show(event):
+            print(
+                f"   {event.source:<{SOURCE_WIDTH}} {event_type(event)}: {summary(event)}",
+                flush=True,
+            )
+        self.arrived.set()
+
+    async def until(
+        self, wanted: Callable[[list[TopologyEvent]], bool], within: float, what: str
+    ) -> None:
+        """Until `wanted(events so far)` holds; StepFailed naming `what` after `within` s."""
+        deadline = time.monotonic() + within
+        while not wanted(self.seen):
+            self.arrived.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StepFailed(f"no {what} within {within:g} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), left)
+
+
+@contextlib.asynccontextmanager
+async def following(settings: NatsSettings, connect_within: float) -> AsyncIterator[EventTail]:
+    """The event stream from now on, read as the identity `settings` name."""
+    try:
+        async with asyncio.timeout(connect_within):
+            bus = await Bus.connect(settings, name="hostaffinity-demo")
+    except TimeoutError:
+        raise RuntimeError(
+            f"cannot reach NATS at {settings.servers[0]} within {connect_within:g} s: "
+            "is `make dev` running?"
+        ) from None
+    tail = EventTail()
+    subscription = await bus.js.subscribe(
+        f"{EVENTS_SUBJECT_PREFIX}.>",
+        stream=EVENTS_STREAM,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.NEW,
+    )
+
+    async def read() -> None:
+        async for message in subscription.messages:
+            try:
+                tail.add(decode_event(message.data))
+            except UNDECODABLE as error:
+                print(f"   undecodable event on {message.subject}: {error}", file=sys.stderr)
+
+    reader = asyncio.create_task(read())
+    try:
+        yield tail
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await bus.close()
+
+
+@dataclass
+class Kube:
+    """The Kubernetes calls the demo makes: JSON in, JSON out."""
+
+    api: ApiClient
+    client: KubeClient
+    namespace: str
+
+    @property
+    def pods(self) -> ResourceRef:
+        return ResourceRef("", "v1", "pods", self.namespace)
+
+    async def get(self, path: str, query: dict[str, str] | None = None) -> Any:
+        return json.loads(await self.client.request("GET", path, query=query))
+
+    async def send(self, method: str, path: str, body: Any, patch: bool = False) -> Any:
+        kind = "application/merge-patch+json" if patch else "application/json"
+        return json.loads(await self.client.request(method, path, body=body, content_type=kind))
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        listed: list[dict[str, Any]] = (await self.get(NODES.path()))["items"]
+        return listed
+
+    async def pods_of(self, app: str) -> list[dict[str, Any]]:
+        """The demo's pods labelled app=`app`, terminating ones included."""
+        listed = await self.get(self.pods.path(), {"labelSelector": f"app={app}"})
+        return list(listed["items"])
+
+    async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create it; a pod bound by nodeName is reported Running and Ready, as a kubelet would."""
+        created: dict[str, Any] = await self.send("POST", self.pods.path(), manifest)
+        if manifest["spec"].get("nodeName"):
+            status = {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "startTime": created["metadata"]["creationTimestamp"],
+            }
+            path = self.pods.path(created["metadata"]["name"]) + "/status"
+            created = await self.send("PATCH", path, {"status": status}, patch=True)
+        return created
+
+    async def delete_demo_pods(self) -> None:
+        """What a previous run or step left in the demo's namespace goes at once."""
+        for pod in (await self.get(self.pods.path()))["items"]:
+            try:
+                await self.client.request(
+                    "DELETE",
+                    self.pods.path(pod["metadata"]["name"]),
+                    query={"gracePeriodSeconds": "0"},
+                )
+            except ApiException as error:
+                if error.status != 404:  # gone already: nothing to do
+                    raise
+
+    async def ensure_namespace(self) -> None:
+        namespaces = ResourceRef("", "v1", "namespaces")
+        listed = await self.get(namespaces.path())
+        if self.namespace not in {item["metadata"]["name"] for item in listed["items"]}:
+            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+            await self.send("POST", namespaces.path(), body)
+
+    async def set_unschedulable(self, node: str, unschedulable: bool) -> None:
+        await self.send(
+            "PATCH", NODES.path(node), {"spec": {"unschedulable": unschedulable}}, patch=True
+        )
+
+    async def has_live_scheduler(self) -> bool:
+        """kube-scheduler holds and renews the Lease kube-system/kube-scheduler."""
+        leases = ResourceRef("coordination.k8s.io", "v1", "leases", "kube-system")
+        listed = await self.get(leases.path())
+        return any(
+            item["metadata"]["name"] == "kube-scheduler"
+            and (item.get("spec") or {}).get("holderIdentity")
+            for item in listed["items"]
+        )
+
+
+def host_of(node: dict[str, Any]) -> str | None:
+    label: str | None = node["metadata"].get("labels", {}).get(LABEL_ESXI_HOST)
+    return label
+
+
+async def kube_client(settings: KubernetesSettings, namespace: str) -> Kube:
+    api = await api_client(settings)
+    return Kube(api, KubeClient(api, settings), namespace)
+
+
+@dataclass
+class VCenter:
+    """The vCenter calls the demo makes (pyVmomi is blocking: each runs in a thread)."""
+
+    service_instance: vim.ServiceInstance
+
+    @classmethod
+    async def connect(cls, settings: VCenterSettings) -> VCenter:
+        return cls(await asyncio.to_thread(connect, settings))
+
+    def _relocate(self, vm_name: str, host_name: str) -> None:
+        content: Any = self.service_instance.RetrieveContent()
+        (vm,) = [vm for vm in inventory(content, vim.VirtualMachine) if vm.name == vm_name]
+        (host,) = [host for host in inventory(content, vim.HostSystem) if host.name == host_name]
+        wait_for_task(vm.RelocateVM_Task(_VM.RelocateSpec(host=host)))
+
+    async def vmotion(self, vm_name: str, host_name: str) -> None:
+        """Move the VM to that host, as a vMotion by hand or by DRS would."""
+        await asyncio.to_thread(self._relocate, vm_name, host_name)
+
+    def _rules(self) -> list[tuple[str, set[str]]]:
+        return [
+            (str(rule.name), {str(vm.name) for vm in rule.vm})
+            for cluster in inventory(
+                self.service_instance.RetrieveContent(), vim.ClusterComputeResource
+            )
+            for rule in cluster.configurationEx.rule
+            if isinstance(rule, vim.cluster.AntiAffinityRuleSpec)
+        ]
+
+    async def anti_affinity_rules(self) -> list[tuple[str, set[str]]]:
+        """(rule name, VM names) of every DRS VM-VM anti-affinity rule."""
+        return await asyncio.to_thread(self._rules)
