@@ -44,16 +44,6 @@ RUN --mount=type=cache,target=/root/.cache/uv \
     && .venv/bin/python -c 'import kubernetes_asyncio.client'
 
 FROM ${BASE}
-ARG BASE
-ARG SERVICE
-ARG VERSION=unknown
-ARG REVISION=unknown
-ARG SOURCE=https://github.com/hostaffinity/hostaffinity
-LABEL org.opencontainers.image.title="hostaffinity-${SERVICE}" \
-      org.opencontainers.image.base.name="${BASE}" \
-      org.opencontainers.image.source="${SOURCE}" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /app/.venv /app/.venv
 # Nothing is written at run time: the root file system may be read-only (compiled bytecode is
 # in the image; Python writes no .pyc).
@@ -65,3 +55,14 @@ EXPOSE 8080
 # Exec form: the service is PID 1 and gets SIGTERM itself (the runner drains on it). No default
 # arguments: the Deployments pass their --config files, compose configures through the environment.
 ENTRYPOINT ["hostaffinity-service"]
+# Last, so a new revision rebuilds only this layer.
+ARG BASE
+ARG SERVICE
+ARG VERSION=unknown
+ARG REVISION=unknown
+ARG SOURCE=https://github.com/hostaffinity/hostaffinity
+LABEL org.opencontainers.image.title="hostaffinity-${SERVICE}" \
+      org.opencontainers.image.base.name="${BASE}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
