@@ -1,0 +1,363 @@
+"""The invariants a campaign must leave standing, each a pure function of a `History`.
+
+Every check returns how many things it looked at and each breach with the time it concerns, so
+a failing run can print the history around the first one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hostaffinity.affinity.interpod import HOST_KEYS
+from hostaffinity.schema import (
+    DRS_NAME_PREFIX,
+    LABEL_ESXI_HOST,
+    DrsRulesApplied,
+    NodeLabelled,
+    PodEvicted,
+)
+from tests.campaign.history import CAMPAIGN, RECONFIGURE, History, StoredChange
+
+END = float("inf")  # the time of a breach found in the final state
+
+
+@dataclass(frozen=True)
+class Breach:
+    t: float
+    message: str
+
+
+@dataclass
+class Result:
+    name: str
+    checked: int = 0
+    breaches: list[Breach] = field(default_factory=list)
+
+    def breach(self, t: float, message: str) -> None:
+        self.breaches.append(Breach(t, message))
+
+
+def labels_and_kv_match_vcenter(history: History) -> Result:
+    """Every node's host label and KV value name its VM's host; no KV key outlives its node."""
+    result = Result("labels-and-kv-match-vcenter")
+    final = history.final
+    for node, labels in sorted(final.node_labels.items()):
+        result.checked += 1
+        host_moid, host_label = final.vm_hosts.get(node, ("", ""))
+        if labels.get(LABEL_ESXI_HOST) != host_label:
+            result.breach(
+                END, f"{node}: label {labels.get(LABEL_ESXI_HOST)!r}, vCenter {host_label!r}"
+            )
+        if final.kv_hosts.get(node) != host_moid:
+            result.breach(END, f"{node}: KV {final.kv_hosts.get(node)!r}, vCenter {host_moid!r}")
+    for node, moid in sorted(final.kv_hosts.items()):
+        if node not in final.node_labels and moid is not None:
+            result.breach(END, f"KV node.{node} ({moid}) outlives its node")
+    return result
+
+
+def drs_rules_match_pods(history: History) -> Result:
+    """Our DRS rules and groups are exactly what the planner makes of the final pods."""
+    result = Result("drs-rules-match-pods")
+    final = history.final
+    for cluster in sorted(set(final.planned) | set(final.drs)):
+        held = final.held.get(cluster, set())
+        actual = {
+            name: fields
+            for name, fields in final.drs.get(cluster, {}).items()
+            if name.startswith(DRS_NAME_PREFIX) and name not in held
+        }
+        planned = {n: p for n, p in final.planned.get(cluster, {}).items() if n not in held}
+        for name in sorted(set(actual) | set(planned)):
+            result.checked += 1
+            if name not in actual:
+                result.breach(END, f"{cluster}: {name} planned but missing in vCenter")
+            elif name not in planned:
+                result.breach(END, f"{cluster}: {name} in vCenter but no pod asks for it")
+            elif _members(actual[name]) != planned[name]:
+                result.breach(
+                    END,
+                    f"{cluster}: {name} holds {_members(actual[name])}, planned {planned[name]}",
+                )
+    return result
+
+
+def foreign_rules_untouched(history: History) -> Result:
+    """Every rule the admin set is, field for field, what the admin last set."""
+    result = Result("foreign-rules-untouched")
+    for (cluster, name), fields in sorted(history.final.admin_rules.items()):
+        result.checked += 1
+        found = history.final.drs.get(cluster, {}).get(name)
+        if found != fields:
+            result.breach(END, f"{cluster}: admin rule {name} is {found}, the admin set {fields}")
+    return result
+
+
+def host_anti_affinity_held(history: History) -> Result:
+    """No two replicas of a required host anti-affinity group share a host, unless no host
+    with a schedulable node is free of that group (then nothing could take one)."""
+    result = Result("host-anti-affinity-held")
+    final = history.final
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pod in final.pods:
+        if pod["metadata"].get("deletionTimestamp") or not pod["spec"].get("nodeName"):
+            continue
+        for app in _host_anti_affine_apps(pod):
+            groups[app].append(pod)
+    hosts_with_room = {final.vm_hosts[n][0] for n in final.schedulable if n in final.vm_hosts}
+    for app, pods in sorted(groups.items()):
+        result.checked += 1
+        on_host: dict[str, list[str]] = defaultdict(list)
+        for pod in pods:
+            host = final.vm_hosts.get(pod["spec"]["nodeName"], ("", ""))[0]
+            on_host[host].append(pod["metadata"]["name"])
+        shared = {h: names for h, names in on_host.items() if len(names) > 1}
+        if shared and hosts_with_room - set(on_host):
+            result.breach(
+                END, f"app {app}: {shared} share a host; free: {hosts_with_room - set(on_host)}"
+            )
+    return result
+
+
+def one_eviction_per_violation(history: History) -> Result:
+    """A pod is evicted at most once, and a workload loses no second pod within the
+    descheduler's cooldown (one violation, one eviction)."""
+    result = Result("one-eviction-per-violation")
+    owners = _pod_owners(history.changes)
+    per_pod: Counter[str] = Counter()
+    last_of_owner: dict[str, float] = {}
+    for request in _evictions(history):
+        result.checked += 1
+        pod = _evicted_pod(request.path)
+        per_pod[pod] += 1
+        if per_pod[pod] > 1:
+            result.breach(request.t, f"{pod} evicted again by {request.actor}")
+        owner = owners.get(pod, pod)
+        if request.t - last_of_owner.get(owner, -END) < history.cooldown_s:
+            result.breach(request.t, f"{owner} lost {pod} within its cooldown ({request.actor})")
+        last_of_owner[owner] = request.t
+    return result
+
+
+def no_eviction_past_a_pdb(history: History) -> Result:
+    """Every eviction charged the budget that covered its pod while it allowed one, and no
+    service deleted a pod around the Eviction API."""
+    result = Result("no-eviction-past-a-pdb")
+    pdbs: dict[str, StoredChange] = {}
+    for change in history.changes:
+        if change.obj.get("kind") == "PodDisruptionBudget":
+            pdbs[change.obj["metadata"]["name"]] = change
+            continue
+        if change.actor == CAMPAIGN or change.obj.get("kind") != "Pod":
+            continue
+        if change.type == "DELETED":
+            result.breach(change.t, f"{change.actor} deleted pod {_pod_name(change.obj)}")
+        if not _newly_disrupted(change):
+            continue
+        result.checked += 1
+        labels = change.obj["metadata"].get("labels") or {}
+        for pdb in pdbs.values():
+            if not _selects(pdb.obj, labels):
+                continue
+            charged = pdb.actor == change.actor and _pod_name(change.obj).split("/")[1] in (
+                (pdb.obj.get("status") or {}).get("disruptedPods") or {}
+            )
+            before = ((pdb.prev or {}).get("status") or {}).get("disruptionsAllowed", 0)
+            if not charged or before <= 0:
+                result.breach(
+                    change.t,
+                    f"{_pod_name(change.obj)} evicted by {change.actor} past PDB "
+                    f"{pdb.obj['metadata']['name']} (allowed {before}, charged {charged})",
+                )
+    return result
+
+
+def writes_only_by_the_leader(history: History) -> Result:
+    """Every eviction and DRS reconfigure came from the holder of its service's Lease, inside
+    the Lease's duration of its last committed renewal (from the double's Lease history)."""
+    result = Result("writes-only-by-the-leader")
+    writes = [(r.t, r.actor, f"eviction {r.path}") for r in _evictions(history, any_status=True)]
+    writes += [(w.t, w.actor, w.method) for w in history.vcenter_writes if w.method == RECONFIGURE]
+    leases: dict[str, list[StoredChange]] = {}
+    for t, actor, what in sorted(writes):
+        result.checked += 1
+        instance = history.instances.get(actor)
+        if instance is None:
+            result.breach(t, f"{what} by an unknown instance {actor}")
+            continue
+        changes = leases.setdefault(instance.service, history.lease_changes(instance.service))
+        last = next((c for c in reversed(changes) if c.t <= t), None)
+        holder = (last.obj.get("spec") or {}).get("holderIdentity") if last else None
+        if last is None or holder != actor:
+            result.breach(
+                t, f"{what} by {actor} ({instance.replica}) while {holder} held the Lease"
+            )
+        elif t - last.t > history.lease_duration_s:
+            result.breach(
+                t,
+                f"{what} by {actor} ({instance.replica}) {t - last.t:.2f} s after its last renewal",
+            )
+    return result
+
+
+def one_event_per_change(history: History) -> Result:
+    """No event id is stored twice; every eviction has one `pod.evicted`, every label the
+    labeller wrote a `node.labelled`, every DRS object of ours a `drs.rules.applied`."""
+    result = Result("one-event-per-change")
+    events = [event for _, event in history.events]
+    for event_id, count in Counter(e.id for e in events).items():
+        result.checked += 1
+        if count > 1:
+            result.breach(END, f"event {event_id} stored {count} times")
+    evicted = Counter(
+        e.pod_uid for e in events if isinstance(e, PodEvicted) and e.result == "evicted"
+    )
+    labelled = {
+        (e.node, e.labels.get(LABEL_ESXI_HOST)) for e in events if isinstance(e, NodeLabelled)
+    }
+    for change in history.changes:
+        if change.actor == CAMPAIGN:
+            continue
+        if change.obj.get("kind") == "Pod" and _newly_disrupted(change):
+            result.checked += 1
+            uid = change.obj["metadata"]["uid"]
+            if evicted[uid] != 1:
+                result.breach(
+                    change.t, f"eviction of {_pod_name(change.obj)}: {evicted[uid]} pod.evicted"
+                )
+        if change.obj.get("kind") == "Node":
+            value = (change.obj["metadata"].get("labels") or {}).get(LABEL_ESXI_HOST)
+            old = ((change.prev or {}).get("metadata", {}).get("labels") or {}).get(LABEL_ESXI_HOST)
+            if value != old and value is not None:
+                result.checked += 1
+                if (change.obj["metadata"]["name"], value) not in labelled:
+                    result.breach(
+                        change.t,
+                        f"label {value} on {change.obj['metadata']['name']}: no node.labelled",
+                    )
+    announced: dict[str, set[str]] = defaultdict(set)
+    for event in events:
+        if isinstance(event, DrsRulesApplied) and not event.dry_run:
+            announced[event.cluster_moid].update(event.added, event.edited)
+    for cluster, objects in sorted(history.final.drs.items()):
+        for name in sorted(n for n in objects if n.startswith(DRS_NAME_PREFIX)):
+            result.checked += 1
+            if name not in announced[cluster]:
+                result.breach(
+                    END, f"{cluster}: {name} was written but no drs.rules.applied names it"
+                )
+    return result
+
+
+def services_ready(history: History) -> Result:
+    """Every replica answers /readyz 200 after the quiet period."""
+    result = Result("services-ready")
+    for replica, ready in sorted(history.final.readiness.items()):
+        result.checked += 1
+        if not ready:
+            result.breach(END, f"{replica} is not ready")
+    return result
+
+
+def no_crash(history: History) -> Result:
+    """A process ends only when the campaign kills it or when it loses its Lease (by design)."""
+    result = Result("no-crash")
+    for end in history.exits:
+        result.checked += 1
+        if not end.by_campaign and not end.lost_lease:
+            result.breach(
+                end.t, f"{end.replica} ({end.identity}) exited {end.code}:\n{end.log_tail}"
+            )
+    return result
+
+
+INVARIANTS: tuple[Callable[[History], Result], ...] = (
+    labels_and_kv_match_vcenter,
+    drs_rules_match_pods,
+    foreign_rules_untouched,
+    host_anti_affinity_held,
+    one_eviction_per_violation,
+    no_eviction_past_a_pdb,
+    writes_only_by_the_leader,
+    one_event_per_change,
+    services_ready,
+    no_crash,
+)
+
+
+def check(history: History) -> list[Result]:
+    return [invariant(history) for invariant in INVARIANTS]
+
+
+def first_breach(results: Iterable[Result]) -> tuple[Result, Breach] | None:
+    """The earliest breach of all (final-state breaches last), with its invariant."""
+    found = [(b.t, index, r, b) for index, r in enumerate(results) for b in r.breaches]
+    if not found:
+        return None
+    _, _, result, breach = min(found, key=lambda item: (item[0], item[1]))
+    return result, breach
+
+
+# -- reading the history ------------------------------------------------------------------------
+
+
+def _members(fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(sorted(fields.get("vm") or ())), tuple(sorted(fields.get("host") or ()))
+
+
+def _host_anti_affine_apps(pod: dict[str, Any]) -> list[str]:
+    anti = ((pod["spec"].get("affinity") or {}).get("podAntiAffinity")) or {}
+    return [
+        term["labelSelector"]["matchLabels"]["app"]
+        for term in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or ()
+        if term.get("topologyKey") in HOST_KEYS
+        and "app" in ((term.get("labelSelector") or {}).get("matchLabels") or {})
+    ]
+
+
+def _evictions(history: History, *, any_status: bool = False) -> list[Any]:
+    return [
+        r
+        for r in history.requests
+        if r.actor != CAMPAIGN
+        and r.method == "POST"
+        and r.path.endswith("/eviction")
+        and (any_status or r.status == 201)
+    ]
+
+
+def _evicted_pod(path: str) -> str:
+    """`namespace/name` from /api/v1/namespaces/<ns>/pods/<name>/eviction."""
+    parts = path.strip("/").split("/")
+    return f"{parts[3]}/{parts[5]}"
+
+
+def _pod_name(obj: dict[str, Any]) -> str:
+    return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+
+
+def _pod_owners(changes: Iterable[StoredChange]) -> dict[str, str]:
+    owners = {}
+    for change in changes:
+        if change.obj.get("kind") == "Pod":
+            refs = change.obj["metadata"].get("ownerReferences") or [{}]
+            owners[_pod_name(change.obj)] = str(refs[0].get("name", ""))
+    return owners
+
+
+def _disrupted(obj: dict[str, Any] | None) -> bool:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "DisruptionTarget" for c in conditions)
+
+
+def _newly_disrupted(change: StoredChange) -> bool:
+    """The write the Eviction API makes first: the DisruptionTarget condition appears."""
+    return _disrupted(change.obj) and not _disrupted(change.prev)
+
+
+def _selects(pdb: dict[str, Any], labels: dict[str, str]) -> bool:
+    wanted = ((pdb.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())

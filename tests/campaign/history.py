@@ -1,0 +1,179 @@
+"""What a campaign saw, as plain data: the checker reads only this, so a unit test can forge one.
+
+Times are seconds since the campaign started (one monotonic clock for the runner, the API
+double, the proxies and the workload). `actor` is who made a request or write: a service
+process's Lease identity (`<hostname>-<pid>`, the runner's default), found from the TCP proxy the
+connection came through, or `campaign` for the workload and the stand-in controllers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+CAMPAIGN: Final = "campaign"
+RECONFIGURE: Final = "ReconfigureComputeResource_Task"
+
+
+class Clock:
+    """Seconds since the campaign began; shared by everything that stamps the history."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """One HTTP request the double answered, stamped when it arrived (before any fault)."""
+
+    t: float
+    actor: str
+    method: str
+    path: str
+    status: int
+
+
+@dataclass(frozen=True)
+class StoredChange:
+    """One write to the double's store, stamped when it was committed."""
+
+    t: float
+    actor: str
+    rv: int
+    storage: str
+    type: str
+    obj: dict[str, Any]
+    prev: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class VcenterWrite:
+    """A vCenter call that changes DRS state, seen on the caller's proxy as it was sent."""
+
+    t: float
+    actor: str
+    method: str
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One thing the workload (a user, an admin, a controller) did."""
+
+    t: float
+    kind: str
+    detail: str
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault, from its start to its end (when it was healed)."""
+
+    start: float
+    end: float
+    kind: str
+    target: str
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    """A service process that ended: killed by the campaign, stepped down, or crashed."""
+
+    t: float
+    replica: str
+    identity: str
+    code: int
+    by_campaign: bool
+    lost_lease: bool
+    log_tail: str = ""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One process of a replica: its Lease identity and the service (Lease) it competes for."""
+
+    identity: str
+    replica: str
+    service: str
+    started: float
+
+
+@dataclass
+class FinalState:
+    """The world after the quiet period, read from vCenter, the double and the bus."""
+
+    # node -> its labels; node -> the KV's host moid (None: no key); node VM -> (host moid,
+    # host label value) as vCenter has it.
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    kv_hosts: dict[str, str | None] = field(default_factory=dict)
+    vm_hosts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    schedulable: set[str] = field(default_factory=set)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    # cluster moid -> name -> fields of every DRS rule and group there.
+    drs: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # cluster moid -> name -> (vms, hosts) of what the planner wants from the final pods; and
+    # the names it holds back (conflicts: left as vCenter has them).
+    planned: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = field(
+        default_factory=dict
+    )
+    held: dict[str, set[str]] = field(default_factory=dict)
+    # (cluster moid, rule name) -> fields, as the admin last set them.
+    admin_rules: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    readiness: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class History:
+    """Everything recorded during one campaign."""
+
+    seed: int = 0
+    lease_duration_s: float = 2.0
+    cooldown_s: float = 0.0
+    requests: list[ApiRequest] = field(default_factory=list)
+    changes: list[StoredChange] = field(default_factory=list)
+    vcenter_writes: list[VcenterWrite] = field(default_factory=list)
+    operations: list[Operation] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    exits: list[ProcessExit] = field(default_factory=list)
+    instances: dict[str, Instance] = field(default_factory=dict)
+    # The event stream as `cli` read it, oldest first: (stream sequence, decoded event).
+    events: list[tuple[int, Any]] = field(default_factory=list)
+    # When vcsim last came back from a restart (its DRS state starts empty then).
+    vcsim_restarts: list[float] = field(default_factory=list)
+    final: FinalState = field(default_factory=FinalState)
+
+    def lease_changes(self, service: str) -> list[StoredChange]:
+        """Every committed write of the service's Lease, in order."""
+        name = f"hostaffinity-{service}"
+        return [
+            c
+            for c in self.changes
+            if c.obj.get("kind") == "Lease" and c.obj["metadata"]["name"] == name
+        ]
+
+    def around(self, t: float, seconds: float = 5.0) -> list[str]:
+        """One line per recorded thing within `seconds` of `t`, in time order."""
+        lines: list[tuple[float, str]] = []
+        lines += [(f.start, f"fault {f.kind} on {f.target} until {f.end:.1f}") for f in self.faults]
+        lines += [
+            (o.t, f"op {o.kind} {o.detail}{'' if o.ok else ' (failed)'}") for o in self.operations
+        ]
+        lines += [(r.t, f"api {r.actor} {r.method} {r.path} -> {r.status}") for r in self.requests]
+        lines += [(w.t, f"vcenter {w.actor} {w.method}") for w in self.vcenter_writes]
+        lines += [
+            (c.t, f"store {c.actor} {c.type} {c.storage} {_name(c.obj)} rv={c.rv}")
+            for c in self.changes
+            if c.storage not in ("events",)
+        ]
+        lines += [(e.t, f"exit {e.replica} {e.identity} code={e.code}") for e in self.exits]
+        return [f"{when:8.2f} {text}" for when, text in sorted(lines) if abs(when - t) <= seconds]
+
+
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))

@@ -1,0 +1,166 @@
+"""One service replica as its console script runs it: env config, its own proxies to NATS, the
+API (and vCenter for the drs-translator), and the faults a process can suffer (kill -9, SIGSTOP).
+
+A replica that exits is started again after `restart_after_s`, as its Deployment would restart
+it; the history says whether the campaign ended it, it stepped down (lost its Lease), or crashed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from hostaffinity.runtime.config import Settings
+from tests.campaign.history import Clock, History, Instance, ProcessExit
+from tests.campaign.recording import AttributedProxy
+from tests.e2e.test_service_process import SCRIPTS
+
+LOST_LEASE = "lost the Lease"
+
+
+def settings_env(section: str, settings: Settings) -> dict[str, str]:
+    """`HOSTAFFINITY_<SECTION>__<FIELD>` for every set field: text as is, the rest as JSON (what
+    the runner's loader reads back)."""
+    env = {}
+    for name, value in msgspec.structs.asdict(settings).items():
+        if value is None:
+            continue
+        key = f"HOSTAFFINITY_{section.upper()}__{name.upper()}"
+        env[key] = value if isinstance(value, str) else json.dumps(msgspec.to_builtins(value))
+    return env
+
+
+@dataclass
+class Replica:
+    """A service process that the campaign can kill, pause, partition and restart."""
+
+    name: str
+    service: str
+    env: dict[str, str]
+    health_port: int
+    log_dir: Path
+    clock: Clock
+    history: History
+    api_proxy: AttributedProxy
+    nats_proxies: list[AttributedProxy]
+    other_proxies: list[AttributedProxy] = field(default_factory=list)
+    restart_after_s: float = 1.0
+    identity: str = ""
+    process: asyncio.subprocess.Process | None = None
+    paused: bool = False
+    down: bool = False  # killed by the campaign and not to be restarted yet
+    _killing: bool = False
+    _starts: int = 0
+    _watcher: asyncio.Task[None] | None = None
+    _closing: bool = False
+
+    @property
+    def proxies(self) -> list[AttributedProxy]:
+        return [self.api_proxy, *self.nats_proxies, *self.other_proxies]
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def start(self) -> None:
+        self._starts += 1
+        log = self.log_dir / f"{self.name}-{self._starts}.log"
+        with log.open("wb") as out:
+            self.process = await asyncio.create_subprocess_exec(
+                str(SCRIPTS / f"hostaffinity-{self.service}"),
+                env=os.environ | self.env,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        # The runner's default Lease identity, which the proxies attribute requests to.
+        self.identity = f"{socket.gethostname()}-{self.process.pid}"
+        self.history.instances[self.identity] = Instance(
+            self.identity, self.name, self.service, self.clock.now()
+        )
+        self._watcher = asyncio.create_task(self._watch(self.process, self.identity, log))
+
+    async def kill(self) -> None:
+        """kill -9; it stays down until `revive`."""
+        self.down = True
+        if self.running:
+            assert self.process is not None
+            self._killing = True
+            if self.paused:
+                self.resume()
+            self.process.kill()
+            await self.process.wait()
+
+    async def revive(self) -> None:
+        self.down = False
+        if not self.running:
+            await self.start()
+
+    def pause(self) -> None:
+        if self.running and not self.paused:
+            assert self.process is not None
+            self.process.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused and self.process is not None:
+            if self.process.returncode is None:
+                self.process.send_signal(signal.SIGCONT)
+            self.paused = False
+
+    async def ready(self) -> bool:
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http,
+                http.get(f"http://127.0.0.1:{self.health_port}/readyz") as response,
+            ):
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def close(self) -> None:
+        """Stop for good (SIGTERM, then SIGKILL), and close its proxies."""
+        self._closing = True
+        self.resume()
+        if self.running:
+            assert self.process is not None
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        if self._watcher is not None:
+            await self._watcher
+        for proxy in self.proxies:
+            await proxy.stop()
+
+    async def _watch(self, process: asyncio.subprocess.Process, identity: str, log: Path) -> None:
+        code = await process.wait()
+        if self._closing:
+            return
+        tail = log.read_text(errors="replace")[-3000:]
+        self.history.exits.append(
+            ProcessExit(
+                self.clock.now(),
+                self.name,
+                identity,
+                code,
+                by_campaign=self._killing,
+                lost_lease=code == 1 and LOST_LEASE in tail,
+                log_tail=tail,
+            )
+        )
+        self._killing = False
+        self.paused = False
+        await asyncio.sleep(self.restart_after_s)
+        if not self.down and not self._closing and not self.running:
+            await self.start()

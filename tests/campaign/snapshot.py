@@ -1,0 +1,87 @@
+"""Reading the world after the quiet period into `FinalState`: vCenter's truth and DRS state
+(an admin's pyVmomi session), the double's store, the bus as the read-only `cli` identity, the
+drs-translator's own planner run on the final pods, and each replica's /readyz."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from pyVmomi import vim
+
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.model import decode_namespace, decode_pod
+from hostaffinity.drs_translator.planner import PlannerSettings, plan
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.schema import EsxiHost, NodePlacement, label_value
+from tests.campaign.history import FinalState, History
+from tests.campaign.system import VCENTER_NAME, System
+from tests.e2e.drs_harness import fields
+from tests.e2e.harness import inventory
+from tests.e2e.labeller_harness import stream_events
+
+
+def vcenter_truth(si: vim.ServiceInstance) -> dict[str, tuple[str, str]]:
+    """VM name → (its host's moid, that host's label value)."""
+    return {
+        vm.name: (vm.runtime.host._moId, label_value(vm.runtime.host.name))
+        for vm in inventory(si, vim.VirtualMachine)
+    }
+
+
+def drs_state(si: vim.ServiceInstance) -> dict[str, dict[str, dict[str, Any]]]:
+    """Cluster moid → name → fields of every DRS rule and group in it."""
+    state = {}
+    for cluster in inventory(si, vim.ClusterComputeResource):
+        config = cluster.configurationEx
+        objects = {r.name: fields(r) for r in config.rule or ()}
+        objects.update({g.name: fields(g) for g in config.group or ()})
+        state[cluster._moId] = objects
+    return state
+
+
+async def kv_hosts(cli: Bus) -> dict[str, str | None]:
+    """Node → the host moid its KV value names ("undecodable" for garbage)."""
+    snapshot = await (await cli.topology()).snapshot()
+    return {
+        node: p.host_moid if isinstance(p, NodePlacement) else "undecodable"
+        for node, p in snapshot.nodes.items()
+    }
+
+
+async def planned_drs(cli: Bus, system: System, final: FinalState) -> None:
+    """What the drs-translator's planner wants from the final pods and the KV's topology."""
+    snapshot = await (await cli.topology()).snapshot()
+    index = ClusterIndex()
+    for namespace in system.double.store.objects("namespaces", None):
+        index.upsert_namespace(decode_namespace(json.dumps(namespace)))
+    pods = [decode_pod(json.dumps(pod)) for pod in final.pods]
+    for pod in pods:
+        index.upsert_pod(pod)
+    placements = {n: p for n, p in snapshot.nodes.items() if isinstance(p, NodePlacement)}
+    hosts = {h: e for h, e in snapshot.hosts.items() if isinstance(e, EsxiHost)}
+    desired = plan(index, placements, hosts, pods, PlannerSettings(vcenter=VCENTER_NAME))
+    for moid, cluster in desired.clusters.items():
+        final.planned[moid] = {n: (o.vms, o.hosts) for n, o in cluster.objects.items()}
+        final.held[moid] = set(cluster.held)
+
+
+async def read_final(system: System, history: History) -> None:
+    """Fill `history.final` (the admin's rules are already there) and `history.events`."""
+    final = history.final
+    si = await asyncio.to_thread(system.admin)
+    final.vm_hosts = await asyncio.to_thread(vcenter_truth, si)
+    final.drs = await asyncio.to_thread(drs_state, si)
+    nodes = system.double.store.objects("nodes", None)
+    final.node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
+    final.schedulable = {
+        n["metadata"]["name"] for n in nodes if not (n.get("spec") or {}).get("unschedulable")
+    }
+    final.pods = system.double.store.objects("pods", None)
+    async with system.nats.connection("cli") as cli:
+        final.kv_hosts = await kv_hosts(cli)
+        await planned_drs(cli, system, final)
+        history.events = list(enumerate(await stream_events(cli), start=1))
+    for name, replica in system.replicas.items():
+        final.readiness[name] = await replica.ready()

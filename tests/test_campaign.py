@@ -1,0 +1,294 @@
+"""The fault campaign: its checker catches each invariant's breach in a forged history (fast),
+and short campaigns over the whole system hold every invariant (the same entry point as
+`python -m tests.campaign`)."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hostaffinity.schema import LABEL_ESXI_HOST, DrsRulesApplied, NodeLabelled, PodEvicted
+from tests.campaign.checker import check, first_breach
+from tests.campaign.faults import schedule
+from tests.campaign.history import (
+    CAMPAIGN,
+    RECONFIGURE,
+    ApiRequest,
+    FinalState,
+    History,
+    Instance,
+    ProcessExit,
+    StoredChange,
+    VcenterWrite,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+LEADER, RIVAL = "host-101", "host-202"
+RULE = "hostaffinity-anti-0123456789ab"
+EVICT = "/api/v1/namespaces/default/pods/web1-a/eviction"
+
+
+def _lease(holder: str) -> dict[str, Any]:
+    return {
+        "kind": "Lease",
+        "metadata": {"name": "hostaffinity-descheduler", "namespace": "kube-system"},
+        "spec": {"holderIdentity": holder},
+    }
+
+
+def _pod(name: str, node: str, *, disrupted: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "DisruptionTarget", "status": "True"}] if disrupted else []
+    anti = {"labelSelector": {"matchLabels": {"app": "web1"}}, "topologyKey": LABEL_ESXI_HOST}
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "labels": {"app": "web1"},
+            "ownerReferences": [{"name": "web1"}],
+        },
+        "spec": {
+            "nodeName": node,
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anti]}
+            },
+        },
+        "status": {"conditions": conditions},
+    }
+
+
+def _pdb(allowed: int, disrupted: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web1", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web1"}}},
+        "status": {"disruptionsAllowed": allowed, "disruptedPods": disrupted or {}},
+    }
+
+
+def healthy() -> History:
+    """A small history in which every invariant holds: the descheduler's leader evicts one pod
+    (charging its PDB), the drs-translator's leader writes one rule, the labeller labels."""
+    history = History(seed=7, lease_duration_s=2.0, cooldown_s=10.0)
+    history.instances = {
+        LEADER: Instance(LEADER, "descheduler-a", "descheduler", 0.0),
+        RIVAL: Instance(RIVAL, "descheduler-b", "descheduler", 0.0),
+        "host-303": Instance("host-303", "drs-translator-a", "drs-translator", 0.0),
+        "host-404": Instance("host-404", "node-labeller-a", "node-labeller", 0.0),
+    }
+    drs_lease = _lease("host-303")
+    drs_lease["metadata"]["name"] = "hostaffinity-drs-translator"
+    node = {"kind": "Node", "metadata": {"name": "node-1", "labels": {LABEL_ESXI_HOST: "H1"}}}
+    before = _pod("web1-a", "node-1")
+    history.changes = [
+        StoredChange(1.0, LEADER, 2, "leases", "ADDED", _lease(LEADER), None),
+        StoredChange(1.0, "host-303", 3, "leases", "ADDED", drs_lease, None),
+        StoredChange(1.1, CAMPAIGN, 4, "pods", "ADDED", before, None),
+        StoredChange(1.2, CAMPAIGN, 5, "pdb", "ADDED", _pdb(1), None),
+        StoredChange(
+            1.3, "host-404", 6, "nodes", "MODIFIED", node, {"metadata": {"name": "node-1"}}
+        ),
+        StoredChange(2.0, LEADER, 7, "pdb", "MODIFIED", _pdb(0, {"web1-a": "now"}), _pdb(1)),
+        StoredChange(
+            2.0, LEADER, 8, "pods", "MODIFIED", _pod("web1-a", "node-1", disrupted=True), before
+        ),
+    ]
+    history.requests = [ApiRequest(2.0, LEADER, "POST", EVICT, 201)]
+    history.vcenter_writes = [VcenterWrite(2.5, "host-303", RECONFIGURE)]
+    history.events = [
+        (
+            1,
+            PodEvicted(
+                id="e1",
+                occurred_at="",
+                source="descheduler",
+                pod="default/web1-a",
+                pod_uid="uid-web1-a",
+                node="node-1",
+                strategy="s",
+                rule="r",
+                result="evicted",
+            ),
+        ),
+        (
+            2,
+            NodeLabelled(
+                id="e2",
+                occurred_at="",
+                source="node-labeller",
+                node="node-1",
+                labels={LABEL_ESXI_HOST: "H1"},
+                version=1,
+            ),
+        ),
+        (
+            3,
+            DrsRulesApplied(
+                id="e3",
+                occurred_at="",
+                source="drs-translator",
+                vcenter="vc",
+                cluster_moid="c1",
+                added=[RULE],
+            ),
+        ),
+    ]
+    history.exits = [
+        ProcessExit(3.0, "descheduler-b", RIVAL, -9, by_campaign=True, lost_lease=False)
+    ]
+    history.final = FinalState(
+        node_labels={"node-1": {LABEL_ESXI_HOST: "H1"}, "node-2": {LABEL_ESXI_HOST: "H2"}},
+        kv_hosts={"node-1": "host-1", "node-2": "host-2"},
+        vm_hosts={"node-1": ("host-1", "H1"), "node-2": ("host-2", "H2")},
+        schedulable={"node-1", "node-2"},
+        pods=[_pod("web1-b", "node-1"), _pod("web1-c", "node-2")],
+        drs={
+            "c1": {RULE: {"name": RULE, "vm": ["vm-2", "vm-1"]}, "admin-rule-1": {"vm": ["vm-1"]}}
+        },
+        planned={"c1": {RULE: (("vm-1", "vm-2"), ())}},
+        admin_rules={("c1", "admin-rule-1"): {"vm": ["vm-1"]}},
+        readiness={"descheduler-a": True, "descheduler-b": True},
+    )
+    return history
+
+
+def _broken(history: History) -> str:
+    found = first_breach(check(history))
+    assert found is not None, "the checker found nothing"
+    return found[0].name
+
+
+def test_a_healthy_history_holds_every_invariant() -> None:
+    results = check(healthy())
+    assert [r.breaches for r in results if r.breaches] == []
+    assert all(r.checked for r in results), [r.name for r in results if not r.checked]
+
+
+def test_a_label_that_is_not_vcenters_is_caught() -> None:
+    history = healthy()
+    history.final.kv_hosts["node-2"] = "host-1"
+    assert _broken(history) == "labels-and-kv-match-vcenter"
+
+
+def test_a_rule_no_pod_asks_for_is_caught() -> None:
+    history = healthy()
+    history.final.planned["c1"] = {}
+    assert _broken(history) == "drs-rules-match-pods"
+
+
+def test_an_edited_admin_rule_is_caught() -> None:
+    history = healthy()
+    history.final.drs["c1"]["admin-rule-1"] = {"vm": ["vm-1", "vm-2"]}
+    assert _broken(history) == "foreign-rules-untouched"
+
+
+def test_two_anti_affine_replicas_on_one_host_with_a_free_host_are_caught() -> None:
+    history = healthy()
+    history.final.pods.append(_pod("web1-d", "node-1"))
+    history.final.schedulable.add("node-3")
+    history.final.vm_hosts["node-3"] = ("host-3", "H3")
+    assert _broken(history) == "host-anti-affinity-held"
+
+
+def test_a_second_eviction_for_one_violation_is_caught() -> None:
+    history = healthy()
+    again = EVICT.replace("web1-a", "web1-b")
+    history.changes.append(
+        StoredChange(3.0, CAMPAIGN, 19, "pods", "ADDED", _pod("web1-b", "n"), None)
+    )
+    history.requests.append(ApiRequest(4.0, LEADER, "POST", again, 201))
+    history.changes.append(
+        StoredChange(4.0, LEADER, 20, "leases", "MODIFIED", _lease(LEADER), None)
+    )
+    assert _broken(history) == "one-eviction-per-violation"
+
+
+def test_an_eviction_past_an_exhausted_pdb_is_caught() -> None:
+    history = healthy()
+    pdb = history.changes[5]
+    history.changes[5] = StoredChange(
+        pdb.t, pdb.actor, pdb.rv, pdb.storage, pdb.type, pdb.obj, _pdb(0)
+    )
+    assert _broken(history) == "no-eviction-past-a-pdb"
+
+
+def test_an_eviction_by_a_replica_that_lost_the_lease_is_caught() -> None:
+    history = healthy()
+    history.changes.insert(
+        2, StoredChange(1.5, RIVAL, 9, "leases", "MODIFIED", _lease(RIVAL), None)
+    )
+    assert _broken(history) == "writes-only-by-the-leader"
+
+
+def test_an_eviction_long_after_the_last_renewal_is_caught() -> None:
+    history = healthy()
+    history.requests[0] = ApiRequest(3.5, LEADER, "POST", EVICT, 429)
+    assert _broken(history) == "writes-only-by-the-leader"
+
+
+def test_a_lost_event_is_caught() -> None:
+    history = healthy()
+    history.events = [e for e in history.events if not isinstance(e[1], DrsRulesApplied)]
+    assert _broken(history) == "one-event-per-change"
+
+
+def test_an_event_stored_twice_is_caught() -> None:
+    history = healthy()
+    history.events.append((4, copy.deepcopy(history.events[0][1])))
+    assert _broken(history) == "one-event-per-change"
+
+
+def test_a_replica_left_not_ready_is_caught() -> None:
+    history = healthy()
+    history.final.readiness["descheduler-b"] = False
+    assert _broken(history) == "services-ready"
+
+
+def test_a_crash_is_caught_but_a_lost_lease_is_not() -> None:
+    history = healthy()
+    history.exits.append(
+        ProcessExit(5.0, "descheduler-a", LEADER, 1, by_campaign=False, lost_lease=True)
+    )
+    assert first_breach(check(history)) is None
+    history.exits.append(
+        ProcessExit(6.0, "descheduler-a", LEADER, 1, by_campaign=False, lost_lease=False)
+    )
+    assert _broken(history) == "no-crash"
+
+
+def test_a_seed_replays_its_fault_schedule() -> None:
+    replicas = ["descheduler-a", "descheduler-b", "node-labeller-a"]
+    assert schedule(11, 1.0, replicas) == schedule(11, 1.0, replicas)
+    assert schedule(11, 1.0, replicas) != schedule(12, 1.0, replicas)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_short_campaign_holds_every_invariant(seed: int, tmp_path: Path) -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.campaign",
+            "--seed",
+            str(seed),
+            "--minutes",
+            "1",
+            "--workdir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert lines[-1].endswith("all invariants held"), run.stdout
