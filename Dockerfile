@@ -1,6 +1,7 @@
 # One image per service, from the repository root:
 #   docker build --build-arg SERVICE=node-labeller -t hostaffinity/node-labeller .
-# SERVICE is the service's folder under services/ (its console script is hostaffinity-$SERVICE).
+# SERVICE is the service's folder under services/ (node-labeller, drs-translator,
+# admission-webhook, scheduler-extender, descheduler; its console script is hostaffinity-$SERVICE).
 # Every image also carries the hostaffinity CLI (compose's vcsim-seed runs seed-vcsim from the
 # node-labeller image; `hostaffinity events` helps in any container).
 FROM python:3.11-slim AS build

@@ -14,6 +14,7 @@ VCSIM_LISTEN=${VCSIM_LISTEN:-127.0.0.1:8989}
 LABELLER_HEALTH_PORT=${LABELLER_HEALTH_PORT:-8081}
 EXTENDER_HEALTH_PORT=${EXTENDER_HEALTH_PORT:-8082}
 EXTENDER_PORT=${EXTENDER_PORT:-8888}
+WEBHOOK_HEALTH_PORT=${WEBHOOK_HEALTH_PORT:-8085}
 WEBHOOK_PORT=${WEBHOOK_PORT:-8443}
 # Where the cluster's API server reaches this machine's webhook, e.g. https://172.17.0.1:8443/mutate
 # for kind (the docker bridge); unset: the webhook runs but is not registered.
@@ -66,20 +67,25 @@ echo "dev: node-labeller (health on :$LABELLER_HEALTH_PORT, log $state/node-labe
 if [ -n "$DEV_WEBHOOK_URL" ]; then
   # The shipped configuration, pointed at this machine by URL; the service writes its caBundle.
   webhook_host=${DEV_WEBHOOK_URL#https://}; webhook_host=${webhook_host%%[:/]*}
-  kubectl apply -f k8s/base/scheduler-extender/mutatingwebhookconfiguration.yaml
+  kubectl apply -f k8s/base/admission-webhook/mutatingwebhookconfiguration.yaml
   kubectl patch mutatingwebhookconfiguration hostaffinity-pod-host-terms --type json -p \
     "[{\"op\": \"remove\", \"path\": \"/webhooks/0/clientConfig/service\"},
       {\"op\": \"add\", \"path\": \"/webhooks/0/clientConfig/url\", \"value\": \"$DEV_WEBHOOK_URL\"}]"
 fi
 # Self-signed webhook certificate (kept in a Secret in the default namespace) for 127.0.0.1 and
 # the host the API server dials.
-HOSTAFFINITY_HEALTH__PORT=$EXTENDER_HEALTH_PORT HOSTAFFINITY_EXTENDER__PORT=$EXTENDER_PORT \
-HOSTAFFINITY_WEBHOOK__PORT=$WEBHOOK_PORT HOSTAFFINITY_KUBERNETES__NAMESPACE=default \
+HOSTAFFINITY_HEALTH__PORT=$WEBHOOK_HEALTH_PORT HOSTAFFINITY_WEBHOOK__PORT=$WEBHOOK_PORT \
+HOSTAFFINITY_KUBERNETES__NAMESPACE=default \
 HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES="[\"127.0.0.1\"${webhook_host:+, \"$webhook_host\"}]" \
+  as_identity admission-webhook .venv/bin/hostaffinity-admission-webhook \
+  >"$state/admission-webhook.log" 2>&1 &
+pids+=($!)
+echo "dev: admission webhook on :$WEBHOOK_PORT (health on :$WEBHOOK_HEALTH_PORT)"
+HOSTAFFINITY_HEALTH__PORT=$EXTENDER_HEALTH_PORT HOSTAFFINITY_EXTENDER__PORT=$EXTENDER_PORT \
   as_identity scheduler-extender .venv/bin/hostaffinity-scheduler-extender \
   >"$state/scheduler-extender.log" 2>&1 &
 pids+=($!)
-echo "dev: scheduler-extender on :$EXTENDER_PORT, admission webhook on :$WEBHOOK_PORT (health on :$EXTENDER_HEALTH_PORT)"
+echo "dev: scheduler-extender on :$EXTENDER_PORT (health on :$EXTENDER_HEALTH_PORT)"
 echo "dev: follow events with: .venv/bin/hostaffinity events --nats nats://127.0.0.1:$NATS_PORT" \
   "--nats-seed $state/nats/cli.nk"
 echo "dev: running; Ctrl-C stops everything"

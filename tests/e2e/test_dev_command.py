@@ -33,6 +33,7 @@ async def test_dev_command_labels_a_cluster_without_vsphere(
         "LABELLER_HEALTH_PORT": str(free_port()),
         "EXTENDER_HEALTH_PORT": str(free_port()),
         "EXTENDER_PORT": str(free_port()),
+        "WEBHOOK_HEALTH_PORT": str(free_port()),
         "WEBHOOK_PORT": str(free_port()),
     }
     output = tmp_path / "dev.out"
