@@ -843,3 +843,32 @@ def test_the_extender_has_no_webhook_rights() -> None:
     ]
     assert [b["roleRef"]["name"] for b in bound] == ["hostaffinity-scheduler-extender"]
 
+
+@pytest.mark.parametrize("component", [None, *COMPONENTS])
+def test_every_deployment_has_a_disruption_budget_and_spreads_over_hosts(
+    component: str | None,
+) -> None:
+    """Preferred anti-affinity on the ESXi host and on the node, never required on the host
+    label: nodes get it from the node-labeller, whose own replicas would then never schedule."""
+    documents = render(component)
+    budgets = [d["spec"] for d in documents if d["kind"] == "PodDisruptionBudget"]
+    for deployment in (d for d in documents if d["kind"] == "Deployment"):
+        name = deployment["metadata"]["name"]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [b for b in budgets if _selects(b["selector"], labels)]
+        assert budget["maxUnavailable"] == 1, name
+        anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti, name
+        preferred = {
+            t["podAffinityTerm"]["topologyKey"]: t["podAffinityTerm"]
+            for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]
+        }
+        assert set(preferred) == {LABEL_ESXI_HOST, "kubernetes.io/hostname"}, name
+        for term in preferred.values():
+            assert _selects(term["labelSelector"], labels), name
+
+
+def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
+    labels = one(render(), "Namespace", "hostaffinity")["metadata"]["labels"]
+    for mode in ("enforce", "warn", "audit"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
