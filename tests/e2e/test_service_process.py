@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,32 @@ async def topology_watchers(bus: Bus) -> int:
     return int((await bus.js.stream_info(TOPOLOGY_STREAM)).state.consumer_count)
 
 
+@dataclass(frozen=True)
+class Alone:
+    """A service's console script running by itself: the process and the ports it was given."""
+
+    process: asyncio.subprocess.Process
+    health_port: int
+    port: int
+
+
+@contextlib.asynccontextmanager
+async def alone(
+    script: str, section: str, environment: Mapping[str, str], log: Path
+) -> AsyncIterator[Alone]:
+    """`script` ready, serving its `section` (WEBHOOK, EXTENDER) and health on free ports."""
+    health_port, port = free_port(), free_port()
+    ports = {
+        "HOSTAFFINITY_HEALTH__HOST": "127.0.0.1",
+        "HOSTAFFINITY_HEALTH__PORT": str(health_port),
+        f"HOSTAFFINITY_{section}__HOST": "127.0.0.1",
+        f"HOSTAFFINITY_{section}__PORT": str(port),
+    }
+    async with service_process(script, {**environment, **ports}, log) as process:
+        await while_running(process, log, lambda: _ready(health_port))
+        yield Alone(process, health_port, port)
+
+
 async def test_the_webhook_alone_serves_mutate_and_holds_no_extender_state(
     nats_server: NatsServer, kube_double: KubeDouble, bus: Bus, tmp_path: Path
 ) -> None:
@@ -183,23 +210,15 @@ async def test_the_webhook_alone_serves_mutate_and_holds_no_extender_state(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
     )
     kube_double.seed(yaml.safe_load(WEBHOOK_CONFIGURATION.read_text()))
-    health_port, webhook_port = free_port(), free_port()
-    environment = service_environment(
-        nats_server,
-        kube_double,
-        tmp_path,
-        HOSTAFFINITY_HEALTH__HOST="127.0.0.1",
-        HOSTAFFINITY_HEALTH__PORT=str(health_port),
-        HOSTAFFINITY_WEBHOOK__HOST="127.0.0.1",
-        HOSTAFFINITY_WEBHOOK__PORT=str(webhook_port),
-        HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES='["127.0.0.1"]',
-    )
     watchers = await topology_watchers(bus)
+    environment = service_environment(
+        nats_server, kube_double, tmp_path, HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES='["127.0.0.1"]'
+    )
     log = tmp_path / "webhook.log"
-    async with service_process("hostaffinity-admission-webhook", environment, log) as process:
-        await while_running(process, log, lambda: _ready(health_port))
+    async with alone("hostaffinity-admission-webhook", "WEBHOOK", environment, log) as webhook:
         review = json.loads(REVIEW.read_text())["reviews"][0]["request_body"]
-        url = f"https://127.0.0.1:{webhook_port}/mutate"
+        url = f"https://127.0.0.1:{webhook.port}/mutate"
+        # Not verified here: tests/integration/test_webhook.py checks the certificate.
         async with (
             aiohttp.ClientSession() as http,
             http.post(url, json=review, ssl=False) as answer,
@@ -207,30 +226,20 @@ async def test_the_webhook_alone_serves_mutate_and_holds_no_extender_state(
             assert answer.status == 200
             assert (await answer.json())["response"]["patchType"] == "JSONPatch"
         # Its own two ports; of the API only the pods (the twinless-pod reporter); no topology.
-        assert listening(process) == {health_port, webhook_port}
+        assert listening(webhook.process) == {webhook.health_port, webhook.port}
         assert kube_double.store.watched() == {"pods"}
         assert await topology_watchers(bus) == watchers
-        rss_mib(process, "admission-webhook")
+        rss_mib(webhook.process, "admission-webhook")
 
 
 async def test_the_extender_alone_opens_no_webhook_port(
     nats_server: NatsServer, kube_double: KubeDouble, bus: Bus, tmp_path: Path
 ) -> None:
-    health_port, extender_port = free_port(), free_port()
-    environment = service_environment(
-        nats_server,
-        kube_double,
-        tmp_path,
-        HOSTAFFINITY_HEALTH__HOST="127.0.0.1",
-        HOSTAFFINITY_HEALTH__PORT=str(health_port),
-        HOSTAFFINITY_EXTENDER__HOST="127.0.0.1",
-        HOSTAFFINITY_EXTENDER__PORT=str(extender_port),
-    )
     watchers = await topology_watchers(bus)
+    environment = service_environment(nats_server, kube_double, tmp_path)
     log = tmp_path / "extender.log"
-    async with service_process("hostaffinity-scheduler-extender", environment, log) as process:
-        await while_running(process, log, lambda: _ready(health_port))
-        assert listening(process) == {health_port, extender_port}
+    async with alone("hostaffinity-scheduler-extender", "EXTENDER", environment, log) as extender:
+        assert listening(extender.process) == {extender.health_port, extender.port}
         assert kube_double.store.watched() == {"pods", "nodes", "namespaces"}
         assert await topology_watchers(bus) == watchers + 1
-        rss_mib(process, "scheduler-extender")
+        rss_mib(extender.process, "scheduler-extender")
