@@ -51,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Pod
 from hostaffinity.runtime.kube import KubeClient
+from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
-from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST
@@ -107,7 +107,7 @@ def serve_extender(cluster: Cluster, conn: Connection) -> None:
         async def publish(_event: object) -> None:
             return None
 
-        decisions = DecisionPublisher(publish, ratio=0.0, capacity=1, on_drop=lambda: None)
+        decisions = SampledPublisher(publish, ratio=0.0, capacity=1, on_drop=lambda: None)
         async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
             binder = Binder(KubeClient(api), 1.0)  # bindVerb is not shipped: never called
             server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)

@@ -31,15 +31,15 @@ from typing import Any
 import aiohttp
 from figures import peak_rss_mib, percentile
 
-from hostaffinity.runtime.certificates import issue, server_context
-from hostaffinity.scheduler_extender.admission import MutationSettings, Outcome
-from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
-from hostaffinity.scheduler_extender.admission_review import (
+from hostaffinity.admission_webhook.admission_v1 import (
     decode_review,
     encode_answer,
     mutation_for,
 )
-from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
+from hostaffinity.admission_webhook.metrics import AdmissionMetrics
+from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome
+from hostaffinity.admission_webhook.server import AdmissionWebhook
+from hostaffinity.runtime.certificates import issue, server_context
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 
 FIXTURE = (

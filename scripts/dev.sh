@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job without Docker (`make dev`): the four services as local processes, with an embedded
+# The main job without Docker (`make dev`): the five services as local processes, with an embedded
 # nats-server (JetStream) and our vcsim, against whatever cluster KUBECONFIG points at.
 # vcsim gets one VM per cluster node (spread over its hosts, matched by name), since kind and k3s
 # have no vSphere behind them. Without a usable cluster it stops at once saying what is missing.
@@ -17,6 +17,7 @@ EXTENDER_HEALTH_PORT=${EXTENDER_HEALTH_PORT:-8082}
 DRS_HEALTH_PORT=${DRS_HEALTH_PORT:-8083}
 DESCHEDULER_HEALTH_PORT=${DESCHEDULER_HEALTH_PORT:-8084}
 EXTENDER_PORT=${EXTENDER_PORT:-8888}
+WEBHOOK_HEALTH_PORT=${WEBHOOK_HEALTH_PORT:-8085}
 WEBHOOK_PORT=${WEBHOOK_PORT:-8443}
 # Where the cluster's API server reaches this machine's webhook, e.g. https://172.17.0.1:8443/mutate
 # for kind (the docker bridge); unset: the webhook runs but is not registered.
@@ -90,29 +91,33 @@ unset HOSTAFFINITY_LEASE__NAMESPACE
 if [ -n "$DEV_WEBHOOK_URL" ]; then
   # The shipped configuration, pointed at this machine by URL; the service writes its caBundle.
   webhook_host=${DEV_WEBHOOK_URL#https://}; webhook_host=${webhook_host%%[:/]*}
-  kubectl apply -f k8s/base/scheduler-extender/mutatingwebhookconfiguration.yaml
+  kubectl apply -f k8s/base/admission-webhook/mutatingwebhookconfiguration.yaml
   kubectl patch mutatingwebhookconfiguration hostaffinity-pod-host-terms --type json -p \
     "[{\"op\": \"remove\", \"path\": \"/webhooks/0/clientConfig/service\"},
       {\"op\": \"add\", \"path\": \"/webhooks/0/clientConfig/url\", \"value\": \"$DEV_WEBHOOK_URL\"}]"
 fi
 # Self-signed webhook certificate (kept in a Secret in the default namespace) for 127.0.0.1 and
 # the host the API server dials.
-HOSTAFFINITY_HEALTH__PORT=$EXTENDER_HEALTH_PORT HOSTAFFINITY_EXTENDER__PORT=$EXTENDER_PORT \
-HOSTAFFINITY_WEBHOOK__PORT=$WEBHOOK_PORT HOSTAFFINITY_KUBERNETES__NAMESPACE=default \
+HOSTAFFINITY_HEALTH__PORT=$WEBHOOK_HEALTH_PORT HOSTAFFINITY_WEBHOOK__PORT=$WEBHOOK_PORT \
+HOSTAFFINITY_KUBERNETES__NAMESPACE=default \
 HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES="[\"127.0.0.1\"${webhook_host:+, \"$webhook_host\"}]" \
+  start admission-webhook .venv/bin/hostaffinity-admission-webhook
+echo "dev: admission webhook on :$WEBHOOK_PORT (health on :$WEBHOOK_HEALTH_PORT)"
+HOSTAFFINITY_HEALTH__PORT=$EXTENDER_HEALTH_PORT HOSTAFFINITY_EXTENDER__PORT=$EXTENDER_PORT \
   start scheduler-extender .venv/bin/hostaffinity-scheduler-extender
-echo "dev: scheduler-extender on :$EXTENDER_PORT, admission webhook on :$WEBHOOK_PORT (health on :$EXTENDER_HEALTH_PORT)"
+echo "dev: scheduler-extender on :$EXTENDER_PORT (health on :$EXTENDER_HEALTH_PORT)"
 echo "dev: follow events with: .venv/bin/hostaffinity events --nats nats://127.0.0.1:$NATS_PORT" \
   "--nats-seed $state/nats/cli.nk"
 ready() { .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
   "http://127.0.0.1:$1/readyz" 2>/dev/null; }
-for port in "$LABELLER_HEALTH_PORT" "$DRS_HEALTH_PORT" "$DESCHEDULER_HEALTH_PORT" "$EXTENDER_HEALTH_PORT"; do
+for port in "$LABELLER_HEALTH_PORT" "$DRS_HEALTH_PORT" "$DESCHEDULER_HEALTH_PORT" \
+  "$WEBHOOK_HEALTH_PORT" "$EXTENDER_HEALTH_PORT"; do
   until ready "$port"; do
     kill -0 "${pids[@]}" 2>/dev/null || { echo "dev: a process exited; see the logs in $state" >&2; exit 1; }
     sleep 0.5
   done
 done
-echo "dev: all four services ready (/readyz); try: .venv/bin/hostaffinity topology" \
+echo "dev: all five services ready (/readyz); try: .venv/bin/hostaffinity topology" \
   "--nats nats://127.0.0.1:$NATS_PORT --nats-seed $state/nats/cli.nk"
 echo "dev: running; Ctrl-C stops everything"
 wait -n "${pids[@]}"

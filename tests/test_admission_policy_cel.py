@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 from admission_golden import CASES, admitted
 
-from hostaffinity.scheduler_extender.admission import MutationSettings
+from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.schema.names import POD_PHYSICAL_ANTI_AFFINITY, POD_SPREAD_ACROSS_HOSTS
 from tests.admission_policy_cel import (
     ENV,

@@ -20,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from hostaffinity.admission_webhook.config import AdmissionWebhookSettings
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
@@ -51,9 +52,14 @@ COMPONENTS = sorted(p.name for p in (ROOT / "k8s" / "components").iterdir() if p
 SERVICE_CONFIGS: dict[str, type[Settings]] = {
     "node-labeller": NodeLabellerConfig,
     "drs-translator": DrsTranslatorConfig,
+    "admission-webhook": AdmissionWebhookSettings,
     "scheduler-extender": SchedulerExtenderSettings,
     "descheduler": DeschedulerConfig,
 }
+# The component a service ships in, where it is not k8s/base: the extender is optional.
+SHIPPED_IN = {"scheduler-extender": "scheduler-extender"}
+# Services a component removes: the admission policy replaces the webhook.
+REMOVED_BY = {"admission-policy": {"admission-webhook"}}
 # The bus (k8s/base/nats): the NATS identities, each an nkey in the identities Secret (keys
 # <identity>.nk, the seed, and <identity>.pub), and where a client pod finds its seed and the CA.
 NATS_IDENTITIES = (*SERVICE_CONFIGS, "cli", "provision")
@@ -154,22 +160,29 @@ def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dic
     return documents
 
 
-def render(component: str | None = None) -> list[dict[str, Any]]:
-    """k8s/base, with the component's resources added and its patches applied."""
+NAMESPACE = "hostaffinity"
+
+
+def render(*components: str | None) -> list[dict[str, Any]]:
+    """k8s/base, with each component's resources added and its patches applied, in order."""
     base = ROOT / "k8s" / "base"
     base_kustomization = yaml.safe_load((base / "kustomization.yaml").read_text())
     documents = [d for name in base_kustomization["resources"] for d in _load_all(base / name)]
     documents += generated_configmaps(base, base_kustomization)
     for document in documents:
         document["metadata"].setdefault("namespace", base_kustomization["namespace"])
-    if component is None:
-        return documents
+    for component in dict.fromkeys(c for c in components if c is not None):
+        documents = _with_component(documents, component)
+    return documents
+
+
+def _with_component(documents: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
     where = ROOT / "k8s" / "components" / component
     kustomization = yaml.safe_load((where / "kustomization.yaml").read_text())
     documents += [d for name in kustomization.get("resources", []) for d in _load_all(where / name)]
     documents += generated_configmaps(where, kustomization)
     for document in documents:
-        document["metadata"].setdefault("namespace", base_kustomization["namespace"])
+        document["metadata"].setdefault("namespace", NAMESPACE)
     for patch in kustomization.get("patches", []):
         content = yaml.safe_load((where / patch["path"]).read_text())
         if isinstance(content, dict) and content.get("$patch") == "delete":
@@ -196,9 +209,9 @@ def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> 
     return found
 
 
-def extender_settings(documents: list[dict[str, Any]], tmp_path: Path) -> SchedulerExtenderSettings:
-    """What the rendered scheduler-extender Deployment would load: its --config files and env."""
-    deployment = one(documents, "Deployment", "scheduler-extender")
+def deployment_settings(documents: list[dict[str, Any]], service: str, tmp_path: Path) -> Settings:
+    """What the rendered Deployment of `service` would load: its --config files and env."""
+    deployment = one(documents, "Deployment", service)
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     files = {
         k: v for d in documents if d["kind"] == "ConfigMap" for k, v in d.get("data", {}).items()
@@ -208,8 +221,18 @@ def extender_settings(documents: list[dict[str, Any]], tmp_path: Path) -> Schedu
         if flag == "--config":
             paths.append(tmp_path / Path(value).name)
             paths[-1].write_text(files[Path(value).name], encoding="utf-8")
-    environ = {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
-    return load_config(SchedulerExtenderSettings, paths, environ=environ)
+    # What a Secret or the downward API would provide (env valueFrom) is sampled.
+    environ = {
+        e["name"]: str(e["value"]) if "value" in e else REQUIRED_SAMPLES.get(e["name"], "sample")
+        for e in container.get("env", [])
+    }
+    return load_config(SERVICE_CONFIGS[service], paths, environ=environ)
+
+
+def webhook_settings(documents: list[dict[str, Any]], tmp_path: Path) -> AdmissionWebhookSettings:
+    settings = deployment_settings(documents, "admission-webhook", tmp_path)
+    assert isinstance(settings, AdmissionWebhookSettings)
+    return settings
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
@@ -218,13 +241,15 @@ def test_component_renders_onto_the_base_and_stays_valid(component: str, tmp_pat
     for document in documents:
         if not is_custom(document):
             validate(copy.deepcopy(document))
-    extender_settings(documents, tmp_path)
+    for service in SERVICE_CONFIGS:
+        if any(d["kind"] == "Deployment" and d["metadata"]["name"] == service for d in documents):
+            deployment_settings(documents, service, tmp_path)
 
 
 def test_webhook_configuration_as_shipped(tmp_path: Path) -> None:
     """The knobs the issue fixes, and that the pieces name one another consistently."""
     documents = render()
-    settings = extender_settings(documents, tmp_path)
+    settings = webhook_settings(documents, tmp_path)
     configuration = one(documents, "MutatingWebhookConfiguration")
     assert configuration["metadata"]["name"] == settings.webhook.configuration_name
     (webhook,) = configuration["webhooks"]
@@ -249,17 +274,17 @@ def test_webhook_configuration_as_shipped(tmp_path: Path) -> None:
         for p in service["spec"]["ports"]
         if p["port"] == webhook["clientConfig"]["service"]["port"]
     ]
-    container = one(documents, "Deployment", "scheduler-extender")["spec"]["template"]["spec"][
+    container = one(documents, "Deployment", "admission-webhook")["spec"]["template"]["spec"][
         "containers"
     ][0]
     (listening,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
     assert listening["containerPort"] == settings.webhook.port
     # RBAC: patch this configuration only, and keep the serving certificate in its Secret.
-    role = one(documents, "ClusterRole", "hostaffinity-scheduler-extender")
+    role = one(documents, "ClusterRole", "hostaffinity-admission-webhook")
     (own,) = [r for r in role["rules"] if "mutatingwebhookconfigurations" in r["resources"]]
     assert own["resourceNames"] == [configuration["metadata"]["name"]]
     assert set(own["verbs"]) == {"get", "patch"}
-    tls_role = one(documents, "Role", "hostaffinity-scheduler-extender-webhook-tls")
+    tls_role = one(documents, "Role", "hostaffinity-admission-webhook-tls")
     named = [r for r in tls_role["rules"] if r.get("resourceNames")]
     assert named[0]["resourceNames"] == [settings.webhook.secret_name]
 
@@ -267,7 +292,8 @@ def test_webhook_configuration_as_shipped(tmp_path: Path) -> None:
 def test_admission_policy_component_replaces_the_webhook(tmp_path: Path) -> None:
     documents = render("admission-policy")
     assert not [d for d in documents if d["kind"] == "MutatingWebhookConfiguration"]
-    assert not extender_settings(documents, tmp_path).webhook.enabled
+    webhook = {"app.kubernetes.io/name": "admission-webhook"}
+    assert not [d for d in documents if webhook.items() <= d["metadata"]["labels"].items()]
     policy = one(documents, "MutatingAdmissionPolicy")
     binding = one(documents, "MutatingAdmissionPolicyBinding")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
@@ -280,7 +306,7 @@ def test_admission_policy_component_replaces_the_webhook(tmp_path: Path) -> None
 
 def test_cert_manager_component_serves_the_certificate_it_injects(tmp_path: Path) -> None:
     documents = render("cert-manager")
-    settings = extender_settings(documents, tmp_path)
+    settings = webhook_settings(documents, tmp_path)
     assert settings.webhook.certificates == "files"
     configuration = one(documents, "MutatingWebhookConfiguration")
     certificate = one(documents, "Certificate")
@@ -292,7 +318,7 @@ def test_cert_manager_component_serves_the_certificate_it_injects(tmp_path: Path
     names = service_hostnames(service["name"], service["namespace"])
     assert set(certificate["spec"]["dnsNames"]) <= set(names)
     assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
-    pod = one(documents, "Deployment", "scheduler-extender")["spec"]["template"]["spec"]
+    pod = one(documents, "Deployment", "admission-webhook")["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if v.get("secret")]
     assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
     (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
@@ -464,7 +490,7 @@ def assert_nats_credentials(pod: dict[str, Any], identity: str) -> None:
 @pytest.mark.parametrize("component", [None, *COMPONENTS])
 def test_every_pod_meets_the_restricted_pod_security_standard(component: str | None) -> None:
     """And runs with a read-only root, as every service does (with any component too)."""
-    for where, pod in pod_specs(render(component)).items():
+    for where, pod in pod_specs(render("scheduler-extender", component)).items():
         assert pod["securityContext"]["runAsNonRoot"] is True, where
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
         assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod), where
@@ -644,11 +670,18 @@ def test_shared_config_reaches_the_bundled_nats_over_tls() -> None:
     assert nats["stream_replicas"] == nats["kv_replicas"] == replicas
 
 
-@pytest.mark.parametrize("component", [None, *COMPONENTS])
-@pytest.mark.parametrize("service", sorted(SERVICE_CONFIGS))
+@pytest.mark.parametrize(
+    ("service", "component"),
+    [
+        (service, component)
+        for service in sorted(SERVICE_CONFIGS)
+        for component in (None, *COMPONENTS)
+        if service not in REMOVED_BY.get(component or "", set())
+    ],
+)
 def test_each_service_connects_to_nats_as_itself(service: str, component: str | None) -> None:
     """Its own identity and seed, the CA, no other secret of the bus (with any component too)."""
-    deployment = one(render(component), "Deployment", service)
+    deployment = one(render(SHIPPED_IN.get(service), component), "Deployment", service)
     assert_nats_credentials(deployment["spec"]["template"]["spec"], service)
 
 
@@ -728,7 +761,7 @@ def admitted(documents: list[dict[str, Any]], labels: dict[str, str]) -> dict[in
 
 
 def test_network_policies_let_in_only_what_each_port_needs() -> None:
-    documents = render()
+    documents = render("scheduler-extender")
     policies = [d for d in documents if d["kind"] == "NetworkPolicy"]
     assert {p["apiVersion"] for p in policies} == {"networking.k8s.io/v1"}
     # Everything of the namespace is closed, except what a policy opens; egress is not limited.
@@ -742,12 +775,15 @@ def test_network_policies_let_in_only_what_each_port_needs() -> None:
         6222: [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "nats"}}}],
         8222: [{"podSelector": {}}, monitoring],
     }
-    assert admitted(documents, labels["Deployment/scheduler-extender"]) == {
+    assert admitted(documents, labels["Deployment/admission-webhook"]) == {
         8443: ["anywhere"],
+        8080: [monitoring],
+    }
+    assert admitted(documents, labels["Deployment/scheduler-extender"]) == {
         8888: ["anywhere"],
         8080: [monitoring],
     }
-    for service in set(SERVICE_CONFIGS) - {"scheduler-extender"}:
+    for service in set(SERVICE_CONFIGS) - {"admission-webhook", "scheduler-extender"}:
         assert admitted(documents, labels[f"Deployment/{service}"]) == {8080: [monitoring]}
     for job in ("hostaffinity-bus-secrets", "hostaffinity-bus-provision"):
         assert admitted(documents, labels[f"Job/{job}"]) == {}
@@ -797,7 +833,7 @@ SEVERITIES = {"warning", "critical"}
 def test_monitoring_component_scrapes_every_service_and_nats() -> None:
     """One PodMonitor per workload, on a port its pods name, with job = the workload's name, and
     that port open to the monitoring namespaces."""
-    documents = render("monitoring")
+    documents = render("scheduler-extender", "monitoring")  # the extender's too, where it runs
     monitors = [d for d in documents if d["kind"] == "PodMonitor"]
     assert {m["apiVersion"] for m in monitors} == {"monitoring.coreos.com/v1"}
     labels, pods = pod_labels(documents), pod_specs(documents)
@@ -848,3 +884,61 @@ def test_monitoring_component_ships_the_dashboard_for_grafanas_sidecar() -> None
         assert panel["title"], panel
         assert panel["targets"], panel["title"]
         assert all(t["expr"] for t in panel["targets"]), panel["title"]
+
+
+def test_base_runs_the_webhook_and_the_extender_only_with_its_component() -> None:
+    """The default install keeps no extender cache: its Deployment comes with the component."""
+    base = render()
+    assert not [d for d in base if d["metadata"]["name"] == "scheduler-extender"]
+    (container,) = one(base, "Deployment", "admission-webhook")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["image"].startswith("ghcr.io/hostaffinity/admission-webhook:")
+    assert "/etc/hostaffinity/admission-webhook.yaml" in container["args"]
+    extender = one(render("scheduler-extender"), "Deployment", "scheduler-extender")
+    (container,) = extender["spec"]["template"]["spec"]["containers"]
+    assert {p["name"] for p in container["ports"]} == {"extender", "http"}
+
+
+def test_the_extender_has_no_webhook_rights() -> None:
+    """Secrets and the webhook configuration are the webhook's ServiceAccount's alone."""
+    documents = render("scheduler-extender")
+    role = one(documents, "ClusterRole", "hostaffinity-scheduler-extender")
+    assert [r["resources"] for r in role["rules"]] == [["pods", "nodes", "namespaces"]]
+    bound = [
+        d
+        for d in documents
+        if d["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+        and any(s["name"] == "scheduler-extender" for s in d["subjects"])
+    ]
+    assert [b["roleRef"]["name"] for b in bound] == ["hostaffinity-scheduler-extender"]
+
+
+@pytest.mark.parametrize("component", [None, *COMPONENTS])
+def test_every_deployment_has_a_disruption_budget_and_spreads_over_hosts(
+    component: str | None,
+) -> None:
+    """Preferred anti-affinity on the ESXi host and on the node, never required on the host
+    label: nodes get it from the node-labeller, whose own replicas would then never schedule."""
+    documents = render(component)
+    budgets = [d["spec"] for d in documents if d["kind"] == "PodDisruptionBudget"]
+    for deployment in (d for d in documents if d["kind"] == "Deployment"):
+        name = deployment["metadata"]["name"]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [b for b in budgets if _selects(b["selector"], labels)]
+        assert budget["maxUnavailable"] == 1, name
+        anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti, name
+        preferred = {
+            t["podAffinityTerm"]["topologyKey"]: t["podAffinityTerm"]
+            for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]
+        }
+        assert set(preferred) == {LABEL_ESXI_HOST, "kubernetes.io/hostname"}, name
+        for term in preferred.values():
+            assert _selects(term["labelSelector"], labels), name
+
+
+def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
+    labels = one(render(), "Namespace", "hostaffinity")["metadata"]["labels"]
+    for mode in ("enforce", "warn", "audit"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"

@@ -28,7 +28,7 @@ FIXTURE_TESTS = (
     "libs/affinity/tests/test_oracle.py",
     "libs/affinity/tests/test_model.py",
     "services/scheduler-extender/tests/test_http.py",
-    "services/scheduler-extender/tests/test_admission.py",
+    "services/admission-webhook/tests/test_admission.py",
     "tests/integration/test_webhook.py",
     "tests/contract/test_kube_double_contract.py",
 )

@@ -42,6 +42,7 @@ def dev_environment(tmp_path: Path, kubeconfig: Path | None) -> dict[str, str]:
         "DRS_HEALTH_PORT": str(free_port()),
         "DESCHEDULER_HEALTH_PORT": str(free_port()),
         "EXTENDER_PORT": str(free_port()),
+        "WEBHOOK_HEALTH_PORT": str(free_port()),
         "WEBHOOK_PORT": str(free_port()),
     }
     if kubeconfig is not None:

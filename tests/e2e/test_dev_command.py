@@ -1,4 +1,4 @@
-"""`make dev` (scripts/dev.sh) against the Kubernetes double: all four services up and ready, the
+"""`make dev` (scripts/dev.sh) against the Kubernetes double: all five services up and ready, the
 six nodes placed, Ctrl-C leaving nothing behind; without a usable cluster, one clear line."""
 
 import asyncio
@@ -22,7 +22,7 @@ async def test_dev_command_runs_every_service_and_stops_them_all(
 ) -> None:
     async with running_dev(kube_double, tmp_path) as dev:
         environment = dev.environment
-        for port in ("LABELLER", "DRS", "DESCHEDULER", "EXTENDER"):
+        for port in ("LABELLER", "DRS", "DESCHEDULER", "EXTENDER", "WEBHOOK"):
             assert f"health on :{environment[f'{port}_HEALTH_PORT']}" in dev.text()
         state = tmp_path / "dev"
         topology = await asyncio.create_subprocess_exec(

@@ -1,6 +1,7 @@
 """Services as their console scripts run them: ready through the runner, JSON log lines, a
-SIGTERM that drains and exits 0 (the scheduler-extender), and a lost Lease that ends the
-node-labeller's process with status 1 before a rival may take over."""
+SIGTERM that drains and exits 0 (the scheduler-extender), a lost Lease that ends the
+node-labeller's process with status 1 before a rival may take over, and the admission webhook
+and the extender each alone in its process, holding only what it needs (RSS printed)."""
 
 import asyncio
 import contextlib
@@ -10,17 +11,28 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
+import yaml
 
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import utc_timestamp
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer, free_port
 from tests.platform.vcsim import VcsimFactory
+from tests.recorded_fixtures import fixture_dir
 
 SCRIPTS = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
+WEBHOOK_CONFIGURATION = (
+    ROOT / "k8s" / "base" / "admission-webhook" / "mutatingwebhookconfiguration.yaml"
+)
+REVIEW = fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
 LEASE_S = 3.0
 RENEW_S = 1.5
 
@@ -145,3 +157,89 @@ async def test_a_labeller_that_loses_its_lease_exits_1_in_time(
     assert "lost the Lease" in text
     # The work was cancelled and the process gone before the rival's lease could run out.
     assert stopped_after < LEASE_S, text
+
+
+def listening(process: asyncio.subprocess.Process) -> set[int]:
+    """The TCP ports the process listens on."""
+    connections = psutil.Process(process.pid).net_connections("tcp")
+    return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
+
+
+def rss_mib(process: asyncio.subprocess.Process, program: str) -> float:
+    """The process's resident memory now, printed for the report (pytest -s shows it)."""
+    rss = psutil.Process(process.pid).memory_info().rss / 2**20
+    print(f"{program}: RSS after start {rss:.1f} MiB")
+    return rss
+
+
+async def topology_watchers(bus: Bus) -> int:
+    """Consumers on the topology bucket's stream: each watch of it is one."""
+    return int((await bus.js.stream_info(TOPOLOGY_STREAM)).state.consumer_count)
+
+
+@dataclass(frozen=True)
+class Alone:
+    """A service's console script running by itself: the process and the ports it was given."""
+
+    process: asyncio.subprocess.Process
+    health_port: int
+    port: int
+
+
+@contextlib.asynccontextmanager
+async def alone(
+    script: str, section: str, environment: Mapping[str, str], log: Path
+) -> AsyncIterator[Alone]:
+    """`script` ready, serving its `section` (WEBHOOK, EXTENDER) and health on free ports."""
+    health_port, port = free_port(), free_port()
+    ports = {
+        "HOSTAFFINITY_HEALTH__HOST": "127.0.0.1",
+        "HOSTAFFINITY_HEALTH__PORT": str(health_port),
+        f"HOSTAFFINITY_{section}__HOST": "127.0.0.1",
+        f"HOSTAFFINITY_{section}__PORT": str(port),
+    }
+    async with service_process(script, {**environment, **ports}, log) as process:
+        await while_running(process, log, lambda: _ready(health_port))
+        yield Alone(process, health_port, port)
+
+
+async def test_the_webhook_alone_serves_mutate_and_holds_no_extender_state(
+    nats_server: NatsServer, kube_double: KubeDouble, bus: Bus, tmp_path: Path
+) -> None:
+    kube_double.seed(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
+    )
+    kube_double.seed(yaml.safe_load(WEBHOOK_CONFIGURATION.read_text()))
+    watchers = await topology_watchers(bus)
+    environment = service_environment(
+        nats_server, kube_double, tmp_path, HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES='["127.0.0.1"]'
+    )
+    log = tmp_path / "webhook.log"
+    async with alone("hostaffinity-admission-webhook", "WEBHOOK", environment, log) as webhook:
+        review = json.loads(REVIEW.read_text())["reviews"][0]["request_body"]
+        url = f"https://127.0.0.1:{webhook.port}/mutate"
+        # Not verified here: tests/integration/test_webhook.py checks the certificate.
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url, json=review, ssl=False) as answer,
+        ):
+            assert answer.status == 200
+            assert (await answer.json())["response"]["patchType"] == "JSONPatch"
+        # Its own two ports; of the API only the pods (the twinless-pod reporter); no topology.
+        assert listening(webhook.process) == {webhook.health_port, webhook.port}
+        assert kube_double.store.watched() == {"pods"}
+        assert await topology_watchers(bus) == watchers
+        rss_mib(webhook.process, "admission-webhook")
+
+
+async def test_the_extender_alone_opens_no_webhook_port(
+    nats_server: NatsServer, kube_double: KubeDouble, bus: Bus, tmp_path: Path
+) -> None:
+    watchers = await topology_watchers(bus)
+    environment = service_environment(nats_server, kube_double, tmp_path)
+    log = tmp_path / "extender.log"
+    async with alone("hostaffinity-scheduler-extender", "EXTENDER", environment, log) as extender:
+        assert listening(extender.process) == {extender.health_port, extender.port}
+        assert kube_double.store.watched() == {"pods", "nodes", "namespaces"}
+        assert await topology_watchers(bus) == watchers + 1
+        rss_mib(extender.process, "scheduler-extender")

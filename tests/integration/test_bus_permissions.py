@@ -31,7 +31,13 @@ from tests.platform.nats_cluster import NatsCluster
 
 REPLY_SECONDS = 3.0
 OUR_STREAMS = (EVENTS_STREAM, DLQ_STREAM, TOPOLOGY_STREAM, DRS_STREAM)
-SERVICES = ("node-labeller", "drs-translator", "scheduler-extender", "descheduler")
+SERVICES = (
+    "node-labeller",
+    "drs-translator",
+    "admission-webhook",
+    "scheduler-extender",
+    "descheduler",
+)
 
 
 @dataclass
@@ -126,6 +132,7 @@ async def test_every_identity_reads_the_streams_it_uses_and_none_deletes_or_purg
     readable = {
         "node-labeller": {TOPOLOGY_STREAM, EVENTS_STREAM},
         "drs-translator": {TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM},
+        "admission-webhook": set(),
         "scheduler-extender": {TOPOLOGY_STREAM, EVENTS_STREAM},
         "descheduler": {TOPOLOGY_STREAM, EVENTS_STREAM, DLQ_STREAM},
         "cli": set(OUR_STREAMS),
@@ -190,6 +197,7 @@ async def test_each_service_publishes_only_its_own_event_types(nats_cluster: Nat
     own = {
         "node-labeller": "vm.moved",
         "drs-translator": "drs.rules.applied",
+        "admission-webhook": "pod.mutated",
         "scheduler-extender": "extender.decision",
         "descheduler": "pod.evicted",
     }
@@ -227,6 +235,7 @@ async def test_consumers_only_on_streams_an_identity_may_read(nats_cluster: Nats
     may_create_on = {
         "node-labeller": {TOPOLOGY_STREAM},
         "drs-translator": {TOPOLOGY_STREAM, DRS_STREAM},
+        "admission-webhook": set(),
         "scheduler-extender": {TOPOLOGY_STREAM},
         "descheduler": {TOPOLOGY_STREAM},
         "cli": {TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM},

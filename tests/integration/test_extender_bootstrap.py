@@ -12,11 +12,7 @@ import aiohttp
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, NatsSettings
 from hostaffinity.runtime.runner import running_service
-from hostaffinity.scheduler_extender.config import (
-    ExtenderSettings,
-    SchedulerExtenderSettings,
-    WebhookSettings,
-)
+from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderSettings
 from hostaffinity.scheduler_extender.main import service_spec
 from hostaffinity.scheduler_extender.service import Extender
 from tests.integration.test_bus_topology import placement
@@ -43,7 +39,6 @@ async def test_ready_only_once_every_stored_placement_is_known(
             kubeconfig=str(kube_double.write_kubeconfig(tmp_path / "kubeconfig"))
         ),
         extender=ExtenderSettings(host="127.0.0.1", port=0),
-        webhook=WebhookSettings(enabled=False),  # not under test here
     )
     work = Extender()
     try:

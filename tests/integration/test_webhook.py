@@ -1,4 +1,4 @@
-"""The admission webhook as the scheduler-extender service runs it, over HTTPS, self-signed path.
+"""The admission webhook as the admission-webhook service runs it, over HTTPS, self-signed path.
 
 The Kubernetes double holds the shipped MutatingWebhookConfiguration (k8s/base); the service makes
 its CA and serving certificate, keeps them in a Secret and writes the CA into that configuration.
@@ -24,21 +24,17 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from hostaffinity.admission_webhook.config import AdmissionWebhookSettings, WebhookSettings
+from hostaffinity.admission_webhook.main import service_spec
+from hostaffinity.admission_webhook.registration import WebhookRegistration
+from hostaffinity.admission_webhook.server import AdmissionWebhook
+from hostaffinity.admission_webhook.service import Webhook
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.certificates import service_hostnames
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.kube import KubeClient, api_client
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
-from hostaffinity.scheduler_extender.config import (
-    ExtenderSettings,
-    SchedulerExtenderSettings,
-    WebhookSettings,
-)
-from hostaffinity.scheduler_extender.main import service_spec
-from hostaffinity.scheduler_extender.registration import WebhookRegistration
-from hostaffinity.scheduler_extender.service import Extender
-from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 from hostaffinity.schema import (
     EVENTS_STREAM,
     LABEL_ESXI_HOST,
@@ -52,19 +48,18 @@ from tests.platform.nats import NatsServer
 from tests.recorded_fixtures import fixture_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGURATION = ROOT / "k8s" / "base" / "scheduler-extender" / "mutatingwebhookconfiguration.yaml"
+CONFIGURATION = ROOT / "k8s" / "base" / "admission-webhook" / "mutatingwebhookconfiguration.yaml"
 FIXTURE = fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
 WEBHOOKS = "admissionregistration.k8s.io/v1"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def settings(nats: NatsServer, kubeconfig: Path) -> SchedulerExtenderSettings:
-    return SchedulerExtenderSettings(
+def settings(nats: NatsServer, kubeconfig: Path) -> AdmissionWebhookSettings:
+    return AdmissionWebhookSettings(
         nats=nats.settings(),
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
-        extender=ExtenderSettings(host="127.0.0.1", port=0),
         webhook=WebhookSettings(
             host="127.0.0.1", port=0, extra_hostnames=["127.0.0.1"], event_sample_ratio=1.0
         ),
@@ -80,7 +75,7 @@ async def eventually_true(check: Any, what: str) -> None:
 
 
 @dataclass(frozen=True)
-class RunningExtender:
+class RunningWebhook:
     """The parts of the started service these tests look at."""
 
     health_port: int
@@ -96,20 +91,18 @@ async def ready(health_port: int) -> bool:
 @contextlib.asynccontextmanager
 async def service(
     nats: NatsServer, kubeconfig: Path, kube: KubeDouble
-) -> AsyncIterator[RunningExtender]:
+) -> AsyncIterator[RunningWebhook]:
     """The service, ready, with its webhook listening and the caBundle written."""
-    work = Extender()
+    work = Webhook()
     async with running_service(service_spec(work), settings(nats, kubeconfig)) as runner:
         await eventually_true(lambda: ready(runner.health.port), "the service never became ready")
 
         async def webhook_up() -> bool:
-            return (
-                work.webhook is not None and work.webhook.serving and written_ca(kube) is not None
-            )
+            return work.server is not None and work.server.serving and written_ca(kube) is not None
 
         await eventually_true(webhook_up, "the webhook never listened with its caBundle written")
-        assert work.webhook is not None
-        yield RunningExtender(runner.health.port, work.webhook)
+        assert work.server is not None
+        yield RunningWebhook(runner.health.port, work.server)
 
 
 def written_ca(kube: KubeDouble) -> bytes | None:
@@ -119,7 +112,7 @@ def written_ca(kube: KubeDouble) -> bytes | None:
     return None if bundle is None else base64.b64decode(bundle)
 
 
-async def post(service: RunningExtender, body: bytes, ca: bytes) -> tuple[int, bytes]:
+async def post(service: RunningWebhook, body: bytes, ca: bytes) -> tuple[int, bytes]:
     """POST /mutate trusting only `ca`, with the host name checked, as kube-apiserver does."""
     trust = ssl.create_default_context(cadata=ca.decode())
     url = f"https://127.0.0.1:{service.webhook.port}/mutate?timeout=2s"
@@ -137,7 +130,7 @@ def telemetry() -> Telemetry:
     return setup_telemetry("hostaffinity-tests")
 
 
-async def refused_reviews(service: RunningExtender) -> float:
+async def refused_reviews(service: RunningWebhook) -> float:
     """hostaffinity_webhook_reviews_total{outcome="refused"} as /metrics serves it."""
     url = f"http://127.0.0.1:{service.health_port}/metrics"
     async with aiohttp.ClientSession() as http, http.get(url) as response:
@@ -312,7 +305,7 @@ async def test_replicas_starting_together_settle_on_one_identity(
 ) -> None:
     """Three replicas race to create the Secret: one wins, the others read its identity; a
     Secret made for other names is replaced (under its resourceVersion) by one of them."""
-    names = service_hostnames("scheduler-extender", "hostaffinity")
+    names = service_hostnames("admission-webhook", "hostaffinity")
     async with await api_client(KubernetesSettings(kubeconfig=str(kubeconfig))) as api:
         client = KubeClient(api)
 

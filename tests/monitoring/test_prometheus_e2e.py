@@ -1,4 +1,4 @@
-"""A real Prometheus (Debian's package) on loopback scrapes the four services, run in-process on
+"""A real Prometheus (Debian's package) on loopback scrapes the five services, run in-process on
 vcsim, a nats-server and the Kubernetes double, while they do the work the dashboard and the
 alerts watch: a vMotion labelled, evictions, a DRS rule repaired after a hand edit and a conflict,
 a filter and an admission review answered, a message parked in the DLQ. Then every dashboard
@@ -30,8 +30,6 @@ from hostaffinity.descheduler.main import service_spec as descheduler_spec
 from hostaffinity.descheduler.service import Descheduling
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import setup_telemetry
-from hostaffinity.scheduler_extender.main import service_spec as extender_spec
-from hostaffinity.scheduler_extender.service import Extender
 from hostaffinity.schema import event_subject
 from tests.e2e.descheduler_harness import descheduler_config, node_object
 from tests.e2e.drs_harness import (
@@ -50,14 +48,13 @@ from tests.e2e.labeller_harness import (
     wait_ready,
 )
 from tests.e2e.test_descheduler import terminating, web_pod
-from tests.integration.test_extender import filter_args
+from tests.integration.test_extender import RunningExtender, extender, filter_args
 from tests.integration.test_webhook import (
     FIXTURE,
-    RunningExtender,
+    RunningWebhook,
     eventually_true,
     post,
-    ready,
-    settings,
+    service,
     shipped_configuration,  # noqa: F401 (the fixture, used by name)
     written_ca,
 )
@@ -195,27 +192,28 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
     kube.seed(pod_manifest("a", "node3", {"app": "a"}, apart_from={"app": "b"}))
     kube.seed(pod_manifest("b", "node1", {"app": "b"}, near={"app": "a"}))
 
-    extender, descheduler = Extender(), Descheduling()
+    descheduler = Descheduling()
     async with (
         running(labeller_config(vc, nats_server, kubeconfig)) as labeller,
-        running_service(extender_spec(extender), settings(nats_server, kubeconfig)) as ext,
+        extender(nats_server, kubeconfig) as ext,
+        service(nats_server, kubeconfig, kube) as webhook,
         running_translator(drs_config(vc, nats_server, kubeconfig, resync_seconds=1.0)) as drs,
         running_service(
             descheduler_spec(descheduler), descheduler_config(nats_server, kubeconfig)
         ) as desch,
     ):
         await wait_ready(labeller)
-        await eventually_true(lambda: ready(ext.health.port), "the extender never became ready")
         health = {
             "node-labeller": labeller.runner.health.port,
-            "scheduler-extender": ext.health.port,
+            "scheduler-extender": ext.health_port,
+            "admission-webhook": webhook.health_port,
             "drs-translator": drs.runner.health.port,
             "descheduler": desch.health.port,
             "nats": free_port(),
         }
         async with prometheus(tmp_path, health) as base, aiohttp.ClientSession() as http:
             await eventually(descheduler.synced, "descheduler synced", within=20)
-            await do_the_watched_work(kube, si, extender, ext.health.port, nats_server)
+            await do_the_watched_work(kube, si, ext, webhook, nats_server)
             await eventually(lambda: bool(terminating(kube)), "an eviction", within=10)
             watched = {n for _, e in panel_queries() for n in metric_names(e)}
             watched |= {n for a in alerts() for n in metric_names(a["expr"])}
@@ -260,28 +258,21 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
 async def do_the_watched_work(
     kube: KubeDouble,
     si: vim.ServiceInstance,
-    extender: Extender,
-    health_port: int,
+    extender: RunningExtender,
+    webhook: RunningWebhook,
     nats: NatsServer,
 ) -> None:
     """What the panels and alerts watch, done once each."""
-    assert extender.server is not None
     url = f"http://127.0.0.1:{extender.server.port}/filter"
     async with (
         aiohttp.ClientSession() as http,
         http.post(url, json=filter_args(kube, "web-1", NODES)) as response,
     ):
         assert response.status == 200
-    await eventually_true(
-        lambda: _webhook_serving(extender, kube), "the webhook never served with its caBundle"
-    )
-    assert extender.webhook is not None
     review = json.loads(FIXTURE.read_text())["reviews"][0]["request_body"]
     ca = written_ca(kube)
     assert ca is not None
-    status, _ = await post(
-        RunningExtender(health_port, extender.webhook), json.dumps(review).encode(), ca
-    )
+    status, _ = await post(webhook, json.dumps(review).encode(), ca)
     assert status == 200
     # A rule of ours deleted by hand: repaired at the next resync, counted as drift.
     await eventually(lambda: bool(ours(si)), "the translator's first rule", within=15)
@@ -308,9 +299,3 @@ def ours(si: vim.ServiceInstance) -> list[int]:
         if v["name"].startswith("hostaffinity-") and v["_type"].endswith("AntiAffinityRuleSpec")
     }
     return [r.key for r in cluster_of(si).configurationEx.rule if r.name in names]
-
-
-async def _webhook_serving(extender: Extender, kube: KubeDouble) -> bool:
-    return (
-        extender.webhook is not None and extender.webhook.serving and written_ca(kube) is not None
-    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 
+from hostaffinity.admission_webhook.registration import ca_bundle_patch
 from hostaffinity.runtime.certificates import (
     RENEW_BEFORE,
     SERVING_VALIDITY,
@@ -13,7 +14,6 @@ from hostaffinity.runtime.certificates import (
     service_hostnames,
     still_serves,
 )
-from hostaffinity.scheduler_extender.registration import ca_bundle_patch
 
 NOW = datetime.datetime(2026, 11, 22, 13, 0, tzinfo=datetime.UTC)
 NAMES = [*service_hostnames("scheduler-extender", "hostaffinity"), "127.0.0.1"]

@@ -14,9 +14,9 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from hostaffinity.affinity.model import decode_pod
 from hostaffinity.runtime.kube import KubeClient
+from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST
@@ -54,7 +54,7 @@ async def base_url(make_cache: Callable[..., ExtenderCache]) -> AsyncIterator[st
     async def publish(_event: object) -> None:
         return None
 
-    decisions = DecisionPublisher(publish, ratio=0.0, capacity=1, on_drop=lambda: None)
+    decisions = SampledPublisher(publish, ratio=0.0, capacity=1, on_drop=lambda: None)
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
         binder = Binder(KubeClient(api), 1.0)
         server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)

@@ -22,9 +22,9 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from hostaffinity.affinity.model import decode_pod
 from hostaffinity.runtime.kube import KubeClient
+from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST, ExtenderDecision
@@ -106,7 +106,7 @@ async def _running(
     async def publish(event: ExtenderDecision) -> None:
         published.append(event)
 
-    decisions = DecisionPublisher(publish, ratio=1.0, capacity=10, on_drop=lambda: None)
+    decisions = SampledPublisher(publish, ratio=1.0, capacity=10, on_drop=lambda: None)
     # No bind goes out in these tests; the client points at a closed port.
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
         binder = Binder(KubeClient(api), 1.0)

@@ -22,10 +22,10 @@ from hostaffinity.affinity.model import (
     PodAffinityTerm,
     PodSpec,
 )
-from hostaffinity.scheduler_extender import decide
+from hostaffinity.scheduler_extender import answers
 from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.extender_v1 import AskedNodes
 from hostaffinity.scheduler_extender.feeds import decode_observed_pod
-from hostaffinity.scheduler_extender.wire import AskedNodes
 from hostaffinity.schema import LABEL_ESXI_HOST
 
 HOSTS: dict[str, str | None] = {"node1": "host1", "node2": "host1", "node3": "host2", "node4": None}
@@ -50,7 +50,7 @@ def bound(p: Pod, node: str) -> Pod:
 def filtered(cache: ExtenderCache, p: Pod, seed: int = 0) -> list[str]:
     """What kube-scheduler's filter call does to the cache, and the nodes that passed."""
     cache.note_incoming(p)
-    answer, _ = decide.filter_nodes(cache, p, AskedNodes(PLACED), random.Random(seed))
+    answer, _ = answers.filter_nodes(cache, p, AskedNodes(PLACED), random.Random(seed))
     return answer.node_names or []
 
 
@@ -121,7 +121,7 @@ async def test_a_filter_waits_for_an_unreserved_in_flight_pod_its_terms_select(
     assert filtered(cache, db) == PLACED  # no term concerns it: in flight, nowhere held
     web = pod("web-0", "web", avoid="db")
     cache.note_incoming(web)
-    selected = decide.in_flight_selected(cache, web)
+    selected = answers.in_flight_selected(cache, web)
     assert selected == ["default/db-0"]
 
     async def informer_reports_the_binding() -> None:
@@ -131,7 +131,7 @@ async def test_a_filter_waits_for_an_unreserved_in_flight_pod_its_terms_select(
     reporting = asyncio.create_task(informer_reports_the_binding())
     assert await cache.in_flight.settled(selected, 2.0) == []
     await reporting
-    answer, _ = decide.filter_nodes(cache, web, AskedNodes(PLACED), random.Random(0))
+    answer, _ = answers.filter_nodes(cache, web, AskedNodes(PLACED), random.Random(0))
     assert answer.node_names == ["node1", "node2"]
 
 
@@ -141,14 +141,14 @@ async def test_a_placement_that_never_comes_costs_at_most_the_wait(
     cache = make_cache(HOSTS)
     filtered(cache, pod("db-0", "db"))
     web = pod("web-0", "web", avoid="db")
-    selected = decide.in_flight_selected(cache, web)
+    selected = answers.in_flight_selected(cache, web)
     loop = asyncio.get_running_loop()
     started = loop.time()
     late = await cache.in_flight.settled(selected, 0.1)
     assert late == ["default/db-0"]
     assert loop.time() - started < 1.0
     cache.give_up(late)
-    assert decide.in_flight_selected(cache, web) == []
+    assert answers.in_flight_selected(cache, web) == []
     assert cache.in_flight.expired == 1
 
 

@@ -22,10 +22,10 @@ from prometheus_client import REGISTRY
 
 from hostaffinity.affinity.model import ObjectMeta, Pod
 from hostaffinity.runtime.kube import KubeClient
+from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.runtime.telemetry import setup_telemetry
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 
@@ -53,7 +53,7 @@ class ServerThread:
         self.server: ExtenderServer | None = None
 
     async def _start(self) -> None:
-        decisions = DecisionPublisher(_discard, ratio=0.0, capacity=1, on_drop=lambda: None)
+        decisions = SampledPublisher(_discard, ratio=0.0, capacity=1, on_drop=lambda: None)
         # Binds go to a closed port: a bind that decodes fails with a BindError (200 + Error).
         self._api = ApiClient(Configuration(host="http://127.0.0.1:9"))
         binder = Binder(KubeClient(self._api), 0.5)

@@ -127,6 +127,10 @@ class Store:
         self._subscriptions.append(sub)
         return backlog, sub
 
+    def watched(self) -> set[str]:
+        """The storages a watch is open on now."""
+        return {sub.storage for sub in self._subscriptions}
+
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscriptions.remove(sub)
 

@@ -151,10 +151,17 @@ IDENTITIES: Final = (
         publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift"),
     ),
     _identity(
+        "admission-webhook",
+        "reports sampled admission mutations; reads nothing",
+        # Not publish_events: it never waits for the layout (a sample published before the
+        # provisioning is dropped), so it needs no stream info.
+        [event_subject("pod.mutated")],
+    ),
+    _identity(
         "scheduler-extender",
-        "reads the topology; reports admission mutations and sampled decisions",
+        "reads the topology; reports sampled decisions",
         read_bucket(TOPOLOGY_BUCKET),
-        publish_events("pod.mutated", "extender.decision"),
+        publish_events("extender.decision"),
     ),
     _identity(
         "descheduler",

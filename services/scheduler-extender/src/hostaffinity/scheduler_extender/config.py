@@ -1,9 +1,5 @@
 """The scheduler-extender's config record: the shared sections plus where and how it serves."""
 
-from typing import Literal
-
-import msgspec
-
 from hostaffinity.runtime.config import ServiceSettings, Settings
 
 
@@ -37,35 +33,7 @@ class ExtenderSettings(Settings, frozen=True):
     inflight_wait_seconds: float = 0.5
 
 
-class WebhookSettings(Settings, frozen=True):
-    """The mutating admission webhook (`POST /mutate`), HTTPS on its own port."""
-
-    enabled: bool = True
-    host: str = "0.0.0.0"
-    port: int = 8443
-    # "self-signed": the service makes a CA and serving certificate, keeps them in `secret_name`
-    # (shared by the replicas) and writes the CA into `configuration_name` at start.
-    # "files": a mounted certificate (cert-manager's Secret); its injector writes the caBundle.
-    certificates: Literal["self-signed", "files"] = "self-signed"
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    service_name: str = "scheduler-extender"
-    # More names for the self-signed certificate, e.g. 127.0.0.1 when the API server reaches
-    # the webhook by URL (compose, make dev).
-    extra_hostnames: list[str] = msgspec.field(default_factory=list)
-    secret_name: str = "hostaffinity-webhook-tls"
-    configuration_name: str = "hostaffinity-pod-host-terms"
-    # How a spread over hosts (annotation hostaffinity.io/spread-across-hosts) treats a skew it
-    # cannot keep: "ScheduleAnyway" prefers, "DoNotSchedule" requires.
-    spread_when_unsatisfiable: Literal["ScheduleAnyway", "DoNotSchedule"] = "ScheduleAnyway"
-    # Share of patched pods published as `pod.mutated` events (by admission request uid).
-    event_sample_ratio: float = 0.05
-    # The API server's requests are bounded by its own object size limit (about 1.5 MiB).
-    max_body_bytes: int = 4 * 1024 * 1024
-
-
 class SchedulerExtenderSettings(ServiceSettings, frozen=True):
     """Everything the scheduler-extender reads at start."""
 
     extender: ExtenderSettings = ExtenderSettings()
-    webhook: WebhookSettings = WebhookSettings()

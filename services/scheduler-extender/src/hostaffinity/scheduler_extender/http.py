@@ -1,6 +1,6 @@
 """The HTTP server kube-scheduler calls: POST /filter, /prioritize and /bind (optionally TLS).
 
-Handlers decode, ask `decide` (or the binder), record latency and outcome, offer the decision to
+Handlers decode, ask `answers` (or the binder), record latency and outcome, offer the decision to
 the sampled event publisher, and answer. Every answer is HTTP 200 with the verb's JSON, except a
 body that does not decode (400 with a short reason), a body over `max_body_bytes` (413), and
 prioritize while the cache is unsynced (503): its answer type has no Error field, and
@@ -22,13 +22,14 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from hostaffinity.scheduler_extender import decide, wire
+from hostaffinity.runtime.sampled import SampledPublisher
+from hostaffinity.scheduler_extender import answers, extender_v1
+from hostaffinity.scheduler_extender.answers import Verdict
 from hostaffinity.scheduler_extender.binder import Binder, BindError
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.decide import Verdict
-from hostaffinity.scheduler_extender.decisions import DecisionPublisher
+from hostaffinity.scheduler_extender.decision_events import decision_event
+from hostaffinity.scheduler_extender.extender_v1 import MalformedRequest
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
-from hostaffinity.scheduler_extender.wire import MalformedRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 VERB_PATHS = frozenset({"/filter", "/prioritize", "/bind"})
@@ -56,7 +57,7 @@ def _json(body: bytes, status: int = 200) -> web.Response:
 
 def _error(message: str, status: int) -> web.Response:
     # {"Error": "..."}: the shape every extender answer uses for a failure.
-    return _json(wire.encode(wire.ExtenderBindingResult(error=message)), status)
+    return _json(extender_v1.encode(extender_v1.ExtenderBindingResult(error=message)), status)
 
 
 class ExtenderServer:
@@ -67,7 +68,7 @@ class ExtenderServer:
         cache: ExtenderCache,
         binder: Binder,
         metrics: ExtenderMetrics,
-        decisions: DecisionPublisher,
+        decisions: SampledPublisher,
         *,
         max_body_bytes: int = 256 * 2**20,
         inflight_wait_seconds: float = 0.5,
@@ -118,41 +119,41 @@ class ExtenderServer:
 
     def _answered(self, verb: str, pod: str, uid: str, verdict: Verdict, started: float) -> None:
         self._metrics.answered(verb, verdict.outcome, time.perf_counter() - started)
-        self._decisions.offer(verb, pod, uid, verdict)
+        self._decisions.offer(uid or pod, lambda: decision_event(verb, pod, uid, verdict))
 
     async def _filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            pod, asked = wire.decode_args(await request.read())
+            pod, asked = extender_v1.decode_args(await request.read())
         except MalformedRequest as error:
             return self._bad_request("filter", error, started)
         self._cache.note_incoming(pod)
-        selected = decide.in_flight_selected(self._cache, pod)
+        selected = answers.in_flight_selected(self._cache, pod)
         if selected:
             waited = time.perf_counter()
             late = await self._cache.in_flight.settled(selected, self._inflight_wait)
             self._cache.give_up(late)
             self._metrics.waited(time.perf_counter() - waited, len(late))
-        answer, verdict = decide.filter_nodes(self._cache, pod, asked, self._rng)
+        answer, verdict = answers.filter_nodes(self._cache, pod, asked, self._rng)
         self._answered("filter", pod.key, pod.metadata.uid, verdict, started)
-        return _json(wire.encode(answer))
+        return _json(extender_v1.encode(answer))
 
     async def _prioritize(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            pod, asked = wire.decode_args(await request.read())
+            pod, asked = extender_v1.decode_args(await request.read())
         except MalformedRequest as error:
             return self._bad_request("prioritize", error, started)
-        priorities, verdict = decide.prioritize(self._cache, pod, asked)
+        priorities, verdict = answers.prioritize(self._cache, pod, asked)
         self._answered("prioritize", pod.key, pod.metadata.uid, verdict, started)
         if priorities is None:
             return _error(verdict.message, 503)
-        return _json(wire.encode(priorities))
+        return _json(extender_v1.encode(priorities))
 
     async def _bind(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            args = wire.decode_binding(await request.read())
+            args = extender_v1.decode_binding(await request.read())
         except MalformedRequest as error:
             return self._bad_request("bind", error, started)
         pod = f"{args.pod_namespace}/{args.pod_name}"
@@ -160,16 +161,16 @@ class ExtenderServer:
             await self._binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except BindError as error:
             _log.warning("%s", error)
-            verdict = Verdict(outcome=decide.ERROR, asked=1, node=args.node, message=str(error))
-            answer = wire.ExtenderBindingResult(error=str(error))
+            verdict = Verdict(outcome=answers.ERROR, asked=1, node=args.node, message=str(error))
+            answer = extender_v1.ExtenderBindingResult(error=str(error))
         else:
             # Before answering: the next filter kube-scheduler sends must see this placement.
             self._cache.assume(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-            verdict = Verdict(outcome=decide.BOUND, asked=1, passed=1, node=args.node)
-            answer = wire.ExtenderBindingResult()
+            verdict = Verdict(outcome=answers.BOUND, asked=1, passed=1, node=args.node)
+            answer = extender_v1.ExtenderBindingResult()
         self._answered("bind", pod, args.pod_uid, verdict, started)
-        return _json(wire.encode(answer))
+        return _json(extender_v1.encode(answer))
 
     def _bad_request(self, verb: str, error: Exception, started: float) -> web.Response:
-        self._metrics.answered(verb, decide.ERROR, time.perf_counter() - started)
+        self._metrics.answered(verb, answers.ERROR, time.perf_counter() - started)
         return _error(f"malformed {verb} request: {error}", 400)

@@ -1,5 +1,5 @@
 """The scheduler-extender's work (the runner does the rest): the cache fed from the API and the
-topology KV, the decision publisher, and the HTTP server kube-scheduler calls.
+topology KV, the sampled decision publisher, and the HTTP server kube-scheduler calls.
 
 Ready (/readyz) once Pods, Nodes, Namespaces and placements are all loaded; until then filter and
 prioritize answer with an error, which kube-scheduler skips for an `ignorable` extender. When
@@ -9,22 +9,19 @@ cancelled (SIGTERM) the server stops taking requests and lets the ones in flight
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.runtime.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.scheduler_extender.admission_setup import running_webhook
+from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
-from hostaffinity.scheduler_extender.decisions import DecisionPublisher
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
-from hostaffinity.scheduler_extender.webhook import AdmissionWebhook
 from hostaffinity.schema import EVENTS_STREAM
 
 _log = logging.getLogger(__name__)
@@ -48,8 +45,6 @@ class Extender:
         self.cache: ExtenderCache | None = None
         self.server: ExtenderServer | None = None
         self.feeds: CacheFeeds | None = None
-        self.webhook: AdmissionWebhook | None = None
-        self.serving = asyncio.Event()
 
     async def __call__(self, ctx: ServiceContext[SchedulerExtenderSettings]) -> None:
         settings = ctx.config.extender
@@ -60,7 +55,7 @@ class Extender:
         topology = await ctx.bus.topology()
         feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)
         metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
-        decisions = DecisionPublisher(
+        decisions = SampledPublisher(
             ctx.bus.publish_event,
             ratio=settings.decision_sample_ratio,
             capacity=settings.decision_queue_size,
@@ -83,13 +78,7 @@ class Extender:
         )
         _log.info("scheduler-extender listening on port %d", server.port)
         try:
-            async with contextlib.AsyncExitStack() as admission:
-                if ctx.config.webhook.enabled:
-                    self.webhook = await admission.enter_async_context(
-                        running_webhook(ctx, settings.decision_queue_size)
-                    )
-                self.serving.set()
-                await asyncio.Event().wait()  # serve until cancelled
+            await asyncio.Event().wait()  # serve until cancelled
         finally:
             _log.info("stopping: finishing requests in flight")
             await server.stop()

@@ -16,12 +16,12 @@ from typing import Any
 
 import jsonpatch
 
-from hostaffinity.scheduler_extender.admission import MutationSettings
-from hostaffinity.scheduler_extender.admission_review import (
+from hostaffinity.admission_webhook.admission_v1 import (
     decode_review,
     encode_answer,
     mutation_for,
 )
+from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,

@@ -5,7 +5,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.scheduler_extender import admission_setup
+from hostaffinity.admission_webhook import service
 
 
 @pytest.mark.parametrize(
@@ -21,7 +21,7 @@ from hostaffinity.scheduler_extender import admission_setup
 async def test_a_startup_step_is_retried_after_a_transient_api_failure(
     failure: Exception, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(admission_setup, "RETRY_SECONDS", (0.01,))
+    monkeypatch.setattr(service, "RETRY_SECONDS", (0.01,))
     attempts: list[int] = []
 
     async def settle() -> str:
@@ -30,5 +30,5 @@ async def test_a_startup_step_is_retried_after_a_transient_api_failure(
             raise failure
         return "settled"
 
-    assert await admission_setup._retrying("settling the serving certificate", settle) == "settled"
+    assert await service._retrying("settling the serving certificate", settle) == "settled"
     assert len(attempts) == 2

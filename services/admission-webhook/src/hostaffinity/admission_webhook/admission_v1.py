@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from hostaffinity.scheduler_extender.admission import Mutation, MutationSettings, plan_pod
+from hostaffinity.admission_webhook.mutation import Mutation, MutationSettings, plan_pod
 
 
 class GroupVersionKind(msgspec.Struct, frozen=True):

@@ -22,10 +22,10 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
 from hostaffinity.affinity.engine import FilterMode
 from hostaffinity.affinity.interpod import apply_label_keys
 from hostaffinity.affinity.model import Node, Pod
-from hostaffinity.scheduler_extender.admission import MutationSettings, plan_pod
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
 from libs.affinity.tests.builders import engine, node
 from libs.affinity.tests.test_properties import NAMESPACES, pod_terms

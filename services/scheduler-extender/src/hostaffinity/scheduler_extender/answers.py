@@ -29,7 +29,11 @@ from hostaffinity.affinity.scoring import (
     combine,
 )
 from hostaffinity.scheduler_extender.cache import ExtenderCache, owner_of
-from hostaffinity.scheduler_extender.wire import AskedNodes, ExtenderFilterResult, HostPriority
+from hostaffinity.scheduler_extender.extender_v1 import (
+    AskedNodes,
+    ExtenderFilterResult,
+    HostPriority,
+)
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 FEASIBLE: Final = "feasible"

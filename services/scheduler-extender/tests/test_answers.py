@@ -21,9 +21,9 @@ from hostaffinity.affinity.model import (
     PodSpec,
     WeightedPodAffinityTerm,
 )
-from hostaffinity.scheduler_extender import decide
+from hostaffinity.scheduler_extender import answers
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.wire import AskedNodes
+from hostaffinity.scheduler_extender.extender_v1 import AskedNodes
 from hostaffinity.schema import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
 
 CacheFactory = Callable[..., ExtenderCache]  # the `make_cache` fixture (conftest.py)
@@ -117,7 +117,7 @@ def test_filter(
     failed: dict[str, str],
     unresolvable: dict[str, str],
 ) -> None:
-    answer, verdict = decide.filter_nodes(
+    answer, verdict = answers.filter_nodes(
         make_cache(HOSTS, existing), incoming, AskedNodes(asked, None)
     )
     assert answer.node_names == passed
@@ -128,13 +128,13 @@ def test_filter(
         n: m.split(": ", 1)[0] for n, m in answer.failed_and_unresolvable_nodes.items()
     } == unresolvable
     assert set(passed) | set(failed) | set(unresolvable) == set(asked)
-    assert verdict.outcome == (decide.FEASIBLE if passed else decide.UNSCHEDULABLE)
+    assert verdict.outcome == (answers.FEASIBLE if passed else answers.UNSCHEDULABLE)
     assert verdict.passed == len(passed)
     assert sum(verdict.rejections.values()) == len(failed) + len(unresolvable)
 
 
 def test_a_failed_node_carries_the_engines_explanation(make_cache: CacheFactory) -> None:
-    answer, _ = decide.filter_nodes(
+    answer, _ = answers.filter_nodes(
         make_cache(HOSTS, [P1]), pod("p3", "web", anti=term("db")), AskedNodes(["node2"], None)
     )
     assert answer.failed_nodes == {
@@ -146,32 +146,32 @@ def test_a_failed_node_carries_the_engines_explanation(make_cache: CacheFactory)
 
 
 def test_nothing_passes_gives_kube_schedulers_summary(make_cache: CacheFactory) -> None:
-    _, verdict = decide.filter_nodes(
+    _, verdict = answers.filter_nodes(
         make_cache(HOSTS, [P1]), pod("p3", "web", anti=term("db")), AskedNodes(["node1"], None)
     )
-    assert verdict.outcome == decide.UNSCHEDULABLE
+    assert verdict.outcome == answers.UNSCHEDULABLE
     assert verdict.message == f"0/1 nodes are available: 1 {ANTI}."
 
 
 def test_unsynced_cache_answers_with_an_error(make_cache: CacheFactory) -> None:
     cache = make_cache(HOSTS, [P1], synced=False)
     cache.add_sync_check("pods", lambda: True)
-    answer, verdict = decide.filter_nodes(cache, pod("p3", "web"), AskedNodes(ALL, None))
+    answer, verdict = answers.filter_nodes(cache, pod("p3", "web"), AskedNodes(ALL, None))
     expected = (
         "hostaffinity scheduler-extender cache is not synced yet (nodes, namespaces, placements)"
     )
     assert (answer.error, answer.node_names, answer.nodes) == (expected, None, None)
-    assert verdict.outcome == decide.ERROR
-    priorities, verdict = decide.prioritize(cache, pod("p3", "web"), AskedNodes(ALL, None))
+    assert verdict.outcome == answers.ERROR
+    priorities, verdict = answers.prioritize(cache, pod("p3", "web"), AskedNodes(ALL, None))
     assert priorities is None
     assert verdict.message == expected
 
 
 def scores(cache: ExtenderCache, incoming: Pod, asked: list[str]) -> dict[str, int]:
-    priorities, verdict = decide.prioritize(cache, incoming, AskedNodes(asked, None))
+    priorities, verdict = answers.prioritize(cache, incoming, AskedNodes(asked, None))
     assert priorities is not None
     assert [p.host for p in priorities] == asked
-    assert verdict.outcome == decide.SCORED
+    assert verdict.outcome == answers.SCORED
     return {p.host: p.score for p in priorities}
 
 
@@ -210,12 +210,12 @@ def test_a_bound_pod_counts_at_once_and_survives_a_lagging_informer(
     assert cache.assume("default", "r1", "uid-r1", "node1")
     cache.upsert_pod(first)  # a stale unassigned event arrives after the binding
     second = pod("r2", "web", anti=term("web"), owner="a")
-    answer, _ = decide.filter_nodes(cache, second, AskedNodes(ALL, None))
+    answer, _ = answers.filter_nodes(cache, second, AskedNodes(ALL, None))
     assert answer.node_names == ["node3"]
     assert scores(cache, second, ["node2", "node3"]) == {"node2": 0, "node3": 5}
     cache.remove_pod("default/r1")
     cache.note_incoming(second)  # kube-scheduler retries r2: its own reservation is let go
-    answer, _ = decide.filter_nodes(cache, second, AskedNodes(["node1", "node3"], None))
+    answer, _ = answers.filter_nodes(cache, second, AskedNodes(["node1", "node3"], None))
     # Both hosts are free again; r2 is held on one of them, the other is refused with why.
     assert answer.node_names in (["node1"], ["node3"])
     (other,) = answer.failed_nodes
@@ -228,7 +228,7 @@ def test_a_bind_after_a_filter_counts_before_the_informer_knows_the_pod(
     cache = make_cache(HOSTS)
     cache.note_incoming(pod("r1", "web", anti=term("web")))  # filtered, then bound by us
     assert cache.assume("default", "r1", "uid-r1", "node1")
-    answer, _ = decide.filter_nodes(cache, pod("r2", "web"), AskedNodes(["node2", "node3"], None))
+    answer, _ = answers.filter_nodes(cache, pod("r2", "web"), AskedNodes(["node2", "node3"], None))
     assert answer.node_names == ["node3"]
 
 
@@ -236,5 +236,5 @@ def test_a_recreated_pod_does_not_inherit_an_old_binding(make_cache: CacheFactor
     cache = make_cache(HOSTS)
     cache.assume("default", "r1", "uid-old", "node1")
     cache.upsert_pod(pod("r1", "web", anti=term("web")))  # uid-r1: another incarnation
-    answer, _ = decide.filter_nodes(cache, pod("r2", "web"), AskedNodes(["node2"], None))
+    answer, _ = answers.filter_nodes(cache, pod("r2", "web"), AskedNodes(["node2"], None))
     assert answer.node_names == ["node2"]

@@ -14,8 +14,8 @@ import msgspec
 import pytest
 from admission_golden import CASES, FIXTURE, admitted, answer, recorded_reviews, review
 
-from hostaffinity.scheduler_extender.admission import MutationSettings, Outcome, plan_pod
-from hostaffinity.scheduler_extender.admission_review import decode_review
+from hostaffinity.admission_webhook.admission_v1 import decode_review
+from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome, plan_pod
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,

@@ -19,18 +19,18 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from hostaffinity.scheduler_extender.admission import Mutation, MutationSettings, Outcome
-from hostaffinity.scheduler_extender.admission_metrics import AdmissionMetrics
-from hostaffinity.scheduler_extender.admission_review import (
+from hostaffinity.admission_webhook.admission_v1 import (
     AdmissionReview,
     decode_review,
     encode_answer,
     mutation_for,
 )
+from hostaffinity.admission_webhook.metrics import AdmissionMetrics
+from hostaffinity.admission_webhook.mutation import Mutation, MutationSettings, Outcome
 from hostaffinity.schema import Event, PodMutated, event_id
 
 _log = logging.getLogger(__name__)
-SOURCE = "scheduler-extender"
+SOURCE = "admission-webhook"
 MUTATE_PATH = "/mutate"
 OfferEvent = Callable[[str, Callable[[], Event]], None]
 # The API server gives up on a review after the configuration's timeoutSeconds (2 s as shipped):

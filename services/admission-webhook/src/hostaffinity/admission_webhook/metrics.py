@@ -14,8 +14,8 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from hostaffinity.admission_webhook.mutation import Outcome
 from hostaffinity.runtime.telemetry import seconds_histogram
-from hostaffinity.scheduler_extender.admission import Outcome
 
 # The API server waits timeoutSeconds (2 s as shipped); a review should take well under 1 ms.
 LATENCY_BUCKETS_SECONDS: Final = (
@@ -27,7 +27,7 @@ class AdmissionMetrics:
     """Instruments created once per process, from the global meter provider."""
 
     def __init__(self, twinless: Callable[[], int] = lambda: 0) -> None:
-        meter = metrics.get_meter("hostaffinity.scheduler_extender.webhook")
+        meter = metrics.get_meter("hostaffinity.admission_webhook")
         self._twinless = twinless
         self._reviews = meter.create_counter(
             "hostaffinity_webhook_reviews", description="Admission reviews answered, by outcome"

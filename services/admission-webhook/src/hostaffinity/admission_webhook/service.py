@@ -1,0 +1,136 @@
+"""The admission-webhook's work (the runner does the rest): TLS, the server, the caBundle, the
+`pod.mutated` publisher and the twinless-pod reporter.
+
+The certificate (a Secret cert-manager has not issued yet, RBAC not applied, the namespace
+missing), the port and the caBundle (the MutatingWebhookConfiguration may be applied after the
+service starts) are each retried in the background until they succeed, and logged while they do
+not. Until then the API server cannot reach or verify us and, with `failurePolicy: Ignore`, admits
+pods unpatched -- the twinless-pod reporter counts them. Readiness names the one part that
+serves: the webhook listening (the Service sends reviews to ready replicas only). When cancelled
+(SIGTERM) the server stops taking reviews and answers the ones in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from hostaffinity.admission_webhook.config import AdmissionWebhookSettings, WebhookSettings
+from hostaffinity.admission_webhook.metrics import AdmissionMetrics
+from hostaffinity.admission_webhook.mutation import MutationSettings
+from hostaffinity.admission_webhook.registration import RegistrationError, WebhookRegistration
+from hostaffinity.admission_webhook.server import AdmissionWebhook
+from hostaffinity.admission_webhook.twinless import TwinlessPods, pod_admission_decoder
+from hostaffinity.runtime.certificates import server_context, service_hostnames
+from hostaffinity.runtime.config import SharedSettings
+from hostaffinity.runtime.informer import Informer
+from hostaffinity.runtime.kube import CALL_ERRORS, PODS
+from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.runtime.sampled import SampledPublisher
+
+_log = logging.getLogger(__name__)
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+T = TypeVar("T")
+
+
+def mutation_settings(shared: SharedSettings, webhook: WebhookSettings) -> MutationSettings:
+    """The planner's settings from the shared section (same reading as the engine's)."""
+    return MutationSettings(
+        cluster_wide=shared.physical_anti_affinity == "cluster-wide",
+        disabled=shared.physical_anti_affinity == "disabled",
+        require_host_label=shared.unknown_placement == "fail",
+        spread_when_unsatisfiable=webhook.spread_when_unsatisfiable,
+    )
+
+
+def _file_context(settings: WebhookSettings) -> ssl.SSLContext:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        raise RegistrationError("webhook.certificates is 'files' but no tls_cert_file/key_file")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    return context
+
+
+async def _retrying(what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt()` until it succeeds, backing off; the reason is logged each time."""
+    for count in itertools.count():
+        try:
+            return await attempt()
+        except (RegistrationError, *CALL_ERRORS) as error:  # ssl.SSLError is an OSError
+            delay = RETRY_SECONDS[min(count, len(RETRY_SECONDS) - 1)]
+            _log.warning(
+                "admission webhook: %s failed (%s); retrying in %.0f s", what, error, delay
+            )
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+async def _serve(
+    webhook: AdmissionWebhook, settings: WebhookSettings, registration: WebhookRegistration | None
+) -> None:
+    if registration is None:
+
+        async def from_files() -> ssl.SSLContext:
+            return _file_context(settings)
+
+        context = await _retrying("loading the certificate files", from_files)
+        ca_pem = None
+    else:
+        identity = await _retrying(
+            "settling the serving certificate", registration.serving_identity
+        )
+        context, ca_pem = server_context(identity), identity.ca_pem
+    await _retrying("listening", lambda: webhook.start(settings.host, settings.port, context))
+    _log.info("admission webhook listening on port %d", webhook.port)
+    if registration is not None and ca_pem is not None:
+        await _retrying("writing the caBundle", lambda: registration.publish_ca(ca_pem))
+
+
+def _registration(ctx: ServiceContext[AdmissionWebhookSettings]) -> WebhookRegistration:
+    """The self-signed path: the identity's Secret and the configuration to write its CA into."""
+    settings, namespace = ctx.config.webhook, ctx.config.kubernetes.namespace
+    return WebhookRegistration(
+        ctx.kube,
+        namespace=namespace,
+        secret_name=settings.secret_name,
+        configuration_name=settings.configuration_name,
+        hostnames=[*service_hostnames(settings.service_name, namespace), *settings.extra_hostnames],
+    )
+
+
+class Webhook:
+    """Serves admission reviews until cancelled; the server stays visible for tests."""
+
+    def __init__(self) -> None:
+        self.server: AdmissionWebhook | None = None
+
+    async def __call__(self, ctx: ServiceContext[AdmissionWebhookSettings]) -> None:
+        settings, client = ctx.config.webhook, ctx.kube
+        mutation = mutation_settings(ctx.config.shared, settings)
+        reporter = TwinlessPods(EventRecorder(client, ctx.program, ctx.identity))
+        metrics = AdmissionMetrics(reporter.count)
+        publisher = SampledPublisher(
+            ctx.bus.publish_event,
+            ratio=settings.event_sample_ratio,
+            capacity=settings.event_queue_size,
+            on_drop=metrics.dropped_event,
+        )
+        server = self.server = AdmissionWebhook(
+            mutation, metrics, publisher.offer, max_body_bytes=settings.max_body_bytes
+        )
+        ctx.add_readiness("webhook listening", lambda: server.serving)
+        registration = _registration(ctx) if settings.certificates == "self-signed" else None
+        pods = Informer(client, PODS, reporter.handle, pod_admission_decoder(mutation))
+        ctx.start(publisher.run(), name="pod-mutated-publisher")
+        ctx.start(pods.run(), name="twinless-pods")
+        try:
+            await _serve(server, settings, registration)
+            await asyncio.Event().wait()  # serve until cancelled
+        finally:
+            _log.info("stopping: answering reviews in flight")
+            await server.stop()
