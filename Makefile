@@ -1,4 +1,4 @@
-.PHONY: setup test images dev demo proto bench
+.PHONY: setup test images dev demo docs proto bench
 
 setup:
 	bash scripts/setup.sh
@@ -14,7 +14,14 @@ dev:
 
 # Plays the scenarios on what `make dev` started (run it in a second terminal).
 demo:
-	uv run --frozen hostaffinity demo --nats-seed .cache/dev/nats/cli.nk
+	uv run --frozen hostaffinity demo --nats nats://127.0.0.1:$${NATS_PORT:-4222} \
+	  --nats-seed $${DEV_STATE:-.cache/dev}/nats/cli.nk \
+	  --vcenter http://user:pass@$${VCSIM_LISTEN:-127.0.0.1:8989}/sdk
+
+# Regenerates docs/configuration.md and docs/events.md from the code, then builds docs/ strictly.
+docs:
+	uv run --frozen python scripts/docs_reference.py
+	uv run --frozen mkdocs build --strict
 
 proto:
 	uv run --frozen python -m hostaffinity.schema.proto proto
