@@ -13,26 +13,18 @@ placements are live again when the replay ends. How long they were not is `stale
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, decode_pod
 from hostaffinity.runtime.informer import Informer, InformerSettings, upsert_or_remove
 from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient
-from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyStore
+from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
+from hostaffinity.runtime.topology_feed import Link, follow_topology
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-
-_log = logging.getLogger(__name__)
-
-RETRY_SECONDS: Final = 2.0
-# How often the NATS connection is looked at; a disconnect is acted on within this.
-LINK_POLL_SECONDS: Final = 0.05
-# The NATS link: how many times it reconnected, None while it is down.
-Link = Callable[[], int | None]
 
 
 class _Condition(msgspec.Struct):
@@ -93,7 +85,6 @@ class CacheFeeds:
         self._clock = clock
         self._placements_synced = False
         self._stale_since = clock()
-        self._placed: set[str] = set()
         self.informers: list[Informer[Any]] = [
             Informer(
                 client,
@@ -148,50 +139,23 @@ class CacheFeeds:
         async with asyncio.TaskGroup() as group:
             for informer in self.informers:
                 group.create_task(informer.run())
-            group.create_task(self._follow_topology())
-
-    async def _follow_topology(self) -> None:
-        """One watch per NATS connection: a disconnect or reconnect ends it, and the next one
-        replays the bucket."""
-        while True:
-            epoch = self._link()
-            if epoch is None:
-                self._placements_lost()
-                await asyncio.sleep(LINK_POLL_SECONDS)
-                continue
-            watch = asyncio.create_task(self._watch_topology())
-            try:
-                while not watch.done() and self._link() == epoch:
-                    await asyncio.wait({watch}, timeout=LINK_POLL_SECONDS)
-            finally:
-                watch.cancel()
-                await asyncio.wait({watch}, timeout=RETRY_SECONDS)
-            self._placements_lost()
-            if watch.done() and not watch.cancelled() and watch.exception() is not None:
-                # nats-py raises its own types for a lost connection or a missing bucket.
-                _log.warning(
-                    "topology watch failed (%r); reopening in %gs", watch.exception(), RETRY_SECONDS
+            group.create_task(
+                follow_topology(
+                    self._topology,
+                    self._on_topology,
+                    link=self._link,
+                    on_lost=self._placements_lost,
                 )
-                await asyncio.sleep(RETRY_SECONDS)
-            else:
-                _log.warning("NATS connection lost or renewed; reading the topology again")
+            )
 
     def _placements_lost(self) -> None:
         if self._placements_synced:
             self._placements_synced = False
             self._stale_since = self._clock()
 
-    async def _watch_topology(self) -> None:
-        replayed: set[str] = set()
-        async with self._topology.watch() as changes:
-            async for change in changes:
-                if isinstance(change, NodeChange):
-                    host = change.placement.host_label if change.placement else None
-                    self._cache.set_placement(change.node, host)
-                    (self._placed.add if host else self._placed.discard)(change.node)
-                    replayed.add(change.node)
-                elif isinstance(change, Bootstrapped):
-                    for node in self._placed - replayed:  # its key went away while we were out
-                        self._cache.set_placement(node, None)
-                        self._placed.discard(node)
-                    self._placements_synced = True
+    def _on_topology(self, change: TopologyChange) -> None:
+        if isinstance(change, NodeChange):
+            host = change.placement.host_label if change.placement else None
+            self._cache.set_placement(change.node, host)
+        elif isinstance(change, Bootstrapped):
+            self._placements_synced = True
