@@ -13,7 +13,6 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -27,7 +26,7 @@ from hostaffinity.admission_webhook.admission_v1 import (
 )
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.mutation import Mutation, MutationSettings, Outcome
-from hostaffinity.schema import Event, PodMutated, event_id
+from hostaffinity.schema import Event, PodMutated, event_id, utc_timestamp
 
 _log = logging.getLogger(__name__)
 SOURCE = "admission-webhook"
@@ -57,10 +56,9 @@ def mutated_event(review: AdmissionReview, mutation: Mutation) -> PodMutated:
     """The `pod.mutated` event for one admitted pod."""
     request = review.request
     pod, owner = _pod_reference(request.object, request.namespace)
-    occurred_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return PodMutated(
         id=event_id("pod.mutated", request.uid),
-        occurred_at=occurred_at,
+        occurred_at=utc_timestamp(),
         source=SOURCE,
         pod=pod,
         request_uid=request.uid,

@@ -41,9 +41,9 @@ T = TypeVar("T")
 def mutation_settings(shared: SharedSettings, webhook: WebhookSettings) -> MutationSettings:
     """The planner's settings from the shared section (same reading as the engine's)."""
     return MutationSettings(
-        cluster_wide=shared.physical_anti_affinity == "cluster-wide",
-        disabled=shared.physical_anti_affinity == "disabled",
-        require_host_label=shared.unknown_placement == "fail",
+        cluster_wide=shared.reads_hostname_as_host,
+        disabled=shared.physical_anti_affinity_disabled,
+        require_host_label=shared.fails_unplaced,
         spread_when_unsatisfiable=webhook.spread_when_unsatisfiable,
     )
 

@@ -31,8 +31,8 @@ SYNC_POLL_SECONDS = 0.5
 def build_cache(settings: SchedulerExtenderSettings) -> ExtenderCache:
     shared = settings.shared
     return ExtenderCache(
-        physical_anti_affinity=shared.physical_anti_affinity == "cluster-wide",
-        fail_unplaced=shared.unknown_placement == "fail",
+        physical_anti_affinity=shared.reads_hostname_as_host,
+        fail_unplaced=shared.fails_unplaced,
         inflight_capacity=settings.extender.inflight_capacity,
         inflight_max_age_seconds=settings.extender.inflight_max_age_seconds,
     )
