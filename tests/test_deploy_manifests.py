@@ -723,6 +723,7 @@ def test_bus_jobs_as_shipped() -> None:
     assert sorted((r["verbs"], r.get("resourceNames")) for r in role["rules"]) == [
         (["create"], None),
         (["get"], [NATS_IDENTITIES_SECRET, NATS_TLS_SECRET]),
+        (["patch"], [NATS_IDENTITIES_SECRET]),
     ]
     assert all((r["apiGroups"], r["resources"]) == ([""], ["secrets"]) for r in role["rules"])
     pod = provision["spec"]["template"]["spec"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.cli.bus_access import OUR_STREAMS, render_auth_config
 from hostaffinity.cli.bus_credentials import (
+    IDENTITIES_SECRET,
+    SEED_SUFFIX,
     SERVER_ENV_FILE,
+    encoded,
     identities_secret,
+    new_identities,
     tls_secret,
     write_local_credentials,
 )
@@ -93,6 +98,9 @@ async def kubernetes_secrets(args: argparse.Namespace) -> int:
         for secret in (identities_secret(args.namespace), tls_secret(args.namespace)):
             outcome = await _create_unless_present(kube, secrets_in, secret)
             print(f"secret {args.namespace}/{secret['metadata']['name']}: {outcome}")
+        added = await _add_new_identities(kube, secrets_in)
+        if added:
+            print(f"secret {args.namespace}/{IDENTITIES_SECRET}: added {', '.join(added)}")
     finally:
         await api.close()
     return 0
@@ -114,6 +122,21 @@ async def _create_unless_present(
             return "kept"
         raise
     return "created"
+
+
+async def _add_new_identities(kube: KubeClient, secrets_in: ResourceRef) -> list[str]:
+    """Seeds for identities the existing Secret lacks (a release added one, as the admission
+    webhook's): a merge patch adds only those keys and never touches a seed in use."""
+    stored = json.loads(await kube.request("GET", secrets_in.path(IDENTITIES_SECRET)))
+    values = new_identities(set(stored.get("data") or {}))
+    if values:
+        await kube.request(
+            "PATCH",
+            secrets_in.path(IDENTITIES_SECRET),
+            body={"data": encoded(values)},
+            content_type="application/merge-patch+json",
+        )
+    return sorted(key.removesuffix(SEED_SUFFIX) for key in values if key.endswith(SEED_SUFFIX))
 
 
 async def auth_config(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ client signs with, and `nats-server.env`, the public keys the server checks agai
 Kubernetes as two Secrets (`hostaffinity-nats-identities`: `<identity>.nk` and `<identity>.pub`
 for each identity; `hostaffinity-nats-tls`: CA, server certificate and key). Nothing existing is
 replaced, so running the step again is safe and a restarted server keeps accepting the seeds its
-clients hold.
+clients hold; an identity a newer release adds is added beside the existing ones.
 """
 
 from __future__ import annotations
@@ -108,12 +108,25 @@ def secret_manifest(name: str, namespace: str, values: Mapping[str, str | bytes]
 
 
 def identities_secret(namespace: str) -> dict[str, Any]:
+    return secret_manifest(IDENTITIES_SECRET, namespace, new_identities(set()))
+
+
+def new_identities(present: set[str]) -> dict[str, str | bytes]:
+    """A fresh seed and its public key for every identity whose seed is not among the Secret
+    keys `present` (all of them for a new Secret; an upgrade's new identities for an old one)."""
     values: dict[str, str | bytes] = {}
     for who in IDENTITIES:
+        if f"{who.name}{SEED_SUFFIX}" in present:
+            continue
         seed = new_user_seed()
         values[f"{who.name}{SEED_SUFFIX}"] = seed
         values[f"{who.name}{PUBLIC_SUFFIX}"] = public_key(seed)
-    return secret_manifest(IDENTITIES_SECRET, namespace, values)
+    return values
+
+
+def encoded(values: Mapping[str, str | bytes]) -> dict[str, str]:
+    """Secret `data` values: base64 of the bytes."""
+    return _encoded(values)
 
 
 def tls_secret(namespace: str) -> dict[str, Any]:

@@ -1,0 +1,63 @@
+"""`hostaffinity bus secrets`, as the Job runs it, against the Kubernetes API double: it makes
+both Secrets once, keeps them on every later run, and adds only the identities a newer release
+brings (an upgrade keeps every seed in use)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+from hostaffinity.cli.bus_access import IDENTITY_NAMES
+from hostaffinity.cli.bus_credentials import IDENTITIES_SECRET, TLS_SECRET
+from tests.platform.kube_double import KubeDouble
+
+CLI = Path(sys.executable).parent / "hostaffinity"
+NAMESPACE = "hostaffinity"
+
+
+async def bus_secrets(kubeconfig: Path) -> str:
+    run = await asyncio.create_subprocess_exec(
+        str(CLI), "bus", "secrets", "--namespace", NAMESPACE, "--kubeconfig", str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(run.communicate(), 60)
+    assert run.returncode == 0, err.decode()
+    return out.decode()
+
+
+def stored(kube: KubeDouble, name: str) -> dict[str, Any]:
+    secret = kube.read("v1", "secrets", name, NAMESPACE)
+    assert secret is not None, name
+    return secret
+
+
+async def test_secrets_are_made_once_kept_and_completed_for_a_new_identity(
+    kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    first = await bus_secrets(kubeconfig)
+    assert f"secret {NAMESPACE}/{IDENTITIES_SECRET}: created" in first
+    assert f"secret {NAMESPACE}/{TLS_SECRET}: created" in first
+    identities = stored(kube_double, IDENTITIES_SECRET)["data"]
+    assert set(identities) == {f"{n}.{s}" for n in IDENTITY_NAMES for s in ("nk", "pub")}
+    tls = stored(kube_double, TLS_SECRET)["data"]
+
+    again = await bus_secrets(kubeconfig)
+    assert "created" not in again, again
+    assert "added" not in again, again
+    assert stored(kube_double, IDENTITIES_SECRET)["data"] == identities
+    assert stored(kube_double, TLS_SECRET)["data"] == tls
+
+    # An install made before the admission webhook had an identity of its own.
+    older = stored(kube_double, IDENTITIES_SECRET)
+    older["data"] = {k: v for k, v in identities.items() if not k.startswith("admission-webhook.")}
+    kube_double.seed(older)
+    upgraded = await bus_secrets(kubeconfig)
+    assert f"secret {NAMESPACE}/{IDENTITIES_SECRET}: added admission-webhook" in upgraded
+    now = stored(kube_double, IDENTITIES_SECRET)["data"]
+    assert {k: v for k, v in now.items() if k in older["data"]} == older["data"]  # kept
+    assert base64.b64decode(now["admission-webhook.nk"]).startswith(b"SU")  # a user seed
+    assert base64.b64decode(now["admission-webhook.pub"]).startswith(b"U")
