@@ -58,7 +58,7 @@ POD: tuple[str, str] = ("", "Pod")
 
 
 def decode_review(body: bytes) -> AdmissionReview:
-    """The review kube-apiserver sent; msgspec.DecodeError (a 400) when it is not one."""
+    """The review kube-apiserver sent; one of schema's UNDECODABLE (a 400) when it is not one."""
     return _decoder.decode(body)
 
 

@@ -148,9 +148,12 @@ def _twin_operations(anti: Mapping[str, Any]) -> list[Operation]:
     """A twin for each required hostname term that has none yet (a twin: a host-key term whose
     other fields are equal); each preferred hostname term moved to the host key."""
     operations: list[Operation] = []
-    required = _sequence(anti.get(REQUIRED), f"podAntiAffinity.{REQUIRED}")
-    for position, term in enumerate(required):
+    required = [
         _mapping(term, f"podAntiAffinity.{REQUIRED}[{position}]")
+        for position, term in enumerate(
+            _sequence(anti.get(REQUIRED), f"podAntiAffinity.{REQUIRED}")
+        )
+    ]
     host_terms = [_without_key(t) for t in required if t.get("topologyKey") == LABEL_ESXI_HOST]
     for term in required:
         if term.get("topologyKey") == HOSTNAME_KEY and _without_key(term) not in host_terms:

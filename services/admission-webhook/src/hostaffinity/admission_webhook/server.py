@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
 from hostaffinity.admission_webhook.admission_v1 import (
@@ -26,7 +25,7 @@ from hostaffinity.admission_webhook.admission_v1 import (
 )
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.mutation import Mutation, MutationSettings, Outcome
-from hostaffinity.schema import Event, PodMutated, event_id, utc_timestamp
+from hostaffinity.schema import UNDECODABLE, Event, PodMutated, event_id, utc_timestamp
 
 _log = logging.getLogger(__name__)
 SOURCE = "admission-webhook"
@@ -38,18 +37,26 @@ SHUTDOWN_SECONDS = 3.0
 
 
 def _pod_reference(obj: dict[str, Any] | None, namespace: str) -> tuple[str, str]:
-    """namespace/name (generateName when the name is not set yet) and the controlling owner."""
-    metadata = (obj or {}).get("metadata") or {}
-    name = metadata.get("name") or metadata.get("generateName") or ""
+    """namespace/name (generateName when the name is not set yet) and the controlling owner.
+    The object is what the client sent: a field of another type than the Pod schema's counts
+    as absent here (the API server refuses such a pod after admission anyway)."""
+    metadata = _field(obj, "metadata", dict) or {}
+    name = _field(metadata, "name", str) or _field(metadata, "generateName", str) or ""
     owner = next(
         (
             f"{o.get('kind', '')}/{o.get('name', '')}"
-            for o in metadata.get("ownerReferences") or ()
+            for o in _field(metadata, "ownerReferences", list) or ()
             if isinstance(o, dict) and o.get("controller")
         ),
         "",
     )
     return f"{namespace}/{name}", owner
+
+
+def _field(obj: object, key: str, kind: type) -> Any:
+    """`obj[key]` when obj is an object and the value has `kind`, else None."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, kind) else None
 
 
 def mutated_event(review: AdmissionReview, mutation: Mutation) -> PodMutated:
@@ -117,9 +124,10 @@ class AdmissionWebhook:
         started = time.perf_counter()
         try:
             review = decode_review(await request.read())
-        except msgspec.DecodeError as error:
+        except UNDECODABLE as error:  # bad JSON, invalid UTF-8, nesting too deep, wrong types
             self._metrics.reviewed(Outcome.REFUSED, time.perf_counter() - started)
-            return web.Response(status=400, text=f"not an AdmissionReview: {error}\n")
+            reason = "JSON nested too deeply" if isinstance(error, RecursionError) else error
+            return web.Response(status=400, text=f"not an AdmissionReview: {reason}\n")
         mutation = mutation_for(review, self._settings)
         body = encode_answer(review, mutation)
         self._metrics.reviewed(mutation.outcome, time.perf_counter() - started)
