@@ -56,7 +56,7 @@ READY_WITHIN_SECONDS = 60.0
 ADDED_MB_LIMIT = 70
 KUBECONFIG_IN_CONTAINER = "/etc/hostaffinity/kubeconfig"
 WEBHOOK_CONFIGURATION = (
-    REPO / "k8s" / "base" / "scheduler-extender" / "mutatingwebhookconfiguration.yaml"
+    REPO / "k8s" / "base" / "admission-webhook" / "mutatingwebhookconfiguration.yaml"
 )
 NODES = ["node1", "node2", "node3"]
 WEB = {"app": "web"}
@@ -312,7 +312,7 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-async def test_scheduler_extender_filters_and_its_webhook_patches_a_review(
+async def test_scheduler_extender_answers_a_filter(
     nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus, tmp_path: Path
 ) -> None:
     topology = await bus.topology()
@@ -321,22 +321,15 @@ async def test_scheduler_extender_filters_and_its_webhook_patches_a_review(
         await topology.put_node(placement(node, host))
     kube_double.seed(pod("db", "db", node="n1"))
     kube_double.seed(pod("web", "web", avoid="db"))
-    kube_double.seed(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
-    )
-    kube_double.seed(yaml.safe_load(WEBHOOK_CONFIGURATION.read_text(encoding="utf-8")))
-    extender_port, webhook_port = free_port(), free_port()
+    extender_port = free_port()
     settings = {
         "HOSTAFFINITY_EXTENDER__HOST": "127.0.0.1",
         "HOSTAFFINITY_EXTENDER__PORT": str(extender_port),
-        "HOSTAFFINITY_WEBHOOK__HOST": "127.0.0.1",
-        "HOSTAFFINITY_WEBHOOK__PORT": str(webhook_port),
-        "HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES": '["127.0.0.1"]',
     }
     async with service_container(
         "scheduler-extender", nats_server, kubeconfig, tmp_path, settings
     ) as (container, _):
-        # Filter: web must avoid db's host h1, so only n3 is left.
+        # web must avoid db's host h1, so only n3 is left.
         body = {
             "Pod": kube_double.read("v1", "pods", "web", "default"),
             "Nodes": None,
@@ -352,7 +345,24 @@ async def test_scheduler_extender_filters_and_its_webhook_patches_a_review(
 
         await until(container, "a filter answer leaving n3 alone", filtered)
 
-        # Webhook: the caBundle it wrote verifies it; a recorded review comes back patched.
+
+async def test_admission_webhook_patches_a_review(
+    nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, tmp_path: Path
+) -> None:
+    kube_double.seed(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
+    )
+    kube_double.seed(yaml.safe_load(WEBHOOK_CONFIGURATION.read_text(encoding="utf-8")))
+    webhook_port = free_port()
+    settings = {
+        "HOSTAFFINITY_WEBHOOK__HOST": "127.0.0.1",
+        "HOSTAFFINITY_WEBHOOK__PORT": str(webhook_port),
+        "HOSTAFFINITY_WEBHOOK__EXTRA_HOSTNAMES": '["127.0.0.1"]',
+    }
+    async with service_container(
+        "admission-webhook", nats_server, kubeconfig, tmp_path, settings
+    ) as (container, _):
+        # The caBundle it wrote verifies it; a recorded review comes back patched.
         def written_ca() -> bytes | None:
             stored = kube_double.read(
                 "admissionregistration.k8s.io/v1",
@@ -424,18 +434,16 @@ async def test_descheduler_runs_a_dry_run_cycle(
         assert kube_double.read("v1", "pods", name, "default") is not None, "a dry run evicted"
 
 
-@pytest.mark.parametrize(
-    "service",
-    [
-        s
-        for s in SERVICES
-        if s not in ("node-labeller", "drs-translator", "scheduler-extender", "descheduler")
-    ]
-    or [pytest.param("", marks=pytest.mark.skip(reason="every service has its own test above"))],
-)
-async def test_any_other_service_becomes_ready_and_stops_on_sigterm(
-    service: str, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
-) -> None:
-    """A service without a test of its job above (one that just landed) still starts and stops."""
-    async with service_container(service, nats_server, kubeconfig, tmp_path):
-        pass
+# Each service's job, tested in its container above.
+JOB_TESTS = {
+    "node-labeller": test_node_labeller_labels_the_nodes,
+    "drs-translator": test_drs_translator_writes_a_rule_into_vcsim,
+    "scheduler-extender": test_scheduler_extender_answers_a_filter,
+    "admission-webhook": test_admission_webhook_patches_a_review,
+    "descheduler": test_descheduler_runs_a_dry_run_cycle,
+}
+
+
+def test_every_service_image_has_its_job_tested() -> None:
+    """A service that lands without a container test of its job fails here, not silently."""
+    assert sorted(JOB_TESTS) == sorted(SERVICES)
