@@ -1,7 +1,7 @@
 """The `--nats…` options every command that reads the bus takes: where NATS is and as whom.
 
 The CLI's own identity is `cli` (read-only, see bus_access.py); `make dev` writes its nkey seed
-to `.dev/nats/cli.nk`. TLS is on when a CA is given.
+to `.cache/dev/nats/cli.nk`. TLS is on when a CA is given.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from hostaffinity.runtime.config import NatsSettings
 def add_nats_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="a NATS server URL")
     parser.add_argument(
-        "--nats-seed", help="the nkey seed file of the CLI's bus identity, e.g. .dev/nats/cli.nk"
+        "--nats-seed",
+        help="the nkey seed file of the CLI's bus identity, e.g. .cache/dev/nats/cli.nk",
     )
     parser.add_argument("--nats-ca-file", help="the CA that signed the NATS servers' certificate")
 
