@@ -63,8 +63,11 @@ class NatsSettings(Settings, frozen=True):
     # `_INBOX_<identity>`, the only subjects auth.conf lets it receive replies on. The server
     # knows the identity by the public key of `nkey_seed_file`.
     identity: str | None = None
+    # The identity's credentials: a .creds file (JWT and seed), or its nkey seed file.
     creds_file: str | None = None
     nkey_seed_file: str | None = None
+    # TLS is on when either a CA or a client certificate is set; the certificate and key are
+    # for servers that verify clients.
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
@@ -121,6 +124,7 @@ class KubernetesSettings(Settings, frozen=True):
     # Replaces the kubeconfig's server address, e.g. https://k3s:6443 in compose, where the
     # kubeconfig k3s writes names 127.0.0.1.
     server: str | None = None
+    # Where the service keeps the objects of its own (e.g. the webhook's certificate Secret).
     namespace: str = "hostaffinity"
     # Every call but a watch ends after this long. client-go sets no overall limit of its own and
     # relies on the API server's (--request-timeout, 60 s); we apply the same bound client-side so
@@ -150,9 +154,11 @@ class LeaseSettings(Settings, frozen=True):
     the time the old leader's work has to stop.
     """
 
-    # Empty: `hostaffinity-<service>`.
+    # The Lease's name (empty: `hostaffinity-<service>`) and namespace.
     name: str = ""
     namespace: str = "hostaffinity"
+    # A leader steps down after renew_deadline_seconds without a renewal, a rival takes over
+    # after duration_seconds without one; each tries every retry_period_seconds.
     duration_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0

@@ -18,10 +18,13 @@ class WebhookSettings(Settings, frozen=True):
     certificates: Literal["self-signed", "files"] = "self-signed"
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    # The Service in front of the replicas: the self-signed certificate is for its DNS names.
     service_name: str = "admission-webhook"
     # More names for the self-signed certificate, e.g. 127.0.0.1 when the API server reaches
     # the webhook by URL (compose, make dev).
     extra_hostnames: list[str] = msgspec.field(default_factory=list)
+    # The Secret that keeps the self-signed CA and certificate, and the
+    # MutatingWebhookConfiguration whose caBundle the service writes.
     secret_name: str = "hostaffinity-webhook-tls"
     configuration_name: str = "hostaffinity-pod-host-terms"
     # How a spread over hosts (annotation hostaffinity.io/spread-across-hosts) treats a skew it

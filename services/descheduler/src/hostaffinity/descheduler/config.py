@@ -17,12 +17,17 @@ class DeschedulerSettings(Settings, frozen=True):
     # labels or affinity changed), so a burst of changes makes one cycle; and every interval.
     debounce_seconds: float = 0.5
     interval_seconds: float = 300.0
+    # Plan and report evictions without sending them.
     dry_run: bool = False
+    # A workload that lost a pod to the descheduler is left alone this long (loop guard).
     cooldown_seconds: float = 300.0
     # Follow KubeVirt VMIs and migrations (turn off where KubeVirt is not installed).
     kubevirt: bool = True
+    # The VMI evictionStrategy assumed when a VMI names none (KubeVirt's cluster-wide setting).
     kubevirt_default_eviction_strategy: str = "None"
+    # KubeVirt's parallel migration limits (per_cluster, outbound_per_node), kept here as well.
     migrations: MigrationLimits = MigrationLimits()
+    # How evictions are sent (parallelism, retries, grace period).
     eviction: ExecutorSettings = ExecutorSettings()
 
 
