@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,12 +66,19 @@ class DevRun:
     environment: dict[str, str]
 
     @classmethod
-    async def start(cls, environment: dict[str, str], output: Path) -> DevRun:
+    async def start(
+        cls,
+        environment: dict[str, str],
+        output: Path,
+        command: Sequence[str] = ("bash", "scripts/dev.sh"),
+        cwd: Path = REPO,
+    ) -> DevRun:
+        """dev.sh of this checkout, or `command` in `cwd` (the quick start's `make dev` in a
+        fresh clone): either way the same session, output and stopping."""
         with output.open("wb") as log:
             process = await asyncio.create_subprocess_exec(
-                "bash",
-                "scripts/dev.sh",
-                cwd=REPO,
+                *command,
+                cwd=cwd,
                 env=environment,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
