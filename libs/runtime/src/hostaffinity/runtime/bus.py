@@ -136,7 +136,19 @@ class Bus:
         before the provisioning Job stays not ready instead of failing."""
         wanted, durables = list(streams), list(consumers)
         announced: list[str] = []
-        while missing := await missing_parts(self.js, wanted, durables):
+        while True:
+            try:
+                missing = await missing_parts(self.js, wanted, durables)
+            except NatsError as error:
+                # No answer is not "missing": a partition or a stream leader being elected. Ask
+                # again rather than fail the work (which would restart the process for nothing).
+                _log.warning(
+                    "the bus did not say whether it is provisioned (%r); asking again", error
+                )
+                await asyncio.sleep(retry_seconds)
+                continue
+            if not missing:
+                break
             if missing != announced:
                 _log.warning("%s", LayoutMissing.naming(missing))
                 announced = missing
