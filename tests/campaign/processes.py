@@ -147,7 +147,8 @@ class Replica:
         code = await process.wait()
         if self._closing:
             return
-        tail = log.read_text(errors="replace")[-3000:]
+        text = log.read_text(errors="replace")
+        tail = text[-3000:]
         self.history.exits.append(
             ProcessExit(
                 self.clock.now(),
@@ -155,7 +156,7 @@ class Replica:
                 identity,
                 code,
                 by_campaign=self._killing,
-                lost_lease=code == 1 and LOST_LEASE in tail,
+                lost_lease=code == 1 and LOST_LEASE in text,
                 log_tail=tail,
             )
         )
