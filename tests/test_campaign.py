@@ -271,18 +271,7 @@ def test_a_seed_replays_its_fault_schedule() -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "seed",
-    [
-        pytest.param(
-            1,
-            marks=pytest.mark.xfail(
-                reason="open defect (seed 1): a drs-translator whose vCenter is away (vcsim "
-                "restart) fails its work and exits 1 until vCenter is back (VCenterSession start "
-                "is not retried in drs_translator/service.py): breaks no-crash",
-                strict=False,
-            ),
-        ),
-        2,
-    ],
+    [1, 2],
 )
 def test_a_short_campaign_holds_every_invariant(seed: int, tmp_path: Path) -> None:
     run = subprocess.run(

@@ -184,6 +184,32 @@ class VCenterSession:
         await self._in_session_thread(self._connect)
         self._keep_alive_from_now()
 
+    def connected(self) -> bool:
+        """Logged in: a readiness part (a later fault is repaired by the session itself)."""
+        return self._service_instance is not None
+
+    async def start_when_reachable(
+        self, *, retry_seconds: float = 1.0, max_retry_seconds: float = 30.0
+    ) -> None:
+        """`start`, retried with a growing delay until vCenter answers: a service started while
+        vCenter is down or restarting waits, not ready, instead of exiting and being restarted
+        in a loop. Refused credentials are retried too (a Secret may be fixed meanwhile), and
+        said so each time."""
+        attempt, delay = self.start, retry_seconds
+        while True:
+            try:
+                await attempt()
+                return
+            except Exception as error:
+                _log.warning(
+                    "cannot log in to vCenter at %s (%s); retrying in %.1f s",
+                    self._where(),
+                    str(error) or type(error).__name__,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            attempt, delay = self.reconnect, min(delay * 2, max_retry_seconds)
+
     async def close(self) -> None:
         """Stop the keep-alive and log out; a failed logout is only logged."""
         if self._keepalive is not None:

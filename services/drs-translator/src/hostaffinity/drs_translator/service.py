@@ -50,7 +50,10 @@ async def translate(
     metrics = DrsMetrics()
     outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=kept.forget)
     ctx.start(outbox.run(), name="bus-outbox")
-    async with VCenterSession(config.vcenter) as session:
+    session = VCenterSession(config.vcenter)
+    ctx.add_readiness("vcenter connected", session.connected)
+    try:
+        await session.start_when_reachable()
         cluster_config = ClusterConfig(session)
         applier = DrsApplier(
             cluster_config,
@@ -119,3 +122,5 @@ async def translate(
                 break
             await asyncio.sleep(_SYNC_POLL_SECONDS)
         await translator.run()
+    finally:
+        await session.close()
