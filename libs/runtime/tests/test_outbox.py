@@ -161,3 +161,31 @@ async def test_a_stop_swallowed_by_the_last_publish_still_ends_the_outbox() -> N
     finally:
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_a_stop_during_on_published_leaves_the_event_for_the_drain() -> None:
+    """A kept copy (the drs-translator's) is forgotten in `on_published`: a stop that interrupts
+    it must not lose the forgetting, so the event stays at the head and the drain sends it (and
+    forgets it) again; JetStream stores it once, by id."""
+    sent: list[str] = []
+    forgotten: list[str] = []
+    forgetting = asyncio.Event()
+
+    async def publish(item: Event) -> None:
+        sent.append(item.id)
+
+    async def forget(item: Event) -> None:
+        if not forgetting.is_set():
+            forgetting.set()
+            await asyncio.Event().wait()  # the first forget is still under way at the stop
+        forgotten.append(item.id)
+
+    outbox = Outbox("test", publish, on_published=forget, drain_seconds=1.0)
+    runner = asyncio.create_task(outbox.run())
+    outbox.put(event(1))
+    await asyncio.wait_for(forgetting.wait(), 2.0)
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    assert sent == ["e1", "e1"]  # once more by the drain
+    assert forgotten == ["e1"]
+    assert len(outbox) == 0

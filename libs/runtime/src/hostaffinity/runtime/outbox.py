@@ -145,13 +145,14 @@ class Outbox:
             )
 
     async def _published(self, event: Event) -> None:
+        """Done with the head event: `on_published` first, so a stop that interrupts it leaves
+        the event at the head, published again by the drain (stored once: same id)."""
+        if self._on_published is not None:
+            try:
+                await self._on_published(event)
+            except Exception:  # the copy stays; sent again later, stored once (same id)
+                _log.warning("%s: after publishing %s", self.name, event.id, exc_info=True)
         if self._waiting and self._waiting[0] is event:  # not dropped meanwhile
             self._waiting.popleft()
             self._ids.discard(event.id)
             _queued.add(-1, self._labels)
-        if self._on_published is None:
-            return
-        try:
-            await self._on_published(event)
-        except Exception:  # the copy stays; sent again later, stored once (same id)
-            _log.warning("%s: after publishing %s", self.name, event.id, exc_info=True)
