@@ -2,7 +2,7 @@
 are read from README.md (a changed quick start changes what runs here), the Kubernetes double
 stands in for the user's cluster, and the demo must end with its passing summary.
 
-A fresh clone is the point: no .venv, no build/vcsim, no ../shared beside it; `make dev` has to
+A fresh clone is the point: no .venv, no build/vcsim, no folder of ours beside it; `make dev` has to
 install and build what it needs by itself (only uv's and Go's caches are shared, as on a machine
 that built something before).
 """

@@ -103,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_check_command(commands)
     add_demo_command(commands)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+    # force: each run logs to the stderr of now (an earlier in-process run may have left a
+    # handler on a stream that is closed since).
+    logging.basicConfig(level=logging.WARNING, force=True)
     try:
         sys.exit(asyncio.run(args.run(args)))
     except (ValueError, RuntimeError, OSError) as error:
