@@ -20,7 +20,13 @@ from hostaffinity.schema import DLQ_STREAM, TopologyEvent, utc_timestamp
 from hostaffinity.schema.reports import ServiceView, StatusReport, StreamView
 
 # Every service, in the order the pipeline runs; the extender holds no Lease.
-SERVICES: Final = ("node-labeller", "drs-translator", "scheduler-extender", "descheduler")
+SERVICES: Final = (
+    "node-labeller",
+    "drs-translator",
+    "admission-webhook",
+    "scheduler-extender",
+    "descheduler",
+)
 
 
 def _last_events(events: Sequence[TopologyEvent]) -> dict[str, TopologyEvent]:
