@@ -9,7 +9,7 @@ Recorded through OpenTelemetry; the runtime's Prometheus exporter serves them on
 (`evicted` for room, `expired` when the placement never came),
 `hostaffinity_extender_source_stale_seconds{source}` (how long a source has not been live: the
 window in which the extender answers `Error` rather than guess),
-`hostaffinity_extender_informer_lag_events{source}` (events received, not yet in the cache)
+`hostaffinity_extender_informer_lag{source}` (events received, not yet in the cache)
 and `hostaffinity_workloads_exposed{namespace}` (exposure_gauge.py).
 """
 
