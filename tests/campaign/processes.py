@@ -23,7 +23,9 @@ from tests.campaign.history import Clock, History, Instance, ProcessExit
 from tests.campaign.recording import AttributedProxy
 from tests.e2e.test_service_process import SCRIPTS
 
-LOST_LEASE = "lost the Lease"
+# How the runner says a replica ended because it lost its Lease: stepping down, or, when the
+# work did not unwind within duration - renew_deadline, the fence ending the process at once.
+LOST_LEASE = ("lost the Lease", "after the Lease was lost; ending the process")
 
 
 def settings_env(section: str, settings: Settings) -> dict[str, str]:
@@ -156,7 +158,7 @@ class Replica:
                 identity,
                 code,
                 by_campaign=self._killing,
-                lost_lease=code == 1 and LOST_LEASE in text,
+                lost_lease=code == 1 and any(phrase in text for phrase in LOST_LEASE),
                 log_tail=tail,
             )
         )
