@@ -43,8 +43,8 @@ from hostaffinity.runtime.certificates import issue, server_context
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 
 FIXTURE = (
-    Path(__file__).resolve().parents[1].parent
-    / "shared" / "fixtures" / "kube-apiserver-admission" / "pod-create-review.json"
+    Path(__file__).resolve().parents[1]
+    / "tests" / "fixtures" / "kube-apiserver-admission" / "pod-create-review.json"
 )  # fmt: skip
 SETTINGS = MutationSettings()
 

@@ -18,7 +18,8 @@ from tests.recorded_fixtures import (
 )
 
 # The founders' folder beside their checkout, which a user's clone does not have.
-OUTSIDE = re.compile(r"\.\./" + "shared")
+# Also as a quoted path part joined by `/` (parents[n] / that folder / ...), which needs no `../`.
+OUTSIDE = re.compile(r"\.\./" + 'shared|"' + 'shared"\\s*(/|$)')
 
 # A quoted or spaced absolute path into one machine's directories (as the shared before-stop hook
 # looks for them); the pattern is split so that this file does not match itself.

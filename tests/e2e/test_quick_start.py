@@ -67,9 +67,10 @@ def _caller_cache(variable: str, ask: list[str]) -> dict[str, str]:
 
 def user_environment(kube: KubeDouble, tmp_path: Path) -> dict[str, str]:
     """What the user's terminals have: a kubeconfig for six kind nodes and free ports; nothing
-    of this checkout (its virtualenv, DEV_STATE), so the clone keeps state where it defaults to."""
+    of this checkout (its virtualenv, DEV_STATE), so the clone keeps state where it defaults to,
+    and not the `make test` this may run under (a nested make prints its directories)."""
     environment = dev_environment(tmp_path, kind_cluster(kube, tmp_path))
-    for variable in ("DEV_STATE", "VIRTUAL_ENV"):
+    for variable in ("DEV_STATE", "VIRTUAL_ENV", "MAKELEVEL", "MAKEFLAGS", "MFLAGS"):
         environment.pop(variable, None)
     own_bin = str(REPO / ".venv" / "bin")
     path = environment.get("PATH", "").split(os.pathsep)

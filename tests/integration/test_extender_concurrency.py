@@ -31,14 +31,9 @@ from tests.integration.test_extender import RunningExtender, extender, placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.kube_scheduler import Binding, Call, ExtenderConfig, KubeScheduler, Outcome
 from tests.platform.nats import NatsServer
+from tests.recorded_fixtures import fixture_dir
 
-FIXTURE = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "fixtures"
-    / "kube-scheduler-extender"
-    / "burst-call-sequence.json"
-)
+FIXTURE = fixture_dir("kube-scheduler-extender") / "burst-call-sequence.json"
 HOSTNAME = "kubernetes.io/hostname"
 _examples = itertools.count()
 
