@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hostaffinity.cli.bus_credentials import write_local_credentials
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement
+from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.containers.podman import (
     REPO,
     USER,
@@ -41,6 +41,7 @@ from tests.containers.podman import (
 )
 from tests.e2e.drs_harness import drs_state, pod_manifest
 from tests.e2e.labeller_harness import node_object, vm_by_name
+from tests.integration.test_extender import placement, pod_object
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer, free_port
 from tests.platform.vcsim import Vcsim, VcsimFactory
@@ -284,34 +285,6 @@ async def test_drs_translator_writes_a_rule_into_vcsim(
         )
 
 
-def placement(node: str, host: str) -> NodePlacement:
-    return NodePlacement(
-        node=node, vm_moid=f"vm-{node}", bios_uuid="", instance_uuid="", host_moid=f"m-{host}",
-        host_name=host, host_label=host, cluster_moid="c", cluster_name="C0", datacenter="DC0",
-        vcenter="vc", observed_at="2026-11-22T08:00:00Z", version=1,
-    )  # fmt: skip
-
-
-def pod(
-    name: str, app: str, *, node: str = "", avoid: str | None = None, owner: str | None = None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "registry.invalid/pause:3"}]}
-    if node:
-        spec["nodeName"] = node
-    if avoid is not None:
-        term = {"labelSelector": {"matchLabels": {"app": avoid}}, "topologyKey": LABEL_ESXI_HOST}
-        spec["affinity"] = {
-            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-        }
-    metadata: dict[str, Any] = {"name": name, "namespace": "default", "labels": {"app": app}}
-    if owner is not None:
-        metadata["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": f"uid-{owner}",
-             "controller": True}
-        ]  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
 async def test_scheduler_extender_answers_a_filter(
     nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus, tmp_path: Path
 ) -> None:
@@ -319,8 +292,8 @@ async def test_scheduler_extender_answers_a_filter(
     for node, host in (("n1", "h1"), ("n2", "h1"), ("n3", "h2")):
         kube_double.seed(node_object(node))
         await topology.put_node(placement(node, host))
-    kube_double.seed(pod("db", "db", node="n1"))
-    kube_double.seed(pod("web", "web", avoid="db"))
+    kube_double.seed(pod_object("db", "db", node="n1"))
+    kube_double.seed(pod_object("web", "web", avoid="db"))
     extender_port = free_port()
     settings = {
         "HOSTAFFINITY_EXTENDER__HOST": "127.0.0.1",
@@ -408,8 +381,8 @@ async def test_descheduler_runs_a_dry_run_cycle(
         kube_double.seed(node_object(node, status=READY))
         await topology.put_node(placement(node, host))
     # Two replicas that must be on different hosts share h1: one would be evicted, in a dry run.
-    kube_double.seed(pod("web-1", "web", node="n1", avoid="web", owner="web"))
-    kube_double.seed(pod("web-2", "web", node="n2", avoid="web", owner="web"))
+    kube_double.seed(pod_object("web-1", "web", node="n1", avoid="web", owner="web"))
+    kube_double.seed(pod_object("web-2", "web", node="n2", avoid="web", owner="web"))
     settings = {
         "HOSTAFFINITY_DESCHEDULER__DRY_RUN": "true",
         "HOSTAFFINITY_DESCHEDULER__KUBEVIRT": "false",

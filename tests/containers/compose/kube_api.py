@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 from pathlib import Path
 
 import yaml
 
 from tests.platform.kube_double.double import KubeDouble
+from tests.platform.kube_double.serve import until_signalled
 
 READY = {"conditions": [{"type": "Ready", "status": "True"}]}
 
@@ -48,12 +48,7 @@ async def serve(nodes: int, kubeconfig: Path, server: str) -> None:
     os.chmod(written, 0o644)
     written.replace(kubeconfig)
     print(f"serving on 0.0.0.0:6443; kubeconfig {kubeconfig}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await double.stop()
+    await until_signalled(double)
 
 
 def main() -> None:

@@ -19,6 +19,11 @@ async def _serve(nodes: int, prefix: str) -> None:
         double.seed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{prefix}{index}"}})
     await double.start()
     print(f"KUBE_DOUBLE_URL={double.url} TOKEN={double.token}", flush=True)
+    await until_signalled(double)
+
+
+async def until_signalled(double: KubeDouble) -> None:
+    """Serve until SIGTERM or SIGINT, then stop: a double run as a process of its own."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
