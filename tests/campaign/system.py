@@ -23,7 +23,7 @@ from tests.campaign.history import Clock, History
 from tests.campaign.processes import Replica, settings_env
 from tests.campaign.recording import AttributedProxy, Connections, RecordingDouble, VcenterProxy
 from tests.e2e.harness import FAST_LEASE
-from tests.platform.nats import free_port
+from tests.platform.nats import free_listen_port
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import PASSWORD, USERNAME, Vcsim, build_vcsim, start_vcsim
 
@@ -62,7 +62,7 @@ class System:
         self.connections = Connections()
         self.nats = NatsCluster(workdir / "bus")
         self.double = RecordingDouble(history, clock, self.connections)
-        self.vcsim_port = free_port()
+        self.vcsim_port = free_listen_port()
         self.vcsim: Vcsim | None = None
         self.replicas: dict[str, Replica] = {}
         self._vcsim_dir = Path(tempfile.mkdtemp(prefix="campaign-vcsim-", dir=_scratch()))
@@ -127,7 +127,7 @@ class System:
         for each in (api, *nats):
             await each.start()
         urls = [f"tls://127.0.0.1:{p.port}" for p in nats]
-        health = free_port()
+        health = free_listen_port()
         env = {
             **settings_env("nats", self.nats.settings(service, urls=urls)),
             **settings_env("health", HealthSettings(host="127.0.0.1", port=health)),
@@ -157,7 +157,7 @@ class System:
         if service not in LEADER_ELECTED:
             env |= {
                 "HOSTAFFINITY_EXTENDER__HOST": "127.0.0.1",
-                "HOSTAFFINITY_EXTENDER__PORT": str(free_port()),
+                "HOSTAFFINITY_EXTENDER__PORT": str(free_listen_port()),
             }
         replica = Replica(
             name=name,

@@ -9,10 +9,12 @@ import asyncio
 import contextlib
 import importlib.metadata
 import json
+import random
 import shutil
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -43,6 +45,24 @@ async def stop_process(process: asyncio.subprocess.Process | None) -> None:
     except TimeoutError:
         process.kill()
         await process.wait()
+
+
+# Below Linux's ephemeral range (32768-60999 by default): a port chosen here and bound later by
+# a long-lived process cannot be taken meanwhile by the local end of some outgoing connection.
+LISTEN_PORTS: Final = range(20_000, 32_000)
+
+
+def free_listen_port() -> int:
+    """A free port outside the ephemeral range, for a server started a while after choosing it
+    (and started again after a crash, on the same port)."""
+    for port in random.sample(LISTEN_PORTS, 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {LISTEN_PORTS}")
 
 
 def free_port() -> int:
