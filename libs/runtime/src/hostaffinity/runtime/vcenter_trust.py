@@ -90,7 +90,10 @@ def ssl_context(settings: VCenterSettings) -> ssl.SSLContext | None:
 
 def check_ca_file(settings: VCenterSettings) -> None:
     """The configured CA bundle exists and holds PEM certificates: a Secret not mounted is
-    named as such, not taken for an untrusted certificate at the first login."""
+    named as such, not taken for an untrusted certificate at the first login. A pinned
+    thumbprint replaces the bundle, which need not exist then."""
+    if settings.thumbprint is not None:
+        return
     if settings.ca_file is not None and not Path(settings.ca_file).is_file():
         raise ConfigError(f"configured file missing: vcenter.ca_file ({settings.ca_file})")
     ssl_context(settings)
