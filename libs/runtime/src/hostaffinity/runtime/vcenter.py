@@ -35,7 +35,7 @@ import msgspec
 from pyVim.connect import SmartConnect
 from pyVmomi import vim
 
-from hostaffinity.runtime.config import Settings
+from hostaffinity.runtime.config import Seconds, Settings
 from hostaffinity.runtime.vcenter_trust import (
     THUMBPRINT_PATTERN,
     ThumbprintMismatch,
@@ -58,7 +58,7 @@ class VCenterSettings(Settings, frozen=True):
     host: str
     username: str
     password: str
-    port: int = 443
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 443
     protocol: Literal["https", "http"] = "https"
     # Verify the server certificate: against `ca_file` when set (a PEM bundle, such as vCenter's
     # VMCA root from https://<vcenter>/certs/download.zip, mounted from a Secret), else against
@@ -69,9 +69,9 @@ class VCenterSettings(Settings, frozen=True):
     # colons and a `SHA256:` prefix allowed (`--check-config` prints the one vCenter presents).
     thumbprint: Annotated[str, msgspec.Meta(pattern=THUMBPRINT_PATTERN)] | None = None
     # vCenter ends idle sessions after 30 minutes by default; a cheap call keeps ours in use.
-    keepalive_seconds: float = 300.0
+    keepalive_seconds: Seconds = 300.0
     # Socket timeout of each SOAP call; a WaitForUpdatesEx long poll must wait for less than this.
-    http_timeout_seconds: float = 120.0
+    http_timeout_seconds: Seconds = 120.0
 
     def __repr__(self) -> str:
         """Everything but the password, so settings can be logged."""
