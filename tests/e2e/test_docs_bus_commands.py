@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import NodePlaced, NodePlacement, event_id
+from tests.platform.bus_values import node_placed, node_placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import LocalBus, NatsCluster
 
@@ -94,48 +94,14 @@ def test_the_docs_have_bus_commands_to_check() -> None:
     assert any(command.over_tls for command in COMMANDS)
 
 
-def placement() -> NodePlacement:
-    return NodePlacement(
-        node=NODE,
-        vm_moid="vm-42",
-        bios_uuid="4230c1d2-0000-0000-0000-000000000001",
-        instance_uuid="5030c1d2-0000-0000-0000-000000000001",
-        host_moid="host-11",
-        host_name="esx-11.example.com",
-        host_label="esx-11.example.com",
-        cluster_moid="domain-c7",
-        cluster_name="cluster-a",
-        datacenter="dc-1",
-        vcenter="vcenter.example.com",
-        observed_at="2026-01-01T00:00:00+00:00",
-        version=1,
-    )
-
-
-def placed() -> NodePlaced:
-    return NodePlaced(
-        id=event_id("node.placed", NODE),
-        occurred_at="2026-01-01T00:00:00+00:00",
-        source="node-labeller",
-        node=NODE,
-        vm_moid="vm-42",
-        host_moid="host-11",
-        host_name="esx-11.example.com",
-        cluster_name="cluster-a",
-        datacenter="dc-1",
-        matched_by="provider-id",
-        version=1,
-    )
-
-
 async def seed(bus: Bus) -> None:
     """What the node-labeller would have written: one placement, its event."""
-    await (await bus.topology()).put_node(placement())
-    await bus.publish_event(placed())
+    await (await bus.topology()).put_node(node_placement(NODE))
+    await bus.publish_event(node_placed(NODE))
 
 
 # What each command's output must show of the seeded bus.
-SHOWS = {"topology": NODE, "events": placed().id}
+SHOWS = {"topology": NODE, "events": node_placed(NODE).id}
 
 
 async def run_as_written(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
