@@ -42,6 +42,9 @@ FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`([^`]+)`")
 URL = re.compile(r"\b(tls|nats)://127\.0\.0\.1:" + DOCUMENTED_PORT + r"\b")
 RUN_SECONDS = 60.0
+# A command that printed and then says nothing for this long while still running is following.
+FOLLOWING_QUIET = 5.0
+EXIT_INTERRUPTED = 130
 NODE = "worker-1.k8s.example.com"
 
 
@@ -105,27 +108,33 @@ SHOWS = {"topology": NODE, "events": node_placed(NODE).id}
 
 
 async def run_as_written(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """Exit status, stdout and stderr; a command still running once it printed something is
-    interrupted as a person would (Ctrl-C), and counts as working when it then exits 130."""
+    """Exit status, stdout and stderr. A command that printed and then stays quiet while it keeps
+    running follows the bus: it is interrupted as a person would (Ctrl-C), and counts as working
+    when it then exits 130."""
     process = await asyncio.create_subprocess_exec(
         *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     assert process.stdout is not None
-    assert process.stderr is not None
     printed = b""
     try:
         async with asyncio.timeout(RUN_SECONDS):
-            while chunk := await process.stdout.read(4096):
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(process.stdout.read(4096), FOLLOWING_QUIET)
+                except TimeoutError:
+                    if printed:
+                        break  # printed what the bus holds, now waits for more: a follower
+                    continue
+                if not chunk:
+                    break  # it ended
                 printed += chunk
-                if process.returncode is None and b"\n" in printed:
-                    await asyncio.sleep(1.0)  # let it print the rest of what it holds
-                    break
     except TimeoutError:
         pass
     if process.returncode is None:
-        process.send_signal(signal.SIGINT)
+        # Ctrl-C for a follower; one silent for RUN_SECONDS is hung: ended, and failed.
+        process.send_signal(signal.SIGINT if printed else signal.SIGKILL)
     rest, errors = await process.communicate()
-    code = 0 if process.returncode == 130 and printed else process.returncode
+    code = 0 if process.returncode == EXIT_INTERRUPTED and printed else process.returncode
     assert code is not None
     return code, (printed + rest).decode(), errors.decode()
 

@@ -207,13 +207,8 @@ class NatsCluster:
             kv_replicas=CLUSTER_SIZE,
         )
 
-    @contextlib.asynccontextmanager
-    async def connection(self, identity: str) -> AsyncIterator[Bus]:
-        bus = await Bus.connect(self.settings(identity), name=f"test-{identity}")
-        try:
-            yield bus
-        finally:
-            await bus.close()
+    def connection(self, identity: str) -> contextlib.AbstractAsyncContextManager[Bus]:
+        return connected(self.settings(identity))
 
     async def start(self) -> None:
         for server in self.servers:
@@ -260,13 +255,8 @@ class LocalBus:
             servers=[self.url], identity=identity, nkey_seed_file=str(self.seeds[identity])
         )
 
-    @contextlib.asynccontextmanager
-    async def connection(self, identity: str) -> AsyncIterator[Bus]:
-        bus = await Bus.connect(self.settings(identity), name=f"test-{identity}")
-        try:
-            yield bus
-        finally:
-            await bus.close()
+    def connection(self, identity: str) -> contextlib.AbstractAsyncContextManager[Bus]:
+        return connected(self.settings(identity))
 
     async def start(self) -> None:
         await self.server.start()
@@ -275,6 +265,16 @@ class LocalBus:
 
     async def stop(self) -> None:
         await self.server.stop()
+
+
+@contextlib.asynccontextmanager
+async def connected(settings: NatsSettings) -> AsyncIterator[Bus]:
+    """A client of the identity `settings` names, closed after the block."""
+    bus = await Bus.connect(settings, name=f"test-{settings.identity}")
+    try:
+        yield bus
+    finally:
+        await bus.close()
 
 
 def _read_env(path: Path) -> dict[str, str]:
