@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from nats.errors import Error as NatsError
 
 from hostaffinity.runtime.bus import Bus
 from tests.platform.bus_values import node_placed, node_placement
@@ -42,6 +43,7 @@ FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`([^`]+)`")
 URL = re.compile(r"\b(tls|nats)://127\.0\.0\.1:" + DOCUMENTED_PORT + r"\b")
 RUN_SECONDS = 60.0
+SEED_SECONDS = 30.0
 # A command that printed and then says nothing for this long while still running is following.
 FOLLOWING_QUIET = 5.0
 EXIT_INTERRUPTED = 130
@@ -98,9 +100,17 @@ def test_the_docs_have_bus_commands_to_check() -> None:
 
 
 async def seed(bus: Bus) -> None:
-    """What the node-labeller would have written: one placement, its event."""
-    await (await bus.topology()).put_node(node_placement(NODE))
-    await bus.publish_event(node_placed(NODE))
+    """What the node-labeller would have written: one placement, its event; retried as the
+    labeller retries, while a just-provisioned R3 stream still elects its leader (both writes
+    are idempotent: a KV value, an event with its Nats-Msg-Id)."""
+    async with asyncio.timeout(SEED_SECONDS):
+        while True:
+            try:
+                await (await bus.topology()).put_node(node_placement(NODE))
+                await bus.publish_event(node_placed(NODE))
+                return
+            except NatsError:
+                await asyncio.sleep(0.5)
 
 
 # What each command's output must show of the seeded bus.
