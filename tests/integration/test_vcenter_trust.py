@@ -11,25 +11,31 @@ import asyncio
 import datetime
 import logging
 import ssl
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from hostaffinity.drs_translator.main import main as drs_translator_main
+from hostaffinity.node_labeller.main import main as node_labeller_main
 from hostaffinity.runtime.certificates import ServingIdentity, issue
 from hostaffinity.runtime.vcenter import VCenterSession, connect
 from hostaffinity.runtime.vcenter_trust import VCenterTrustError, thumbprint_of
+from tests.platform.console import clear_hostaffinity_environment, run_console
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
-SCRIPTS = Path(sys.executable).parent
-SERVICES = ["node-labeller", "drs-translator"]
+MAINS = {"node-labeller": node_labeller_main, "drs-translator": drs_translator_main}
+SERVICES = list(MAINS)
 
 
 def vmca(*hostnames: str) -> ServingIdentity:
     """A CA of our own and the certificate it signs for vcsim, as the VMCA signs vCenter's."""
     return issue(list(hostnames), datetime.datetime.now(datetime.UTC), ca_name="test-vmca")
+
+
+@pytest.fixture(autouse=True)
+def _only_the_tests_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_hostaffinity_environment(monkeypatch)
 
 
 @pytest.fixture
@@ -44,19 +50,16 @@ def presented(vc: Vcsim) -> str:
     return thumbprint_of(ssl.PEM_cert_to_DER_cert(pem))
 
 
-def check_config(service: str, vc: Vcsim, tmp_path: Path, **vcenter: object) -> tuple[int, str]:
-    """`hostaffinity-<service> --check-config` on a config naming this vcsim; (exit, stderr)."""
+def check_config(
+    service: str, vc: Vcsim, tmp_path: Path, capsys: pytest.CaptureFixture[str], **vcenter: object
+) -> tuple[int, str]:
+    """`hostaffinity-<service> --check-config` (its main, through the runner) on a config naming
+    this vcsim; (exit, stderr)."""
     settings = {"host": vc.host, "port": vc.port, "username": "u", "password": "p"} | vcenter
     config = tmp_path / f"{service}.yaml"
     config.write_text(yaml.safe_dump({"vcenter": settings}))
-    checked = subprocess.run(
-        [SCRIPTS / f"hostaffinity-{service}", "--config", str(config), "--check-config"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return checked.returncode, checked.stderr
+    code, _, err = run_console(MAINS[service], ["--config", str(config), "--check-config"], capsys)
+    return code, err
 
 
 async def test_the_ca_bundle_is_trusted(vc: Vcsim) -> None:
@@ -101,31 +104,35 @@ def test_a_certificate_for_another_name_says_to_fix_the_host(vcsim: VcsimFactory
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_check_config_passes_with_the_ca_and_with_the_thumbprint(
-    service: str, vc: Vcsim, tmp_path: Path
+    service: str, vc: Vcsim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert check_config(service, vc, tmp_path, ca_file=str(vc.ca_file)) == (0, "")
-    assert check_config(service, vc, tmp_path, thumbprint=presented(vc)) == (0, "")
+    assert check_config(service, vc, tmp_path, capsys, ca_file=str(vc.ca_file)) == (0, "")
+    assert check_config(service, vc, tmp_path, capsys, thumbprint=presented(vc)) == (0, "")
 
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_check_config_says_in_one_line_what_to_trust(
-    service: str, vc: Vcsim, tmp_path: Path
+    service: str, vc: Vcsim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, stderr = check_config(service, vc, tmp_path)
+    code, stderr = check_config(service, vc, tmp_path, capsys)
     assert code == 2
     assert stderr.count("\n") == 1, stderr
     assert stderr.startswith(f"hostaffinity-{service}: vcenter: certificate of 127.0.0.1:")
     assert "vcenter.ca_file to the CA bundle that signed it" in stderr
     assert presented(vc) in stderr
     wrong = "ab" * 32
-    code, stderr = check_config(service, vc, tmp_path, thumbprint=wrong)
+    code, stderr = check_config(service, vc, tmp_path, capsys, thumbprint=wrong)
     assert code == 2
     assert stderr.count("\n") == 1, stderr
     assert f"not the vcenter.thumbprint {wrong}" in stderr
 
 
-def test_check_config_names_a_missing_or_unreadable_ca_file(vc: Vcsim, tmp_path: Path) -> None:
-    code, stderr = check_config("drs-translator", vc, tmp_path, ca_file="/nonexistent/ca.crt")
+def test_check_config_names_a_missing_or_unreadable_ca_file(
+    vc: Vcsim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, stderr = check_config(
+        "drs-translator", vc, tmp_path, capsys, ca_file="/nonexistent/ca.crt"
+    )
     assert (code, stderr) == (
         2,
         "hostaffinity-drs-translator: configured file missing: "
@@ -133,21 +140,25 @@ def test_check_config_names_a_missing_or_unreadable_ca_file(vc: Vcsim, tmp_path:
     )
     not_pem = tmp_path / "ca.crt"
     not_pem.write_text("not a certificate\n")
-    code, stderr = check_config("drs-translator", vc, tmp_path, ca_file=str(not_pem))
+    code, stderr = check_config("drs-translator", vc, tmp_path, capsys, ca_file=str(not_pem))
     assert code == 2
     assert f"vcenter.ca_file ({not_pem}) is not a readable PEM CA bundle" in stderr
 
 
-def test_check_config_rejects_a_malformed_thumbprint(vc: Vcsim, tmp_path: Path) -> None:
-    code, stderr = check_config("node-labeller", vc, tmp_path, thumbprint="AB:CD")
+def test_check_config_rejects_a_malformed_thumbprint(
+    vc: Vcsim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, stderr = check_config("node-labeller", vc, tmp_path, capsys, thumbprint="AB:CD")
     assert code == 2
     assert "vcenter.thumbprint" in stderr
 
 
-def test_check_config_says_when_vcenter_cannot_be_reached(vc: Vcsim, tmp_path: Path) -> None:
+def test_check_config_says_when_vcenter_cannot_be_reached(
+    vc: Vcsim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     port = vc.port
     vc.stop()
-    code, stderr = check_config("node-labeller", vc, tmp_path, ca_file=str(vc.ca_file))
+    code, stderr = check_config("node-labeller", vc, tmp_path, capsys, ca_file=str(vc.ca_file))
     assert code == 1
     assert stderr.startswith(
         f"hostaffinity-node-labeller: vcenter: cannot reach 127.0.0.1:{port} to check its "

@@ -5,7 +5,6 @@ connects to anything."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from hostaffinity.descheduler.main import main
+from tests.platform.console import clear_hostaffinity_environment, run_console
 from tests.recorded_fixtures import fixture_dir
 
 PROGRAM = "hostaffinity-descheduler"
@@ -31,15 +31,6 @@ def policy(plugin: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
     }
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """main(argv) as the console script runs it: (exit status, stdout, stderr)."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
-
-
 def config_naming(tmp_path: Path, policy_file: Path | str, **descheduler: Any) -> Path:
     config = tmp_path / "descheduler.yaml"
     settings = {"policy_file": str(policy_file), **descheduler}
@@ -54,15 +45,14 @@ def written(tmp_path: Path, document: dict[str, Any]) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _no_hostaffinity_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only what each test sets: a developer's HOSTAFFINITY_* would change the outcome."""
-    for name in [n for n in os.environ if n.startswith("HOSTAFFINITY_")]:
-        monkeypatch.delenv(name)
+def _only_the_tests_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_hostaffinity_environment(monkeypatch)
 
 
 def test_a_good_policy_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = fixture_dir("descheduler") / "policy-affinity-v1alpha2.yaml"
-    code, out, err = run(["--config", str(config_naming(tmp_path, good)), "--check-config"], capsys)
+    config = config_naming(tmp_path, good)
+    code, out, err = run_console(main, ["--config", str(config), "--check-config"], capsys)
     assert (code, err) == (0, "")
     assert str(good) in out
 
@@ -87,7 +77,7 @@ def test_a_bad_policy_is_one_line_and_exit_2(
 ) -> None:
     path = tmp_path / "absent.yaml" if policy_file is None else written(tmp_path, policy_file)
     config = config_naming(tmp_path, path)
-    code, out, err = run(["--config", str(config), "--check-config"], capsys)
+    code, out, err = run_console(main, ["--config", str(config), "--check-config"], capsys)
     assert (code, out) == (2, "")
     assert err.startswith(f"{PROGRAM}: descheduler.policy_file {path}: ")
     assert needle in err
@@ -100,7 +90,7 @@ def test_the_start_refuses_a_bad_policy_before_connecting(
     """No NATS and no Kubernetes API here: exit 2 with the policy's line proves the check ran
     first, not a connection retried for ever."""
     config = config_naming(tmp_path, written(tmp_path, policy("RemoveFailedPods")))
-    code, _, err = run(["--config", str(config)], capsys)
+    code, _, err = run_console(main, ["--config", str(config)], capsys)
     assert code == 2
     assert "plugin 'RemoveFailedPods' is not supported" in err
 
@@ -110,12 +100,13 @@ def test_out_of_range_numbers_name_their_source(
 ) -> None:
     good = fixture_dir("descheduler") / "policy-affinity-v1alpha2.yaml"
     config = config_naming(tmp_path, good, interval_seconds=-5)
-    code, _, err = run(["--config", str(config), "--check-config"], capsys)
+    code, _, err = run_console(main, ["--config", str(config), "--check-config"], capsys)
     assert code == 2
     assert "Expected `float` > 0.0 - at `$.descheduler.interval_seconds`" in err
     assert err.endswith(f"(from config file {config}, key descheduler.interval_seconds)\n")
     monkeypatch.setenv("HOSTAFFINITY_HEALTH__PORT", "99999")
-    code, _, err = run(["--config", str(config_naming(tmp_path, good)), "--check-config"], capsys)
+    config = config_naming(tmp_path, good)
+    code, _, err = run_console(main, ["--config", str(config), "--check-config"], capsys)
     assert code == 2
     assert err.endswith(
         "Expected `int` <= 65535 - at `$.health.port` "
