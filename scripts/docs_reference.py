@@ -16,7 +16,8 @@ import json
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 
@@ -60,7 +61,28 @@ def _comments_of(record: type) -> dict[str, str]:
     return merged
 
 
+# msgspec.Meta bounds, as the type column shows them.
+BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
 def _type_name(annotation: Any) -> str:
+    """The type as a reader writes it; a constrained one (`Annotated[int, Meta(ge=1)]`) as
+    `int, >= 1` (a pattern is left to the field's comment, which says the form)."""
+    if get_origin(annotation) is Annotated:
+        base, *metas = get_args(annotation)
+        bounds = [
+            f"{sign} {getattr(meta, name)}"
+            for meta in metas
+            if isinstance(meta, msgspec.Meta)
+            for name, sign in BOUNDS
+            if getattr(meta, name) is not None
+        ]
+        return ", ".join([_type_name(base), *bounds])
+    arguments = get_args(annotation)
+    if get_origin(annotation) in (Union, UnionType) and any(
+        get_origin(argument) is Annotated for argument in arguments
+    ):
+        return " | ".join("None" if a is type(None) else _type_name(a) for a in arguments)
     return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
@@ -126,7 +148,10 @@ def configuration_page() -> str:
         "Each service reads one typed config record from YAML files (`--config FILE`, repeatable:",
         "later files override earlier ones), then from environment variables `HOSTAFFINITY_<KEY>`",
         "with nested keys joined by `__` (`HOSTAFFINITY_NATS__SERVERS='[\"nats://nats:4222\"]'`).",
-        "Unknown keys are errors; `--check-config` prints the merged record or names the bad key.",
+        "Unknown keys and numbers outside the range the type column gives are errors, each named",
+        "with where it came from (the file and key, or the variable). `--check-config` also reads",
+        "what the config names as the start would (the descheduler's policy file, vCenter's CA",
+        "bundle and certificate) and prints the merged record, or one line naming what to fix.",
         "The `shared.*` keys must be equal in every service: they live in the `shared:` section of",
         "the ConfigMap `hostaffinity-config` (`k8s/base/configmap.yaml`).",
         "",

@@ -97,8 +97,17 @@ def test_kubernetes_secrets_hold_seeds_public_keys_and_the_servers_tls() -> None
     cert = x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["tls.crt"]))
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     dns = set(names.get_values_for_type(x509.DNSName))
-    assert {"nats.hostaffinity.svc", "*.nats-headless", "*.nats-headless.hostaffinity.svc"} <= dns
-    assert set(server_hostnames("hostaffinity")) == dns
+    addresses = {str(address) for address in names.get_values_for_type(x509.IPAddress)}
+    assert {
+        "nats.hostaffinity.svc",
+        "nats-headless.hostaffinity.svc.cluster.local",
+        "*.nats-headless",
+        "*.nats-headless.hostaffinity.svc",
+        "localhost",
+    } <= dns
+    # docs/install.md's `--nats tls://127.0.0.1:4222` through a port-forward.
+    assert addresses == {"127.0.0.1", "::1"}
+    assert set(server_hostnames("hostaffinity")) == dns | addresses
     usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH in usages  # routes are mutual TLS
 

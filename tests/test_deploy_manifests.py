@@ -79,6 +79,7 @@ REQUIRED_SAMPLES = {
     "HOSTAFFINITY_VCENTER__HOST": "vcenter.example.com",
     "HOSTAFFINITY_VCENTER__USERNAME": "svc-hostaffinity",
     "HOSTAFFINITY_VCENTER__PASSWORD": "secret",
+    "HOSTAFFINITY_VCENTER__THUMBPRINT": "SHA256:" + ":".join(["AB"] * 32),
 }
 
 
@@ -426,6 +427,28 @@ def test_descheduler_policy_in_the_configmap_loads(tmp_path: Path) -> None:
     policy = load_policy(path)
     assert policy.limits.total == 100
     assert [s.name for s in policy.profiles[0].strategies][-1] == "RemoveDuplicates"
+
+
+@pytest.mark.parametrize("service", ["node-labeller", "drs-translator"])
+def test_vcenter_trust_comes_from_the_vcenter_secret(service: str) -> None:
+    """vcenter.ca_file is the Secret's key ca.crt, mounted alone; vcenter.thumbprint its key
+    thumbprint. Both optional, so a Secret may carry either (docs/vcenter-trust.md)."""
+    pod = one(render(), "Deployment", service)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    ca_file = Path(env["HOSTAFFINITY_VCENTER__CA_FILE"]["value"])
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(ca_file.parent)]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"] == {
+        "secretName": "hostaffinity-vcenter",
+        "optional": True,
+        "items": [{"key": "ca.crt", "path": ca_file.name}],
+    }
+    assert env["HOSTAFFINITY_VCENTER__THUMBPRINT"]["valueFrom"]["secretKeyRef"] == {
+        "name": "hostaffinity-vcenter",
+        "key": "thumbprint",
+        "optional": True,
+    }
 
 
 # The bus: k8s/base/nats and how the services reach it.

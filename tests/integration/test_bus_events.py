@@ -26,30 +26,14 @@ from hostaffinity.schema import (
     TopologyEvent,
     decode_event,
     dlq_subject,
-    event_id,
     event_subject,
 )
+from tests.platform.bus_values import node_placed
 from tests.platform.nats import NatsServer, free_port
 
 SERVICE = "test-service"
 WAIT_SECONDS = 10.0
 DEAD_LETTERS_METRIC = "hostaffinity_bus_dead_letters_total"
-
-
-def node_placed(node: str) -> NodePlaced:
-    return NodePlaced(
-        id=event_id("node.placed", node),
-        occurred_at="2026-01-01T00:00:00+00:00",
-        source="node-labeller",
-        node=node,
-        vm_moid="vm-42",
-        host_moid="host-11",
-        host_name="esx-11.example.com",
-        cluster_name="cluster-a",
-        datacenter="dc-1",
-        matched_by="provider-id",
-        version=1,
-    )
 
 
 def consumer_settings(**overrides: object) -> ConsumerSettings:

@@ -19,28 +19,11 @@ from hostaffinity.runtime.kv import (
 )
 from hostaffinity.runtime.layout import BusLayout
 from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, EsxiHost, NodePlacement, node_key
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.nats import NatsServer
 from tests.platform.nats_delivery_lag import DeliveryLagProxy
 
 WAIT_SECONDS = 5.0
-
-
-def placement(node: str, host_moid: str, version: int) -> NodePlacement:
-    return NodePlacement(
-        node=node,
-        vm_moid="vm-42",
-        bios_uuid="4230c1d2-0000-0000-0000-000000000001",
-        instance_uuid="5030c1d2-0000-0000-0000-000000000001",
-        host_moid=host_moid,
-        host_name=f"{host_moid}.esx.example.com",
-        host_label=host_moid,
-        cluster_moid="domain-c7",
-        cluster_name="cluster-a",
-        datacenter="dc-1",
-        vcenter="vcenter.example.com",
-        observed_at="2026-01-01T00:00:00+00:00",
-        version=version,
-    )
 
 
 ESXI_HOST = EsxiHost(

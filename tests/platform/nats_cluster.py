@@ -5,12 +5,14 @@ with auth.conf beside it), every client one of its identities.
 clients and routes, R3. Rendering changes only what a pod's environment makes different here,
 each change asserted to match: ports (client, route, monitor), the route URLs, the paths of the
 TLS files, the pid file and the store. The nkeys come from `hostaffinity bus credentials`, the
-TLS material from `hostaffinity bus secrets`' own generator, for 127.0.0.1.
+TLS material is the Secret `hostaffinity bus secrets` makes (its names include 127.0.0.1, as a
+port-forward needs).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import signal
@@ -22,7 +24,7 @@ from typing import Final
 
 import pytest
 
-from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, server_tls, write_local_credentials
+from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, tls_secret, write_local_credentials
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
 from tests.platform.nats import free_port, nats_server_binary, stop_process
@@ -32,6 +34,7 @@ CLUSTER_SIZE: Final = 3
 STARTUP_TIMEOUT_SECONDS: Final = 20.0
 STOP_TIMEOUT_SECONDS: Final = 15.0
 SYNC_ALWAYS: Final = "  sync_interval: always\n"
+NAMESPACE: Final = "hostaffinity"
 
 
 def shipped(name: str) -> str:
@@ -182,11 +185,11 @@ class NatsCluster:
             )
 
     def _write_tls(self) -> None:
-        bundle = server_tls(["127.0.0.1", "localhost"])
+        """The files of the Secret `hostaffinity bus secrets` makes, as the pods mount them: the
+        certificate the servers present here is the shipped one, names and all."""
         self.tls_dir.mkdir()
-        (self.tls_dir / "ca.crt").write_bytes(bundle.ca_pem)
-        (self.tls_dir / "tls.crt").write_bytes(bundle.cert_pem)
-        (self.tls_dir / "tls.key").write_bytes(bundle.key_pem)
+        for key, value in tls_secret(NAMESPACE)["data"].items():
+            (self.tls_dir / key).write_bytes(base64.b64decode(value))
 
     @property
     def urls(self) -> list[str]:
@@ -204,13 +207,8 @@ class NatsCluster:
             kv_replicas=CLUSTER_SIZE,
         )
 
-    @contextlib.asynccontextmanager
-    async def connection(self, identity: str) -> AsyncIterator[Bus]:
-        bus = await Bus.connect(self.settings(identity), name=f"test-{identity}")
-        try:
-            yield bus
-        finally:
-            await bus.close()
+    def connection(self, identity: str) -> contextlib.AbstractAsyncContextManager[Bus]:
+        return connected(self.settings(identity))
 
     async def start(self) -> None:
         for server in self.servers:
@@ -227,6 +225,56 @@ class NatsCluster:
 
     async def stop(self) -> None:
         await asyncio.gather(*(server.stop() for server in self.servers))
+
+
+class LocalBus:
+    """The one server of `make dev` and compose: the shipped local.conf and auth.conf, address,
+    ports and store given on the command line as scripts/dev.sh gives them, the nkeys of
+    `hostaffinity bus credentials --dir <credentials_dir>` (dev's is .cache/dev/nats)."""
+
+    def __init__(self, workdir: Path, credentials_dir: Path) -> None:
+        self.ports = Ports.free()
+        self.seeds = write_local_credentials(credentials_dir)
+        folder = workdir / "nats-local"
+        folder.mkdir(parents=True)
+        for name in ("local.conf", "auth.conf"):
+            (folder / name).write_text(shipped(name))
+        options = (
+            "-a", "127.0.0.1", "-p", str(self.ports.client), "-m", str(self.ports.monitor),
+            "-sd", str(folder / "jetstream"),
+        )  # fmt: skip
+        env = _read_env(credentials_dir / SERVER_ENV_FILE)
+        self.server = ServerProcess("nats", folder / "local.conf", env, self.ports.monitor, options)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.ports.client}"
+
+    def settings(self, identity: str) -> NatsSettings:
+        return NatsSettings(
+            servers=[self.url], identity=identity, nkey_seed_file=str(self.seeds[identity])
+        )
+
+    def connection(self, identity: str) -> contextlib.AbstractAsyncContextManager[Bus]:
+        return connected(self.settings(identity))
+
+    async def start(self) -> None:
+        await self.server.start()
+        async with self.connection("provision") as bus:
+            await bus.provision()
+
+    async def stop(self) -> None:
+        await self.server.stop()
+
+
+@contextlib.asynccontextmanager
+async def connected(settings: NatsSettings) -> AsyncIterator[Bus]:
+    """A client of the identity `settings` names, closed after the block."""
+    bus = await Bus.connect(settings, name=f"test-{settings.identity}")
+    try:
+        yield bus
+    finally:
+        await bus.close()
 
 
 def _read_env(path: Path) -> dict[str, str]:

@@ -11,12 +11,17 @@ there.
         si = vc.connect()                      # pyVmomi ServiceInstance, plain http
         settings = vc.settings()               # VCenterSettings for the product code
 
+`vcsim(tls=identity)` serves https with a `ServingIdentity` (runtime certificates.py `issue`):
+a CA of the test's own signs vcsim's certificate, as a site's VMCA signs vCenter's; `settings()`
+then trusts that CA (`vcenter.ca_file`) unless told otherwise.
+
 Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order.
 """
 
 import contextlib
 import os
 import re
+import ssl
 import subprocess
 import tempfile
 import time
@@ -29,6 +34,7 @@ import pytest
 from pyVim.connect import SmartConnect
 from pyVmomi import vim
 
+from hostaffinity.runtime.certificates import ServingIdentity
 from hostaffinity.runtime.vcenter import VCenterSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +45,9 @@ STARTUP_TIMEOUT_SECONDS = 60.0  # 2,000 VMs take 5-15 s on two busy cores
 STOP_TIMEOUT_SECONDS = 10.0
 USERNAME = "user"
 PASSWORD = "pass"
-URL_LINE = re.compile(r"^VCSIM_URL=(http://([^:@/]+):([^@/]*)@([\d.]+):(\d+)/sdk)$", re.MULTILINE)
+URL_LINE = re.compile(
+    r"^VCSIM_URL=((https?)://([^:@/]+):([^@/]*)@([\d.]+):(\d+)/sdk)$", re.MULTILINE
+)
 
 
 class VcsimError(RuntimeError):
@@ -57,13 +65,22 @@ class Vcsim:
     password: str
     process: subprocess.Popen[bytes]
     stderr_path: Path
+    protocol: str = "http"
+    # With TLS: the CA bundle that signed vcsim's certificate.
+    ca_file: Path | None = None
     _connections: list[vim.ServiceInstance] = field(default_factory=list)
 
     def connect(self) -> vim.ServiceInstance:
-        """A new logged-in pyVmomi session (plain http: vcsim runs without TLS here)."""
+        """A new logged-in pyVmomi session (over https trusting `ca_file` when vcsim has TLS)."""
+        context = None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
         # SmartConnect is unannotated in pyVmomi 9.1; it returns a vim.ServiceInstance.
         si: vim.ServiceInstance = SmartConnect(  # type: ignore[no-untyped-call]
-            host=self.host, port=self.port, user=self.username, pwd=self.password, protocol="http"
+            host=self.host,
+            port=self.port,
+            user=self.username,
+            pwd=self.password,
+            protocol=self.protocol,
+            sslContext=context,
         )
         self._connections.append(si)
         return si
@@ -75,8 +92,10 @@ class Vcsim:
             "port": self.port,
             "username": self.username,
             "password": self.password,
-            "protocol": "http",
+            "protocol": self.protocol,
         }
+        if self.ca_file is not None:
+            fields["ca_file"] = str(self.ca_file)
         return VCenterSettings(**(fields | overrides))
 
     def stderr(self) -> str:
@@ -116,11 +135,13 @@ class VcsimFactory:
         duplicate_uuid: Sequence[tuple[str, str]] = (),
         rename_host: Mapping[str, str] | None = None,
         maintenance: Sequence[str] = (),
+        tls: ServingIdentity | None = None,
         timeout: float = STARTUP_TIMEOUT_SECONDS,
     ) -> Vcsim:
         """Start one vcsim. `vm_names` overrides `vms`/`vm_prefix`; each `duplicate_uuid` pair
         (a, b) gives VM b the BIOS UUID of VM a; `rename_host` maps a host name or moid to a new
-        name; `maintenance` lists hosts (name or moid) that start in maintenance mode."""
+        name; `maintenance` lists hosts (name or moid) that start in maintenance mode; `tls`
+        serves https with that certificate."""
         args = [
             "-listen=127.0.0.1:0",
             f"-login={USERNAME}:{PASSWORD}",
@@ -134,7 +155,16 @@ class VcsimFactory:
         args += [f"-duplicate-uuid={a},{b}" for a, b in duplicate_uuid]
         args += [f"-rename-host={old}={new}" for old, new in (rename_host or {}).items()]
         args += [f"-maintenance={host}" for host in maintenance]
-        vc = start_vcsim(self.binary, self.workdirs(), args, timeout)
+        workdir = self.workdirs()
+        ca_file = None
+        if tls is not None:
+            ca_file, cert, key = workdir / "ca.crt", workdir / "tls.crt", workdir / "tls.key"
+            ca_file.write_bytes(tls.ca_pem)
+            cert.write_bytes(tls.cert_pem)
+            key.write_bytes(tls.key_pem)
+            args += [f"-tls-cert={cert}", f"-tls-key={key}"]
+        vc = start_vcsim(self.binary, workdir, args, timeout)
+        vc.ca_file = ca_file
         self.started.append(vc)
         return vc
 
@@ -175,9 +205,10 @@ def start_vcsim(binary: Path, workdir: Path, args: Sequence[str], timeout: float
     while True:
         match = URL_LINE.search(stdout_path.read_text(errors="replace"))
         if match:
-            url, user, password, host, port = match.groups()
+            url, protocol, user, password, host, port = match.groups()
             return Vcsim(
                 url=url,
+                protocol=protocol,
                 host=host,
                 port=int(port),
                 username=user,

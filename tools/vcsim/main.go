@@ -4,11 +4,15 @@
 // Optional flags add the awkward cases a node-labeller must handle: VMs sharing a BIOS UUID, host
 // names that are not valid label values, and hosts in maintenance mode.
 //
+// With -tls-cert and -tls-key it serves https with that certificate (a test's own CA signs it, as a
+// site's VMCA signs vCenter's), else plain http.
+//
 // It prints one line "VCSIM_URL=<url>" once the inventory is ready, then serves until SIGTERM.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log"
@@ -46,6 +50,8 @@ func main() {
 	prefix := flag.String("vm-prefix", "node-", "VM name prefix; VMs are <prefix>1 .. <prefix>N")
 	names := flag.String("vm-names", "", "comma-separated VM names (overrides -vms and -vm-prefix)")
 	login := flag.String("login", "user:pass", "USER:PASSWORD that Login accepts (and nothing else)")
+	tlsCert := flag.String("tls-cert", "", "PEM certificate (chain) to serve https with; needs -tls-key")
+	tlsKey := flag.String("tls-key", "", "PEM private key of -tls-cert")
 	var dupUUID, renames, maintenance listFlag
 	flag.Var(&dupUUID, "duplicate-uuid", "vmA,vmB: give vmB the BIOS UUID (config.uuid) of vmA (repeatable)")
 	flag.Var(&renames, "rename-host", "HOST=NEW NAME: rename a host, by name or moid (repeatable)")
@@ -67,6 +73,15 @@ func main() {
 	// A Listen.User of its own makes vcsim check the password; by default it accepts any login.
 	user, pass, _ := strings.Cut(*login, ":")
 	model.Service.Listen = &url.URL{Host: *listen, User: url.UserPassword(user, pass)}
+	if *tlsCert != "" || *tlsKey != "" {
+		// simulator.Service.TLS: NewServer starts https with these certificates (govmomi
+		// simulator/simulator.go NewServer; without Certificates it would use Go's test cert).
+		pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			log.Fatalf("tls: %v", err)
+		}
+		model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	}
 	server := model.Service.NewServer()
 	defer server.Close()
 

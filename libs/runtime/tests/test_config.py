@@ -8,12 +8,14 @@ import pytest
 from hostaffinity.runtime.config import (
     ConfigError,
     HealthSettings,
+    LeaderElectedSettings,
     NatsSettings,
     Settings,
     SharedSettings,
     env_names,
     load_config,
 )
+from hostaffinity.runtime.vcenter import VCenterSettings
 
 
 class ExampleConfig(Settings, frozen=True):
@@ -81,6 +83,99 @@ def test_bad_configuration_is_a_clear_error(
     path = write(tmp_path, "bad.yaml", text)
     with pytest.raises(ConfigError, match=needle):
         load_config(ExampleConfig, [path], environ=environ)
+
+
+@pytest.mark.parametrize(
+    ("files", "environ", "source"),
+    [
+        (
+            ["health:\n  port: 1\n", "health:\n  port: eighty\n"],
+            {},
+            "(from config file {1}, key health.port)",
+        ),
+        (
+            ["health:\n  port: 1\n"],
+            {"HOSTAFFINITY_HEALTH__PORT": "99999"},
+            "(from environment variable HOSTAFFINITY_HEALTH__PORT)",
+        ),
+        (
+            ["lease:\n  duration_secnds: 3\n"],
+            {},
+            "(from config file {0}, key lease.duration_secnds)",
+        ),
+        (
+            [],
+            {"HOSTAFFINITY_NO_SUCH__KEY": "1"},
+            "(from environment variable HOSTAFFINITY_NO_SUCH__KEY)",
+        ),
+        (
+            [],
+            {"HOSTAFFINITY_NATS__SERVERS": '["nats://a:4222", 7]'},
+            "(from environment variable HOSTAFFINITY_NATS__SERVERS)",
+        ),
+        (
+            ["lease:\n  renew_deadline_seconds: 20\n"],
+            {},
+            "(from config file {0}, key lease.renew_deadline_seconds)",
+        ),
+    ],
+    ids=["later-file", "env-over-file", "unknown-key-in-file", "unknown-env", "list-item", "rule"],
+)
+def test_a_bad_value_names_the_file_and_key_or_variable_it_came_from(
+    tmp_path: Path, files: list[str], environ: dict[str, str], source: str
+) -> None:
+    paths = [write(tmp_path, f"{index}.yaml", text) for index, text in enumerate(files)]
+    with pytest.raises(ConfigError) as raised:
+        load_config(LeaderElectedSettings, paths, environ=environ)
+    message = str(raised.value)
+    assert message.endswith(source.format(*paths)), message
+    assert "\n" not in message
+
+
+def test_a_missing_required_field_says_how_to_set_it() -> None:
+    class NeedsVCenter(Settings, frozen=True, kw_only=True):
+        vcenter: VCenterSettings
+
+    environ = {"HOSTAFFINITY_VCENTER__USERNAME": "u", "HOSTAFFINITY_VCENTER__PASSWORD": "p"}
+    with pytest.raises(ConfigError) as raised:
+        load_config(NeedsVCenter, environ=environ)
+    assert str(raised.value).endswith(
+        "(set vcenter.host in a config file or HOSTAFFINITY_VCENTER__HOST)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("HOSTAFFINITY_HEALTH__PORT", "99999", "Expected `int` <= 65535 - at `$.health.port`"),
+        ("HOSTAFFINITY_HEALTH__PORT", "-1", "Expected `int` >= 0 - at `$.health.port`"),
+        ("HOSTAFFINITY_DRAIN_SECONDS", "-5", "Expected `float` >= 0.0 - at `$.drain_seconds`"),
+        ("HOSTAFFINITY_NATS__KV_REPLICAS", "0", "Expected `int` >= 1 - at `$.nats.kv_replicas`"),
+        ("HOSTAFFINITY_NATS__STREAM_REPLICAS", "7", "<= 5 - at `$.nats.stream_replicas`"),
+        ("HOSTAFFINITY_NATS__EVENTS_MAX_BYTES", "-2", ">= -1 - at `$.nats.events_max_bytes`"),
+        ("HOSTAFFINITY_LEASE__RETRY_PERIOD_SECONDS", "0", "> 0.0 - at `$.lease.retry_period"),
+        ("HOSTAFFINITY_LEASE__DURATION_SECONDS", "10", "must be greater than renew_deadline"),
+        ("HOSTAFFINITY_LEASE__RETRY_PERIOD_SECONDS", "9", "greater than 1.2 x retry_period"),
+        ("HOSTAFFINITY_KUBERNETES__WATCH_TIMEOUT_SECONDS", "0", ">= 1 - at `$.kubernetes.watch"),
+    ],
+)
+def test_numbers_outside_their_range_are_refused(variable: str, value: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(LeaderElectedSettings, environ={variable: value})
+    assert needle in str(raised.value)
+    assert str(raised.value).endswith(f"(from environment variable {variable})")
+
+
+def test_the_edges_of_each_range_are_accepted() -> None:
+    environ = {
+        "HOSTAFFINITY_HEALTH__PORT": "0",
+        "HOSTAFFINITY_DRAIN_SECONDS": "0",
+        "HOSTAFFINITY_NATS__STREAM_REPLICAS": "5",
+        "HOSTAFFINITY_NATS__EVENTS_MAX_BYTES": "-1",
+        "HOSTAFFINITY_NATS__EVENTS_MAX_AGE_SECONDS": "0",
+    }
+    config = load_config(LeaderElectedSettings, environ=environ)
+    assert (config.health.port, config.nats.stream_replicas) == (0, 5)
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -42,14 +42,22 @@ def public_key(seed: bytes) -> str:
     return bytes(nkeys.from_seed(bytearray(seed)).public_key).decode()
 
 
+# What `kubectl port-forward svc/nats 4222` is dialled by: docs/install.md's tls://127.0.0.1:4222.
+LOOPBACK_NAMES: Final = ("localhost", "127.0.0.1", "::1")
+
+
 def server_hostnames(namespace: str) -> list[str]:
-    """Every name a client or a route may dial a NATS server by: the client Service, each pod
-    of the StatefulSet through the headless Service (one DNS label, so one wildcard each), and
-    localhost for a port-forward."""
+    """Every name a client or a route may dial a NATS server by: the client Service, the
+    headless Service, each pod of the StatefulSet through it (`nats-0.nats-headless...`: one
+    DNS label, so one wildcard each), and the loopback names and addresses of a port-forward."""
     names = []
     for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.cluster.local"):
-        names += [f"{NATS_SERVICE}{suffix}", f"*.{NATS_HEADLESS_SERVICE}{suffix}"]
-    return [*names, "localhost"]
+        names += [
+            f"{NATS_SERVICE}{suffix}",
+            f"{NATS_HEADLESS_SERVICE}{suffix}",
+            f"*.{NATS_HEADLESS_SERVICE}{suffix}",
+        ]
+    return [*names, *LOOPBACK_NAMES]
 
 
 def server_tls(hostnames: Sequence[str], now: datetime.datetime | None = None) -> ServingIdentity:

@@ -6,9 +6,10 @@ that silently does nothing is worse than a service that refuses to start.
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_origin
 
 import msgspec
 import yaml
@@ -19,6 +20,19 @@ ENV_NESTING = "__"
 
 class ConfigError(ValueError):
     """The configuration cannot be loaded; the message says which key and why."""
+
+
+# Ranges the config records enforce: a value outside is an error naming the key and where it came
+# from (`load_config`); docs/configuration.md shows them beside the type.
+Seconds = Annotated[float, msgspec.Meta(gt=0)]  # a duration or period: more than 0
+Delay = Annotated[float, msgspec.Meta(ge=0)]  # a wait that may be none
+Count = Annotated[int, msgspec.Meta(ge=1)]  # workers, queue sizes, attempts
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]  # 0 takes any free port (tests do)
+Ratio = Annotated[float, msgspec.Meta(ge=0, le=1)]
+ByteLimit = Annotated[int, msgspec.Meta(ge=-1)]  # -1: unlimited, JetStream's convention
+Replicas = Annotated[int, msgspec.Meta(ge=1, le=5)]  # JetStream keeps at most 5 copies
+# client-go's leaderelection.JitterFactor: a renewal attempt may come this much late.
+LEASE_JITTER = 1.2
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -73,19 +87,20 @@ class NatsSettings(Settings, frozen=True):
     tls_key_file: str | None = None
     # The first connection is retried with exponential backoff between these bounds (a service
     # may start before NATS does); readiness stays false until it succeeds.
-    connect_retry_initial_seconds: float = 0.5
-    connect_retry_max_seconds: float = 10.0
+    connect_retry_initial_seconds: Seconds = 0.5
+    connect_retry_max_seconds: Seconds = 10.0
     # JetStream layout (created or updated by `hostaffinity bus provision`; services only check
     # it). Replicas: 3 on a production cluster of three or more servers, 1 on a single server.
-    stream_replicas: int = 1
-    kv_replicas: int = 1
+    stream_replicas: Replicas = 1
+    kv_replicas: Replicas = 1
     # Publishes of the same event id within this window are stored once.
-    duplicate_window_seconds: float = 120.0
-    # Stream limits; -1 means unlimited (JetStream's convention). The oldest messages go first.
-    events_max_age_seconds: float = 7 * 24 * 3600
-    events_max_bytes: int = -1
-    dlq_max_age_seconds: float = 30 * 24 * 3600
-    dlq_max_bytes: int = -1
+    duplicate_window_seconds: Seconds = 120.0
+    # Stream limits: a max age of 0 or max bytes of -1 is unlimited (JetStream's conventions).
+    # The oldest messages go first.
+    events_max_age_seconds: Delay = 7 * 24 * 3600
+    events_max_bytes: ByteLimit = -1
+    dlq_max_age_seconds: Delay = 30 * 24 * 3600
+    dlq_max_bytes: ByteLimit = -1
 
     @property
     def inbox_prefix(self) -> str:
@@ -113,7 +128,7 @@ class HealthSettings(Settings, frozen=True):
     """Where /healthz, /readyz and /metrics are served."""
 
     host: str = "0.0.0.0"
-    port: int = 8080
+    port: Port = 8080
 
 
 class KubernetesSettings(Settings, frozen=True):
@@ -129,14 +144,14 @@ class KubernetesSettings(Settings, frozen=True):
     # Every call but a watch ends after this long. client-go sets no overall limit of its own and
     # relies on the API server's (--request-timeout, 60 s); we apply the same bound client-side so
     # a hung connection cannot hold a caller for ever.
-    request_timeout_seconds: float = 60.0
+    request_timeout_seconds: Seconds = 60.0
     # TCP connect (and TLS handshake) limit, as client-go's dialer (30 s).
-    connect_timeout_seconds: float = 30.0
+    connect_timeout_seconds: Seconds = 30.0
     # A watch asks the server to end it after this long (`timeoutSeconds`; client-go's reflector
     # uses 5 to 10 minutes) and gives up reading when no byte arrived for that long plus the
     # margin, so a half-open connection is noticed.
-    watch_timeout_seconds: int = 300
-    watch_read_margin_seconds: float = 30.0
+    watch_timeout_seconds: Count = 300
+    watch_read_margin_seconds: Delay = 30.0
 
 
 class LoggingSettings(Settings, frozen=True):
@@ -159,9 +174,21 @@ class LeaseSettings(Settings, frozen=True):
     namespace: str = "hostaffinity"
     # A leader steps down after renew_deadline_seconds without a renewal, a rival takes over
     # after duration_seconds without one; each tries every retry_period_seconds.
-    duration_seconds: float = 15.0
-    renew_deadline_seconds: float = 10.0
-    retry_period_seconds: float = 2.0
+    duration_seconds: Seconds = 15.0
+    renew_deadline_seconds: Seconds = 10.0
+    retry_period_seconds: Seconds = 2.0
+
+    def __post_init__(self) -> None:
+        """client-go's own rule (leaderelection.go NewLeaderElector): a Lease that lapses
+        before its holder gives up, or a deadline shorter than one late retry, lets two
+        replicas work at once."""
+        if self.duration_seconds <= self.renew_deadline_seconds:
+            raise ValueError("lease.duration_seconds must be greater than renew_deadline_seconds")
+        if self.renew_deadline_seconds <= LEASE_JITTER * self.retry_period_seconds:
+            raise ValueError(
+                f"lease.renew_deadline_seconds must be greater than {LEASE_JITTER} x "
+                "retry_period_seconds"
+            )
 
 
 class ServiceSettings(Settings, frozen=True):
@@ -174,7 +201,7 @@ class ServiceSettings(Settings, frozen=True):
     logging: LoggingSettings = LoggingSettings()
     # On SIGTERM the work is cancelled and given this long to finish what it is doing (requests
     # in flight, a label patch); keep it below the pod's terminationGracePeriodSeconds.
-    drain_seconds: float = 20.0
+    drain_seconds: Delay = 20.0
 
 
 class LeaderElectedSettings(ServiceSettings, frozen=True):
@@ -195,21 +222,63 @@ def load_config(
 
     `HOSTAFFINITY_NATS__SERVERS='["nats://a:4222"]'` sets `nats.servers`. A value for a text
     field is taken as it is; any other value is read as JSON (numbers, booleans, lists), so `off`
-    or `no` never turn into booleans by surprise.
+    or `no` never turn into booleans by surprise. An error names where the bad value came from:
+    the environment variable, or the file and key.
     """
     data: dict[str, Any] = {}
+    origins: dict[tuple[str, ...], str] = {}
     for path in paths:
-        _deep_merge(data, _read_yaml(Path(path)))
+        loaded = _read_yaml(Path(path))
+        _deep_merge(data, loaded)
+        for leaf in _leaves(loaded):
+            origins[leaf] = f"config file {path}, key {'.'.join(leaf)}"
     env = os.environ if environ is None else environ
     for name, raw in sorted(env.items()):
         if not name.startswith(ENV_PREFIX):
             continue
         keys = [part.lower() for part in name[len(ENV_PREFIX) :].split(ENV_NESTING)]
         _set_path(data, keys, _parse_env_value(record, keys, raw), origin=name)
+        origins[tuple(keys)] = f"environment variable {name}"
     try:
         return msgspec.convert(data, record, strict=False)
     except msgspec.ValidationError as error:
-        raise ConfigError(f"invalid configuration for {record.__name__}: {error}") from error
+        raise ConfigError(
+            f"invalid configuration for {record.__name__}: {error}{_source(str(error), origins)}"
+        ) from error
+
+
+# msgspec's `... - at `$.a.b[0]`` suffix, and the field an unknown or missing field error names.
+_AT = re.compile(r" - at `\$((?:\.\w+|\[\d+\])*)`$")
+_FIELD = re.compile(r"^Object (?:contains unknown|missing required) field `(\w+)`")
+
+
+def _source(message: str, origins: Mapping[tuple[str, ...], str]) -> str:
+    """` (from <where>)` for the value a validation message is about, or ` (set it ...)` for a
+    missing required field; empty when the message names no place."""
+    at = _AT.search(message)
+    keys = tuple(re.findall(r"\.(\w+)", at.group(1))) if at else ()
+    field = _FIELD.match(message)
+    if field:
+        keys += (field.group(1),)
+    if message.startswith("Object missing required field"):
+        variable = ENV_PREFIX + ENV_NESTING.join(keys).upper()
+        return f" (set {'.'.join(keys)} in a config file or {variable})"
+    # The value itself, or the section that holds it, was set somewhere; else (an unknown
+    # section) every value set under it.
+    for length in range(len(keys), 0, -1):
+        if keys[:length] in origins:
+            return f" (from {origins[keys[:length]]})"
+    inside = sorted({where for path, where in origins.items() if path[: len(keys)] == keys})
+    return f" (from {'; '.join(inside)})" if inside and keys else ""
+
+
+def _leaves(tree: Mapping[str, Any], above: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The key path of every value in a YAML mapping that is not itself a mapping."""
+    found: list[tuple[str, ...]] = []
+    for key, value in tree.items():
+        path = (*above, str(key))
+        found += _leaves(value, path) if isinstance(value, Mapping) and value else [path]
+    return found
 
 
 def env_names(record: type[Settings]) -> set[str]:

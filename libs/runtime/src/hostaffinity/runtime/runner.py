@@ -30,7 +30,9 @@ an async function the runner calls with a `ServiceContext` once everything is in
         run_service(SPEC, argv)
 
 What the runner does, in order: argv (`--config FILE` repeatable, later files win; `--version`;
-`--check-config` loads the config, prints it and exits 0, or exits 2 with the error), logging
+`--check-config` loads the config and runs the service's `checks` and `probes`, prints the config
+and exits 0, or exits 2 with one line naming the setting to fix, or 1 when a probe could not reach
+what it checks), the service's `checks` (a bad config ends the start with exit 2), logging
 (`logging.format`: text or JSON lines), telemetry, the health server (/readyz is the AND of
 named parts: "nats connected" plus whatever the work adds), the Kubernetes client (with the
 timeouts of `KubernetesSettings`), the NATS connection (retried with backoff until it succeeds),
@@ -105,12 +107,20 @@ class ServiceSpec(Generic[C]):
 
     `leader_elected` services need a config record with a `lease` section
     (`LeaderElectedSettings`); only the Lease holder's work runs.
+
+    `checks` read what the config names (a policy file, a CA bundle) as the work will, at
+    `--check-config` and before the start, so a bad one fails at once and not when the Lease is
+    won; `probes` reach out (vCenter's certificate) at `--check-config` only. Each raises
+    `ConfigError` with one line naming the setting; a probe raises `OSError` when it cannot
+    reach what it checks.
     """
 
     name: str
     config_type: type[C]
     work: Callable[[ServiceContext[C]], Coroutine[Any, Any, None]]
     leader_elected: bool = False
+    checks: Sequence[Callable[[C], None]] = ()
+    probes: Sequence[Callable[[C], None]] = ()
 
     def __post_init__(self) -> None:
         if self.leader_elected and not issubclass(self.config_type, LeaderElectedSettings):
@@ -343,17 +353,31 @@ def run_service(spec: ServiceSpec[C], argv: Sequence[str] | None = None) -> None
     args = parser.parse_args(argv)
     try:
         config = load_config(spec.config_type, args.config)
+        for check in spec.checks:
+            check(config)
     except ConfigError as error:
         parser.exit(EXIT_BAD_CONFIG, f"{spec.program}: {error}\n")
     if args.check_config:
         if missing := config.nats.missing_files():
             message = f"configured files missing: {', '.join(missing)}"
             parser.exit(EXIT_BAD_CONFIG, f"{spec.program}: {message}\n")
+        _probe(spec, config, parser)
         printable = redact_secrets(msgspec.to_builtins(config))
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(printable)).decode() + "\n")
         parser.exit(0)
     configure_logging(config.logging)
     sys.exit(asyncio.run(_serve(ServiceRunner(spec, config))))
+
+
+def _probe(spec: ServiceSpec[C], config: C, parser: argparse.ArgumentParser) -> None:
+    """Run the service's probes; the first that fails ends `--check-config` with its line."""
+    for probe in spec.probes:
+        try:
+            probe(config)
+        except ConfigError as error:
+            parser.exit(EXIT_BAD_CONFIG, f"{spec.program}: {error}\n")
+        except OSError as error:
+            parser.exit(EXIT_FAILED, f"{spec.program}: {error}\n")
 
 
 async def _serve(runner: ServiceRunner[Any]) -> int:

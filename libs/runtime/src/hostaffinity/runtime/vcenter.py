@@ -29,12 +29,19 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Literal, ParamSpec, Self, TypeVar
+from typing import Annotated, Literal, ParamSpec, Self, TypeVar
 
+import msgspec
 from pyVim.connect import SmartConnect
 from pyVmomi import vim
 
-from hostaffinity.runtime.config import Settings
+from hostaffinity.runtime.config import Seconds, Settings
+from hostaffinity.runtime.vcenter_trust import (
+    THUMBPRINT_PATTERN,
+    ThumbprintMismatch,
+    ssl_context,
+    untrusted,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -51,17 +58,20 @@ class VCenterSettings(Settings, frozen=True):
     host: str
     username: str
     password: str
-    port: int = 443
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 443
     protocol: Literal["https", "http"] = "https"
-    # Verify the server certificate against the system CAs, or `ca_file` when set.
+    # Verify the server certificate: against `ca_file` when set (a PEM bundle, such as vCenter's
+    # VMCA root from https://<vcenter>/certs/download.zip, mounted from a Secret), else against
+    # the system CAs. Turning verification off is for simulators only.
     verify_tls: bool = True
     ca_file: str | None = None
-    # Pin the server certificate by its SHA-1/256/512 thumbprint instead of trusting a CA.
-    thumbprint: str | None = None
+    # Or pin the certificate by its SHA-256 thumbprint instead of trusting a CA: 64 hex digits,
+    # colons and a `SHA256:` prefix allowed (`--check-config` prints the one vCenter presents).
+    thumbprint: Annotated[str, msgspec.Meta(pattern=THUMBPRINT_PATTERN)] | None = None
     # vCenter ends idle sessions after 30 minutes by default; a cheap call keeps ours in use.
-    keepalive_seconds: float = 300.0
+    keepalive_seconds: Seconds = 300.0
     # Socket timeout of each SOAP call; a WaitForUpdatesEx long poll must wait for less than this.
-    http_timeout_seconds: float = 120.0
+    http_timeout_seconds: Seconds = 120.0
 
     def __repr__(self) -> str:
         """Everything but the password, so settings can be logged."""
@@ -79,24 +89,12 @@ class VCenterLoginError(VCenterError):
     """vCenter refused the credentials: retrying with the same ones cannot help."""
 
 
-def ssl_context(settings: VCenterSettings) -> ssl.SSLContext | None:
-    """The TLS context for https, None for http. Built here so that pyVmomi's own default, which
-    skips verification for localhost, never applies."""
-    if settings.protocol == "http":
-        return None
-    context = ssl.create_default_context(cafile=settings.ca_file)
-    if not settings.verify_tls or settings.thumbprint is not None:
-        # A pinned thumbprint replaces CA verification; pyVmomi checks it after the handshake.
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 def connect(settings: VCenterSettings) -> vim.ServiceInstance:
     """Log in once and return the pyVmomi service instance; blocking, with no keep-alive.
 
     What `VCenterSession` logs in with, and enough for a one-shot command (the caller logs out);
-    a service uses a `VCenterSession`. Rejected credentials raise `VCenterLoginError`.
+    a service uses a `VCenterSession`. Rejected credentials raise `VCenterLoginError`, an
+    untrusted certificate `VCenterTrustError` (vcenter_trust.py).
     """
     try:
         # SmartConnect is unannotated; it returns a vim.ServiceInstance.
@@ -107,11 +105,12 @@ def connect(settings: VCenterSettings) -> vim.ServiceInstance:
             user=settings.username,
             pwd=settings.password,
             sslContext=ssl_context(settings),
-            thumbprint=settings.thumbprint,
             httpConnectionTimeout=settings.http_timeout_seconds,
         )
     except vim.fault.InvalidLogin as err:
         raise _login_error(settings, err) from err
+    except (ssl.SSLCertVerificationError, ThumbprintMismatch) as err:
+        raise untrusted(settings, err) from err
     _log.info("logged in to vCenter %s as %s", where(settings), settings.username)
     return si
 

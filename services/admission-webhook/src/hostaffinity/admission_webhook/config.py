@@ -4,14 +4,14 @@ from typing import Literal
 
 import msgspec
 
-from hostaffinity.runtime.config import ServiceSettings, Settings
+from hostaffinity.runtime.config import Count, Port, Ratio, ServiceSettings, Settings
 
 
 class WebhookSettings(Settings, frozen=True):
     """The mutating admission webhook (`POST /mutate`), HTTPS on its own port."""
 
     host: str = "0.0.0.0"
-    port: int = 8443
+    port: Port = 8443
     # "self-signed": the service makes a CA and serving certificate, keeps them in `secret_name`
     # (shared by the replicas) and writes the CA into `configuration_name` at start.
     # "files": a mounted certificate (cert-manager's Secret); its injector writes the caBundle.
@@ -31,12 +31,12 @@ class WebhookSettings(Settings, frozen=True):
     # cannot keep: "ScheduleAnyway" prefers, "DoNotSchedule" requires.
     spread_when_unsatisfiable: Literal["ScheduleAnyway", "DoNotSchedule"] = "ScheduleAnyway"
     # Share of patched pods published as `pod.mutated` events (by admission request uid).
-    event_sample_ratio: float = 0.05
+    event_sample_ratio: Ratio = 0.05
     # Events waiting to be published; beyond this they are dropped (and counted) rather than
     # slowing a review down.
-    event_queue_size: int = 1000
+    event_queue_size: Count = 1000
     # The API server's requests are bounded by its own object size limit (about 1.5 MiB).
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: Count = 4 * 1024 * 1024
 
 
 class AdmissionWebhookSettings(ServiceSettings, frozen=True):

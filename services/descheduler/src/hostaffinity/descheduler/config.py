@@ -6,7 +6,7 @@ without one the built-in policy (policy.DEFAULT_POLICY) runs.
 
 from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.kubevirt import MigrationLimits
-from hostaffinity.runtime.config import LeaderElectedSettings, Settings
+from hostaffinity.runtime.config import Delay, LeaderElectedSettings, Seconds, Settings
 
 
 class DeschedulerSettings(Settings, frozen=True):
@@ -15,12 +15,12 @@ class DeschedulerSettings(Settings, frozen=True):
     policy_file: str | None = None
     # A cycle runs this long after the first trigger (node uncordoned/Ready/added, vm.moved, pod
     # labels or affinity changed), so a burst of changes makes one cycle; and every interval.
-    debounce_seconds: float = 0.5
-    interval_seconds: float = 300.0
+    debounce_seconds: Delay = 0.5
+    interval_seconds: Seconds = 300.0
     # Plan and report evictions without sending them.
     dry_run: bool = False
     # A workload that lost a pod to the descheduler is left alone this long (loop guard).
-    cooldown_seconds: float = 300.0
+    cooldown_seconds: Delay = 300.0
     # Follow KubeVirt VMIs and migrations (turn off where KubeVirt is not installed).
     kubevirt: bool = True
     # The VMI evictionStrategy assumed when a VMI names none (KubeVirt's cluster-wide setting).

@@ -16,7 +16,7 @@ import json
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -29,6 +29,7 @@ from hostaffinity.descheduler.eviction_planner import (
     VmiStays,
 )
 from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.runtime.config import Count, Seconds
 from hostaffinity.runtime.kube import TRANSPORT_ERRORS, KubeClient, ResourceRef
 
 _log = logging.getLogger(__name__)
@@ -46,12 +47,12 @@ MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigr
 class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How evictions are sent."""
 
-    parallelism: int = 16
-    retry_initial_seconds: float = 2.0
-    retry_max_seconds: float = 60.0
+    parallelism: Count = 16
+    retry_initial_seconds: Seconds = 2.0
+    retry_max_seconds: Seconds = 60.0
     # After this many 429s the pod is treated as any other: the cooldown applies to it again.
-    max_attempts: int = 30
-    grace_period_seconds: int | None = None
+    max_attempts: Count = 30
+    grace_period_seconds: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 Report = Callable[[Action, str], Awaitable[None]]

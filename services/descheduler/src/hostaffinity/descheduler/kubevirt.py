@@ -13,7 +13,7 @@ migrations already in flight count against them.
 from __future__ import annotations
 
 import enum
-from typing import Final, TypeVar
+from typing import Annotated, Final, TypeVar
 
 import msgspec
 
@@ -165,5 +165,6 @@ def how_to_move(vmi: VirtualMachineInstance | None, default_strategy: str) -> tu
 class MigrationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """KubeVirt's parallel migration limits, which the descheduler keeps to as well."""
 
-    per_cluster: int = PARALLEL_MIGRATIONS_PER_CLUSTER
-    outbound_per_node: int = PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE
+    # 0 stops the descheduler from asking for migrations at all.
+    per_cluster: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_MIGRATIONS_PER_CLUSTER
+    outbound_per_node: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE

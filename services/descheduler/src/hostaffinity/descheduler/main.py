@@ -2,19 +2,24 @@
 
 Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
 health, NATS, the Lease and SIGTERM; only the Lease holder deschedules (`Descheduling`). The
-policy file named in the config is read when the work starts; a bad one ends it with the error.
+policy file named in the config is checked by `--check-config` and before the start
+(`check_policy`), and read again when the work starts.
 """
 
 from collections.abc import Sequence
 
 from hostaffinity.descheduler.config import DeschedulerConfig
-from hostaffinity.descheduler.service import Descheduling
+from hostaffinity.descheduler.service import Descheduling, check_policy
 from hostaffinity.runtime.runner import ServiceSpec, run_service
 
 
 def service_spec(work: Descheduling) -> ServiceSpec[DeschedulerConfig]:
     return ServiceSpec(
-        name="descheduler", config_type=DeschedulerConfig, work=work, leader_elected=True
+        name="descheduler",
+        config_type=DeschedulerConfig,
+        work=work,
+        leader_elected=True,
+        checks=(check_policy,),
     )
 
 

@@ -23,10 +23,17 @@ from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSe
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
-from hostaffinity.descheduler.policy import DEFAULT_POLICY, Policy, load_policy, parse_policy
+from hostaffinity.descheduler.policy import (
+    DEFAULT_POLICY,
+    Policy,
+    PolicyError,
+    load_policy,
+    parse_policy,
+)
 from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
+from hostaffinity.runtime.config import ConfigError
 from hostaffinity.runtime.consumer import DurableConsumer
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, TOPOLOGY_STREAM
@@ -42,6 +49,16 @@ def read_policy(config: DeschedulerConfig) -> Policy:
     """The configured DeschedulerPolicy file, or the built-in policy without one."""
     path = config.descheduler.policy_file
     return parse_policy(DEFAULT_POLICY) if path is None else load_policy(path)
+
+
+def check_policy(config: DeschedulerConfig) -> None:
+    """The policy loads as the work will load it, so `--check-config` and the start report a
+    missing file, an unsupported plugin or a misspelt argument at once, not when the Lease is
+    won."""
+    try:
+        read_policy(config)
+    except PolicyError as error:
+        raise ConfigError(f"descheduler.policy_file {error}") from error
 
 
 class DeschedulingLoop:

@@ -1,6 +1,6 @@
 """The drs-translator's configuration record (YAML + HOSTAFFINITY_* environment)."""
 
-from hostaffinity.runtime.config import LeaderElectedSettings
+from hostaffinity.runtime.config import Delay, LeaderElectedSettings, Seconds
 from hostaffinity.runtime.vcenter import VCenterSettings
 
 
@@ -21,14 +21,14 @@ class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     translate_preferred: bool = False
     # Changes arriving within this window are planned and sent together (one reconfigure per
     # cluster).
-    debounce_seconds: float = 0.2
+    debounce_seconds: Delay = 0.2
     # Read every cluster from vCenter again and repair drift this often.
-    resync_seconds: float = 300.0
+    resync_seconds: Seconds = 300.0
     # A change vCenter refused is retried after this, doubling up to the maximum.
-    retry_base_seconds: float = 2.0
-    retry_max_seconds: float = 300.0
+    retry_base_seconds: Seconds = 2.0
+    retry_max_seconds: Seconds = 300.0
     # Pause after a failed cycle (vCenter or NATS unreachable) before the next.
-    error_retry_seconds: float = 5.0
+    error_retry_seconds: Seconds = 5.0
 
     @property
     def vcenter_label(self) -> str:

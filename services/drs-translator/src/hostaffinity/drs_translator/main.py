@@ -1,4 +1,7 @@
-"""Entry point: `hostaffinity-drs-translator --config shared.yaml --config drs-translator.yaml`."""
+"""Entry point: `hostaffinity-drs-translator --config shared.yaml --config drs-translator.yaml`.
+
+`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter_trust.py).
+"""
 
 from collections.abc import Sequence
 from typing import Final
@@ -6,9 +9,15 @@ from typing import Final
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.service import translate
 from hostaffinity.runtime.runner import ServiceSpec, run_service
+from hostaffinity.runtime.vcenter_trust import check_ca_file, check_trust
 
 SPEC: Final = ServiceSpec(
-    name="drs-translator", config_type=DrsTranslatorConfig, work=translate, leader_elected=True
+    name="drs-translator",
+    config_type=DrsTranslatorConfig,
+    work=translate,
+    leader_elected=True,
+    checks=(lambda config: check_ca_file(config.vcenter),),
+    probes=(lambda config: check_trust(config.vcenter),),
 )
 
 

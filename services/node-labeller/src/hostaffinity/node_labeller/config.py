@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from hostaffinity.runtime.config import LeaderElectedSettings
+from hostaffinity.runtime.config import Count, LeaderElectedSettings, Seconds
 from hostaffinity.runtime.vcenter import VCenterSettings
 
 
@@ -16,12 +16,12 @@ class NodeLabellerConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     # hostname, or not at all.
     match_fallback: Literal["vm-name", "guest-hostname", "none"] = "vm-name"
     # Label patches in flight at once during a full resync (first labelling, re-login).
-    patch_concurrency: int = 32
+    patch_concurrency: Count = 32
     # Every this often, vCenter's inventory is read whole and compared with the topology KV and
     # the node labels; whatever differs (garbage or false KV values, keys of deleted nodes) is
     # rewritten.
-    resync_seconds: float = 120.0
+    resync_seconds: Seconds = 120.0
     # A node whose KV write, label patch or event publish failed is retried after
     # base * 2**failures seconds, at most max, until it succeeds or its desired state changes.
-    retry_base_seconds: float = 0.05
-    retry_max_seconds: float = 10.0
+    retry_base_seconds: Seconds = 0.05
+    retry_max_seconds: Seconds = 10.0

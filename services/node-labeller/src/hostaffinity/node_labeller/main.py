@@ -2,6 +2,7 @@
 
 Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
 health, NATS, the Lease and SIGTERM; only the Lease holder labels (`NodeLabelling`).
+`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter_trust.py).
 """
 
 from collections.abc import Sequence
@@ -9,11 +10,17 @@ from collections.abc import Sequence
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.service import NodeLabelling
 from hostaffinity.runtime.runner import ServiceSpec, run_service
+from hostaffinity.runtime.vcenter_trust import check_ca_file, check_trust
 
 
 def service_spec(work: NodeLabelling) -> ServiceSpec[NodeLabellerConfig]:
     return ServiceSpec(
-        name="node-labeller", config_type=NodeLabellerConfig, work=work, leader_elected=True
+        name="node-labeller",
+        config_type=NodeLabellerConfig,
+        work=work,
+        leader_elected=True,
+        checks=(lambda config: check_ca_file(config.vcenter),),
+        probes=(lambda config: check_trust(config.vcenter),),
     )
 
 

@@ -87,7 +87,9 @@ class InventoryWatcher:
                 except Exception as error:  # any failure: log in again and resync
                     delay = RETRY_DELAYS[min(self._failures, len(RETRY_DELAYS) - 1)]
                     self._failures += 1
-                    log.warning("vCenter watch failed (%r); reconnecting in %.1fs", error, delay)
+                    # str, not repr: an untrusted certificate's line names the setting to fix.
+                    why = str(error) or repr(error)
+                    log.warning("vCenter watch failed (%s); reconnecting in %.1fs", why, delay)
                     await asyncio.sleep(delay)
                 self._started_over()
         finally:

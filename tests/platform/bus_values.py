@@ -1,0 +1,42 @@
+"""Values as the node-labeller writes them to the bus, for tests that need some on it: a node's
+placement (topology KV) and its `node.placed` event."""
+
+from __future__ import annotations
+
+from hostaffinity.schema import NodePlaced, NodePlacement, event_id
+
+
+def node_placement(node: str, host_moid: str = "host-11", version: int = 1) -> NodePlacement:
+    """`node` on the ESXi host `host_moid` (named `<moid>.esx.example.com`) of cluster-a."""
+    return NodePlacement(
+        node=node,
+        vm_moid="vm-42",
+        bios_uuid="4230c1d2-0000-0000-0000-000000000001",
+        instance_uuid="5030c1d2-0000-0000-0000-000000000001",
+        host_moid=host_moid,
+        host_name=f"{host_moid}.esx.example.com",
+        host_label=host_moid,
+        cluster_moid="domain-c7",
+        cluster_name="cluster-a",
+        datacenter="dc-1",
+        vcenter="vcenter.example.com",
+        observed_at="2026-01-01T00:00:00+00:00",
+        version=version,
+    )
+
+
+def node_placed(node: str) -> NodePlaced:
+    """The event of `node` placed on host-11 (its id is deterministic, as the labeller's)."""
+    return NodePlaced(
+        id=event_id("node.placed", node),
+        occurred_at="2026-01-01T00:00:00+00:00",
+        source="node-labeller",
+        node=node,
+        vm_moid="vm-42",
+        host_moid="host-11",
+        host_name="esx-11.example.com",
+        cluster_name="cluster-a",
+        datacenter="dc-1",
+        matched_by="provider-id",
+        version=1,
+    )

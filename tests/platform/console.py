@@ -1,0 +1,32 @@
+"""Running a console entry point (a service's `main`, through its runner) in the test's process,
+as its script would run: the exit status and what it wrote, with only the HOSTAFFINITY_*
+environment the test sets."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import pytest
+
+ENV_PREFIX = "HOSTAFFINITY_"
+
+
+def run_console(
+    main: Callable[[Sequence[str] | None], None],
+    argv: Sequence[str],
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[int, str, str]:
+    """`main(argv)`: (exit status, stdout, stderr)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    captured = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 0 if code is None else 1), captured.out, captured.err
+
+
+def clear_hostaffinity_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what the test sets: a developer's HOSTAFFINITY_* would change the outcome."""
+    for name in [n for n in os.environ if n.startswith(ENV_PREFIX)]:
+        monkeypatch.delenv(name)
