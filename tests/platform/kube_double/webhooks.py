@@ -45,14 +45,17 @@ Endpoints = Callable[[str, str], list[str]]
 
 @dataclass(frozen=True)
 class WebhookCall:
-    """One call's outcome: `patched`, `allowed` (no patch), `denied`, or `failed: <why>`."""
+    """One call's outcome: `patched`, `allowed` (no patch), `denied`, or `failed: <why>`,
+    with the object as sent and as the webhook left it (as sent unless patched)."""
 
     webhook: str
     namespace: str
     name: str
     outcome: str
     failure_policy: str
-    endpoint: str = ""
+    endpoint: str
+    sent: dict[str, Any]
+    admitted: dict[str, Any]
 
 
 class MutatingWebhooks:
@@ -122,10 +125,11 @@ class MutatingWebhooks:
         policy = webhook.get("failurePolicy", "Fail")
         name = meta.get("name") or meta.get("generateName", "")
 
-        def report(outcome: str, endpoint: str = "") -> None:
-            self._on_call(
-                WebhookCall(webhook["name"], namespace or "", name, outcome, policy, endpoint)
+        def report(outcome: str, endpoint: str, admitted: dict[str, Any] = obj) -> None:
+            call = WebhookCall(
+                webhook["name"], namespace or "", name, outcome, policy, endpoint, obj, admitted
             )
+            self._on_call(call)
 
         endpoint = ""
         try:
@@ -169,7 +173,7 @@ class MutatingWebhooks:
                 "InternalError",
                 f'Internal error occurred: failed calling webhook "{webhook["name"]}": {failed}',
             ) from None
-        report("patched", endpoint)
+        report("patched", endpoint, patched)
         return patched
 
     def _url(self, client: dict[str, Any]) -> tuple[str, str]:
