@@ -10,15 +10,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 
-from hostaffinity.schema import LABEL_ESXI_HOST, DrsRulesApplied, NodeLabelled, PodEvicted
+from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
+from hostaffinity.schema import (
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    DrsRulesApplied,
+    NodeLabelled,
+    PodEvicted,
+)
 from tests.campaign.checker import check, first_breach
 from tests.campaign.faults import schedule
 from tests.campaign.history import (
     CAMPAIGN,
     RECONFIGURE,
+    AdmissionCall,
     ApiRequest,
+    ExtenderFilter,
+    Fault,
     FinalState,
     History,
     Instance,
@@ -28,6 +39,8 @@ from tests.campaign.history import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+HOSTNAME_KEY = "kubernetes.io/hostname"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 LEADER, RIVAL = "host-101", "host-202"
 RULE = "hostaffinity-anti-0123456789ab"
 EVICT = "/api/v1/namespaces/default/pods/web1-a/eviction"
@@ -61,6 +74,35 @@ def _pod(name: str, node: str, *, disrupted: bool = False) -> dict[str, Any]:
         },
         "status": {"conditions": conditions},
     }
+
+
+def _opted_in(name: str, node: str = "") -> dict[str, Any]:
+    """A StatefulSet pod as the user writes it: opted in, hostname anti-affinity."""
+    anti = {"labelSelector": {"matchLabels": {"app": "db1"}}, "topologyKey": HOSTNAME_KEY}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "db1"},
+                     "annotations": {POD_PHYSICAL_ANTI_AFFINITY: "true"}},
+        "spec": {"containers": [{"name": "db", "image": "db:1"}],
+                 "affinity": {"podAntiAffinity": {REQUIRED: [anti]}}},
+    }  # fmt: skip
+    if node:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+def _mutated(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the webhook's planner leaves it (its host-key twin, the host label)."""
+    patched: dict[str, Any] = jsonpatch.apply_patch(
+        pod, plan_pod(pod, MutationSettings()).operations
+    )
+    return patched
+
+
+def _node(name: str, host: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {LABEL_ESXI_HOST: host}}}  # fmt: skip
 
 
 def _pdb(allowed: int, disrupted: dict[str, str] | None = None) -> dict[str, Any]:
@@ -142,12 +184,30 @@ def healthy() -> History:
     history.exits = [
         ProcessExit(3.0, "descheduler-b", RIVAL, -9, by_campaign=True, lost_lease=False)
     ]
+    sent = _opted_in("db1-0")
+    history.admissions = [AdmissionCall(1.0, "default/db1-0", "patched", sent, _mutated(sent))]
+    # The scheduler offered both nodes for db1-1 while db1-0 (twinned) ran on node-1's host,
+    # nothing having moved for long: the extender passed node-2 only, as the engine does.
+    history.extender_filters = [
+        ExtenderFilter(
+            9.0,
+            _opted_in("db1-1"),
+            ("node-1", "node-2"),
+            ("node-2",),
+            [_node("node-1", "H1"), _node("node-2", "H2")],
+            [_mutated(_opted_in("db1-0", "node-1"))],
+        )
+    ]
     history.final = FinalState(
         node_labels={"node-1": {LABEL_ESXI_HOST: "H1"}, "node-2": {LABEL_ESXI_HOST: "H2"}},
         kv_hosts={"node-1": "host-1", "node-2": "host-2"},
         vm_hosts={"node-1": ("host-1", "H1"), "node-2": ("host-2", "H2")},
         schedulable={"node-1", "node-2"},
-        pods=[_pod("web1-b", "node-1"), _pod("web1-c", "node-2")],
+        pods=[
+            _pod("web1-b", "node-1"),
+            _pod("web1-c", "node-2"),
+            _mutated(_opted_in("db1-0", "node-1")),
+        ],
         drs={
             "c1": {RULE: {"name": RULE, "vm": ["vm-2", "vm-1"]}, "admin-rule-1": {"vm": ["vm-1"]}}
         },
@@ -194,6 +254,68 @@ def test_two_anti_affine_replicas_on_one_host_with_a_free_host_are_caught() -> N
     history.final.schedulable.add("node-3")
     history.final.vm_hosts["node-3"] = ("host-3", "H3")
     assert _broken(history) == "host-anti-affinity-held"
+
+
+def test_opted_in_hostname_replicas_on_one_host_with_a_free_host_are_caught() -> None:
+    """Admitted without their twin, read physically: the descheduler should have moved one."""
+    history = healthy()
+    history.final.pods += [_opted_in("db1-1", "node-1"), _opted_in("db1-2", "node-2")]
+    history.final.schedulable.add("node-3")
+    history.final.vm_hosts["node-3"] = ("host-3", "H3")
+    assert _broken(history) == "host-anti-affinity-held"
+
+
+def test_replicas_sharing_a_host_with_no_free_host_need_the_descheduler_s_event() -> None:
+    history = healthy()
+    history.final.pods.append(_pod("web1-d", "node-1"))
+    assert _broken(history) == "host-anti-affinity-held"
+    history.final.kube_events.append(
+        {"reason": "NoNodeToDeschedule", "involvedObject": {"name": "web1-d"}}
+    )
+    assert first_breach(check(history)) is None
+
+
+def test_an_admission_the_webhook_would_not_make_is_caught() -> None:
+    history = healthy()
+    sent = _opted_in("db1-1")
+    history.admissions.append(AdmissionCall(5.0, "default/db1-1", "patched", sent, sent))
+    assert _broken(history) == "admission-as-the-webhook-plans"
+
+
+def test_a_failed_webhook_call_is_caught_unless_a_replica_was_being_killed() -> None:
+    history = healthy()
+    sent = _opted_in("db1-1")
+    history.admissions.append(
+        AdmissionCall(5.0, "default/db1-1", "failed: ConnectionRefusedError", sent, sent)
+    )
+    assert _broken(history) == "admission-as-the-webhook-plans"
+    history.faults.append(Fault(4.5, 8.0, "kill-replica", "admission-webhook-a"))
+    assert first_breach(check(history)) is None
+
+
+def test_a_twinless_opted_in_pod_without_its_event_is_caught() -> None:
+    history = healthy()
+    history.final.pods.append(_opted_in("db1-1", "node-2"))
+    assert _broken(history) == "twinless-pods-reported"
+    history.final.kube_events.append(
+        {"reason": "AdmittedWithoutHostTerms",
+         "involvedObject": {"name": "db1-1", "namespace": "default"}}
+    )  # fmt: skip
+    assert first_breach(check(history)) is None
+
+
+def test_an_extender_pass_the_engine_refuses_on_a_still_cluster_is_caught() -> None:
+    history = healthy()
+    call = history.extender_filters[0]
+    history.extender_filters[0] = ExtenderFilter(
+        call.t, call.pod, call.offered, ("node-1", "node-2"), call.nodes, call.pods
+    )
+    assert _broken(history) == "extender-agrees-with-engine"
+    # Unless db1-0 was bound on that host a moment before: the extender may not know it yet.
+    history.changes.append(
+        StoredChange(8.0, CAMPAIGN, 30, "pods", "MODIFIED", call.pods[0], _opted_in("db1-0"))
+    )
+    assert first_breach(check(history)) is None
 
 
 def test_a_second_eviction_for_one_violation_is_caught() -> None:

@@ -6,22 +6,43 @@ a failing run can print the history around the first one.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonpatch
+
+from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
+from hostaffinity.admission_webhook.twinless import REASON as ADMITTED_WITHOUT_TWINS
+from hostaffinity.affinity.engine import AffinityEngine, FilterMode
+from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import HOST_KEYS
+from hostaffinity.affinity.model import decode_node, decode_pod
 from hostaffinity.schema import (
     DRS_NAME_PREFIX,
     LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
     DrsRulesApplied,
     NodeLabelled,
     PodEvicted,
 )
-from tests.campaign.history import CAMPAIGN, RECONFIGURE, History, StoredChange
+from tests.campaign.history import (
+    CAMPAIGN,
+    RECONFIGURE,
+    ExtenderFilter,
+    History,
+    StoredChange,
+)
 
 END = float("inf")  # the time of a breach found in the final state
+HOSTNAME_KEY = "kubernetes.io/hostname"
+WEBHOOK = "admission-webhook"
+# The descheduler's Event on a violation no other node can resolve (reporting.py).
+NO_NODE_EVENT = "NoNodeToDeschedule"
+# How long what the scheduler knew must have been still before the extender must agree.
+STABLE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -97,8 +118,10 @@ def foreign_rules_untouched(history: History) -> Result:
 
 
 def host_anti_affinity_held(history: History) -> Result:
-    """No two replicas of a required host anti-affinity group share a host, unless no host
-    with a schedulable node is free of that group (then nothing could take one)."""
+    """No two replicas of a required host anti-affinity group (a host-key term, or an opted-in
+    pod's hostname term read physically) share a host, unless no host with a schedulable node is
+    free of that group: then nothing could take one, and the descheduler says so with an Event
+    on one of the group's pods."""
     result = Result("host-anti-affinity-held")
     final = history.final
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -119,6 +142,93 @@ def host_anti_affinity_held(history: History) -> Result:
             result.breach(
                 END, f"app {app}: {shared} share a host; free: {hosts_with_room - set(on_host)}"
             )
+        elif shared and not any(
+            e.get("reason") == NO_NODE_EVENT and e["involvedObject"]["name"].startswith(f"{app}-")
+            for e in final.kube_events
+        ):
+            result.breach(END, f"app {app}: {shared} share a host and no Event says why")
+    return result
+
+
+def admission_as_the_webhook_plans(history: History) -> Result:
+    """Every pod the double sent to the webhook was admitted exactly as the webhook's planner
+    mutates it, or, when the call failed, as sent (failurePolicy Ignore); a call fails only
+    while a webhook replica is being killed (its endpoint may still be listed for a moment)."""
+    result = Result("admission-as-the-webhook-plans")
+    settings = MutationSettings()
+    for call in history.admissions:
+        result.checked += 1
+        if call.outcome.startswith("failed"):
+            if not _webhook_disturbed(history, call.t):
+                result.breach(call.t, f"{call.pod}: the webhook call {call.outcome}")
+            if call.admitted != call.sent:
+                result.breach(call.t, f"{call.pod}: admitted changed after a failed call")
+            continue
+        expected = jsonpatch.apply_patch(call.sent, plan_pod(call.sent, settings).operations)
+        if call.outcome not in ("patched", "allowed") or call.admitted != expected:
+            result.breach(call.t, f"{call.pod}: {call.outcome}, not what the planner makes of it")
+    return result
+
+
+def twinless_pods_reported(history: History) -> Result:
+    """An opted-in pod that still lacks its host-key twin at the end (admitted while the webhook
+    was away) has the webhook's AdmittedWithoutHostTerms Event."""
+    result = Result("twinless-pods-reported")
+    final = history.final
+    reported = {
+        (e["involvedObject"].get("namespace"), e["involvedObject"]["name"])
+        for e in final.kube_events
+        if e.get("reason") == ADMITTED_WITHOUT_TWINS
+    }
+    for pod in final.pods:
+        meta = pod["metadata"]
+        if (meta.get("annotations") or {}).get(POD_PHYSICAL_ANTI_AFFINITY) != "true":
+            continue
+        required = _required_anti_terms(pod)
+        if not any(t.get("topologyKey") == HOSTNAME_KEY for t in required):
+            continue
+        result.checked += 1
+        twinned = any(t.get("topologyKey") in HOST_KEYS for t in required)
+        if not twinned and (meta.get("namespace"), meta["name"]) not in reported:
+            result.breach(END, f"{_pod_name(pod)} has no host-key twin and no Event says so")
+    return result
+
+
+def extender_agrees_with_engine(history: History) -> Result:
+    """Every node the extender passed or refused, the engine's physical filter over what the
+    scheduler knew at that call (node labels, bound pods) passes or refuses too, wherever that
+    knowledge had been still for STABLE_S: no fault the extender suffers or that stalls its
+    sources, no label change on the node's host, no pod bound to or leaving that host."""
+    result = Result("extender-agrees-with-engine")
+    disturbed = [
+        (f.start, f.end + STABLE_S)
+        for f in history.faults
+        if f.target.startswith("scheduler-extender")
+        or f.kind in ("kill-nats", "restart-vcsim", "api-held", "api-slow", "api-500", "api-429")
+    ]
+    moves = _node_moves(history.changes)
+    for call in history.extender_filters:
+        if call.passed is None or any(start <= call.t <= end for start, end in disturbed):
+            continue
+        result.checked += 1
+        expected = set(_engine_filter(call))
+        host_of = {
+            n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_ESXI_HOST)
+            for n in call.nodes
+        }
+        for node in call.offered:
+            if (node in call.passed) == (node in expected):
+                continue
+            host = host_of.get(node)
+            neighbours = {n for n, h in host_of.items() if host is not None and h == host} | {node}
+            recent = any(
+                call.t - STABLE_S <= t <= call.t for n in neighbours for t in moves.get(n, ())
+            )
+            if not recent:
+                verdict = "passed" if node in call.passed else "refused"
+                result.breach(
+                    call.t, f"{_pod_name(call.pod)}: the extender {verdict} {node} (host {host})"
+                )
     return result
 
 
@@ -279,6 +389,9 @@ INVARIANTS: tuple[Callable[[History], Result], ...] = (
     drs_rules_match_pods,
     foreign_rules_untouched,
     host_anti_affinity_held,
+    admission_as_the_webhook_plans,
+    twinless_pods_reported,
+    extender_agrees_with_engine,
     one_eviction_per_violation,
     no_eviction_past_a_pdb,
     writes_only_by_the_leader,
@@ -308,14 +421,64 @@ def _members(fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(sorted(fields.get("vm") or ())), tuple(sorted(fields.get("host") or ()))
 
 
-def _host_anti_affine_apps(pod: dict[str, Any]) -> list[str]:
+def _required_anti_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
     anti = ((pod["spec"].get("affinity") or {}).get("podAntiAffinity")) or {}
-    return [
-        term["labelSelector"]["matchLabels"]["app"]
-        for term in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or ()
-        if term.get("topologyKey") in HOST_KEYS
-        and "app" in ((term.get("labelSelector") or {}).get("matchLabels") or {})
-    ]
+    return list(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or ())
+
+
+def _host_anti_affine_apps(pod: dict[str, Any]) -> list[str]:
+    """The apps a pod keeps off its host: host-key terms, and an opted-in pod's hostname ones."""
+    opted_in = (pod["metadata"].get("annotations") or {}).get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
+    keys = HOST_KEYS | ({HOSTNAME_KEY} if opted_in else set())
+    return sorted(
+        {
+            term["labelSelector"]["matchLabels"]["app"]
+            for term in _required_anti_terms(pod)
+            if term.get("topologyKey") in keys
+            and "app" in ((term.get("labelSelector") or {}).get("matchLabels") or {})
+        }
+    )
+
+
+def _webhook_disturbed(history: History, t: float) -> bool:
+    """A webhook replica was being killed, or ended, around `t`."""
+    return any(
+        f.kind == "kill-replica" and f.target.startswith(WEBHOOK) and f.start - 2 <= t <= f.end + 1
+        for f in history.faults
+    ) or any(e.replica.startswith(WEBHOOK) and e.t - 2 <= t <= e.t + 1 for e in history.exits)
+
+
+def _engine_filter(call: ExtenderFilter) -> list[str]:
+    """The engine's physical filter (the extender's, unplaced nodes failing host terms) over
+    what the scheduler knew at the call."""
+    index = ClusterIndex()
+    for node in call.nodes:
+        index.upsert_node(decode_node(json.dumps(node)))
+    for pod in call.pods:
+        index.upsert_pod(decode_pod(json.dumps(pod)))
+    engine = AffinityEngine(index, fail_unplaced=True)
+    pod = decode_pod(json.dumps(call.pod))
+    return engine.filter(pod, list(call.offered), mode=FilterMode.PHYSICAL).feasible
+
+
+def _node_moves(changes: Iterable[StoredChange]) -> dict[str, list[float]]:
+    """Node name -> when its host label changed or a pod was bound to it or left it."""
+    moves: dict[str, list[float]] = defaultdict(list)
+    for change in changes:
+        kind = change.obj.get("kind")
+        if kind == "Node":
+            labels = change.obj["metadata"].get("labels") or {}
+            before = ((change.prev or {}).get("metadata") or {}).get("labels") or {}
+            if change.type != "MODIFIED" or labels.get(LABEL_ESXI_HOST) != before.get(
+                LABEL_ESXI_HOST
+            ):
+                moves[change.obj["metadata"]["name"]].append(change.t)
+        elif kind == "Pod":
+            for obj in (change.obj, change.prev or {}):
+                node = (obj.get("spec") or {}).get("nodeName")
+                if node:
+                    moves[node].append(change.t)
+    return moves
 
 
 def _evictions(history: History, *, any_status: bool = False) -> list[Any]:

@@ -102,6 +102,31 @@ class Instance:
     started: float
 
 
+@dataclass(frozen=True)
+class AdmissionCall:
+    """One call the API double made to the admission webhook for a pod created through it:
+    the pod as sent, as admitted, and the outcome (`patched`, `allowed`, `failed: ...`)."""
+
+    t: float
+    pod: str  # namespace/name, or namespace/generateName for a generated name
+    outcome: str
+    sent: dict[str, Any]
+    admitted: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExtenderFilter:
+    """One /filter call the workload's scheduler made, with what it knew then: the nodes and
+    the bound pods (API objects), the names it offered and what the extender passed."""
+
+    t: float
+    pod: dict[str, Any]
+    offered: tuple[str, ...]
+    passed: tuple[str, ...] | None  # None: the extender answered an error (skipped)
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
 @dataclass
 class FinalState:
     """The world after the quiet period, read from vCenter, the double and the bus."""
@@ -124,6 +149,8 @@ class FinalState:
     # (cluster moid, rule name) -> fields, as the admin last set them.
     admin_rules: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     readiness: dict[str, bool] = field(default_factory=dict)
+    # The Kubernetes Events in the double at the end (the services' reports).
+    kube_events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -144,6 +171,8 @@ class History:
     events: list[tuple[int, Any]] = field(default_factory=list)
     # When vcsim last came back from a restart (its DRS state starts empty then).
     vcsim_restarts: list[float] = field(default_factory=list)
+    admissions: list[AdmissionCall] = field(default_factory=list)
+    extender_filters: list[ExtenderFilter] = field(default_factory=list)
     final: FinalState = field(default_factory=FinalState)
 
     def lease_changes(self, service: str) -> list[StoredChange]:

@@ -79,6 +79,7 @@ async def read_final(system: System, history: History) -> None:
         n["metadata"]["name"] for n in nodes if not (n.get("spec") or {}).get("unschedulable")
     }
     final.pods = system.double.store.objects("pods", None)
+    final.kube_events = system.double.store.objects("events", None)
     async with system.nats.connection("cli") as cli:
         final.kv_hosts = await kv_hosts(cli)
         await planned_drs(cli, system, final)

@@ -1,10 +1,13 @@
 """The whole system on loopback: the shipped 3-server NATS cluster (R3, TLS, one nkey identity
 per service), vcsim with two clusters, the recording API double served from this event loop,
-two replicas of each leader-elected service and one scheduler-extender, each its own process
-behind its own proxies."""
+two replicas of each leader-elected service, two admission-webhook replicas that the double calls
+for every pod created through it (the shipped MutatingWebhookConfiguration, its caBundle written
+by the replicas) and one scheduler-extender that the workload's scheduler calls, each its own
+process behind its own proxies."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -17,17 +20,27 @@ from typing import Final
 import yaml
 from pyVmomi import vim
 
+from hostaffinity.admission_webhook.config import WebhookSettings
 from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.vcenter import VCenterSettings
-from tests.campaign.history import Clock, History
+from tests.campaign.history import AdmissionCall, Clock, History
 from tests.campaign.processes import Replica, settings_env
 from tests.campaign.recording import AttributedProxy, Connections, RecordingDouble, VcenterProxy
 from tests.e2e.harness import FAST_LEASE
+from tests.platform.kube_double.webhooks import WebhookCall
 from tests.platform.nats import free_listen_port
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import PASSWORD, USERNAME, Vcsim, build_vcsim, start_vcsim
 
 LEADER_ELECTED: Final = ("node-labeller", "drs-translator", "descheduler")
+WEBHOOK: Final = "admission-webhook"
+EXTENDER: Final = "scheduler-extender"
+# The webhook configuration and the namespace of our services, as k8s/base ships them.
+WEBHOOK_CONFIGURATION: Final = (
+    Path(__file__).resolve().parents[2]
+    / "k8s/base/admission-webhook/mutatingwebhookconfiguration.yaml"
+)
+SERVICES_NAMESPACE: Final = "hostaffinity"
 CLUSTERS: Final = 2
 HOSTS_PER_CLUSTER: Final = 3
 NODE_VMS: Final = 8
@@ -49,6 +62,7 @@ SERVICE_SETTINGS: Final = {
         "HOSTAFFINITY_DESCHEDULER__EVICTION__RETRY_MAX_SECONDS": "2",
     },
     "scheduler-extender": {},
+    "admission-webhook": {},
 }
 
 
@@ -65,6 +79,9 @@ class System:
         self.vcsim_port = free_listen_port()
         self.vcsim: Vcsim | None = None
         self.replicas: dict[str, Replica] = {}
+        self.listen_ports: dict[str, int] = {}  # replica -> its webhook or extender port
+        self._webhooks_ready: set[str] = set()
+        self._readiness: asyncio.Task[None] | None = None
         self._vcsim_dir = Path(tempfile.mkdtemp(prefix="campaign-vcsim-", dir=_scratch()))
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -100,16 +117,54 @@ class System:
         await self.nats.provision()
         self.start_vcsim()
         await self.double.start()
-        # The services' own namespace (the admission webhook keeps its certificate there).
+        # The services' own namespace (the admission webhook keeps its certificate there), and
+        # the webhook configuration the replicas write their CA into.
         self.double.seed(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SERVICES_NAMESPACE}}
         )
-        for service in LEADER_ELECTED:
+        self.double.seed(yaml.safe_load(WEBHOOK_CONFIGURATION.read_text(encoding="utf-8")))
+        self.double.call_webhooks(self.webhook_endpoints, self._admitted)
+        for service in (*LEADER_ELECTED, WEBHOOK):
             for suffix in ("a", "b"):
                 await self._add(service, suffix)
-        await self._add("scheduler-extender", "a")
+        await self._add(EXTENDER, "a")
         for replica in self.replicas.values():
             await replica.start()
+        self._readiness = asyncio.create_task(self._follow_webhook_readiness())
+
+    def webhook_endpoints(self, namespace: str, name: str) -> list[str]:
+        """The Service's ready endpoints: the webhook replicas running now (a killed or paused
+        one leaves them at once here; the real endpoints controller takes a moment more)."""
+        if (namespace, name) != (SERVICES_NAMESPACE, WEBHOOK):
+            return []
+        return [
+            f"https://127.0.0.1:{self.listen_ports[replica.name]}"
+            for replica in self.replicas.values()
+            if replica.name in self._webhooks_ready and replica.running and not replica.paused
+        ]
+
+    async def _follow_webhook_readiness(self) -> None:
+        """The endpoints controller's part: a webhook replica is an endpoint while /readyz
+        answers 200 (polled as often as a readiness probe with periodSeconds 0.25 would)."""
+        webhooks = [r for r in self.replicas.values() if r.service == WEBHOOK]
+        while True:
+            ready = await asyncio.gather(*(r.ready() for r in webhooks))
+            self._webhooks_ready = {r.name for r, ok in zip(webhooks, ready, strict=True) if ok}
+            await asyncio.sleep(0.25)
+
+    def extender_url(self) -> str:
+        return f"http://127.0.0.1:{self.listen_ports[f'{EXTENDER}-a']}"
+
+    def _admitted(self, call: WebhookCall) -> None:
+        self.history.admissions.append(
+            AdmissionCall(
+                self.clock.now(),
+                f"{call.namespace}/{call.name}",
+                call.outcome,
+                call.sent,
+                call.admitted,
+            )
+        )
 
     async def _add(self, service: str, suffix: str) -> None:
         name = f"{service}-{suffix}"
@@ -154,11 +209,16 @@ class System:
                 vcenter_port = watched.port
             env |= settings_env("vcenter", self._vcenter(vcenter_port))
             env["HOSTAFFINITY_VCENTER_NAME"] = VCENTER_NAME
-        if service not in LEADER_ELECTED:
+        if service == EXTENDER:
+            self.listen_ports[name] = free_listen_port()
             env |= {
                 "HOSTAFFINITY_EXTENDER__HOST": "127.0.0.1",
-                "HOSTAFFINITY_EXTENDER__PORT": str(free_listen_port()),
+                "HOSTAFFINITY_EXTENDER__PORT": str(self.listen_ports[name]),
             }
+        if service == WEBHOOK:
+            self.listen_ports[name] = free_listen_port()
+            webhook = WebhookSettings(host="127.0.0.1", port=self.listen_ports[name])
+            env |= settings_env("webhook", webhook)
         replica = Replica(
             name=name,
             service=service,
@@ -187,6 +247,9 @@ class System:
         return path
 
     async def stop(self) -> None:
+        if self._readiness is not None:
+            self._readiness.cancel()
+            await asyncio.gather(self._readiness, return_exceptions=True)
         for replica in self.replicas.values():
             await replica.close()
         await self.double.stop()

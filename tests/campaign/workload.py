@@ -1,9 +1,13 @@
 """What users, an admin and the cluster's own controllers do during a campaign.
 
-The controllers are tests/e2e/descheduler_harness.py's stand-ins (ReplicaSet controller,
-kubelet, disruption controller) with a scheduler that honours required host anti-affinity from
-the node labels, as kube-scheduler with the ESXi-host key would. The user creates, scales and
-deletes Deployments with host anti-affinity (one with a PodDisruptionBudget), adds and removes
+The controllers are tests/e2e/descheduler_harness.py's stand-ins (kubelet, disruption
+controller) with the ReplicaSet controller and a StatefulSet controller creating pods through
+the API, so the admission webhook sees every one as kube-apiserver would send it, and a scheduler
+that does what kube-scheduler with the extender wired does: the engine's kube-scheduler filters
+over the node labels, then the scheduler-extender's filter and prioritize (ignorable: an error
+skips it). The user creates, scales and deletes Deployments with host anti-affinity, written
+either on the host key or as an opted-in hostname term the webhook twins (one in two with a
+PodDisruptionBudget), creates, scales and rolls StatefulSets of opted-in pods, adds and removes
 nodes, drains and uncordons; vMotions move node VMs within their cluster; an admin adds and edits
 DRS rules of their own by hand. Every operation is in the history; one that failed (vcsim was
 away) is recorded as failed and the campaign goes on.
@@ -12,31 +16,52 @@ away) is recorded as failed and the campaign goes on.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
+import aiohttp
 from pyVmomi import vim
 
-from hostaffinity.schema import LABEL_ESXI_HOST
-from tests.campaign.history import Clock, History, Operation
+from hostaffinity.affinity.engine import AffinityEngine, FilterMode
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.model import decode_namespace, decode_node, decode_pod
+from hostaffinity.schema import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
+from tests.campaign.history import Clock, ExtenderFilter, History, Operation
 from tests.campaign.system import System
-from tests.e2e.descheduler_harness import Controllers, ReplicaSet, node_object
+from tests.e2e.descheduler_harness import (
+    Controllers,
+    ReplicaSet,
+    node_object,
+    owned_by,
+    pod_object,
+    ready,
+)
 from tests.e2e.drs_harness import fields
 from tests.e2e.harness import finished, inventory
 
 NAMESPACE: Final = "default"
 MIN_NODES: Final = 5
 MAX_DEPLOYMENTS: Final = 4
+MAX_STATEFULSETS: Final = 2
 ADMIN_PREFIX: Final = "admin-rule-"
 MIN_DEPLOYMENTS: Final = 2
 MAX_CORDONED: Final = 2
+HOSTNAME_KEY: Final = "kubernetes.io/hostname"
+# A pod the scheduler could not place is tried again after this long (kube-scheduler's
+# unschedulable queue, shortened).
+RETRY_S: Final = 1.0
 WEIGHTS: Final = {
     "vmotion": 4,
     "admin-drs-rule": 1,
     "deployment-create": 2,
     "deployment-scale": 2,
     "deployment-delete": 1,
+    "statefulset-create": 1,
+    "statefulset-scale": 1,
+    "statefulset-roll": 1,
     "node-add": 1,
     "node-remove": 1,
     "drain": 1,
@@ -44,8 +69,8 @@ WEIGHTS: Final = {
 }
 
 
-def host_anti_affinity(app: str) -> dict[str, Any]:
-    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": LABEL_ESXI_HOST}
+def anti_affinity(app: str, key: str) -> dict[str, Any]:
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
     return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
@@ -53,51 +78,221 @@ def terminating(pod: dict[str, Any]) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
 
+def _copy(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    copied: list[dict[str, Any]] = json.loads(json.dumps(objects))
+    return copied
+
+
+@dataclass
+class StatefulSet:
+    """A StatefulSet of opted-in pods `<name>-<ordinal>`, OrderedReady, rolled by revision."""
+
+    name: str
+    replicas: int
+    revision: int = 1
+
+    @property
+    def revision_hash(self) -> str:
+        return f"{self.name}-r{self.revision}"
+
+
 class HostAwareControllers(Controllers):
-    """The harness's controllers, scheduling by node labels: a pod with required host
-    anti-affinity goes only to a labelled node whose host holds no replica of its app."""
+    """The harness's controllers, creating pods through the API and scheduling them as
+    kube-scheduler with the extender would (module docstring)."""
+
+    def __init__(self, system: System, history: History, clock: Clock) -> None:
+        super().__init__(system.double, [])
+        self.system = system
+        self.history = history
+        self.clock = clock
+        self.statefulsets: list[StatefulSet] = []
+        self.opted_in: set[str] = set()  # Deployments whose pods opt in (hostname terms)
+        self._to_create: list[dict[str, Any]] = []
+        self._retry_at: dict[str, float] = {}
+        self._http: aiohttp.ClientSession | None = None
+
+    async def run(self) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            self._http = http
+            while True:
+                self.step()
+                self._reconcile_statefulsets()
+                await self._create_queued()
+                await self._schedule_pending()
+                await asyncio.sleep(self.period_s)
+
+    # -- creating pods (the ReplicaSet and StatefulSet controllers) ----------------------------
+
+    def _reconcile(self, rs: ReplicaSet) -> None:
+        active = [p for p in self.pods() if owned_by(p, rs.name) and not terminating(p)]
+        for _ in range(rs.replicas - len(active)):
+            pod = pod_object("", rs.app, "", owner=rs.name, affinity=rs.affinity)
+            del pod["metadata"]["name"]
+            pod["metadata"]["generateName"] = f"{rs.name}-"
+            if rs.name in self.opted_in:
+                pod["metadata"]["annotations"] = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
+            self._to_create.append(pod)
+
+    def _reconcile_statefulsets(self) -> None:
+        for sts in self.statefulsets:
+            pods = {p["metadata"]["name"]: p for p in self.pods() if owned_by(p, sts.name)}
+            if any(terminating(p) for p in pods.values()):
+                continue  # one pod at a time, as OrderedReady does
+            extra = sorted(
+                (
+                    int(n.rsplit("-", 1)[1])
+                    for n in pods
+                    if int(n.rsplit("-", 1)[1]) >= sts.replicas
+                ),
+                reverse=True,
+            )
+            if extra:
+                self.terminate(pods[f"{sts.name}-{extra[0]}"])
+                continue
+            missing = next((i for i in range(sts.replicas) if f"{sts.name}-{i}" not in pods), None)
+            if missing is not None:
+                if all(_ready(pods[f"{sts.name}-{i}"]) for i in range(missing)):
+                    self._to_create.append(self._statefulset_pod(sts, missing))
+                continue
+            stale = [
+                i
+                for i in range(sts.replicas)
+                if pods[f"{sts.name}-{i}"]["metadata"]["labels"].get("controller-revision-hash")
+                != sts.revision_hash
+            ]
+            if stale and all(_ready(p) for p in pods.values()):
+                self.terminate(pods[f"{sts.name}-{max(stale)}"])
+
+    def _statefulset_pod(self, sts: StatefulSet, ordinal: int) -> dict[str, Any]:
+        name = f"{sts.name}-{ordinal}"
+        pod = pod_object(
+            name, sts.name, "", owner=sts.name, affinity=anti_affinity(sts.name, HOSTNAME_KEY)
+        )
+        pod["metadata"]["labels"] |= {
+            "controller-revision-hash": sts.revision_hash,
+            "statefulset.kubernetes.io/pod-name": name,
+        }
+        pod["metadata"]["annotations"] = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
+        pod["metadata"]["ownerReferences"][0] |= {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "uid": f"uid-{sts.name}",
+        }
+        return pod
+
+    async def _create_queued(self) -> None:
+        """POST each queued pod, as a controller does (through admission)."""
+        assert self._http is not None
+        queued, self._to_create = self._to_create, []
+        url = f"{self.kube.url}/api/v1/namespaces/{NAMESPACE}/pods"
+        headers = {"Authorization": f"Bearer {self.kube.token}"}
+        for pod in queued:
+            async with self._http.post(url, json=pod, headers=headers) as response:
+                await response.read()  # a refusal (a name not yet free) is tried next step
+
+    def terminate(self, pod: dict[str, Any]) -> None:
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        self.kube.write(pod, manager="kube-controller-manager")
+
+    # -- scheduling (kube-scheduler with the extender) -----------------------------------------
 
     def _schedule(self, now: float) -> None:
-        nodes = [
-            n
-            for n in self.kube.store.objects("nodes", None)
-            if not (n.get("spec") or {}).get("unschedulable")
-        ]
-        host_of = {
-            n["metadata"]["name"]: n["metadata"].get("labels", {}).get(LABEL_ESXI_HOST)
-            for n in nodes
-        }
+        """Scheduling is asynchronous here (`_schedule_pending`), since it calls the extender."""
+
+    async def _schedule_pending(self) -> None:
+        now = self.clock.now()
         for pod in self.pods():
+            key = pod["metadata"]["name"]
             if pod["spec"].get("nodeName") or terminating(pod):
                 continue
-            app = pod["metadata"]["labels"]["app"]
-            peers = [
-                p
-                for p in self.pods()
-                if p["metadata"]["labels"].get("app") == app
-                and p["spec"].get("nodeName")
-                and not terminating(p)
-            ]
-            taken = {host_of.get(p["spec"]["nodeName"]) for p in peers}
-            fits = [
-                n
-                for n in nodes
-                if not pod["spec"].get("affinity")
-                or (host_of[n["metadata"]["name"]] and host_of[n["metadata"]["name"]] not in taken)
-            ]
-            if not fits:
-                continue  # Pending, as kube-scheduler leaves an unschedulable pod
-            load = {n["metadata"]["name"]: 0 for n in fits}
-            for p in peers:
-                if p["spec"]["nodeName"] in load:
-                    load[p["spec"]["nodeName"]] += 1
-            target = min(load, key=lambda name: (load[name], name))
+            if self._retry_at.get(key, 0.0) > now:
+                continue
+            node = await self._place(pod)
+            if node is None:
+                self._retry_at[key] = now + RETRY_S
+                continue
+            self._retry_at.pop(key, None)
             bound = {
                 **pod,
-                "spec": {**pod["spec"], "nodeName": target},
+                "spec": {**pod["spec"], "nodeName": node},
                 "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
             }
             self.kube.write(bound, manager="kube-scheduler")
+
+    async def _place(self, pod: dict[str, Any]) -> str | None:
+        nodes = _copy(self.kube.store.objects("nodes", None))
+        bound = _copy([p for p in self.pods() if p["spec"].get("nodeName") and not terminating(p)])
+        index = ClusterIndex()
+        for namespace in self.kube.store.objects("namespaces", None):
+            index.upsert_namespace(decode_namespace(json.dumps(namespace)))
+        for node in nodes:
+            index.upsert_node(decode_node(json.dumps(node)))
+        for other in bound:
+            index.upsert_pod(decode_pod(json.dumps(other)))
+        names = sorted(n["metadata"]["name"] for n in nodes)
+        filtered = AffinityEngine(index).filter(
+            decode_pod(json.dumps(pod)), names, mode=FilterMode.KUBE_SCHEDULER
+        )
+        feasible = filtered.feasible
+        if not feasible:
+            return None
+        passed = await self._extender_filter(pod, feasible, nodes, bound)
+        if not passed:
+            return None
+        scores = await self._extender_prioritize(pod, passed)
+        load = {name: 0 for name in passed}
+        for other in bound:
+            if other["spec"]["nodeName"] in load:
+                load[other["spec"]["nodeName"]] += 1
+        return min(passed, key=lambda name: (-scores.get(name, 0), load[name], name))
+
+    async def _extender_filter(
+        self,
+        pod: dict[str, Any],
+        feasible: list[str],
+        nodes: list[dict[str, Any]],
+        bound: list[dict[str, Any]],
+    ) -> list[str]:
+        """The extender's filter (nodeCacheCapable: names only); an error skips it."""
+        assert self._http is not None
+        passed: list[str] | None = None
+        body = {"Pod": pod, "Nodes": None, "NodeNames": feasible}
+        try:
+            async with self._http.post(f"{self.system.extender_url()}/filter", json=body) as r:
+                answer = await r.json(content_type=None) if r.status == 200 else None
+            if isinstance(answer, dict) and not answer.get("Error"):
+                passed = list(answer.get("NodeNames") or [])
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            passed = None
+        self.history.extender_filters.append(
+            ExtenderFilter(
+                self.clock.now(),
+                _copy([pod])[0],
+                tuple(feasible),
+                None if passed is None else tuple(passed),
+                nodes,
+                bound,
+            )
+        )
+        return feasible if passed is None else passed
+
+    async def _extender_prioritize(self, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
+        assert self._http is not None
+        body = {"Pod": pod, "Nodes": None, "NodeNames": names}
+        try:
+            async with self._http.post(
+                f"{self.system.extender_url()}/prioritize", json=body
+            ) as response:
+                answer = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return {}  # only logged by kube-scheduler
+        if not isinstance(answer, list):
+            return {}
+        return {entry["Host"]: int(entry["Score"]) for entry in answer}
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return not terminating(pod) and ready(pod)
 
 
 class Workload:
@@ -109,10 +304,11 @@ class Workload:
         self.history = history
         self.clock = clock
         self.kube = system.double
-        self.controllers = HostAwareControllers(system.double, [])
+        self.controllers = HostAwareControllers(system, history, clock)
         self.admin_rules = history.final.admin_rules
         self._si: vim.ServiceInstance | None = None
         self._deployments = 0
+        self._statefulsets = 0
         self._admin_rules = 0
         self._cordoned: set[str] = set()
         self.vms: dict[str, str] = {}  # VM name -> cluster moid
@@ -145,6 +341,9 @@ class Workload:
             "deployment-create": self._create_deployment,
             "deployment-scale": self._scale_deployment,
             "deployment-delete": self._delete_deployment,
+            "statefulset-create": self._create_statefulset,
+            "statefulset-scale": self._scale_statefulset,
+            "statefulset-roll": self._roll_statefulset,
             "node-add": self._add_node,
             "node-remove": self._remove_node,
             "drain": self._drain,
@@ -218,10 +417,16 @@ class Workload:
         self._deployments += 1
         name = f"web{self._deployments}"
         replicas = self.rng.randint(2, 3)
+        # Odd ones written as users of the webhook write them (an opted-in hostname term the
+        # webhook twins on the host key), even ones on the host key itself.
+        opted_in = self._deployments % 2 == 1
+        key = HOSTNAME_KEY if opted_in else LABEL_ESXI_HOST
+        if opted_in:
+            self.controllers.opted_in.add(name)
         self.controllers.replicasets.append(
-            ReplicaSet(name, name, replicas, host_anti_affinity(name))
+            ReplicaSet(name, name, replicas, anti_affinity(name, key))
         )
-        if self._deployments % 2 == 1:
+        if opted_in:
             self.kube.seed(
                 {
                     "apiVersion": "policy/v1",
@@ -230,14 +435,14 @@ class Workload:
                     "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}},
                 }
             )
-        return f"{name} x{replicas}"
+        return f"{name} x{replicas}{' (opted in)' if opted_in else ''}"
 
     def _scale_deployment(self) -> str:
         rs = self.rng.choice(self.controllers.replicasets)
         rs.replicas = self.rng.randint(1, 3)
         live = [p for p in self._pods_of(rs.name) if not terminating(p)]
         for pod in live[rs.replicas :]:
-            self._terminate(pod)
+            self.controllers.terminate(pod)
         return f"{rs.name} x{rs.replicas}"
 
     def _delete_deployment(self) -> str:
@@ -247,10 +452,29 @@ class Workload:
         self.controllers.replicasets.remove(rs)
         for pod in self._pods_of(rs.name):
             if not terminating(pod):
-                self._terminate(pod)
+                self.controllers.terminate(pod)
         if self.kube.read("policy/v1", "poddisruptionbudgets", rs.name, NAMESPACE) is not None:
             self.kube.delete("policy/v1", "poddisruptionbudgets", rs.name, NAMESPACE)
         return rs.name
+
+    def _create_statefulset(self) -> str:
+        if len(self.controllers.statefulsets) >= MAX_STATEFULSETS:
+            raise LookupError("enough StatefulSets")
+        self._statefulsets += 1
+        sts = StatefulSet(f"db{self._statefulsets}", self.rng.randint(2, 3))
+        self.controllers.statefulsets.append(sts)
+        return f"{sts.name} x{sts.replicas}"
+
+    def _scale_statefulset(self) -> str:
+        sts = self.rng.choice(self.controllers.statefulsets)
+        sts.replicas = self.rng.randint(1, 3)
+        return f"{sts.name} x{sts.replicas}"
+
+    def _roll_statefulset(self) -> str:
+        """A new template: the controller replaces pods from the highest ordinal down."""
+        sts = self.rng.choice(self.controllers.statefulsets)
+        sts.revision += 1
+        return f"{sts.name} to {sts.revision_hash}"
 
     def _add_node(self) -> str:
         free = sorted(set(self.vms) - self._node_names())
@@ -278,7 +502,7 @@ class Workload:
         self._set_unschedulable(name, True)
         for pod in self.controllers.pods():
             if pod["spec"].get("nodeName") == name and not terminating(pod):
-                self._terminate(pod)
+                self.controllers.terminate(pod)
         return name
 
     def _uncordon(self) -> str:
@@ -295,10 +519,6 @@ class Workload:
             self._cordoned.add(name)
         else:
             self._cordoned.discard(name)
-
-    def _terminate(self, pod: dict[str, Any]) -> None:
-        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        self.kube.write(pod, manager="kube-controller-manager")
 
     def _pods_of(self, owner: str) -> list[dict[str, Any]]:
         return [

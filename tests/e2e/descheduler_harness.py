@@ -158,7 +158,7 @@ class Controllers:
                 self.terminating_since[name] = now
                 self.evicted.append((now, name))
         available = sum(
-            1 for p in self.pods() if _ready(p) and not p["metadata"].get("deletionTimestamp")
+            1 for p in self.pods() if ready(p) and not p["metadata"].get("deletionTimestamp")
         )
         if self.min_available is None or available < self.min_available:
             self.min_available = available
@@ -176,7 +176,7 @@ class Controllers:
         active = [
             p
             for p in self.pods(rs.namespace)
-            if _owned(p, rs.name) and not p["metadata"].get("deletionTimestamp")
+            if owned_by(p, rs.name) and not p["metadata"].get("deletionTimestamp")
         ]
         for _ in range(rs.replicas - len(active)):
             rs.created += 1
@@ -266,11 +266,11 @@ class Controllers:
                 )
 
 
-def _owned(pod: dict[str, Any], owner: str) -> bool:
+def owned_by(pod: dict[str, Any], owner: str) -> bool:
     return any(r.get("name") == owner for r in pod["metadata"].get("ownerReferences", []))
 
 
-def _ready(pod: dict[str, Any]) -> bool:
+def ready(pod: dict[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 

@@ -142,6 +142,13 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
             )
             await asyncio.sleep(1.0)
             assert controllers.evicted == []  # nowhere to go while the others are cordoned
+            stuck = [
+                e
+                for e in kube.store.objects("events", "default")
+                if e.get("reason") == "NoNodeToDeschedule"
+            ]
+            assert stuck, "the violation was left in place without an Event saying so"
+            assert "left in place: no other node" in stuck[0]["message"]
             uncordoned = time.monotonic()
             for name in ("worker-2", "worker-3"):
                 kube.write(node_object(name))

@@ -44,6 +44,7 @@ from hostaffinity.schema import (
     event_subject,
 )
 from tests.platform.kube_double import KubeDouble
+from tests.platform.kube_double.webhooks import WebhookCall
 from tests.platform.nats import NatsServer
 from tests.recorded_fixtures import fixture_dir
 
@@ -326,3 +327,39 @@ async def test_replicas_starting_together_settle_on_one_identity(
         stored = kube_double.read("v1", "secrets", "hostaffinity-webhook-tls", "hostaffinity")
         assert stored is not None
         assert base64.b64decode(stored["data"]["ca.crt"]) == renewed[0].ca_pem
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_pods_created_through_the_api_are_mutated_by_the_service_or_admitted_as_sent(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """The double's admission path (kube_double/webhooks.py) calls the running service as
+    kube-apiserver would: the shipped configuration's matchConditions, its caBundle, the
+    Service's name on the certificate. Stopped, the webhook fails open (failurePolicy Ignore)."""
+    kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+    endpoints: list[str] = []
+    calls: list[WebhookCall] = []
+    kube_double.call_webhooks(lambda namespace, name: list(endpoints), calls.append)
+
+    async def create(pod: dict[str, Any]) -> dict[str, Any]:
+        url = f"{kube_double.url}/api/v1/namespaces/apps/pods"
+        headers = {"Authorization": f"Bearer {kube_double.token}"}
+        async with aiohttp.ClientSession() as http, http.post(url, json=pod, headers=headers) as r:
+            assert r.status == 201, await r.text()
+            created: dict[str, Any] = await r.json()
+            return created
+
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        endpoints.append(f"https://127.0.0.1:{running.webhook.port}")
+        mutated = await create(opted_in_pod("mutated", twin=False))
+        plain = await create(opted_in_pod("plain", twin=False, annotated=False))
+    endpoints.clear()
+    unmutated = await create(opted_in_pod("missed", twin=False))
+
+    assert mutated["spec"]["affinity"] == opted_in_pod("x", twin=True)["spec"]["affinity"]
+    assert plain["spec"]["affinity"] == opted_in_pod("x", twin=False)["spec"]["affinity"]
+    assert unmutated["spec"]["affinity"] == opted_in_pod("x", twin=False)["spec"]["affinity"]
+    assert [(c.name, c.outcome.split(":")[0]) for c in calls] == [
+        ("mutated", "patched"),  # the plain pod does not match the conditions: no call
+        ("missed", "failed"),
+    ]

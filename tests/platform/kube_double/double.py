@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from .auth import User
 from .resources import RESOURCES, Resource, for_kind, lookup
 from .server import KubeApiServer, ObjectFault, PatchHold
 from .store import Store, key_of
+from .webhooks import Endpoints, MutatingWebhooks, WebhookCall
 
 _SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 
@@ -135,6 +137,13 @@ class KubeDouble:
         resource = lookup(group, version, plural)
         assert resource is not None
         self.store.delete(resource.storage_key, (namespace or "", name))
+
+    def call_webhooks(
+        self, endpoints: Endpoints, on_call: Callable[[WebhookCall], None] = lambda call: None
+    ) -> None:
+        """From now on, creates go through the stored MutatingWebhookConfigurations, a
+        `clientConfig.service` reached at `endpoints(namespace, name)` (webhooks.py)."""
+        self.server.mutating = MutatingWebhooks(self.store, endpoints, on_call)
 
     def disconnect_watches(self) -> None:
         """End every open watch stream now, as an apiserver restart or LB reset would."""

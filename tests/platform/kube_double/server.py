@@ -24,6 +24,7 @@ from .auth import User, allowed, authenticate, forbidden, verb_of
 from .resources import Resource, Route, lookup
 from .selectors import Matcher, field_matcher, label_matcher
 from .store import Change, Key, Store, TooOld
+from .webhooks import MutatingWebhooks
 
 _TRUE = frozenset({"1", "t", "T", "true", "True", "TRUE"})
 _BUILTIN_PATCH_TYPES = (
@@ -167,6 +168,9 @@ class KubeApiServer:
         self.watch_holds: dict[str, PatchHold] = {}
         self.faults: dict[tuple[str, Key], ObjectFault] = {}
         self.actions = SubresourceActions(self)
+        # Mutating admission webhooks on create, once a test turns them on (KubeDouble.
+        # call_webhooks): most tests store what they send.
+        self.mutating: MutatingWebhooks | None = None
         self._closing = asyncio.Event()
 
     def app(self) -> web.Application:
@@ -223,7 +227,11 @@ class KubeApiServer:
             status, body = await self.actions.create(request, await self._body(http))
             return self._json(body, status)
         if http.method == "POST":
-            return self._created(self._create(request, await self._body(http)))
+            body = await self._body(http)
+            if self.mutating is not None:
+                admission.check_decodable(route.resource, body)
+                body = await self.mutating.admit(route.resource, body, route.namespace, user.name)
+            return self._created(self._create(request, body))
         if http.method == "PUT":
             return self._json(self._update(request, await self._body(http)))
         if http.method == "PATCH":

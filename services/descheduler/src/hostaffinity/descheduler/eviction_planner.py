@@ -105,6 +105,22 @@ class VmiStays:
     reason: str
 
 
+@dataclass(frozen=True)
+class LeftInPlace:
+    """A violation none of whose pods any other node can take: reported with an Event on the
+    first candidate, so a rule that stays broken is never broken silently."""
+
+    strategy: str
+    rule: str
+    pod: str
+    uid: str
+    reason: str
+
+
+# How _target begins a refusal that only more room in the cluster can lift.
+NO_NODE_FITS: Final = ("no other node can take it", "no other node fits")
+
+
 @dataclass
 class Plan:
     """What one cycle decided."""
@@ -112,6 +128,7 @@ class Plan:
     actions: list[Action] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     stays: list[VmiStays] = field(default_factory=list)
+    left_in_place: list[LeftInPlace] = field(default_factory=list)
     dry_run: bool = False
 
 
@@ -228,6 +245,12 @@ class PlanDraft:
                 return action
             reasons.append((key, refusal or "no reason"))
         self.plan.skipped.append(Skip(violation.strategy, violation.rule, tuple(reasons)))
+        if reasons and all(why.startswith(NO_NODE_FITS) for _, why in reasons):
+            first, why = reasons[0]
+            uid = self.state.pods[first].metadata.uid
+            self.plan.left_in_place.append(
+                LeftInPlace(violation.strategy, violation.rule, first, uid, why)
+            )
         return None
 
     def finish(self) -> Plan:

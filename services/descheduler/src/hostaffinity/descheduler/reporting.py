@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hostaffinity.descheduler.eviction_planner import Action, Outcome, VmiStays
+from hostaffinity.descheduler.eviction_planner import Action, LeftInPlace, Outcome, VmiStays
 from hostaffinity.descheduler.executor import (
     BLOCKED,
     DRY_RUN,
@@ -91,8 +91,17 @@ class Reporter:
                 )
             )
 
-    async def stay(self, stay: VmiStays) -> None:
-        """A VMI that should move but cannot live-migrate: a Warning Event on it."""
+    async def stay(self, stay: VmiStays | LeftInPlace) -> None:
+        """A Warning Event on what stays: a VMI that should move but cannot live-migrate, or
+        the first pod of a violation no other node can resolve."""
+        if isinstance(stay, LeftInPlace):
+            namespace, name = stay.pod.split("/", 1)
+            await self._events.record(
+                ObjectRef("Pod", name, stay.uid, namespace),
+                "NoNodeToDeschedule",
+                f"{stay.strategy}: {stay.rule}; left in place: {stay.reason}",
+            )
+            return
         namespace, name = stay.vmi.split("/", 1)
         self._metrics.attempted(stay.strategy, namespace, "not-migratable")
         await self._events.record(
