@@ -50,7 +50,7 @@ from hostaffinity.affinity.scoring import (
     normalize_min_max,
 )
 from hostaffinity.affinity.spread_filtering import DomainCounts
-from hostaffinity.affinity.spread_scoring import spread_scores
+from hostaffinity.affinity.spread_scoring import PreScoreState, prescore
 from hostaffinity.affinity.taints import (
     UNSCHEDULABLE_TAINT,
     first_untolerated,
@@ -133,23 +133,50 @@ class AffinityEngine:
     def spreads(
         self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
     ) -> tuple[SpreadConstraint, ...]:
-        """The pod's compiled topology spreads; in PHYSICAL mode only those over ESXi hosts."""
-        spreads = compile_spread_constraints(pod, self.index.physical_anti_affinity)
+        """The topology spreads that apply to the pod: its own (in PHYSICAL mode only those over
+        ESXi hosts), else -- in kube-scheduler mode -- the profile's defaults."""
+        if pod.spec.topology_spread_constraints:
+            spreads = compile_spread_constraints(pod, self.index.physical_anti_affinity)
+            if mode is FilterMode.PHYSICAL:
+                return tuple(c for c in spreads if c.physical)
+            return spreads
         if mode is FilterMode.PHYSICAL:
-            return tuple(c for c in spreads if c.physical)
-        return spreads
+            return ()
+        return self.spread_defaults.for_pod(pod)
+
+    def hard_spreads(
+        self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> list[SpreadConstraint]:
+        """The DoNotSchedule spreads the filter enforces."""
+        return [c for c in self.spreads(pod, mode) if c.hard]
 
     def spread_counts(
         self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
     ) -> list[tuple[SpreadConstraint, DomainCounts]]:
         """Each DoNotSchedule spread with the matching pods per domain its filter reads."""
-        hard = [c for c in self.spreads(pod, mode) if c.hard]
+        hard = self.hard_spreads(pod, mode)
         if not hard:
             return []
         state = spread_filtering.prefilter_counts(
             self.index, pod, hard, NodeInclusion(self.index, pod)
         )
         return [(c, state[c.topology_key]) for c in hard]
+
+    def spread_prescore(
+        self, pod: Pod, nodes: Iterable[str], mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> PreScoreState | None:
+        """PodTopologySpread's PreScore over the (feasible) nodes; None when it skips the pod:
+        no ScheduleAnyway spread of its own, nor (kube-scheduler mode) a default one."""
+        soft = [c for c in self.spreads(pod, mode) if c.soft]
+        defaulted = not pod.spec.topology_spread_constraints
+        return prescore(
+            self.index,
+            pod,
+            soft,
+            set(nodes) & self.index.all_nodes(),
+            require_all_keys=not (defaulted and self.spread_defaults.system_defaulted),
+            inclusion=NodeInclusion(self.index, pod),
+        )
 
     # -- filter --------------------------------------------------------------------------------
 
@@ -207,7 +234,7 @@ class AffinityEngine:
             for record, term in self._forbidding(pod)
             if mode is FilterMode.KUBE_SCHEDULER or term.physical
         ]
-        hard_spreads = [c for c in self.spreads(pod, mode) if c.hard]
+        hard_spreads = self.hard_spreads(pod, mode)
         if self.fail_unplaced:
             yield from self._unplaced_stages(terms, forbidding, hard_spreads)
         yield from spread_filtering.filter_stages(
@@ -321,7 +348,8 @@ class AffinityEngine:
             names = [n for n in names if n in known]
             asked.intersection_update(known)
         inter_pod = normalize_min_max(self._inter_pod_raw(pod, asked, mode), len(asked))
-        spread = self._spread_scores(pod, asked, mode)
+        prescored = self.spread_prescore(pod, asked, mode)
+        spread = None if prescored is None else prescored.scores()
         unscored = SparseScores(0)
         if mode is FilterMode.PHYSICAL:
             if spread is None:
@@ -355,24 +383,6 @@ class AffinityEngine:
             total,
             weights * MAX_NODE_SCORE,
             unscored if spread is None else spread,
-        )
-
-    def _spread_scores(self, pod: Pod, asked: Set[str], mode: FilterMode) -> SparseScores | None:
-        """PodTopologySpread's normalized scores, or None when it skips the pod: its own
-        ScheduleAnyway spreads, else (kube-scheduler mode) the profile's defaults."""
-        spreads = self.spreads(pod, mode)
-        soft = [c for c in spreads if c.soft]
-        require_all_keys = True
-        if not pod.spec.topology_spread_constraints and mode is FilterMode.KUBE_SCHEDULER:
-            soft = [c for c in self.spread_defaults.for_pod(pod) if c.soft]
-            require_all_keys = not self.spread_defaults.system_defaulted
-        return spread_scores(
-            self.index,
-            pod,
-            soft,
-            asked,
-            require_all_keys=require_all_keys,
-            inclusion=NodeInclusion(self.index, pod),
         )
 
     def _taint_raw(self, pod: Pod, asked: Set[str]) -> SparseScores:
