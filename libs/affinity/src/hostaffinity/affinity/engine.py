@@ -190,7 +190,7 @@ class AffinityEngine:
         """Which of `nodes` (default: every indexed node) can take the pod, and why not."""
         index = self.index
         if nodes is None:
-            order = index.node_names
+            order: list[str] = []
             asked: Set[str] | None = None
         else:
             order = list(nodes)
@@ -205,6 +205,8 @@ class AffinityEngine:
         for failing, why in reversed(stages):
             if failing:
                 rejected.update(dict.fromkeys(failing if asked is None else failing & asked, why))
+        if asked is None:
+            return FilterResult(index.feasible_in_order(rejected), rejected)
         return FilterResult([n for n in order if n not in rejected], rejected)
 
     def _node_stages(self, pod: Pod) -> Iterator[Stage]:
@@ -255,7 +257,7 @@ class AffinityEngine:
         keys.update(t.topology_key for _, t in forbidding)
         keys.update(c.topology_key for c in spreads)
         for key in sorted(keys & HOST_KEYS):
-            yield self.index.all_nodes() - self.index.nodes_with(key), explain.unplaced(key)
+            yield self.index.nodes_without(key), explain.unplaced(key)
 
     def _affinity_stages(self, pod: Pod, terms: tuple[AffinityTerm, ...]) -> Iterator[Stage]:
         """The pod's required affinity (filtering.go satisfyPodAffinity).
@@ -280,10 +282,9 @@ class AffinityEngine:
                 if value is not None:
                     domains[position].add(value)
         first_pod = not any(domains) and incoming_matches_itself(pod, terms, scopes)
-        everyone = index.all_nodes()
         for term, values in zip(terms, domains, strict=True):
             with_key = index.nodes_with(term.topology_key)
-            yield everyone - with_key, explain.affinity_missing_key(term)
+            yield index.nodes_without(term.topology_key), explain.affinity_missing_key(term)
             if not first_pod:
                 by_value = index.domains(term.topology_key)
                 allowed = _union(by_value[v] for v in values if v in by_value)

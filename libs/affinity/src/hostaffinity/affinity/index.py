@@ -359,6 +359,23 @@ class ClusterIndex:
         """Nodes that have a topology domain for `key` (do not mutate)."""
         return self._nodes_with.get(key, _EMPTY)
 
+    def nodes_without(self, key: str) -> Set[str]:
+        """Nodes with no topology domain for `key`; free when every node has one."""
+        with_key = self.nodes_with(key)
+        if len(with_key) == len(self._all_nodes):
+            return _EMPTY
+        return self._all_nodes - with_key
+
+    def feasible_in_order(self, rejected: Mapping[str, object]) -> list[str]:
+        """Every node not in `rejected`, in `node_names` order, without a per-node Python loop
+        when few are rejected (a filter over all nodes returns most of them)."""
+        if len(rejected) * 4 > len(self._nodes):
+            return [name for name in self._nodes if name not in rejected]
+        remaining = self._nodes.copy()
+        for name in rejected:
+            remaining.pop(name, None)
+        return list(remaining)
+
     def taint_groups(self) -> Mapping[tuple[Taint, ...], Set[str]]:
         """Nodes by their (non-empty) taint list: the filter decides once per distinct list."""
         return self._nodes_by_taints

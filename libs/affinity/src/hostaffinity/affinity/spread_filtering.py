@@ -107,19 +107,20 @@ def filter_stages(
     if not constraints:
         return
     state = prefilter_counts(index, pod, constraints, inclusion)
-    everyone = index.all_nodes()
     labels = pod.metadata.labels
     for constraint in constraints:
         key = constraint.topology_key
-        yield everyone - index.nodes_with(key), explain.spread_missing_label(constraint)
+        yield index.nodes_without(key), explain.spread_missing_label(constraint)
         counts = state[key]
         itself = 1 if constraint.selector.matches(labels) else 0
         low = counts.min_match(constraint)
         allowed = constraint.max_skew - itself + low  # more matching pods than this fail
         by_value = index.domains(key)
         values = by_value.keys() if allowed < 0 else counts.counts.keys()
+        described = ""
         for value in values:
             matching = counts.count(value)
             if matching > allowed:
-                why = explain.spread_skew(constraint, value, matching, itself, low)
+                described = described or constraint.describe()
+                why = explain.spread_skew(constraint, value, matching, itself, low, described)
                 yield by_value.get(value, _NONE), why

@@ -272,8 +272,9 @@ def counted_pods(
     if not constraint.selector.requirements:
         return
     scope = NamespaceScope(everywhere=False, names=frozenset((pod.metadata.namespace,)))
+    own = pod.key
     for record in index.matching_pods(scope, constraint.selector):
-        if not record.terminating and record.key != pod.key:
+        if not record.terminating and record.key != own:
             yield record
 
 
