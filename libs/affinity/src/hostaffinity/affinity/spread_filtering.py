@@ -68,8 +68,11 @@ def prefilter_counts(
     pod: Pod,
     constraints: Sequence[SpreadConstraint],
     inclusion: NodeInclusion,
+    *,
+    include_self: bool = False,
 ) -> dict[str, DomainCounts]:
-    """calPreFilterState: the counts per topology key of the pod's DoNotSchedule constraints.
+    """calPreFilterState: the counts per topology key of the pod's DoNotSchedule constraints
+    (with `include_self`, an assigned pod counts itself: the spread as it stands).
 
     kube-scheduler keys its counts by topology key: where two constraints share a key, a node's
     pods are counted for the last of them that includes the node (its per-node map is
@@ -85,7 +88,7 @@ def prefilter_counts(
         covered: Set[str] = _NONE
         for constraint in reversed(group):
             eligible = inclusion.eligible(constraint, candidates)
-            for record in counted_pods(index, pod, constraint):
+            for record in counted_pods(index, pod, constraint, include_self=include_self):
                 if record.node in eligible and record.node not in covered:
                     value = index.domain(record.node, key)
                     if value is not None:

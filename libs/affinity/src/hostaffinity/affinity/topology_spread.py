@@ -265,14 +265,15 @@ class NodeInclusion:
 
 
 def counted_pods(
-    index: ClusterIndex, pod: Pod, constraint: SpreadConstraint
+    index: ClusterIndex, pod: Pod, constraint: SpreadConstraint, *, include_self: bool = False
 ) -> Iterator[PodRecord]:
     """Pods the constraint counts (common.go countPodsMatchSelector): the incoming pod's
-    namespace, matched by the selector, not terminating; an empty selector counts none."""
+    namespace, matched by the selector, not terminating; an empty selector counts none. The pod
+    itself, if indexed, only with `include_self` (how a placed pod's spread stands now)."""
     if not constraint.selector.requirements:
         return
     scope = NamespaceScope(everywhere=False, names=frozenset((pod.metadata.namespace,)))
-    own = pod.key
+    own = "" if include_self else pod.key
     for record in index.matching_pods(scope, constraint.selector):
         if not record.terminating and record.key != own:
             yield record

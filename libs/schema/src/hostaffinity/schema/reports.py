@@ -197,6 +197,33 @@ class HistoryEntry(_Report, frozen=True):
     summary: str
 
 
+class SpreadDomain(_Report, frozen=True):
+    """One topology domain of a spread: how many pods the spread matches there and the skew
+    over the global minimum (for a pod on no node, the skew placing it there would make);
+    `refused`: a DoNotSchedule spread refuses the domain to the pod."""
+
+    domain: str
+    matching: int
+    skew: int
+    refused: bool = False
+
+
+class SpreadView(_Report, frozen=True):
+    """One of a pod's topology spread constraints (its own, or the scheduler's defaults) and
+    how it stands: `domains` eligible domains, `global_min` the fewest matching pods in one,
+    `per_domain` the fullest domains (at most 20, most matching first)."""
+
+    rule: str
+    host_level: bool
+    when_unsatisfiable: str
+    max_skew: int
+    state: TermState
+    global_min: int
+    domains: int
+    per_domain: list[SpreadDomain]
+    why: str = ""
+
+
 class PodExplanation(_Report, frozen=True):
     """`hostaffinity explain pod NAMESPACE/NAME -o json`.
 
@@ -204,7 +231,8 @@ class PodExplanation(_Report, frozen=True):
     `terms`: the pod's own terms in the order written (required, then preferred), then existing
     pods' required anti-affinity terms selecting it. For a pod on no node, `feasible_nodes`
     (sorted) and `refusals` (by host, then reason) are the engine's filter now and `summary`
-    kube-scheduler's one-line summary of it. `history` is oldest first.
+    kube-scheduler's one-line summary of it. `history` is oldest first. `spreads`: its topology
+    spread constraints, each with the matching pods and skew per domain.
     """
 
     pod: str
@@ -217,6 +245,7 @@ class PodExplanation(_Report, frozen=True):
     summary: str
     drs_rules: list[DrsRuleView]
     history: list[HistoryEntry]
+    spreads: list[SpreadView] = msgspec.field(default_factory=list)
 
 
 class NodeExplanation(_Report, frozen=True):
