@@ -36,6 +36,7 @@ from hostaffinity.affinity.interpod import (
 )
 from hostaffinity.affinity.model import Namespace, Node, Pod, Taint
 from hostaffinity.affinity.selectors import IN, Selector
+from hostaffinity.affinity.topology_spread import SpreadConstraint, compile_spread_constraints
 from hostaffinity.affinity.workloads import WorkloadRef, workload_of
 
 TermKind = Literal["required_affinity", "required_anti", "preferred_affinity", "preferred_anti"]
@@ -69,6 +70,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     terms: PodTerms
     workload: WorkloadRef | None = None  # what it is a replica of (exposure reads it)
     terminating: bool = False  # deletionTimestamp set: topology spread no longer counts it
+    spreads: tuple[SpreadConstraint, ...] = ()  # its own topology spreads (exposure reads them)
 
 
 class NodeRecord(msgspec.Struct, frozen=True, gc=False):
@@ -203,6 +205,7 @@ class ClusterIndex:
             terms=compile_pod_terms(pod, self.physical_anti_affinity),
             workload=workload_of(pod),
             terminating=pod.metadata.deletion_timestamp is not None,
+            spreads=compile_spread_constraints(pod, self.physical_anti_affinity),
         )
         self._pods[key] = record
         ns = record.namespace

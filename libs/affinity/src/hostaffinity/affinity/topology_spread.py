@@ -14,11 +14,10 @@ anti-affinity term: spreading replicas over VMs that share one host is not what 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Set
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from hostaffinity.affinity.index import ClusterIndex, PodRecord
 from hostaffinity.affinity.interpod import HOST_KEYS, HOSTNAME_KEY, NamespaceScope, physical_opt_in
 from hostaffinity.affinity.model import LabelSelector, Pod, TopologySpreadConstraint
 from hostaffinity.affinity.nodeaffinity import required_node_affinity, required_nodes
@@ -32,6 +31,9 @@ from hostaffinity.affinity.selectors import (
 )
 from hostaffinity.affinity.taints import first_untolerated
 from hostaffinity.schema.names import LABEL_ESXI_HOST
+
+if TYPE_CHECKING:  # the index keeps each pod's compiled spreads, so it imports this module
+    from hostaffinity.affinity.index import ClusterIndex, PodRecord
 
 DO_NOT_SCHEDULE: Final = "DoNotSchedule"
 SCHEDULE_ANYWAY: Final = "ScheduleAnyway"

@@ -69,7 +69,10 @@ class ExposedWorkload(_Report, frozen=True):
     `share` is `on_worst_host / replicas`: the fraction one host failure takes. `coverage` is the
     strongest host-level anti-affinity rule its pods carry that selects all of its replicas
     (the physical reading of hostname terms included). `drs_rule`: a DrsOwnership record in the
-    `hostaffinity-drs` bucket (not being removed) names one of its pods.
+    `hostaffinity-drs` bucket (not being removed) names one of its pods. `spread` is the
+    strongest topology spread over ESXi hosts its pods carry that selects all of its replicas
+    (`required` for DoNotSchedule, `preferred` for ScheduleAnyway); `spread_violated` says that
+    spread's skew (the fullest host's matching pods less the emptiest host's) exceeds its maxSkew.
     """
 
     kind: str
@@ -83,6 +86,8 @@ class ExposedWorkload(_Report, frozen=True):
     unplaced: int
     coverage: Coverage
     drs_rule: bool = False
+    spread: Coverage = "none"
+    spread_violated: bool = False
 
 
 class ExposureReport(_Report, frozen=True):
