@@ -99,23 +99,15 @@ class PreScoreState:
 
     def __init__(
         self,
-        index: ClusterIndex,
-        pod: Pod,
-        constraints: Sequence[SpreadConstraint],
-        asked: Set[str],
-        *,
-        require_all_keys: bool,
-        inclusion: NodeInclusion,
+        scored: Set[str],
+        ignored: Set[str],
+        complete: Set[str],
+        parts: list[ConstraintCounts],
     ) -> None:
-        complete = with_all_keys(index, constraints)
-        self.asked = asked
-        self.complete = complete
-        self.scored: Set[str] = asked & complete if require_all_keys else asked
-        self.ignored: Set[str] = asked - self.scored
-        counted_on = complete if require_all_keys else index.all_nodes()
-        self.parts = [
-            ConstraintCounts(index, pod, c, self.scored, counted_on, inclusion) for c in constraints
-        ]
+        self.scored = scored  # the asked nodes that get a score
+        self.ignored = ignored  # the asked nodes missing a key of the pod's own spreads
+        self.complete = complete  # nodes carrying every constraint's key
+        self.parts = parts
 
     def scores(self) -> SparseScores:
         """Score and NormalizeScore over the asked nodes (ignored ones score 0)."""
@@ -153,6 +145,8 @@ def prescore(
     constraint to score, or no node at all)."""
     if not constraints or not index.all_nodes():
         return None
-    return PreScoreState(
-        index, pod, constraints, asked, require_all_keys=require_all_keys, inclusion=inclusion
-    )
+    complete = with_all_keys(index, constraints)
+    scored = asked & complete if require_all_keys else asked
+    counted_on = complete if require_all_keys else index.all_nodes()
+    parts = [ConstraintCounts(index, pod, c, scored, counted_on, inclusion) for c in constraints]
+    return PreScoreState(scored, asked - scored, complete, parts)
