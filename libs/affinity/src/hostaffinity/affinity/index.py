@@ -22,7 +22,9 @@ of full collections too.
 from __future__ import annotations
 
 import gc
+from collections import deque
 from collections.abc import Iterator, Mapping, Set
+from itertools import repeat
 from typing import Final, Literal, TypeVar
 
 import msgspec
@@ -375,8 +377,7 @@ class ClusterIndex:
         if len(rejected) * 4 > len(self._nodes):
             return [name for name in self._nodes if name not in rejected]
         remaining = self._nodes.copy()
-        for name in rejected:
-            remaining.pop(name, None)
+        deque(map(remaining.pop, rejected, repeat(None)), maxlen=0)  # a C loop, no Python one
         return list(remaining)
 
     def taint_groups(self) -> Mapping[tuple[Taint, ...], Set[str]]:
