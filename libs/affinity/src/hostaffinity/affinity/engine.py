@@ -2,9 +2,10 @@
 
 Two modes. KUBE_SCHEDULER reproduces the default profile's placement filters in their order
 (NodeAffinity PreFilter narrowing, NodeUnschedulable, TaintToleration, NodeAffinity,
-InterPodAffinity) with physical domains resolved through the placement map. PHYSICAL decides only
-the inter-pod terms whose domain is the ESXi host -- what the scheduler-extender owns, since
-kube-scheduler already enforces every other term (ARCHITECTURE.md "Services").
+PodTopologySpread, InterPodAffinity: pkg/scheduler/apis/config/v1/default_plugins.go) with
+physical domains resolved through the placement map. PHYSICAL decides only the inter-pod terms
+and topology spreads whose domain is the ESXi host -- what the scheduler-extender owns, since
+kube-scheduler already enforces every other rule (ARCHITECTURE.md "Services").
 
 Each stage yields (nodes, rejection) pairs with one Rejection object per cause (a taint list, a
 domain, a term), so a filter over N nodes costs set operations plus the matching pods, and the
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Iterator, Set
 
 import msgspec
 
-from hostaffinity.affinity import explain
+from hostaffinity.affinity import explain, spread_filtering
 from hostaffinity.affinity.explain import Rejection
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
 from hostaffinity.affinity.interpod import (
@@ -40,6 +41,7 @@ from hostaffinity.affinity.scoring import (
     INTER_POD_AFFINITY_WEIGHT,
     MAX_NODE_SCORE,
     NODE_AFFINITY_WEIGHT,
+    POD_TOPOLOGY_SPREAD_WEIGHT,
     TAINT_TOLERATION_WEIGHT,
     ScoreResult,
     SparseScores,
@@ -47,11 +49,19 @@ from hostaffinity.affinity.scoring import (
     normalize_default,
     normalize_min_max,
 )
+from hostaffinity.affinity.spread_filtering import DomainCounts
+from hostaffinity.affinity.spread_scoring import PreScoreState, prescore
 from hostaffinity.affinity.taints import (
     UNSCHEDULABLE_TAINT,
     first_untolerated,
     intolerable_preferences,
     tolerated,
+)
+from hostaffinity.affinity.topology_spread import (
+    NodeInclusion,
+    SpreadConstraint,
+    SpreadDefaults,
+    compile_spread_constraints,
 )
 
 Stage = tuple[Set[str], Rejection]
@@ -89,12 +99,20 @@ class AffinityEngine:
     """Decides placement for pods against a ClusterIndex the caller keeps current.
 
     `fail_unplaced`: a node whose ESXi host is unknown (no placement, no label) fails the pod's
-    host-level required terms instead of following kube-scheduler's missing-label rules.
+    host-level required terms and spreads instead of following kube-scheduler's missing-label
+    rules. `spread_defaults`: the profile's topology spread for pods without their own.
     """
 
-    def __init__(self, index: ClusterIndex, *, fail_unplaced: bool = False) -> None:
+    def __init__(
+        self,
+        index: ClusterIndex,
+        *,
+        fail_unplaced: bool = False,
+        spread_defaults: SpreadDefaults | None = None,
+    ) -> None:
         self.index = index
         self.fail_unplaced = fail_unplaced
+        self.spread_defaults = SpreadDefaults() if spread_defaults is None else spread_defaults
 
     def terms(self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER) -> PodTerms:
         """The pod's compiled terms; in PHYSICAL mode only those on the ESXi-host domain."""
@@ -112,6 +130,54 @@ class AffinityEngine:
             physical(terms.preferred_anti),
         )
 
+    def spreads(
+        self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> tuple[SpreadConstraint, ...]:
+        """The topology spreads that apply to the pod: its own (in PHYSICAL mode only those over
+        ESXi hosts), else -- in kube-scheduler mode -- the profile's defaults."""
+        if pod.spec.topology_spread_constraints:
+            spreads = compile_spread_constraints(pod, self.index.physical_anti_affinity)
+            if mode is FilterMode.PHYSICAL:
+                return tuple(c for c in spreads if c.physical)
+            return spreads
+        if mode is FilterMode.PHYSICAL:
+            return ()
+        return self.spread_defaults.for_pod(pod)
+
+    def hard_spreads(
+        self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> list[SpreadConstraint]:
+        """The DoNotSchedule spreads the filter enforces."""
+        return [c for c in self.spreads(pod, mode) if c.hard]
+
+    def spread_counts(
+        self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> list[tuple[SpreadConstraint, DomainCounts]]:
+        """Each DoNotSchedule spread with the matching pods per domain its filter reads."""
+        hard = self.hard_spreads(pod, mode)
+        if not hard:
+            return []
+        state = spread_filtering.prefilter_counts(
+            self.index, pod, hard, NodeInclusion(self.index, pod)
+        )
+        return [(c, state[c.topology_key]) for c in hard]
+
+    def spread_prescore(
+        self, pod: Pod, nodes: Iterable[str], mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> PreScoreState | None:
+        """PodTopologySpread's PreScore over the (feasible) nodes; None when it skips the pod:
+        no ScheduleAnyway spread of its own, nor (kube-scheduler mode) a default one."""
+        soft = [c for c in self.spreads(pod, mode) if c.soft]
+        defaulted = not pod.spec.topology_spread_constraints
+        return prescore(
+            self.index,
+            pod,
+            soft,
+            set(nodes) & self.index.all_nodes(),
+            require_all_keys=not (defaulted and self.spread_defaults.system_defaulted),
+            inclusion=NodeInclusion(self.index, pod),
+        )
+
     # -- filter --------------------------------------------------------------------------------
 
     def filter(
@@ -124,7 +190,7 @@ class AffinityEngine:
         """Which of `nodes` (default: every indexed node) can take the pod, and why not."""
         index = self.index
         if nodes is None:
-            order = index.node_names
+            order: list[str] = []
             asked: Set[str] | None = None
         else:
             order = list(nodes)
@@ -134,11 +200,13 @@ class AffinityEngine:
             stages.append((asked - index.all_nodes(), explain.unknown_node()))
         if mode is FilterMode.KUBE_SCHEDULER:
             stages.extend(self._node_stages(pod))
-        stages.extend(self._inter_pod_stages(pod, mode))
+        stages.extend(self._pod_stages(pod, mode))
         rejected: dict[str, Rejection] = {}
         for failing, why in reversed(stages):
             if failing:
                 rejected.update(dict.fromkeys(failing if asked is None else failing & asked, why))
+        if asked is None:
+            return FilterResult(index.feasible_in_order(rejected), rejected)
         return FilterResult([n for n in order if n not in rejected], rejected)
 
     def _node_stages(self, pod: Pod) -> Iterator[Stage]:
@@ -160,27 +228,36 @@ class AffinityEngine:
         if not required.is_empty:
             yield everyone - required_nodes(required, index), explain.node_affinity(required)
 
-    def _inter_pod_stages(self, pod: Pod, mode: FilterMode) -> Iterator[Stage]:
+    def _pod_stages(self, pod: Pod, mode: FilterMode) -> Iterator[Stage]:
+        """PodTopologySpread then InterPodAffinity, the default profile's order."""
         terms = self.terms(pod, mode)
         forbidding = [
             (record, term)
             for record, term in self._forbidding(pod)
             if mode is FilterMode.KUBE_SCHEDULER or term.physical
         ]
+        hard_spreads = self.hard_spreads(pod, mode)
         if self.fail_unplaced:
-            yield from self._unplaced_stages(terms, forbidding)
+            yield from self._unplaced_stages(terms, forbidding, hard_spreads)
+        yield from spread_filtering.filter_stages(
+            self.index, pod, hard_spreads, NodeInclusion(self.index, pod)
+        )
         yield from self._affinity_stages(pod, terms.required_affinity)
         yield from self._anti_affinity_stages(pod, terms.required_anti)
         yield from self._existing_anti_affinity_stages(forbidding)
 
     def _unplaced_stages(
-        self, terms: PodTerms, forbidding: list[tuple[PodRecord, AffinityTerm]]
+        self,
+        terms: PodTerms,
+        forbidding: list[tuple[PodRecord, AffinityTerm]],
+        spreads: list[SpreadConstraint],
     ) -> Iterator[Stage]:
-        """Nodes with no ESXi host fail every host-level term that concerns the pod."""
+        """Nodes with no ESXi host fail every host-level term or spread that concerns the pod."""
         keys = {t.topology_key for t in (*terms.required_affinity, *terms.required_anti)}
         keys.update(t.topology_key for _, t in forbidding)
+        keys.update(c.topology_key for c in spreads)
         for key in sorted(keys & HOST_KEYS):
-            yield self.index.all_nodes() - self.index.nodes_with(key), explain.unplaced(key)
+            yield self.index.nodes_without(key), explain.unplaced(key)
 
     def _affinity_stages(self, pod: Pod, terms: tuple[AffinityTerm, ...]) -> Iterator[Stage]:
         """The pod's required affinity (filtering.go satisfyPodAffinity).
@@ -205,10 +282,9 @@ class AffinityEngine:
                 if value is not None:
                     domains[position].add(value)
         first_pod = not any(domains) and incoming_matches_itself(pod, terms, scopes)
-        everyone = index.all_nodes()
         for term, values in zip(terms, domains, strict=True):
             with_key = index.nodes_with(term.topology_key)
-            yield everyone - with_key, explain.affinity_missing_key(term)
+            yield index.nodes_without(term.topology_key), explain.affinity_missing_key(term)
             if not first_pod:
                 by_value = index.domains(term.topology_key)
                 allowed = _union(by_value[v] for v in values if v in by_value)
@@ -273,23 +349,42 @@ class AffinityEngine:
             names = [n for n in names if n in known]
             asked.intersection_update(known)
         inter_pod = normalize_min_max(self._inter_pod_raw(pod, asked, mode), len(asked))
+        prescored = self.spread_prescore(pod, asked, mode)
+        spread = None if prescored is None else prescored.scores()
+        unscored = SparseScores(0)
         if mode is FilterMode.PHYSICAL:
-            unscored = SparseScores(0)
-            return ScoreResult(names, unscored, unscored, inter_pod, inter_pod, MAX_NODE_SCORE)
+            if spread is None:
+                return ScoreResult(names, unscored, unscored, inter_pod, inter_pod, MAX_NODE_SCORE)
+            total = combine(lambda inter, spreads: inter + spreads, inter_pod, spread)
+            return ScoreResult(
+                names, unscored, unscored, inter_pod, total, 2 * MAX_NODE_SCORE, spread
+            )
         taints = normalize_default(self._taint_raw(pod, asked), len(asked), reverse=True)
         node_affinity = normalize_default(
             self._node_affinity_raw(pod, asked), len(asked), reverse=False
         )
+        spread_weight = 0 if spread is None else POD_TOPOLOGY_SPREAD_WEIGHT
         total = combine(
-            lambda taint, node, inter: TAINT_TOLERATION_WEIGHT * taint
+            lambda taint, node, inter, spreads: TAINT_TOLERATION_WEIGHT * taint
             + NODE_AFFINITY_WEIGHT * node
-            + INTER_POD_AFFINITY_WEIGHT * inter,
+            + INTER_POD_AFFINITY_WEIGHT * inter
+            + spread_weight * spreads,
             taints,
             node_affinity,
             inter_pod,
+            unscored if spread is None else spread,
         )
         weights = TAINT_TOLERATION_WEIGHT + NODE_AFFINITY_WEIGHT + INTER_POD_AFFINITY_WEIGHT
-        return ScoreResult(names, taints, node_affinity, inter_pod, total, weights * MAX_NODE_SCORE)
+        weights += spread_weight
+        return ScoreResult(
+            names,
+            taints,
+            node_affinity,
+            inter_pod,
+            total,
+            weights * MAX_NODE_SCORE,
+            unscored if spread is None else spread,
+        )
 
     def _taint_raw(self, pod: Pod, asked: Set[str]) -> SparseScores:
         raw: dict[str, int] = {}

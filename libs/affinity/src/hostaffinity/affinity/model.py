@@ -108,6 +108,22 @@ class ObjectMeta(_ApiStruct, frozen=True):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     annotations: dict[str, str] = msgspec.field(default_factory=dict)
     owner_references: list[OwnerReference] = msgspec.field(default_factory=list)
+    # Set once a delete is accepted; topology spread stops counting the pod from then on.
+    deletion_timestamp: str | None = None
+
+
+class TopologySpreadConstraint(_ApiStruct, frozen=True):
+    """core/v1 TopologySpreadConstraint; absent optional fields stay None (their defaults are
+    the scheduler's, applied in topology_spread.compile_spread_constraints)."""
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str
+    label_selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str | None = None
+    node_taints_policy: str | None = None
+    match_label_keys: list[str] | None = None
 
 
 class PodSpec(_ApiStruct, frozen=True):
@@ -115,6 +131,9 @@ class PodSpec(_ApiStruct, frozen=True):
     node_selector: dict[str, str] | None = None
     affinity: Affinity | None = None
     tolerations: list[Toleration] = msgspec.field(default_factory=list)
+    topology_spread_constraints: list[TopologySpreadConstraint] = msgspec.field(
+        default_factory=list
+    )
 
 
 class PodStatus(_ApiStruct, frozen=True):
