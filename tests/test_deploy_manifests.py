@@ -728,8 +728,10 @@ def test_bus_jobs_as_shipped() -> None:
     assert all((r["apiGroups"], r["resources"]) == ([""], ["secrets"]) for r in role["rules"])
     pod = provision["spec"]["template"]["spec"]
     (container,) = pod["containers"]
+    # It waits for the NATS servers the same apply starts (the command's own default is 3 s).
     assert container["command"] == [
-        "hostaffinity", "bus", "provision", "--config", "/etc/hostaffinity/shared.yaml"
+        "hostaffinity", "bus", "provision", "--config", "/etc/hostaffinity/shared.yaml",
+        "--connect-timeout", "300",
     ]  # fmt: skip
     assert pod["automountServiceAccountToken"] is False
     assert_nats_credentials(pod, "provision")

@@ -14,7 +14,7 @@ from hostaffinity.affinity.engine import AffinityEngine, FilterResult
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
-from hostaffinity.cli.pod_lookup import PodFacts, PodNotFoundError
+from hostaffinity.cli.pod_lookup import NodeNotFoundError, PodFacts, PodNotFoundError
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.cli.tables import table
 from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent
@@ -27,10 +27,6 @@ from hostaffinity.schema.reports import (
     Refusal,
     TermView,
 )
-
-
-class NodeNotFoundError(ValueError):
-    """No such node in the API."""
 
 
 def location(snapshot: ClusterSnapshot, node: str) -> Location:
