@@ -183,7 +183,9 @@ def unreachable_api(server: str, settings: KubernetesSettings, error: BaseExcept
             f"{settings.request_timeout_seconds:g} s"
         )
     if isinstance(error, aiohttp.ClientConnectorError):
-        return f"the API server at {server} cannot be reached ({error.os_error.strerror})"
+        cause = error.os_error
+        said = os.strerror(cause.errno) if cause.errno else str(cause)  # "Connection refused"
+        return f"the API server at {server} cannot be reached ({said})"
     return f"the API server at {server} broke off the connection ({error})"
 
 

@@ -185,10 +185,11 @@ async def _drs_records(bus: Bus) -> list[DrsOwnership]:
 async def read_snapshot(
     kubernetes: KubernetesSettings, nats: NatsSettings, progress: Progress
 ) -> ClusterSnapshot:
-    """The whole snapshot: the bus first (small), then the API. Both are opened (and the API
-    probed) before either is read, so a missing one is the only line a failure prints."""
+    """The whole snapshot: the bus first (small), then the API. Both are opened (the
+    kubeconfig checked and the API probed first: that is the quicker to say) before either is
+    read, so a missing one is the only line a failure prints."""
     snapshot = ClusterSnapshot()
-    async with open_bus(nats) as bus, open_api(kubernetes, probe=NODES) as client:
+    async with open_api(kubernetes, probe=NODES) as client, open_bus(nats) as bus:
         await read_bus(bus, snapshot, progress)
         await read_api(client, snapshot, progress)
     return snapshot
