@@ -24,6 +24,7 @@ from tests.integration.cli_runner import exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.unusable_access import (
+    anonymous_kubeconfig,
     broken_kubeconfig,
     closed_port,
     empty_kubeconfig,
@@ -51,6 +52,7 @@ KUBE = {
     "broken kubeconfig": Failure("cannot be read", FIX_KUBECONFIG),
     "API refuses": Failure("cannot be reached", "the kubeconfig's server (or --server)"),
     "API silent": Failure("accepted the connection but did not answer within 5 s", "--server"),
+    "API forbids": Failure("(403 Forbidden", "use a kubeconfig whose user may read"),
 }  # fmt: skip
 BUS = {
     "no NATS": Failure("cannot reach NATS at nats://127.0.0.1:", "--nats URL"),
@@ -134,6 +136,7 @@ async def test_a_command_says_in_one_line_what_is_missing(
     name: str,
     failure: str,
     healthy: Path,
+    kube_double: KubeDouble,
     nats_server: NatsServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -156,6 +159,8 @@ async def test_a_command_says_in_one_line_what_is_missing(
             kubeconfig = kubeconfig_for(tmp_path, f"http://127.0.0.1:{closed_port()}")
         elif failure == "API silent":
             kubeconfig = kubeconfig_for(tmp_path, f"http://127.0.0.1:{silent_port}")
+        elif failure == "API forbids":
+            kubeconfig = anonymous_kubeconfig(kube_double, tmp_path)
         elif failure == "no NATS":
             nats = f"nats://127.0.0.1:{closed_port()}"
         elif failure == "unprovisioned bus":

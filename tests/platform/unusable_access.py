@@ -1,6 +1,6 @@
 """Ways a command's Kubernetes access can be unusable, as files and sockets a test points the
 command at: an empty or unparsable kubeconfig, one naming a server that refuses connections,
-one naming a server that accepts them and never answers."""
+one naming a server that accepts them and never answers, one without credentials."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+
+from tests.platform.kube_double import KubeDouble
 
 
 def empty_kubeconfig(directory: Path) -> Path:
@@ -54,3 +56,12 @@ def silent_listener() -> Iterator[int]:
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         yield listener.getsockname()[1]
+
+
+def anonymous_kubeconfig(kube: KubeDouble, directory: Path) -> Path:
+    """A kubeconfig for the double with no credentials: it takes it as system:anonymous (403)."""
+    path = kube.write_kubeconfig(directory / "anonymous-kubeconfig")
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    config["users"][0]["user"] = {}
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
