@@ -118,8 +118,8 @@ def _in_cluster(settings: KubernetesSettings) -> bool:
 async def open_api(
     settings: KubernetesSettings, probe: ResourceRef | None = None
 ) -> AsyncIterator[KubeClient]:
-    """A client of the API server the kubeconfig names; any failure of the calls made inside
-    (refused, silent, forbidden) leaves as CommandFailed naming the server.
+    """A client of the API server the kubeconfig names; any failure of its calls (refused,
+    silent, forbidden) leaves as CommandFailed naming the server.
 
     With `probe`, one object of that resource is listed first, so a command that reads several
     sources hears of an unusable API before it prints the progress of another.
@@ -140,14 +140,35 @@ async def open_api(
     server = str(api.configuration.host)
     try:
         async with api:
-            client = KubeClient(api, settings)
+            client = _CommandClient(api, settings)
             if probe is not None:
                 await client.request("GET", probe.path(), query={"limit": "1"})
             yield client
-    except ApiException as error:
+    except ApiException as error:  # only the API answers with one
         raise CommandFailed(api_refusal(server, error)) from None
-    except (aiohttp.ClientError, OSError, TimeoutError) as error:
-        raise CommandFailed(unreachable_api(server, settings, error), FIX_API) from None
+
+
+class _CommandClient(KubeClient):
+    """A KubeClient whose transport failures say so at once, naming the API server: the ones
+    that reach the context are told apart from a vCenter's or NATS's, which are OSErrors too."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> bytes:
+        try:
+            return await super().request(
+                method, path, query=query, body=body, content_type=content_type
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            raise CommandFailed(
+                unreachable_api(self.server, self.settings, error), FIX_API
+            ) from None
 
 
 def api_refusal(server: str, error: ApiException) -> str:
@@ -212,7 +233,10 @@ async def open_bus(
     except BusUnreachable as error:
         raise CommandFailed(str(error), FIX_NATS) from None
     except ConfigFileError as error:
-        raise CommandFailed(f"NATS at {where}: {error}") from None
+        raise CommandFailed(
+            f"NATS at {where}: {error}",
+            "check --nats-seed and --nats-ca-file (or the nats section)",
+        ) from None
     try:
         if provisioned and (missing := await missing_parts(connected.js, BUS_LAYOUT)):
             raise CommandFailed(str(LayoutMissing.naming(missing)))
