@@ -152,19 +152,9 @@ class _CommandClient(KubeClient):
     """A KubeClient whose transport failures say so at once, naming the API server: the ones
     that reach the context are told apart from a vCenter's or NATS's, which are OSErrors too."""
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> bytes:
+    async def request(self, method: str, path: str, **options: Any) -> bytes:
         try:
-            return await super().request(
-                method, path, query=query, body=body, content_type=content_type
-            )
+            return await super().request(method, path, **options)
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             raise CommandFailed(
                 unreachable_api(self.server, self.settings, error), FIX_API

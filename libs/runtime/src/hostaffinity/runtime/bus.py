@@ -218,21 +218,22 @@ async def _connect_once(
         failures.append(str(err) or type(err).__name__)
         _log.log(trouble, "NATS connection error: %s", err)
 
+    connecting = nc.connect(
+        settings.servers,
+        name=name,
+        max_reconnect_attempts=FIRST_CONNECT_ATTEMPTS,
+        reconnect_time_wait=reconnect_wait_seconds,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        closed_cb=closed,
+        error_cb=error,
+        inbox_prefix=settings.inbox_prefix,
+        user_credentials=settings.creds_file,
+        nkeys_seed=settings.nkey_seed_file,
+        tls=tls_context(settings),
+    )
     try:
-        await nc.connect(
-            settings.servers,
-            name=name,
-            max_reconnect_attempts=FIRST_CONNECT_ATTEMPTS,
-            reconnect_time_wait=reconnect_wait_seconds,
-            disconnected_cb=disconnected,
-            reconnected_cb=reconnected,
-            closed_cb=closed,
-            error_cb=error,
-            inbox_prefix=settings.inbox_prefix,
-            user_credentials=settings.creds_file,
-            nkeys_seed=settings.nkey_seed_file,
-            tls=tls_context(settings),
-        )
+        await connecting
     except NatsError as err:
         # "no servers available" alone hides why: name the last failure the attempts reported.
         if failures:
