@@ -1,4 +1,4 @@
-.PHONY: setup test images dev demo docs proto bench
+.PHONY: setup test images dev demo docs proto bench release
 
 setup:
 	bash scripts/setup.sh
@@ -28,3 +28,7 @@ proto:
 
 bench:
 	bash scripts/bench.sh
+
+# Versioned install manifests (one per variant), the CLI's wheels and their constraints, in dist/.
+release:
+	uv run --frozen python -m scripts.release

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the container images with Podman (`make images`; `make test` runs it before pytest):
-#   localhost/hostaffinity/<service>:latest (and :<version>) for every folder under services/,
-#   from the one root Dockerfile;
+#   ghcr.io/hostaffinity/<service>:<version> for every folder under services/, from the one
+#   root Dockerfile: the name k8s/ and compose.yaml run (IMAGE_PREFIX replaces
+#   ghcr.io/hostaffinity, as in compose.yaml); also tagged localhost/hostaffinity/<service>:latest,
+#   the name the container tests (tests/containers) run;
 #   localhost/hostaffinity-test/nats:2.15.1 and localhost/hostaffinity-test/vcsim:latest, test-only
 #   stand-ins for the public NATS and vcsim images (tests/containers/, used by the compose test).
 # Installs Debian's podman, runc and debootstrap when missing (as scripts/build-vcsim.sh does for
@@ -100,9 +102,9 @@ for dir in services/*/; do
   service=$(basename "$dir")
   [ -f "$dir/pyproject.toml" ] || continue
   version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$dir/pyproject.toml" | head -1)
-  build "localhost/hostaffinity/$service:latest" . \
+  build "${IMAGE_PREFIX:-ghcr.io/hostaffinity}/$service:$version" . \
     --build-arg "SERVICE=$service" --build-arg "VERSION=$version" \
-    --build-arg "REVISION=$revision" -t "localhost/hostaffinity/$service:$version"
+    --build-arg "REVISION=$revision" -t "localhost/hostaffinity/$service:latest"
 done
 
 # Test-only images: the contexts hold just what each copies.
@@ -116,4 +118,5 @@ build localhost/hostaffinity-test/nats:2.15.1 build/images/nats -f tests/contain
 build localhost/hostaffinity-test/vcsim:latest build/images/vcsim -f tests/containers/vcsim.Dockerfile
 
 podman images --filter reference='localhost/hostaffinity*/*' \
+  --filter reference="${IMAGE_PREFIX:-ghcr.io/hostaffinity}/*" \
   --format 'images: {{.Repository}}:{{.Tag}} {{.Size}}' | sort -u

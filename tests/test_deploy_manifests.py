@@ -1,10 +1,8 @@
 """k8s/ and compose.yaml: valid Kubernetes objects, and settings the config loader accepts.
 
-The kustomize components (k8s/components) are rendered onto the base the way kustomize does it
-for the two patch forms they use (RFC 6902 patches on a target, `$patch: delete`), and the result
-is held to the same checks. The base's configMapGenerator (the NATS servers' config files) is
-rendered too, under the name as written (kustomize appends a hash of the content to the name and
-to every reference to it).
+The kustomize components (k8s/components) are rendered onto the base by scripts/manifests.py
+(what `make release` writes, the way kustomize does it for what k8s/ uses), and the result is
+held to the same checks.
 """
 
 import copy
@@ -15,7 +13,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
@@ -33,6 +30,7 @@ from hostaffinity.schema import (
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
+from scripts.manifests import render
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.34.0"  # newest schema kubernetes-validate ships; our target is v1.36
@@ -131,74 +129,6 @@ def test_every_kustomization_lists_existing_files() -> None:
         ]
         missing = [name for name in listed if not (kustomization.parent / name).exists()]
         assert not missing, f"{kustomization}: {missing}"
-
-
-def _load_all(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-
-
-def _matches(document: dict[str, Any], target: dict[str, str]) -> bool:
-    return all(
-        (document["kind"] if key == "kind" else document["metadata"].get(key)) == value
-        for key, value in target.items()
-    )
-
-
-def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ConfigMaps of a kustomization's configMapGenerator, in the `files` form it uses."""
-    documents = []
-    for generator in kustomization.get("configMapGenerator", []):
-        data: dict[str, str] = {}
-        for entry in generator.get("files", []):
-            key, _, path = entry.rpartition("=")
-            data[key or Path(path).name] = (where / path).read_text(encoding="utf-8")
-        metadata: dict[str, Any] = {"name": generator["name"]}
-        if labels := generator.get("options", {}).get("labels"):
-            metadata["labels"] = labels
-        documents.append(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
-        )
-    return documents
-
-
-NAMESPACE = "hostaffinity"
-
-
-def render(*components: str | None) -> list[dict[str, Any]]:
-    """k8s/base, with each component's resources added and its patches applied, in order."""
-    base = ROOT / "k8s" / "base"
-    base_kustomization = yaml.safe_load((base / "kustomization.yaml").read_text())
-    documents = [d for name in base_kustomization["resources"] for d in _load_all(base / name)]
-    documents += generated_configmaps(base, base_kustomization)
-    for document in documents:
-        document["metadata"].setdefault("namespace", base_kustomization["namespace"])
-    for component in dict.fromkeys(c for c in components if c is not None):
-        documents = _with_component(documents, component)
-    return documents
-
-
-def _with_component(documents: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
-    where = ROOT / "k8s" / "components" / component
-    kustomization = yaml.safe_load((where / "kustomization.yaml").read_text())
-    documents += [d for name in kustomization.get("resources", []) for d in _load_all(where / name)]
-    documents += generated_configmaps(where, kustomization)
-    for document in documents:
-        document["metadata"].setdefault("namespace", NAMESPACE)
-    for patch in kustomization.get("patches", []):
-        content = yaml.safe_load((where / patch["path"]).read_text())
-        if isinstance(content, dict) and content.get("$patch") == "delete":
-            target = {"kind": content["kind"], "name": content["metadata"]["name"]}
-            doomed = [d for d in documents if _matches(d, target)]
-            assert doomed, f"{component}: {patch['path']} deletes nothing"
-            documents = [d for d in documents if not _matches(d, target)]
-            continue
-        targets = [d for d in documents if _matches(d, patch["target"])]
-        assert targets, f"{component}: {patch['path']} matches no object"
-        for document in targets:
-            patched = jsonpatch.apply_patch(document, content)
-            document.clear()
-            document.update(patched)
-    return documents
 
 
 def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -751,8 +681,10 @@ def test_bus_jobs_as_shipped() -> None:
     assert all((r["apiGroups"], r["resources"]) == ([""], ["secrets"]) for r in role["rules"])
     pod = provision["spec"]["template"]["spec"]
     (container,) = pod["containers"]
+    # It waits for the NATS servers the same apply starts (the command's own default is 3 s).
     assert container["command"] == [
-        "hostaffinity", "bus", "provision", "--config", "/etc/hostaffinity/shared.yaml"
+        "hostaffinity", "bus", "provision", "--config", "/etc/hostaffinity/shared.yaml",
+        "--connect-timeout", "300",
     ]  # fmt: skip
     assert pod["automountServiceAccountToken"] is False
     assert_nats_credentials(pod, "provision")

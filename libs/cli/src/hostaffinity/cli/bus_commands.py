@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -30,15 +29,19 @@ from hostaffinity.cli.bus_credentials import (
     tls_secret,
     write_local_credentials,
 )
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.cli.connections import (
+    BUS_WITHIN_SECONDS,
+    kubernetes_settings,
+    open_api,
+    open_bus,
+)
 from hostaffinity.runtime.config import (
-    KubernetesSettings,
     NatsSettings,
     Settings,
     SharedSettings,
     load_config,
 )
-from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.kube import KubeClient, ResourceRef
 from hostaffinity.runtime.layout import BusLayout
 
 HTTP_NOT_FOUND = 404
@@ -55,14 +58,9 @@ class ProvisionConfig(Settings, frozen=True):
 async def provision(args: argparse.Namespace) -> int:
     config = load_config(ProvisionConfig, args.config)
     settings = config.nats
-    try:
-        async with asyncio.timeout(args.connect_timeout):
-            bus = await Bus.connect(settings, name="hostaffinity-bus-provision")
-    except TimeoutError:
-        raise RuntimeError(
-            f"cannot reach NATS at {', '.join(settings.servers)} within {args.connect_timeout:g} s"
-        ) from None
-    try:
+    async with open_bus(
+        settings, args.connect_timeout, "hostaffinity-bus-provision", provisioned=False
+    ) as bus:
         layout = BusLayout.of(settings)
         await bus.provision(layout)
         for stream in OUR_STREAMS:  # listing all streams is not provisioning's to do
@@ -75,8 +73,6 @@ async def provision(args: argparse.Namespace) -> int:
             f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}, "
             "consumer hostaffinity-descheduler"
         )
-    finally:
-        await bus.close()
     return 0
 
 
@@ -90,19 +86,14 @@ async def local_credentials(args: argparse.Namespace) -> int:
 
 async def kubernetes_secrets(args: argparse.Namespace) -> int:
     secrets_in = ResourceRef("", "v1", "secrets", args.namespace)
-    api = await api_client(
-        KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
-    )
-    kube = KubeClient(api)
-    try:
+    settings = kubernetes_settings(args.kubeconfig, args.context, args.server)
+    async with open_api(settings) as kube:
         for secret in (identities_secret(args.namespace), tls_secret(args.namespace)):
             outcome = await _create_unless_present(kube, secrets_in, secret)
             print(f"secret {args.namespace}/{secret['metadata']['name']}: {outcome}")
         added = await _add_new_identities(kube, secrets_in)
         if added:
             print(f"secret {args.namespace}/{IDENTITIES_SECRET}: added {', '.join(added)}")
-    finally:
-        await api.close()
     return 0
 
 
@@ -154,7 +145,11 @@ def add_bus_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "--config", action="append", default=[], help="YAML with a `nats` section; repeatable"
     )
     provisioning.add_argument(
-        "--connect-timeout", type=float, default=300.0, help="seconds to wait for NATS"
+        "--connect-timeout",
+        type=float,
+        default=BUS_WITHIN_SECONDS,
+        help=f"seconds to wait for NATS (default {BUS_WITHIN_SECONDS:g}; the install's Job "
+        "waits 300)",
     )
     provisioning.set_defaults(run=provision)
     credentials = verbs.add_parser(

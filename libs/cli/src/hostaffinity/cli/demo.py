@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hostaffinity.cli.connections import kubernetes_settings, open_api
 from hostaffinity.cli.demo_world import (
     EventTail,
     Kube,
@@ -23,11 +24,10 @@ from hostaffinity.cli.demo_world import (
     VCenter,
     following,
     host_of,
-    kube_client,
 )
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.seeding import vcenter_settings
-from hostaffinity.runtime.config import KubernetesSettings
+from hostaffinity.runtime.kube import NODES
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
@@ -267,26 +267,27 @@ async def play(demo: Demo) -> dict[str, int]:
 
 
 async def run_demo(args: argparse.Namespace) -> int:
-    settings = KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context)
-    kube = await kube_client(settings, args.namespace)
-    try:
+    settings = kubernetes_settings(args.kubeconfig, args.context)
+    # Kubernetes and the bus first: each says at once, in one line, when it is not there.
+    async with (
+        open_api(settings, probe=NODES) as client,
+        following(nats_settings(args)) as events,
+    ):
+        kube = Kube(client, args.namespace)
         vcenter = await VCenter.connect(vcenter_settings(args.vcenter))
         await kube.ensure_namespace()
-        async with following(nats_settings(args), args.timeout) as events:
-            demo = Demo(kube, vcenter, events, args.timeout)
-            hosts = await demo.hosts()
-            placed = sum(len(nodes) for nodes in hosts.values())
-            print(
-                f"hostaffinity demo: {placed} nodes on {len(hosts)} ESXi hosts,"
-                f" namespace {args.namespace}"
+        demo = Demo(kube, vcenter, events, args.timeout)
+        hosts = await demo.hosts()
+        placed = sum(len(nodes) for nodes in hosts.values())
+        print(
+            f"hostaffinity demo: {placed} nodes on {len(hosts)} ESXi hosts,"
+            f" namespace {args.namespace}"
+        )
+        if len(hosts) < 3:
+            raise RuntimeError(
+                "the demo needs nodes placed on 3 ESXi hosts: is `make dev` running?"
             )
-            if len(hosts) < 3:
-                raise RuntimeError(
-                    "the demo needs nodes placed on 3 ESXi hosts: is `make dev` running?"
-                )
-            counts = await play(demo)
-    finally:
-        await kube.api.close()
+        counts = await play(demo)
     print(
         f"\ndemo: {counts['passed']} steps passed, {counts['failed']} failed,"
         f" {counts['not run']} not run"

@@ -14,16 +14,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from nats.js.api import DeliverPolicy
 from pyVmomi import vim
 
+from hostaffinity.cli.connections import open_bus
 from hostaffinity.cli.history import event_type, summary
 from hostaffinity.cli.seeding import inventory, wait_for_task
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.kube import NODES, KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.kube import NODES, KubeClient, ResourceRef
 from hostaffinity.runtime.vcenter import VCenterSettings, connect
 from hostaffinity.schema import (
     EVENTS_STREAM,
@@ -75,16 +75,14 @@ class EventTail:
 
 
 @contextlib.asynccontextmanager
-async def following(settings: NatsSettings, connect_within: float) -> AsyncIterator[EventTail]:
+async def following(settings: NatsSettings) -> AsyncIterator[EventTail]:
     """The event stream from now on, read as the identity `settings` name."""
-    try:
-        async with asyncio.timeout(connect_within):
-            bus = await Bus.connect(settings, name="hostaffinity-demo")
-    except TimeoutError:
-        raise RuntimeError(
-            f"cannot reach NATS at {settings.servers[0]} within {connect_within:g} s: "
-            "is `make dev` running?"
-        ) from None
+    async with open_bus(settings, name="hostaffinity-demo") as bus, _tail(bus) as tail:
+        yield tail
+
+
+@contextlib.asynccontextmanager
+async def _tail(bus: Bus) -> AsyncIterator[EventTail]:
     tail = EventTail()
     subscription = await bus.js.subscribe(
         f"{EVENTS_SUBJECT_PREFIX}.>",
@@ -107,14 +105,12 @@ async def following(settings: NatsSettings, connect_within: float) -> AsyncItera
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reader
-        await bus.close()
 
 
 @dataclass
 class Kube:
     """The Kubernetes calls the demo makes: JSON in, JSON out."""
 
-    api: ApiClient
     client: KubeClient
     namespace: str
 
@@ -190,11 +186,6 @@ class Kube:
 def host_of(node: dict[str, Any]) -> str | None:
     label: str | None = node["metadata"].get("labels", {}).get(LABEL_ESXI_HOST)
     return label
-
-
-async def kube_client(settings: KubernetesSettings, namespace: str) -> Kube:
-    api = await api_client(settings)
-    return Kube(api, KubeClient(api, settings), namespace)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from nats.js.api import DeliverPolicy, StreamInfo
+from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from hostaffinity.runtime.bus import Bus
@@ -31,19 +31,9 @@ from hostaffinity.schema import (
 MESSAGE_WAIT_SECONDS: Final = 5.0
 
 
-async def stream_info(bus: Bus, name: str, subjects_filter: str | None = None) -> StreamInfo:
-    """A stream's info; a missing stream is a clear error, not a traceback."""
-    try:
-        return await bus.js.stream_info(name, subjects_filter=subjects_filter)
-    except NotFoundError:
-        raise RuntimeError(
-            f"the stream {name} does not exist (has `hostaffinity bus provision` run?)"
-        ) from None
-
-
 async def events_of(bus: Bus, types: Sequence[str]) -> list[TopologyEvent]:
     """Every event of these types the stream holds, in stream order (oldest first)."""
-    info = await stream_info(bus, EVENTS_STREAM, subjects_filter=f"{EVENTS_SUBJECT_PREFIX}.>")
+    info = await bus.js.stream_info(EVENTS_STREAM, subjects_filter=f"{EVENTS_SUBJECT_PREFIX}.>")
     counts = info.state.subjects or {}
     found: list[tuple[int, TopologyEvent]] = []
     for event_type in types:
@@ -82,7 +72,6 @@ def _decoded(subject: str, data: bytes) -> TopologyEvent | None:
 
 async def last_of_each_type(bus: Bus) -> list[TopologyEvent]:
     """The newest event of every type the stream holds one of."""
-    await stream_info(bus, EVENTS_STREAM)  # a missing stream says so once, clearly
     last: list[TopologyEvent] = []
     for event_type in EVENT_TYPES:
         try:

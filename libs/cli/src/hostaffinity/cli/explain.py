@@ -16,7 +16,7 @@ from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.spread_standing import SpreadStanding, spread_standings
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
-from hostaffinity.cli.pod_lookup import PodFacts, PodNotFoundError
+from hostaffinity.cli.pod_lookup import NodeNotFoundError, PodFacts, PodNotFoundError
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.cli.tables import table
 from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent
@@ -31,10 +31,6 @@ from hostaffinity.schema.reports import (
     SpreadView,
     TermView,
 )
-
-
-class NodeNotFoundError(ValueError):
-    """No such node in the API."""
 
 
 def location(snapshot: ClusterSnapshot, node: str) -> Location:

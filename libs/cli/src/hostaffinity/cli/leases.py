@@ -15,8 +15,9 @@ from typing import Final
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from hostaffinity.cli.connections import open_api
 from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.kube import ResourceRef
 
 # The leader-elected services, as each names its Lease (`hostaffinity-<service>`).
 LEADER_ELECTED: Final = ("node-labeller", "drs-translator", "descheduler")
@@ -74,8 +75,7 @@ async def read_leases(
     """Each service's Lease in `namespace` (None where there is none)."""
     leases = ResourceRef("coordination.k8s.io", "v1", "leases", namespace)
     found: dict[str, Lease | None] = {}
-    async with await api_client(settings) as api:
-        client = KubeClient(api)
+    async with open_api(settings) as client:
         for service in services:
             try:
                 body = await client.request("GET", leases.path(lease_name(service)))

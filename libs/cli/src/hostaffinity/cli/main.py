@@ -10,27 +10,32 @@ import sys
 from collections.abc import Sequence
 
 import msgspec
+from kubernetes_asyncio.client.exceptions import ApiException
+from nats.errors import Error as NatsError
 from nats.js.api import DeliverPolicy
 
 from hostaffinity.cli.bus_commands import add_bus_commands
 from hostaffinity.cli.cluster_check import add_check_command
+from hostaffinity.cli.connections import (
+    BUS_WITHIN_SECONDS,
+    kubernetes_settings,
+    one_line,
+    open_api,
+    open_bus,
+)
 from hostaffinity.cli.demo import add_demo_command
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import NODES, KubeClient, api_client
+from hostaffinity.runtime.kube import NODES
 from hostaffinity.runtime.vcenter import connect
 from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
+from hostaffinity.schema.version import release_version
 
 
 async def node_names(kubeconfig: str | None, server: str | None = None) -> list[str]:
-    api = await api_client(KubernetesSettings(kubeconfig=kubeconfig, server=server))
-    try:
-        listed = json.loads(await KubeClient(api).request("GET", NODES.path()))
-    finally:
-        await api.close()
+    async with open_api(kubernetes_settings(kubeconfig, server=server)) as client:
+        listed = json.loads(await client.request("GET", NODES.path()))
     return [item["metadata"]["name"] for item in listed["items"]]
 
 
@@ -47,24 +52,15 @@ async def seed(args: argparse.Namespace) -> int:
 
 async def follow_events(args: argparse.Namespace) -> int:
     """Print events as JSON lines; from the start of the stream with --all."""
-    try:
-        # The runtime's connect retries for ever, as a service should; a person at a terminal
-        # wants to hear that NATS is not there.
-        async with asyncio.timeout(args.connect_timeout):
-            bus = await Bus.connect(nats_settings(args), name="hostaffinity-cli")
-    except TimeoutError:
-        raise RuntimeError(
-            f"cannot reach NATS at {args.nats} within {args.connect_timeout:g} s"
-        ) from None
     policy = DeliverPolicy.ALL if args.all else DeliverPolicy.NEW
-    # Naming the stream spares a STREAM.NAMES lookup the read-only identity may not make.
-    subscription = await bus.js.subscribe(
-        f"{EVENTS_SUBJECT_PREFIX}.>",
-        stream=EVENTS_STREAM,
-        ordered_consumer=True,
-        deliver_policy=policy,
-    )
-    try:
+    async with open_bus(nats_settings(args), within=args.connect_timeout) as bus:
+        # Naming the stream spares a STREAM.NAMES lookup the read-only identity may not make.
+        subscription = await bus.js.subscribe(
+            f"{EVENTS_SUBJECT_PREFIX}.>",
+            stream=EVENTS_STREAM,
+            ordered_consumer=True,
+            deliver_policy=policy,
+        )
         async for message in subscription.messages:
             try:
                 event = decode_event(message.data)
@@ -77,13 +73,14 @@ async def follow_events(args: argparse.Namespace) -> int:
                 )
                 continue
             print(msgspec.json.encode(event).decode(), flush=True)
-    finally:
-        await bus.close()
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="hostaffinity", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {release_version('hostaffinity-cli')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     seeding = commands.add_parser("seed-vcsim", help="one VM per Kubernetes node in a simulator")
     seeding.add_argument("--vcenter", required=True, help="http://user:pass@host:port/sdk")
@@ -95,7 +92,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_nats_options(events)
     events.add_argument("--all", action="store_true", help="from the start of the stream")
     events.add_argument(
-        "--connect-timeout", type=float, default=30.0, help="seconds to wait for NATS (default 30)"
+        "--connect-timeout",
+        type=float,
+        default=BUS_WITHIN_SECONDS,
+        help=f"seconds to wait for NATS (default {BUS_WITHIN_SECONDS:g})",
     )
     events.set_defaults(run=follow_events)
     add_operator_commands(commands)
@@ -108,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, force=True)
     try:
         sys.exit(asyncio.run(args.run(args)))
-    except (ValueError, RuntimeError, OSError) as error:
-        parser.exit(1, f"hostaffinity {args.command}: {error}\n")
+    except (ValueError, RuntimeError, OSError, NatsError, ApiException) as error:
+        # CommandFailed (connections.py) for what a command could not reach; the rest are
+        # the commands' own answers (a pod that does not exist) and what escaped them.
+        parser.exit(1, f"hostaffinity {args.command}: {one_line(error)}\n")
     except KeyboardInterrupt:
         sys.exit(130)

@@ -20,6 +20,7 @@ from typing import TypeVar
 import msgspec
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.cli.connections import CommandFailed, kubernetes_settings, open_bus
 from hostaffinity.cli.event_log import events_of, last_of_each_type
 from hostaffinity.cli.explain import explain_node, explain_pod, render_node, render_pod
 from hostaffinity.cli.exposure import exposure_report, render_exposure
@@ -27,13 +28,12 @@ from hostaffinity.cli.history import NODE_EVENT_TYPES, POD_EVENT_TYPES
 from hostaffinity.cli.leases import read_leases
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
-from hostaffinity.cli.pod_lookup import read_pod, split_pod_key
+from hostaffinity.cli.pod_lookup import read_pod, require_node, split_pod_key
 from hostaffinity.cli.reading import Progress, read_snapshot
 from hostaffinity.cli.snapshot import ClusterSnapshot, EngineOptions, build_engine
 from hostaffinity.cli.status import render_status, status_report
 from hostaffinity.cli.streams import stream_views
 from hostaffinity.cli.topology import render_topology, topology_report
-from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.schema import TopologyEvent
 
@@ -64,7 +64,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=READ_TIMEOUT_SECONDS,
-        help="give up reading after this many seconds (NATS or the API unreachable)",
+        help="give up a read that takes longer than this many seconds (default 120; each "
+        "request has its own few seconds)",
     )
 
 
@@ -143,19 +144,19 @@ def _maintenance(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
 
 
 def _kubernetes(args: argparse.Namespace) -> KubernetesSettings:
-    return KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
+    return kubernetes_settings(args.kubeconfig, args.context, args.server)
 
 
 async def _within(args: argparse.Namespace, what: str, reading: Awaitable[T]) -> T:
-    """Await a read under --timeout: the bus and the informer retry for ever, as services
-    should; a command gives up and says what it could not read."""
+    """Await a read under --timeout: each request has its own limit (connections.py), this
+    one bounds the whole read, however many requests it takes."""
     try:
         async with asyncio.timeout(args.timeout):
             return await reading
-    except TimeoutError as error:
-        raise RuntimeError(
-            f"could not read {what} within {args.timeout:g} s (see the warnings above)"
-        ) from error
+    except TimeoutError:
+        raise CommandFailed(
+            f"could not read {what} within {args.timeout:g} s; raise --timeout for a large cluster"
+        ) from None
 
 
 async def _snapshot(args: argparse.Namespace) -> ClusterSnapshot:
@@ -190,18 +191,9 @@ def run(
     return command
 
 
-async def _bus(args: argparse.Namespace) -> Bus:
-    return await _within(
-        args, f"NATS at {args.nats}", Bus.connect(nats_settings(args), name="hostaffinity-cli")
-    )
-
-
 async def _events(args: argparse.Namespace, types: Sequence[str]) -> list[TopologyEvent]:
-    bus = await _bus(args)
-    try:
+    async with open_bus(nats_settings(args)) as bus:
         return await _within(args, "the events stream", events_of(bus, types))
-    finally:
-        await bus.close()
 
 
 async def _explain_pod(args: argparse.Namespace) -> int:
@@ -216,6 +208,8 @@ async def _explain_pod(args: argparse.Namespace) -> int:
 
 
 async def _explain_node(args: argparse.Namespace) -> int:
+    """Looks the node up first, as _explain_pod the pod."""
+    await _within(args, "the node", require_node(_kubernetes(args), args.node))
     snapshot = await _snapshot(args)
     events = await _events(args, NODE_EVENT_TYPES)
     report = explain_node(snapshot, build_engine(snapshot, _options(args)), args.node, events)
@@ -227,12 +221,9 @@ async def _status(args: argparse.Namespace) -> int:
     leases = await _within(args, "the Leases", read_leases(_kubernetes(args), args.namespace))
     snapshot = await _snapshot(args)
     exposure = exposure_report(snapshot, build_engine(snapshot, _options(args)).index)
-    bus = await _bus(args)
-    try:
+    async with open_bus(nats_settings(args)) as bus:
         last = await _within(args, "the events stream", last_of_each_type(bus))
         streams = await _within(args, "the streams' state", stream_views(bus))
-    finally:
-        await bus.close()
     report = status_report(datetime.now(UTC), leases, last, len(exposure.workloads), streams)
     _print(args, report, render_status(report))
     return 1 if report.problems else 0

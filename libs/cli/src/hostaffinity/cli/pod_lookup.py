@@ -1,18 +1,24 @@
-"""The one pod `explain pod` asks about, read on its own before the snapshot: a mistyped name
-costs one request instead of a list of every pod, and the API object carries what the snapshot's
-pods leave out (generateName and creation time, to find the pod's admission; deletion)."""
+"""The one pod (or node) `explain` asks about, read on its own before the snapshot: a mistyped
+name costs one request instead of a list of every pod, and the pod's API object carries what the
+snapshot's pods leave out (generateName and creation time, to find the pod's admission;
+deletion)."""
 
 from __future__ import annotations
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from hostaffinity.cli.connections import open_api
 from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.kube import NODES, ResourceRef
 
 
 class PodNotFoundError(ValueError):
     """No such pod in the API."""
+
+
+class NodeNotFoundError(ValueError):
+    """No such node in the API."""
 
 
 class _Meta(msgspec.Struct, frozen=True, rename="camel"):
@@ -50,11 +56,27 @@ def split_pod_key(text: str) -> tuple[str, str]:
 async def read_pod(settings: KubernetesSettings, namespace: str, name: str) -> PodFacts:
     """The pod's API object; PodNotFoundError when there is none."""
     pods = ResourceRef("", "v1", "pods", namespace)
-    async with await api_client(settings) as api:
+    async with open_api(settings) as client:
         try:
-            body = await KubeClient(api).request("GET", pods.path(name))
+            body = await client.request("GET", pods.path(name))
         except ApiException as error:
             if error.status == 404:
-                raise PodNotFoundError(f"pod {namespace}/{name} does not exist") from None
+                raise PodNotFoundError(
+                    f"pod {namespace}/{name} does not exist (`kubectl get pods -n {namespace}` "
+                    "lists the ones that do)"
+                ) from None
             raise
     return msgspec.json.decode(body, type=PodFacts)
+
+
+async def require_node(settings: KubernetesSettings, name: str) -> None:
+    """NodeNotFoundError unless the API has a node of that name."""
+    async with open_api(settings) as client:
+        try:
+            await client.request("GET", NODES.path(name))
+        except ApiException as error:
+            if error.status == 404:
+                raise NodeNotFoundError(
+                    f"node {name} does not exist (`kubectl get nodes` lists the ones that do)"
+                ) from None
+            raise

@@ -7,7 +7,6 @@ API server. Nothing is written anywhere.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sized
@@ -28,11 +27,12 @@ from hostaffinity.affinity.model import (
 )
 from hostaffinity.affinity.resources import Resources, node_allocatable, pod_requests
 from hostaffinity.affinity.workloads import WorkloadRef
+from hostaffinity.cli.connections import open_api, open_bus
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.informer import Informer, InformerEvent
-from hostaffinity.runtime.kube import KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.kube import KubeClient, ResourceRef
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import DRS_BUCKET, DrsOwnership, EsxiHost, NodePlacement
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
@@ -55,13 +55,16 @@ class Progress:
         self._stream = stream  # None: whatever sys.stderr is when a line is written
 
     async def counted(self, what: str, reading: Awaitable[S]) -> S:
-        """Await one read, announcing it before and counting what it returned after."""
-        stream = self._stream or sys.stderr
+        """Await one read and say what it returned, once done: a read that fails leaves no
+        half-written line before the command's one line of failure."""
         started = time.perf_counter()
-        print(f"reading {what} ...", end="", file=stream, flush=True)
         result = await reading
         elapsed = time.perf_counter() - started
-        print(f" {len(result)} in {elapsed:.1f} s", file=self._stream or sys.stderr, flush=True)
+        print(
+            f"reading {what} ... {len(result)} in {elapsed:.1f} s",
+            file=self._stream or sys.stderr,
+            flush=True,
+        )
         return result
 
 
@@ -82,17 +85,7 @@ async def list_objects(
 ) -> dict[str, T]:
     """Every object of a resource, by `namespace/name`: the informer's paged list, no watch."""
     informer: Informer[T] = Informer(client, resource, _ignore, decode)
-    running = asyncio.create_task(informer.run())
-    synced = asyncio.create_task(informer.synced.wait())
-    try:
-        await asyncio.wait({running, synced}, return_when=asyncio.FIRST_COMPLETED)
-        if running.done():
-            running.result()  # the informer ended on its own: raise what stopped it
-        return dict(informer.cache)
-    finally:
-        for task in (running, synced):
-            task.cancel()
-        await asyncio.gather(running, synced, return_exceptions=True)
+    return dict(await informer.list_once())
 
 
 def _pod_with_requests(raw: bytes) -> tuple[Pod, Resources]:
@@ -122,35 +115,26 @@ async def vmi_owners(client: KubeClient) -> dict[tuple[str, str], WorkloadRef]:
     return owners
 
 
-async def read_api(
-    settings: KubernetesSettings, snapshot: ClusterSnapshot, progress: Progress
-) -> None:
+async def read_api(client: KubeClient, snapshot: ClusterSnapshot, progress: Progress) -> None:
     """Nodes, pods, namespaces and KubeVirt VMIs into the snapshot."""
-    async with await api_client(settings) as api:
-        client = KubeClient(api)
-        nodes = await progress.counted("nodes", list_objects(client, NODES, _with_allocatable))
-        snapshot.nodes, snapshot.allocatable = _split(nodes)
-        snapshot.namespaces = await progress.counted(
-            "namespaces", list_objects(client, NAMESPACES, decode_namespace)
-        )
-        pods = await progress.counted("pods", list_objects(client, PODS, _pod_with_requests))
-        snapshot.pods, snapshot.requests = _split(pods)
-        snapshot.vmi_owners = await progress.counted("KubeVirt VMIs", vmi_owners(client))
+    nodes = await progress.counted("nodes", list_objects(client, NODES, _with_allocatable))
+    snapshot.nodes, snapshot.allocatable = _split(nodes)
+    snapshot.namespaces = await progress.counted(
+        "namespaces", list_objects(client, NAMESPACES, decode_namespace)
+    )
+    pods = await progress.counted("pods", list_objects(client, PODS, _pod_with_requests))
+    snapshot.pods, snapshot.requests = _split(pods)
+    snapshot.vmi_owners = await progress.counted("KubeVirt VMIs", vmi_owners(client))
 
 
 def _split(pairs: Mapping[str, tuple[A, B]]) -> tuple[dict[str, A], dict[str, B]]:
     return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
 
 
-async def read_bus(settings: NatsSettings, snapshot: ClusterSnapshot, progress: Progress) -> None:
+async def read_bus(bus: Bus, snapshot: ClusterSnapshot, progress: Progress) -> None:
     """Placements and hosts from the topology KV; DRS ownership records when the bucket exists."""
-    bus = await Bus.connect(settings, name="hostaffinity-cli")
-    try:
-        topology = await progress.counted("topology KV", _topology(bus))
-        snapshot.placements, snapshot.hosts = topology
-        snapshot.drs_records = await progress.counted("DRS ownership records", _drs_records(bus))
-    finally:
-        await bus.close()
+    snapshot.placements, snapshot.hosts = await progress.counted("topology KV", _topology(bus))
+    snapshot.drs_records = await progress.counted("DRS ownership records", _drs_records(bus))
 
 
 class _Topology(NamedTuple):
@@ -201,8 +185,11 @@ async def _drs_records(bus: Bus) -> list[DrsOwnership]:
 async def read_snapshot(
     kubernetes: KubernetesSettings, nats: NatsSettings, progress: Progress
 ) -> ClusterSnapshot:
-    """The whole snapshot: the bus first (small), then the API."""
+    """The whole snapshot: the bus first (small), then the API. Both are opened (the
+    kubeconfig checked and the API probed first: that is the quicker to say) before either is
+    read, so a missing one is the only line a failure prints."""
     snapshot = ClusterSnapshot()
-    await read_bus(nats, snapshot, progress)
-    await read_api(kubernetes, snapshot, progress)
+    async with open_api(kubernetes, probe=NODES) as client, open_bus(nats) as bus:
+        await read_bus(bus, snapshot, progress)
+        await read_api(client, snapshot, progress)
     return snapshot

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from hostaffinity.cli.event_log import stream_info
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM
@@ -19,7 +18,7 @@ async def stream_views(bus: Bus) -> list[StreamView]:
     """Each stream's state; a replica that is not current (or offline) counts as lagging."""
     views = []
     for name in STREAMS:
-        info = await stream_info(bus, name)
+        info = await bus.js.stream_info(name)
         cluster = info.cluster
         peers = (cluster.replicas or []) if cluster is not None else []
         lagging = {p.name or "?": p.lag or 0 for p in peers if not p.current or p.offline}

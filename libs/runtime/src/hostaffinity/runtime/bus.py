@@ -79,21 +79,40 @@ class Bus:
         name: str,
         reconnect_wait_seconds: int = 2,
         request_timeout_seconds: float = 5.0,
+        give_up_after_seconds: float | None = None,
+        quiet: bool = False,
     ) -> "Bus":
         """Connect as `name` (shown in NATS monitoring), retrying until the first connection
-        succeeds, and keep reconnecting for ever after it."""
+        succeeds, and keep reconnecting for ever after it.
+
+        A command at a terminal (the CLI) passes `give_up_after_seconds`, after which the last
+        failure is raised as `BusUnreachable`, and `quiet`, which logs retries, disconnects and
+        connection errors at debug: its user wants one line at the end, not a warning per try.
+        """
         if missing := settings.missing_files():
             # A Secret not mounted: retrying cannot help, and a refused connection would hide it.
             raise ConfigFileError(f"configured files missing: {', '.join(missing)}")
+        trouble = logging.DEBUG if quiet else logging.WARNING
+        loop = asyncio.get_running_loop()
+        deadline = None if give_up_after_seconds is None else loop.time() + give_up_after_seconds
         delay = settings.connect_retry_initial_seconds
         while True:
             try:
-                nc = await _connect_once(settings, name, reconnect_wait_seconds)
+                # A round is bounded by nats-py's connect timeout per attempt; it is never
+                # cancelled midway, which would leave the half-made client's tasks behind.
+                nc = await _connect_once(settings, name, reconnect_wait_seconds, trouble)
             except (OSError, TimeoutError, NatsError) as err:
-                _log.warning(
+                reason = str(err) or type(err).__name__
+                if deadline is not None and loop.time() + delay >= deadline:
+                    raise BusUnreachable(
+                        f"cannot reach NATS at {', '.join(settings.servers)} "
+                        f"within {give_up_after_seconds:g} s ({reason})"
+                    ) from None
+                _log.log(
+                    trouble,
                     "cannot reach NATS at %s (%s); retrying in %.1f s",
                     ", ".join(settings.servers),
-                    str(err) or type(err).__name__,
+                    reason,
                     delay,
                 )
                 await asyncio.sleep(delay)
@@ -174,7 +193,9 @@ class Bus:
         await self.nc.close()
 
 
-async def _connect_once(settings: NatsSettings, name: str, reconnect_wait_seconds: int) -> Client:
+async def _connect_once(
+    settings: NatsSettings, name: str, reconnect_wait_seconds: int, trouble: int
+) -> Client:
     """One round of first-connection attempts (each server at most twice). With unlimited
     reconnects nats-py would retry the first connection by itself, at a fixed pace and out of
     the caller's sight; limited here, it raises `NoServersError`, so the caller's backoff and
@@ -183,7 +204,7 @@ async def _connect_once(settings: NatsSettings, name: str, reconnect_wait_second
 
     async def disconnected() -> None:
         if not nc.is_closed:  # close() also reports a disconnect
-            _log.warning("disconnected from NATS; reconnecting")
+            _log.log(trouble, "disconnected from NATS; reconnecting")
 
     async def reconnected() -> None:
         _log.info("reconnected to NATS")
@@ -191,10 +212,13 @@ async def _connect_once(settings: NatsSettings, name: str, reconnect_wait_second
     async def closed() -> None:
         _log.info("NATS connection closed")
 
-    async def error(err: Exception) -> None:
-        _log.warning("NATS connection error: %s", err)
+    failures: list[str] = []
 
-    await nc.connect(
+    async def error(err: Exception) -> None:
+        failures.append(str(err) or type(err).__name__)
+        _log.log(trouble, "NATS connection error: %s", err)
+
+    connecting = nc.connect(
         settings.servers,
         name=name,
         max_reconnect_attempts=FIRST_CONNECT_ATTEMPTS,
@@ -208,9 +232,20 @@ async def _connect_once(settings: NatsSettings, name: str, reconnect_wait_second
         nkeys_seed=settings.nkey_seed_file,
         tls=tls_context(settings),
     )
+    try:
+        await connecting
+    except NatsError as err:
+        # "no servers available" alone hides why: name the last failure the attempts reported.
+        if failures:
+            raise NatsError(failures[-1]) from err
+        raise
     nc.options["max_reconnect_attempts"] = UNLIMITED_RECONNECTS
     return nc
 
 
 class ConfigFileError(RuntimeError):
     """A file the NATS settings name does not exist; retrying will not help."""
+
+
+class BusUnreachable(RuntimeError):
+    """No NATS server answered before the caller's deadline; says where and the last failure."""

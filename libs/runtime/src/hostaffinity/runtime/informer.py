@@ -204,6 +204,15 @@ class Informer(Generic[T]):
         finally:
             await self._dispatcher.close()
 
+    async def list_once(self) -> Mapping[str, T]:
+        """One paged LIST into the cache, no watch and no retry: a caller that wants an answer
+        now (the CLI) hears of the first failure instead of waiting through retries."""
+        try:
+            await self._relist()
+        finally:
+            await self._dispatcher.close()
+        return self._cache
+
     async def _relist(self) -> str:
         """A full paged LIST; the cache is replaced and the differences are emitted."""
         fresh: dict[str, T] = {}

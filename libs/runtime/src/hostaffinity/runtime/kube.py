@@ -87,6 +87,11 @@ class KubeClient:
             sock_connect=self.settings.connect_timeout_seconds,
         )
 
+    @property
+    def server(self) -> str:
+        """The API server's address, as the kubeconfig (or --server) names it."""
+        return str(self._api.configuration.host)
+
     async def _send(
         self,
         method: str,

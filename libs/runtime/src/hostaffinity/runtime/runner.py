@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.metadata
 import logging
 import os
 import signal
@@ -82,6 +81,7 @@ from hostaffinity.runtime.health import HealthServer, ReadinessCheck
 from hostaffinity.runtime.kube import KubeClient, api_client
 from hostaffinity.runtime.leader import LeaderElector
 from hostaffinity.runtime.telemetry import setup_telemetry
+from hostaffinity.schema.version import release_version
 
 C = TypeVar("C", bound=ServiceSettings)
 T = TypeVar("T")
@@ -131,10 +131,7 @@ class ServiceSpec(Generic[C]):
         return f"hostaffinity-{self.name}"
 
     def version(self) -> str:
-        try:
-            return importlib.metadata.version(self.program)
-        except importlib.metadata.PackageNotFoundError:
-            return "unknown"
+        return release_version(self.program)
 
 
 class ServiceContext(Generic[C]):

@@ -1,0 +1,129 @@
+"""k8s/base with k8s/components rendered onto it, as `kustomize build` does for what they use.
+
+No kustomize or kubectl can be installed here (Debian's kubernetes-client is v1.20, whose
+built-in kustomize predates components), so the release (scripts/release.py) and the manifest
+tests (tests/test_deploy_manifests.py) both render through this module. It covers exactly the
+features k8s/ uses: `resources`, the kustomization's `namespace` on objects that have none,
+`configMapGenerator` in its `files` form with `options.labels`, and a component's `patches` in
+the two forms they are written in (an RFC 6902 list on a `target`, and `$patch: delete`).
+
+Where it differs from kustomize: a generated ConfigMap keeps the name as written (kustomize
+appends a hash of the content to the name and to every reference, so a change of content rolls
+the pods that mount it; here a changed nats config needs a `kubectl rollout restart`), and
+anything k8s/ does not use is not implemented and is refused (`KeyError`/`ValueError`), so a
+new feature fails the tests instead of being silently dropped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "k8s" / "base"
+COMPONENTS = ROOT / "k8s" / "components"
+SUPPORTED = {"apiVersion", "kind", "namespace", "resources", "configMapGenerator", "patches"}
+# kustomize's default output order (api/resid/gvk.go, orderFirst and orderLast): what others
+# refer to is applied first, the webhooks that would intercept the rest last.
+ORDER_FIRST = (
+    "Namespace", "ResourceQuota", "StorageClass", "CustomResourceDefinition", "ServiceAccount",
+    "PodSecurityPolicy", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
+    "ConfigMap", "Secret", "Endpoints", "Service", "LimitRange", "PriorityClass",
+    "PersistentVolume", "PersistentVolumeClaim", "Deployment", "StatefulSet", "CronJob",
+    "PodDisruptionBudget",
+)  # fmt: skip
+ORDER_LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+# Kinds k8s/ ships that are cluster-scoped: the kustomization's namespace is not set on them.
+CLUSTER_SCOPED = {
+    "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration", "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding", "CustomResourceDefinition", "PriorityClass",
+}  # fmt: skip
+
+
+def load_all(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+
+
+def _kustomization(where: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((where / "kustomization.yaml").read_text())
+    if unsupported := set(loaded) - SUPPORTED:
+        raise ValueError(f"{where}/kustomization.yaml: not rendered here: {sorted(unsupported)}")
+    return loaded
+
+
+def _matches(document: dict[str, Any], target: dict[str, str]) -> bool:
+    return all(
+        (document["kind"] if key == "kind" else document["metadata"].get(key)) == value
+        for key, value in target.items()
+    )
+
+
+def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ConfigMaps of a kustomization's configMapGenerator, in the `files` form it uses."""
+    documents = []
+    for generator in kustomization.get("configMapGenerator", []):
+        data: dict[str, str] = {}
+        for entry in generator["files"]:
+            key, _, path = entry.rpartition("=")
+            data[key or Path(path).name] = (where / path).read_text(encoding="utf-8")
+        metadata: dict[str, Any] = {"name": generator["name"]}
+        if labels := generator.get("options", {}).get("labels"):
+            metadata["labels"] = labels
+        documents.append(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+        )
+    return documents
+
+
+def render(*components: str | None) -> list[dict[str, Any]]:
+    """k8s/base, with each component's resources added and its patches applied, in order."""
+    base = _kustomization(BASE)
+    documents = [d for name in base["resources"] for d in load_all(BASE / name)]
+    documents += generated_configmaps(BASE, base)
+    for component in dict.fromkeys(c for c in components if c is not None):
+        documents = _with_component(documents, component)
+    for document in documents:
+        if document["kind"] not in CLUSTER_SCOPED:
+            document["metadata"].setdefault("namespace", base["namespace"])
+    return documents
+
+
+def _with_component(documents: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
+    where = COMPONENTS / component
+    kustomization = _kustomization(where)
+    documents += [d for name in kustomization.get("resources", []) for d in load_all(where / name)]
+    documents += generated_configmaps(where, kustomization)
+    for patch in kustomization.get("patches", []):
+        content = yaml.safe_load((where / patch["path"]).read_text())
+        if isinstance(content, dict) and content.get("$patch") == "delete":
+            target = {"kind": content["kind"], "name": content["metadata"]["name"]}
+            if not any(_matches(d, target) for d in documents):
+                raise ValueError(f"{component}: {patch['path']} deletes nothing")
+            documents = [d for d in documents if not _matches(d, target)]
+            continue
+        targets = [d for d in documents if _matches(d, patch["target"])]
+        if not targets:
+            raise ValueError(f"{component}: {patch['path']} matches no object")
+        for document in targets:
+            patched = jsonpatch.apply_patch(document, content)
+            document.clear()
+            document.update(patched)
+    return documents
+
+
+def kustomize_order(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The documents in the order `kustomize build` prints them (stable within a kind)."""
+
+    def rank(document: dict[str, Any]) -> int:
+        kind = document["kind"]
+        if kind in ORDER_FIRST:
+            return ORDER_FIRST.index(kind)
+        if kind in ORDER_LAST:
+            return len(ORDER_FIRST) + 1 + ORDER_LAST.index(kind)
+        return len(ORDER_FIRST)
+
+    return sorted(documents, key=rank)

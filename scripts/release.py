@@ -1,0 +1,133 @@
+"""`make release`: what an operator installs, versioned, written into dist/ (ignored by git).
+
+- `hostaffinity-<version>-<variant>.yaml`: one install manifest per variant, k8s/base with the
+  variant's component rendered onto it (scripts/manifests.py), in kustomize's order, for
+  `kubectl apply --server-side -f`;
+- the wheels of the CLI and of the three libraries it depends on, and `constraints.txt`, which
+  pins them to this version and every other dependency to what uv.lock tested, so
+  `uv tool install --find-links dist -c dist/constraints.txt dist/hostaffinity_cli-*.whl` (or
+  pipx with the same pip arguments) installs the `hostaffinity` that was released.
+
+The version is the workspace's (pyproject.toml); the release stops if any member or any image
+in k8s/ says another.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scripts.manifests import ROOT, kustomize_order, render
+
+DIST = ROOT / "dist"
+IMAGE_PREFIX = "ghcr.io/hostaffinity/"
+# The variant's name in the file name -> the components rendered onto k8s/base.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "base": (),
+    "scheduler-extender": ("scheduler-extender",),
+    "admission-policy": ("admission-policy",),
+    "monitoring": ("monitoring",),
+    "cert-manager": ("cert-manager",),
+}
+# The CLI and the workspace members it needs, each built as its own wheel.
+WHEELS = (
+    "hostaffinity-schema",
+    "hostaffinity-affinity",
+    "hostaffinity-runtime",
+    "hostaffinity-cli",
+)
+
+
+def workspace_version() -> str:
+    version: str = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    return version
+
+
+def member_versions() -> dict[str, str]:
+    """Each workspace member's name -> the version its pyproject.toml gives it."""
+    found = {}
+    for pyproject in sorted(ROOT.glob("*/*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        found[project["name"]] = project["version"]
+    return found
+
+
+def our_images(documents: list[dict[str, Any]]) -> set[str]:
+    """Every hostaffinity image the documents' pods run (init containers included)."""
+    images = set()
+    for document in documents:
+        template = document.get("spec", {}).get("template", {})
+        if document["kind"] == "CronJob":
+            template = document["spec"]["jobTemplate"]["spec"]["template"]
+        pod = template.get("spec", {})
+        for container in pod.get("containers", []) + pod.get("initContainers", []):
+            if container["image"].startswith(IMAGE_PREFIX):
+                images.add(container["image"])
+    return images
+
+
+def disagreements(version: str) -> list[str]:
+    """Every place that names a release version other than `version`."""
+    wrong = [f"{name} {v}" for name, v in member_versions().items() if v != version]
+    for variant, components in VARIANTS.items():
+        wrong += [
+            f"{variant}: {image}"
+            for image in sorted(our_images(render(*components)))
+            if image.rpartition(":")[2] != version
+        ]
+    return wrong
+
+
+def write_manifests(version: str) -> list[Path]:
+    written = []
+    for variant, components in VARIANTS.items():
+        path = DIST / f"hostaffinity-{version}-{variant}.yaml"
+        documents = kustomize_order(render(*components))
+        path.write_text(
+            f"# hostaffinity {version}: k8s/base"
+            + "".join(f" + k8s/components/{c}" for c in components)
+            + " (make release)\n"
+            + yaml.safe_dump_all(documents, sort_keys=False),
+            encoding="utf-8",
+        )
+        written.append(path)
+    return written
+
+
+def build_wheels(version: str) -> list[Path]:
+    for package in WHEELS:
+        subprocess.run(
+            ["uv", "build", "--quiet", "--wheel", "--package", package, "--out-dir", str(DIST)],
+            check=True,
+            cwd=ROOT,
+        )
+    exported = subprocess.run(
+        ["uv", "export", "--frozen", "--quiet", "--package", "hostaffinity-cli", "--no-dev",
+         "--no-hashes", "--no-emit-workspace", "--no-header", "--no-annotate"],
+        check=True, cwd=ROOT, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    ours = "".join(f"{package}=={version}\n" for package in WHEELS)
+    (DIST / "constraints.txt").write_text(ours + exported, encoding="utf-8")
+    return [*sorted(DIST.glob("*.whl")), DIST / "constraints.txt"]
+
+
+def main() -> int:
+    version = workspace_version()
+    if wrong := disagreements(version):
+        print(f"release: not version {version}: {', '.join(wrong)}", file=sys.stderr)
+        return 1
+    shutil.rmtree(DIST, ignore_errors=True)
+    DIST.mkdir()
+    for path in write_manifests(version) + build_wheels(version):
+        print(f"release: {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
