@@ -1,5 +1,5 @@
 """The bus as it ships: nats-servers started from k8s/base/nats (cluster.conf or local.conf,
-with auth.conf beside it), every client one of its identities.
+with auth.conf and subscribers.conf beside it), every client one of its identities.
 
 `NatsCluster` is the Kubernetes StatefulSet on loopback: three servers from cluster.conf, TLS on
 clients and routes, R3. Rendering changes only what a pod's environment makes different here,
@@ -23,6 +23,7 @@ from typing import Final
 import pytest
 
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, server_tls, write_local_credentials
+from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
 from tests.platform.nats import free_port, nats_server_binary, stop_process
@@ -176,6 +177,9 @@ class NatsCluster:
                 render_cluster_conf(index, self.ports, self.tls_dir, store, sync_always=sync_always)
             )
             (folder / "auth.conf").write_text(shipped("auth.conf"))
+            # One subscribers.conf for all three, as the Secret mounted into each pod is: the
+            # one `hostaffinity bus credentials` (and `bus subscriber`) write.
+            (folder / SUBSCRIBERS_CONF).symlink_to(self.credentials_dir / SUBSCRIBERS_CONF)
             env = {**server_env, "POD_NAME": f"nats-{index}"}
             self.servers.append(
                 ServerProcess(f"nats-{index}", config, env, self.ports[index].monitor)
