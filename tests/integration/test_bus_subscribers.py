@@ -22,27 +22,16 @@ from tests.platform.bus_probe import REPLY_SECONDS, Session, session
 from tests.platform.nats_cluster import NatsCluster
 
 
-def _pid_files(cluster: NatsCluster) -> list[Path]:
-    return [server.config.parent / "nats.pid" for server in cluster.servers]
-
-
 def _pids(cluster: NatsCluster) -> list[int]:
-    return [int(path.read_text()) for path in _pid_files(cluster)]
+    return [int(path.read_text()) for path in cluster.pid_files]
 
 
 async def subscriber(
     cluster: NatsCluster, capsys: pytest.CaptureFixture[str], verb: str, *argv: str
 ) -> tuple[int, str]:
-    """`hostaffinity bus subscriber VERB ...` against the cluster, as its operator runs it."""
-    command = ["bus", "subscriber", verb, *argv, "--dir", str(cluster.credentials_dir)]
-    if verb != "list":
-        for pid_file in _pid_files(cluster):
-            command += ["--pid-file", str(pid_file)]
-        for url in cluster.urls:
-            command += ["--nats", url]
-        command += ["--nats-ca-file", str(cluster.tls_dir / "ca.crt")]
+    """`hostaffinity bus subscriber VERB ...` against the cluster; exit code and stdout."""
     capsys.readouterr()
-    code = await asyncio.to_thread(exit_code, command)
+    code = await asyncio.to_thread(exit_code, cluster.subscriber_command(verb, *argv))
     return code, capsys.readouterr().out
 
 

@@ -216,6 +216,23 @@ class NatsCluster:
         finally:
             await bus.close()
 
+    @property
+    def pid_files(self) -> list[Path]:
+        """Each server's pid file (cluster.conf's pid_file, beside its config here)."""
+        return [server.config.parent / "nats.pid" for server in self.servers]
+
+    def subscriber_command(self, verb: str, *argv: str) -> list[str]:
+        """`hostaffinity bus subscriber VERB ...` as this cluster's operator runs it: the
+        local credentials folder, each server's pid file, provisioning over TLS."""
+        command = ["bus", "subscriber", verb, *argv, "--dir", str(self.credentials_dir)]
+        if verb == "list":
+            return command
+        for pid_file in self.pid_files:
+            command += ["--pid-file", str(pid_file)]
+        for url in self.urls:
+            command += ["--nats", url]
+        return [*command, "--nats-ca-file", str(self.tls_dir / "ca.crt")]
+
     async def start(self) -> None:
         for server in self.servers:
             await server.start(wait=False)

@@ -147,9 +147,11 @@ def render_subscribers_conf(subscribers: Sequence[Subscriber]) -> str:
     )
 
 
-def consumer_config(subscriber: Subscriber) -> ConsumerConfig:
+def consumer_config(
+    subscriber: Subscriber, ack_wait_seconds: float = ACK_WAIT_SECONDS
+) -> ConsumerConfig:
     """The subscriber's durable pull consumer: its types only, from the oldest event the stream
-    keeps, explicit acks."""
+    keeps, explicit acks; an event unacked for `ack_wait_seconds` is delivered again."""
     subjects = subscriber.subjects
     return ConsumerConfig(
         name=subscriber.name,
@@ -157,7 +159,7 @@ def consumer_config(subscriber: Subscriber) -> ConsumerConfig:
         description=f"outside subscriber {subscriber.name} (hostaffinity bus subscriber)",
         deliver_policy=DeliverPolicy.ALL,
         ack_policy=AckPolicy.EXPLICIT,
-        ack_wait=ACK_WAIT_SECONDS,
+        ack_wait=ack_wait_seconds,
         max_ack_pending=MAX_ACK_PENDING,
         filter_subject=subjects[0] if len(subjects) == 1 else None,
         filter_subjects=subjects if len(subjects) > 1 else None,

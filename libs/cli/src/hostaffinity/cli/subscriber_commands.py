@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Final, Protocol
 
 import nats.errors
+from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.bus_credentials import new_user_seed, public_key
 from hostaffinity.cli.bus_subscribers import (
+    ACK_WAIT_SECONDS,
     REGISTRY_FILE,
     SUBSCRIBERS_CONF,
     LocalSubscribers,
@@ -156,22 +158,20 @@ async def _provisioning(args: argparse.Namespace) -> AsyncIterator[Bus]:
         await bus.close()
 
 
-async def create_consumer(bus: Bus, subscriber: Subscriber, wait_seconds: float) -> None:
+async def create_consumer(bus: Bus, config: ConsumerConfig, wait_seconds: float) -> None:
     """Create or update the subscriber's consumer, retrying while the servers still run the
     config from before (the request is refused, so it goes unanswered)."""
     try:
         async with asyncio.timeout(wait_seconds):
             while True:
                 try:
-                    await bus.js.add_consumer(
-                        EVENTS_STREAM, consumer_config(subscriber), timeout=_ATTEMPT_SECONDS
-                    )
+                    await bus.js.add_consumer(EVENTS_STREAM, config, timeout=_ATTEMPT_SECONDS)
                     return
                 except nats.errors.TimeoutError:
                     await asyncio.sleep(0.2)
     except TimeoutError:
         raise RuntimeError(
-            f"the bus did not let provisioning create consumer {subscriber.name} within "
+            f"the bus did not let provisioning create consumer {config.durable_name} within "
             f"{wait_seconds:g} s: have the servers reloaded {SUBSCRIBERS_CONF}?"
         ) from None
 
@@ -199,7 +199,8 @@ async def add_subscriber(args: argparse.Namespace) -> int:
         print(f"then run this command again (with --nats): it creates the consumer {name}")
         return 0
     async with _provisioning(args) as bus:
-        await create_consumer(bus, subscriber, _reload_seconds(args))
+        config = consumer_config(subscriber, args.ack_wait)
+        await create_consumer(bus, config, _reload_seconds(args))
     print(f"subscriber {name}: {', '.join(events)}")
     print(f"consumer: {EVENTS_STREAM}/{name} (durable, pull, explicit ack)")
     print(f"inbox prefix: _INBOX_{name}")
@@ -241,6 +242,13 @@ def add_subscriber_commands(verbs: argparse._SubParsersAction[argparse.ArgumentP
     adding = actions.add_parser("add", help="add (or change the types of) a subscriber")
     adding.add_argument("name", help="the subscriber's identity and durable consumer name")
     adding.add_argument("--events", required=True, help="TYPE[,TYPE...], e.g. pod.evicted,vm.moved")
+    adding.add_argument(
+        "--ack-wait",
+        type=float,
+        default=ACK_WAIT_SECONDS,
+        help="seconds an event may stay unacked before it comes again "
+        f"(default {ACK_WAIT_SECONDS:g})",
+    )
     adding.set_defaults(run=add_subscriber)
     removing = actions.add_parser("remove", help="remove a subscriber and its consumer")
     removing.add_argument("name")
