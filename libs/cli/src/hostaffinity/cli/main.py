@@ -1,20 +1,22 @@
-"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream, the
+"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to read the event stream, the
 operator's `topology`, `exposure` and `what-if maintenance`, and `bus` to set up NATS
 (`provision`, `credentials`, `secrets`, `auth-config`)."""
 
 import argparse
 import asyncio
+import datetime
 import json
 import logging
 import sys
 from collections.abc import Sequence
 
 import msgspec
-from nats.js.api import DeliverPolicy
 
 from hostaffinity.cli.bus_commands import add_bus_commands
 from hostaffinity.cli.cluster_check import add_check_command
 from hostaffinity.cli.demo import add_demo_command
+from hostaffinity.cli.event_log import read_events
+from hostaffinity.cli.event_query import EventQuery, parse_since, table_header, table_row
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
@@ -22,7 +24,6 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.kube import NODES, KubeClient, api_client
 from hostaffinity.runtime.vcenter import connect
-from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
 
 
 async def node_names(kubeconfig: str | None, server: str | None = None) -> list[str]:
@@ -45,8 +46,20 @@ async def seed(args: argparse.Namespace) -> int:
     return 0
 
 
-async def follow_events(args: argparse.Namespace) -> int:
-    """Print events as JSON lines; from the start of the stream with --all."""
+async def show_events(args: argparse.Namespace) -> int:
+    """Events as a table or JSON lines: filtered by the server to the asked types and start
+    time; up to now with --since (on with --follow), else followed as they come."""
+    query = EventQuery(
+        types=tuple(t for listed in args.type for t in listed.split(",") if t),
+        since=None
+        if args.since is None
+        else parse_since(args.since, datetime.datetime.now(datetime.UTC)),
+        pod=args.pod,
+        node=args.node,
+        host=args.host,
+    )
+    output = args.output or ("table" if sys.stdout.isatty() else "json")
+    follow = args.follow or args.since is None
     try:
         # The runtime's connect retries for ever, as a service should; a person at a terminal
         # wants to hear that NATS is not there.
@@ -56,27 +69,12 @@ async def follow_events(args: argparse.Namespace) -> int:
         raise RuntimeError(
             f"cannot reach NATS at {args.nats} within {args.connect_timeout:g} s"
         ) from None
-    policy = DeliverPolicy.ALL if args.all else DeliverPolicy.NEW
-    # Naming the stream spares a STREAM.NAMES lookup the read-only identity may not make.
-    subscription = await bus.js.subscribe(
-        f"{EVENTS_SUBJECT_PREFIX}.>",
-        stream=EVENTS_STREAM,
-        ordered_consumer=True,
-        deliver_policy=policy,
-    )
     try:
-        async for message in subscription.messages:
-            try:
-                event = decode_event(message.data)
-            except UNDECODABLE as error:
-                print(
-                    f"undecodable message on {message.subject} ({len(message.data)} bytes): "
-                    f"{str(error)[:200]}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                continue
-            print(msgspec.json.encode(event).decode(), flush=True)
+        if output == "table":
+            print(table_header(), flush=True)
+        async for event in read_events(bus, query, follow=follow, from_start=args.all):
+            line = table_row(event) if output == "table" else msgspec.json.encode(event).decode()
+            print(line, flush=True)
     finally:
         await bus.close()
     return 0
@@ -91,13 +89,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     seeding.add_argument("--server", help="API server address replacing the kubeconfig's")
     seeding.add_argument("--nodes", help="comma-separated node names instead of asking Kubernetes")
     seeding.set_defaults(run=seed)
-    events = commands.add_parser("events", help="print hostaffinity events as JSON lines")
+    events = commands.add_parser(
+        "events", help="hostaffinity events, filtered: by type, time and object"
+    )
     add_nats_options(events)
-    events.add_argument("--all", action="store_true", help="from the start of the stream")
+    events.add_argument(
+        "--type", action="append", default=[], help="TYPE[,TYPE...] (e.g. pod.evicted); repeatable"
+    )
+    events.add_argument(
+        "--since", help="from a duration ago (90s, 15m, 2h, 7d, 1w) or a time (ISO 8601), to now"
+    )
+    events.add_argument("--follow", action="store_true", help="with --since: go on with new ones")
+    events.add_argument("--all", action="store_true", help="from the start of the stream, and on")
+    events.add_argument("--pod", help="NAMESPACE/NAME: events that name this pod")
+    events.add_argument("--node", help="events that name this Kubernetes node")
+    events.add_argument("--host", help="events that name this ESXi host")
+    events.add_argument(
+        "-o", "--output", choices=("json", "table"), help="default: table on a terminal, else json"
+    )
     events.add_argument(
         "--connect-timeout", type=float, default=30.0, help="seconds to wait for NATS (default 30)"
     )
-    events.set_defaults(run=follow_events)
+    events.set_defaults(run=show_events)
     add_operator_commands(commands)
     add_bus_commands(commands)
     add_check_command(commands)
