@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hostaffinity.cli.bus_access import IDENTITY_NAMES
 from hostaffinity.cli.bus_credentials import IDENTITIES_SECRET, TLS_SECRET, public_key
 from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF, Subscriber, render_subscribers_conf
@@ -25,14 +27,19 @@ CLI = Path(sys.executable).parent / "hostaffinity"
 NAMESPACE = "hostaffinity"
 
 
-async def bus_secrets(kubeconfig: Path) -> str:
+async def hostaffinity(kubeconfig: Path, *argv: str) -> str:
+    """The command as the Job (or an operator) runs it in the namespace; its stdout."""
     run = await asyncio.create_subprocess_exec(
-        str(CLI), "bus", "secrets", "--namespace", NAMESPACE, "--kubeconfig", str(kubeconfig),
+        str(CLI), *argv, "--namespace", NAMESPACE, "--kubeconfig", str(kubeconfig),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(run.communicate(), 60)
     assert run.returncode == 0, err.decode()
     return out.decode()
+
+
+async def bus_secrets(kubeconfig: Path) -> str:
+    return await hostaffinity(kubeconfig, "bus", "secrets")
 
 
 def stored(kube: KubeDouble, name: str) -> dict[str, Any]:
@@ -41,11 +48,16 @@ def stored(kube: KubeDouble, name: str) -> dict[str, Any]:
     return secret
 
 
-async def test_secrets_are_made_once_kept_and_completed_for_a_new_identity(
-    kube_double: KubeDouble, kubeconfig: Path
-) -> None:
+@pytest.fixture
+async def first(kube_double: KubeDouble, kubeconfig: Path) -> str:
+    """The Job's first run in a fresh namespace; its output."""
     kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    first = await bus_secrets(kubeconfig)
+    return await bus_secrets(kubeconfig)
+
+
+async def test_secrets_are_made_once_kept_and_completed_for_a_new_identity(
+    kube_double: KubeDouble, kubeconfig: Path, first: str
+) -> None:
     assert f"secret {NAMESPACE}/{IDENTITIES_SECRET}: created" in first
     assert f"secret {NAMESPACE}/{TLS_SECRET}: created" in first
     identities = stored(kube_double, IDENTITIES_SECRET)["data"]
@@ -70,25 +82,13 @@ async def test_secrets_are_made_once_kept_and_completed_for_a_new_identity(
     assert base64.b64decode(now["admission-webhook.pub"]).startswith(b"U")
 
 
-async def hostaffinity(kubeconfig: Path, *argv: str) -> str:
-    run = await asyncio.create_subprocess_exec(
-        str(CLI), *argv, "--namespace", NAMESPACE, "--kubeconfig", str(kubeconfig),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(run.communicate(), 60)
-    assert run.returncode == 0, err.decode()
-    return out.decode()
-
-
 def secret_file(kube: KubeDouble, name: str, key: str) -> bytes:
     return base64.b64decode(stored(kube, name)["data"][key])
 
 
 async def test_subscribers_live_in_secrets_the_nats_pods_mount_and_each_release_renders(
-    kube_double: KubeDouble, kubeconfig: Path
+    kube_double: KubeDouble, kubeconfig: Path, first: str
 ) -> None:
-    kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    first = await bus_secrets(kubeconfig)
     assert f"secret {NAMESPACE}/{SUBSCRIBERS_SECRET}: created" in first
     assert secret_file(kube_double, SUBSCRIBERS_SECRET, SUBSCRIBERS_CONF).decode() == (
         render_subscribers_conf([])
