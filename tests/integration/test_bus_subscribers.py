@@ -2,24 +2,35 @@
 `hostaffinity bus subscriber add` gives one an identity that reads only its event types through
 its own durable consumer, and refuses it everything else (the permission-probe style of
 test_bus_permissions.py: each refusal is the server's `Permissions Violation`); add and remove
-reload the servers, which keep running (same pids) and keep their clients.
+reload the servers, which keep running (same pids) and keep their clients. In Kubernetes the
+same through the Secrets, with the kubelet and the pods' reloader emulated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import nats.errors
 import pytest
 
+from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
+from hostaffinity.cli.kubernetes_subscribers import SEED_KEY, SUBSCRIBERS_SECRET, seed_secret_name
+from hostaffinity.cli.subscriber_commands import reload_servers
 from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, event_subject
 from tests.integration.cli_runner import exit_code
 from tests.platform.bus_probe import REPLY_SECONDS, Session, session
+from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
+
+NAMESPACE = "hostaffinity"
+RELOADED_SECONDS = 10.0
 
 
 def _pids(cluster: NatsCluster) -> list[int]:
@@ -130,3 +141,71 @@ async def test_subscribers_are_added_and_removed_without_restarting_the_bus(
         assert service.nc.stats["reconnects"] == 0
     code, out = await subscriber(nats_cluster, capsys, "list")
     assert out == ""
+
+
+async def kubelet_and_reloader(cluster: NatsCluster, kube: KubeDouble) -> None:
+    """What Kubernetes does for the StatefulSet, emulated: the kubelet writes the Secret's
+    subscribers.conf into each pod's mounted volume (one file here, linked into every server's
+    folder), and each pod's reloader signals its server when the file changed."""
+    loaded = b""
+    while True:
+        secret = kube.read("v1", "secrets", SUBSCRIBERS_SECRET, NAMESPACE)
+        conf = base64.b64decode(secret["data"][SUBSCRIBERS_CONF]) if secret else b""
+        if conf and conf != loaded:
+            (cluster.credentials_dir / SUBSCRIBERS_CONF).write_bytes(conf)
+            reload_servers(cluster.pid_files)
+            loaded = conf
+        await asyncio.sleep(0.2)
+
+
+async def refused_once_reloaded(cluster: NatsCluster, seed: Path) -> None:
+    """The removed identity's seed is refused once the servers loaded the Secret (a reload
+    that, in Kubernetes, follows the command by the kubelet's sync)."""
+    deadline = time.monotonic() + RELOADED_SECONDS
+    while True:
+        try:
+            async with session(cluster, "audit", seed):
+                pass
+        except (nats.errors.Error, OSError):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"a removed subscriber still connects after {RELOADED_SECONDS} s")
+        await asyncio.sleep(0.2)
+
+
+async def test_in_kubernetes_the_secret_reaches_the_servers_and_the_consumer_follows(
+    nats_cluster: NatsCluster, kube_double: KubeDouble, kubeconfig: Path, tmp_path: Path
+) -> None:
+    kube_double.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    kubernetes = ["--namespace", NAMESPACE, "--kubeconfig", str(kubeconfig)]
+    assert await asyncio.to_thread(exit_code, ["bus", "secrets", *kubernetes]) == 0
+    through_the_bus = [
+        *(option for url in nats_cluster.urls for option in ("--nats", url)),
+        "--nats-ca-file", str(nats_cluster.tls_dir / "ca.crt"),
+        "--nats-seed", str(nats_cluster.seeds["provision"]),
+    ]  # fmt: skip
+    pids = _pids(nats_cluster)
+    emulation = asyncio.create_task(kubelet_and_reloader(nats_cluster, kube_double))
+    try:
+        add = ["bus", "subscriber", "add", "audit", "--events", "vm.moved", *kubernetes]
+        assert await asyncio.to_thread(exit_code, [*add, *through_the_bus]) == 0
+        secret = kube_double.read("v1", "secrets", seed_secret_name("audit"), NAMESPACE)
+        assert secret is not None
+        seed = tmp_path / "audit.nk"
+        seed.write_bytes(base64.b64decode(secret["data"][SEED_KEY]))
+        await publish(nats_cluster, "node-labeller", ["vm.moved"])
+        async with session(nats_cluster, "audit", seed) as audit:
+            pull = await audit.nc.jetstream().pull_subscribe_bind("audit", stream=EVENTS_STREAM)
+            [message] = await pull.fetch(1, timeout=REPLY_SECONDS)
+            await message.ack_sync(timeout=REPLY_SECONDS)
+            assert await audit.publish_refused(f"$JS.API.STREAM.INFO.{EVENTS_STREAM}")
+
+        remove = ["bus", "subscriber", "remove", "audit", *kubernetes]
+        assert await asyncio.to_thread(exit_code, [*remove, *through_the_bus]) == 0
+        assert kube_double.read("v1", "secrets", seed_secret_name("audit"), NAMESPACE) is None
+        await refused_once_reloaded(nats_cluster, seed)
+    finally:
+        emulation.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await emulation
+    assert _pids(nats_cluster) == pids
