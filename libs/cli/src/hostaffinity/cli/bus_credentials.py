@@ -20,6 +20,7 @@ from typing import Any, Final
 import nkeys
 
 from hostaffinity.cli.bus_access import IDENTITIES
+from hostaffinity.cli.bus_subscribers import LocalSubscribers
 from hostaffinity.runtime.certificates import ServingIdentity, issue
 
 IDENTITIES_SECRET: Final = "hostaffinity-nats-identities"
@@ -68,8 +69,9 @@ def server_tls(hostnames: Sequence[str], now: datetime.datetime | None = None) -
 
 
 def write_local_credentials(directory: Path, owner: int | None = None) -> dict[str, Path]:
-    """`<identity>.nk` for every identity that has none yet, and the server's environment file
-    from all of them; returns the seed files by identity. With `owner` (a uid; root only) the
+    """`<identity>.nk` for every identity that has none yet, the server's environment file
+    from all of them and the servers' subscribers.conf (bus_subscribers.py); returns the seed
+    files by identity. With `owner` (a uid; root only) the
     files are handed to it: compose writes them as root into a fresh volume and the services
     read them as uid 65532."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -82,6 +84,9 @@ def write_local_credentials(directory: Path, owner: int | None = None) -> dict[s
         files[who.name] = path
     keys = {name: public_key(path.read_bytes().strip()) for name, path in files.items()}
     (directory / SERVER_ENV_FILE).write_text(server_environment(keys), encoding="utf-8")
+    # The servers include subscribers.conf: rendered again by this release's table.
+    subscribers = LocalSubscribers(directory)
+    subscribers.save(subscribers.load())
     if owner is not None:
         for path in (directory, *files.values()):
             os.chown(path, owner, owner)

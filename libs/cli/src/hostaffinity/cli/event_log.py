@@ -1,5 +1,5 @@
-"""Reading the events stream for the operator: every event of some types (`explain`), or the
-last event of each type (`status`).
+"""Reading the events stream for the operator: every event of some types (`explain`), the last
+event of each type (`status`), or what `hostaffinity events` asks for (`read_events`).
 
 Reads go by subject, so a stream full of `vm.moved` costs nothing to a question about pods: the
 stream's per-subject counts say which subjects to read, an ordered consumer reads each to its
@@ -10,12 +10,13 @@ CLI's identity may not list streams.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from hostaffinity.cli.event_query import EventQuery
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import (
     EVENT_TYPES,
@@ -66,7 +67,11 @@ def _decoded(subject: str, data: bytes) -> TopologyEvent | None:
     try:
         return decode_event(data)
     except UNDECODABLE as error:
-        print(f"undecodable message on {subject} skipped: {str(error)[:200]}", file=sys.stderr)
+        print(
+            f"undecodable message on {subject} ({len(data)} bytes) skipped: {str(error)[:200]}",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
 
 
@@ -82,3 +87,40 @@ async def last_of_each_type(bus: Bus) -> list[TopologyEvent]:
         if decoded is not None:
             last.append(decoded)
     return last
+
+
+async def read_events(
+    bus: Bus, query: EventQuery, *, follow: bool, from_start: bool = False
+) -> AsyncIterator[TopologyEvent]:
+    """The events `query` asks for, in stream order: from its start time (else from the stream's
+    start with `from_start`, else from now), to the stream's end, and on with `follow`.
+
+    One ordered consumer filtered to the query's subjects and started at its time: the server
+    skips the rest, so the cost is what is shown."""
+    subjects = query.subjects()
+    if query.since is not None:
+        policy, start = DeliverPolicy.BY_START_TIME, query.since
+    else:
+        policy, start = (DeliverPolicy.ALL if from_start else DeliverPolicy.NEW), None
+    config = ConsumerConfig(
+        deliver_policy=policy,
+        opt_start_time=start,
+        filter_subjects=subjects if len(subjects) > 1 else None,
+    )
+    subscription = await bus.js.subscribe(
+        subjects[0], stream=EVENTS_STREAM, ordered_consumer=True, config=config
+    )
+    try:
+        # Nothing to read when the consumer neither holds nor already pushed a message.
+        info = await subscription.consumer_info()
+        pushed = info.delivered.consumer_seq if info.delivered is not None else 0
+        if not follow and not info.num_pending and not pushed:
+            return
+        async for message in subscription.messages:
+            event = _decoded(message.subject, message.data)
+            if event is not None and query.matches(event):
+                yield event
+            if not follow and not message.metadata.num_pending:
+                return
+    finally:
+        await subscription.unsubscribe()

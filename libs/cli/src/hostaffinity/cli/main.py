@@ -1,9 +1,10 @@
-"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to follow the event stream, the
+"""`hostaffinity`: `seed-vcsim` for demo clusters, `events` to read the event stream, the
 operator's `topology`, `exposure` and `what-if maintenance`, and `bus` to set up NATS
 (`provision`, `credentials`, `secrets`, `auth-config`)."""
 
 import argparse
 import asyncio
+import datetime
 import json
 import logging
 import sys
@@ -12,7 +13,6 @@ from collections.abc import Sequence
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 from nats.errors import Error as NatsError
-from nats.js.api import DeliverPolicy
 
 from hostaffinity.cli.bus_commands import add_bus_commands
 from hostaffinity.cli.cluster_check import add_check_command
@@ -24,12 +24,13 @@ from hostaffinity.cli.connections import (
     open_bus,
 )
 from hostaffinity.cli.demo import add_demo_command
+from hostaffinity.cli.event_log import read_events
+from hostaffinity.cli.event_query import EventQuery, parse_since, table_header, table_row
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
 from hostaffinity.runtime.kube import NODES
 from hostaffinity.runtime.vcenter import connect
-from hostaffinity.schema import EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, UNDECODABLE, decode_event
 from hostaffinity.schema.version import release_version
 
 
@@ -50,29 +51,26 @@ async def seed(args: argparse.Namespace) -> int:
     return 0
 
 
-async def follow_events(args: argparse.Namespace) -> int:
-    """Print events as JSON lines; from the start of the stream with --all."""
-    policy = DeliverPolicy.ALL if args.all else DeliverPolicy.NEW
+async def show_events(args: argparse.Namespace) -> int:
+    """Events as a table or JSON lines: filtered by the server to the asked types and start
+    time; up to now with --since (on with --follow), else followed as they come."""
+    query = EventQuery(
+        types=tuple(t for listed in args.type for t in listed.split(",") if t),
+        since=None
+        if args.since is None
+        else parse_since(args.since, datetime.datetime.now(datetime.UTC)),
+        pod=args.pod,
+        node=args.node,
+        host=args.host,
+    )
+    output = args.output or ("table" if sys.stdout.isatty() else "json")
+    follow = args.follow or args.since is None
     async with open_bus(nats_settings(args), within=args.connect_timeout) as bus:
-        # Naming the stream spares a STREAM.NAMES lookup the read-only identity may not make.
-        subscription = await bus.js.subscribe(
-            f"{EVENTS_SUBJECT_PREFIX}.>",
-            stream=EVENTS_STREAM,
-            ordered_consumer=True,
-            deliver_policy=policy,
-        )
-        async for message in subscription.messages:
-            try:
-                event = decode_event(message.data)
-            except UNDECODABLE as error:
-                print(
-                    f"undecodable message on {message.subject} ({len(message.data)} bytes): "
-                    f"{str(error)[:200]}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                continue
-            print(msgspec.json.encode(event).decode(), flush=True)
+        if output == "table":
+            print(table_header(), flush=True)
+        async for event in read_events(bus, query, follow=follow, from_start=args.all):
+            line = table_row(event) if output == "table" else msgspec.json.encode(event).decode()
+            print(line, flush=True)
     return 0
 
 
@@ -88,16 +86,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     seeding.add_argument("--server", help="API server address replacing the kubeconfig's")
     seeding.add_argument("--nodes", help="comma-separated node names instead of asking Kubernetes")
     seeding.set_defaults(run=seed)
-    events = commands.add_parser("events", help="print hostaffinity events as JSON lines")
+    events = commands.add_parser(
+        "events", help="hostaffinity events, filtered: by type, time and object"
+    )
     add_nats_options(events)
-    events.add_argument("--all", action="store_true", help="from the start of the stream")
+    events.add_argument(
+        "--type", action="append", default=[], help="TYPE[,TYPE...] (e.g. pod.evicted); repeatable"
+    )
+    events.add_argument(
+        "--since", help="from a duration ago (90s, 15m, 2h, 7d, 1w) or a time (ISO 8601), to now"
+    )
+    events.add_argument("--follow", action="store_true", help="with --since: go on with new ones")
+    events.add_argument("--all", action="store_true", help="from the start of the stream, and on")
+    events.add_argument("--pod", help="NAMESPACE/NAME: events that name this pod")
+    events.add_argument("--node", help="events that name this Kubernetes node")
+    events.add_argument("--host", help="events that name this ESXi host")
+    events.add_argument(
+        "-o", "--output", choices=("json", "table"), help="default: table on a terminal, else json"
+    )
     events.add_argument(
         "--connect-timeout",
         type=float,
         default=BUS_WITHIN_SECONDS,
         help=f"seconds to wait for NATS (default {BUS_WITHIN_SECONDS:g})",
     )
-    events.set_defaults(run=follow_events)
+    events.set_defaults(run=show_events)
     add_operator_commands(commands)
     add_bus_commands(commands)
     add_check_command(commands)

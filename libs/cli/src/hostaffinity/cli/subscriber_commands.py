@@ -1,0 +1,284 @@
+"""`hostaffinity bus subscriber add|remove|list`: give an outside program its own read-only
+identity on the events stream, or take it away, without restarting the bus.
+
+Locally (`make dev`, compose; `--dir`): the seed goes to `<dir>/subscribers/<name>.nk`, the
+registry and the servers' `subscribers.conf` are rewritten in `<dir>`, and every server whose
+pid file is given (default `<dir>/nats.pid`, which `make dev` writes) is told to reload its
+config (SIGHUP, what `nats-server --signal reload=<pid file>` sends).
+In Kubernetes (`--namespace`): the same in Secrets (kubernetes_subscribers.py); the kubelet
+updates each NATS pod's file and the pod's reloader container signals its server.
+Then the consumer is made through the `provision` identity, the only one that creates consumers,
+retried until the reloaded servers allow it; `remove` deletes it first, while they still do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Final, Protocol
+
+import nats.errors
+from nats.js.api import ConsumerConfig
+from nats.js.errors import NotFoundError
+
+from hostaffinity.cli.bus_credentials import new_user_seed, public_key
+from hostaffinity.cli.bus_subscribers import (
+    ACK_WAIT_SECONDS,
+    REGISTRY_FILE,
+    SUBSCRIBERS_CONF,
+    LocalSubscribers,
+    Subscriber,
+    checked_event_types,
+    checked_name,
+    consumer_config,
+)
+from hostaffinity.cli.kubernetes_subscribers import KubernetesSubscribers
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.kube import KubeClient, api_client
+from hostaffinity.schema import EVENTS_STREAM
+
+PID_FILE: Final = "nats.pid"
+LOCAL_NATS: Final = "nats://127.0.0.1:4222"
+# How long the servers get to load the new config before the consumer's creation gives up:
+# a signal locally; in Kubernetes the kubelet's sync of the mounted Secret (about a minute).
+LOCAL_RELOAD_SECONDS: Final = 20.0
+KUBERNETES_RELOAD_SECONDS: Final = 180.0
+_ATTEMPT_SECONDS: Final = 1.0
+
+
+class SubscriberStore(Protocol):
+    async def load(self) -> list[Subscriber]: ...
+    async def save(self, subscribers: list[Subscriber]) -> bool: ...
+    async def seed(self, name: str) -> bytes: ...
+    async def forget(self, name: str) -> None: ...
+    def where(self, name: str) -> str: ...
+
+
+class LocalStore:
+    """LocalSubscribers, plus the seed files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.files = LocalSubscribers(directory)
+
+    async def load(self) -> list[Subscriber]:
+        return self.files.load()
+
+    async def save(self, subscribers: list[Subscriber]) -> bool:
+        self.files.save(subscribers)
+        return True
+
+    async def seed(self, name: str) -> bytes:
+        """The subscriber's seed (kept when it has one: `add` again only changes its types)."""
+        path = self.files.seed_file(name)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_bytes(new_user_seed() + b"\n")
+        return path.read_bytes().strip()
+
+    async def forget(self, name: str) -> None:
+        self.files.seed_file(name).unlink(missing_ok=True)
+
+    def where(self, name: str) -> str:
+        return str(self.files.seed_file(name))
+
+
+@contextlib.asynccontextmanager
+async def _store(args: argparse.Namespace) -> AsyncIterator[SubscriberStore]:
+    if args.namespace is None:
+        yield LocalStore(Path(args.dir))
+        return
+    api = await api_client(KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context))
+    try:
+        yield KubernetesSubscribers(KubeClient(api), args.namespace)
+    finally:
+        await api.close()
+
+
+def reload_servers(pid_files: Sequence[Path]) -> None:
+    """SIGHUP each server: nats-server reloads its config files, clients stay connected."""
+    for pid_file in pid_files:
+        try:
+            pid = int(pid_file.read_text(encoding="utf-8").strip())
+        except (OSError, ValueError) as error:
+            raise RuntimeError(
+                f"cannot read the nats-server pid from {pid_file}: {error}"
+            ) from None
+        os.kill(pid, signal.SIGHUP)
+
+
+def _servers_told(args: argparse.Namespace) -> bool:
+    """Have the servers reload (or say who does); False when nobody will without the user."""
+    if args.namespace is not None:
+        print(
+            "the NATS pods' reloader signals each server once the kubelet has updated "
+            "subscribers.conf (about a minute)"
+        )
+        return True
+    pid_files = [Path(p) for p in args.pid_file or ()]
+    if not pid_files and (Path(args.dir) / PID_FILE).exists():
+        pid_files = [Path(args.dir) / PID_FILE]
+    if pid_files:
+        reload_servers(pid_files)
+        print(f"reloaded: {', '.join(str(path) for path in pid_files)}")
+        return True
+    conf = Path(args.dir) / SUBSCRIBERS_CONF
+    print(f"no nats-server pid file given: reload each server that includes {conf} (SIGHUP)")
+    return False
+
+
+@contextlib.asynccontextmanager
+async def _provisioning(args: argparse.Namespace) -> AsyncIterator[Bus]:
+    """A connection as `provision`: its seed from --nats-seed, or locally <dir>/provision.nk."""
+    servers = args.nats or [LOCAL_NATS]
+    settings = NatsSettings(
+        servers=servers,
+        identity="provision",
+        nkey_seed_file=args.nats_seed or str(Path(args.dir) / "provision.nk"),
+        tls_ca_file=args.nats_ca_file,
+    )
+    try:
+        async with asyncio.timeout(args.connect_timeout):
+            bus = await Bus.connect(
+                settings, name="hostaffinity-bus-subscriber", request_timeout_seconds=1.0
+            )
+    except TimeoutError:
+        raise RuntimeError(
+            f"cannot reach NATS at {', '.join(servers)} within {args.connect_timeout:g} s"
+        ) from None
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+async def create_consumer(bus: Bus, config: ConsumerConfig, wait_seconds: float) -> None:
+    """Create or update the subscriber's consumer, retrying while the servers still run the
+    config from before (the request is refused, so it goes unanswered)."""
+    try:
+        async with asyncio.timeout(wait_seconds):
+            while True:
+                try:
+                    await bus.js.add_consumer(EVENTS_STREAM, config, timeout=_ATTEMPT_SECONDS)
+                    return
+                except nats.errors.TimeoutError:
+                    await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise RuntimeError(
+            f"the bus did not let provisioning create consumer {config.durable_name} within "
+            f"{wait_seconds:g} s: have the servers reloaded {SUBSCRIBERS_CONF}?"
+        ) from None
+
+
+def _reload_seconds(args: argparse.Namespace) -> float:
+    if args.reload_timeout is not None:
+        return float(args.reload_timeout)
+    return LOCAL_RELOAD_SECONDS if args.namespace is None else KUBERNETES_RELOAD_SECONDS
+
+
+def _reachable(args: argparse.Namespace) -> bool:
+    """Locally the bus has a default address; in Kubernetes it must be given (a port-forward)."""
+    return args.namespace is None or bool(args.nats)
+
+
+async def add_subscriber(args: argparse.Namespace) -> int:
+    name = checked_name(args.name)
+    events = checked_event_types(args.events)
+    async with _store(args) as store:
+        subscriber = Subscriber(name, events, public_key(await store.seed(name)))
+        registered = [s for s in await store.load() if s.name != name]
+        await store.save([*registered, subscriber])
+        seed = store.where(name)
+    if not _servers_told(args) or not _reachable(args):
+        print(f"then run this command again (with --nats): it creates the consumer {name}")
+        return 0
+    async with _provisioning(args) as bus:
+        config = consumer_config(subscriber, args.ack_wait)
+        await create_consumer(bus, config, _reload_seconds(args))
+    print(f"subscriber {name}: {', '.join(events)}")
+    print(f"consumer: {EVENTS_STREAM}/{name} (durable, pull, explicit ack)")
+    print(f"inbox prefix: _INBOX_{name}")
+    print(f"seed: {seed}")
+    return 0
+
+
+async def remove_subscriber(args: argparse.Namespace) -> int:
+    if not _reachable(args):
+        raise ValueError("give --nats (and --nats-seed): the subscriber's consumer goes first")
+    async with _store(args) as store:
+        registered = await store.load()
+        if args.name not in {s.name for s in registered}:
+            raise ValueError(f"no subscriber {args.name!r} is registered ({REGISTRY_FILE})")
+        async with _provisioning(args) as bus:  # still allowed: the servers know it yet
+            with contextlib.suppress(NotFoundError):  # already gone: nothing to take away
+                await bus.js.delete_consumer(EVENTS_STREAM, args.name)
+        await store.save([s for s in registered if s.name != args.name])
+        _servers_told(args)
+        await store.forget(args.name)
+    print(f"subscriber {args.name} removed: its consumer, its seed and its permissions")
+    return 0
+
+
+async def list_subscribers(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
+        for subscriber in await store.load():
+            print(
+                f"{subscriber.name}\t{','.join(subscriber.events)}\t{store.where(subscriber.name)}"
+            )
+    return 0
+
+
+def add_subscriber_commands(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    subscriber = verbs.add_parser(
+        "subscriber", help="identities of outside subscribers of the events stream"
+    )
+    actions = subscriber.add_subparsers(dest="subscriber_command", required=True)
+    adding = actions.add_parser("add", help="add (or change the types of) a subscriber")
+    adding.add_argument("name", help="the subscriber's identity and durable consumer name")
+    adding.add_argument("--events", required=True, help="TYPE[,TYPE...], e.g. pod.evicted,vm.moved")
+    adding.add_argument(
+        "--ack-wait",
+        type=float,
+        default=ACK_WAIT_SECONDS,
+        help="seconds an event may stay unacked before it comes again "
+        f"(default {ACK_WAIT_SECONDS:g})",
+    )
+    adding.set_defaults(run=add_subscriber)
+    removing = actions.add_parser("remove", help="remove a subscriber and its consumer")
+    removing.add_argument("name")
+    removing.set_defaults(run=remove_subscriber)
+    listing = actions.add_parser("list", help="the registered subscribers")
+    listing.set_defaults(run=list_subscribers)
+    for parser in (adding, removing, listing):
+        parser.add_argument(
+            "--dir", default=".cache/dev/nats", help="the local bus credentials folder"
+        )
+        parser.add_argument("--namespace", help="in Kubernetes: the namespace of the bus")
+        parser.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
+        parser.add_argument("--context", help="kubeconfig context")
+    for parser in (adding, removing):
+        parser.add_argument(
+            "--pid-file",
+            action="append",
+            help="locally: a nats-server pid file to signal; repeatable (default <dir>/nats.pid)",
+        )
+        parser.add_argument(
+            "--nats", action="append", help=f"NATS server URL; repeatable (default {LOCAL_NATS})"
+        )
+        parser.add_argument(
+            "--nats-seed", help="provisioning's nkey seed file (default <dir>/provision.nk)"
+        )
+        parser.add_argument("--nats-ca-file", help="the CA of the servers' certificate")
+        parser.add_argument("--connect-timeout", type=float, default=30.0)
+        parser.add_argument(
+            "--reload-timeout",
+            type=float,
+            help=f"seconds the servers get to reload (default {LOCAL_RELOAD_SECONDS:g}, "
+            f"in Kubernetes {KUBERNETES_RELOAD_SECONDS:g})",
+        )
