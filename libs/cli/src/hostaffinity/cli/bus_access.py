@@ -72,11 +72,15 @@ def _flow_control(stream: str) -> list[str]:
 
 
 def read_stream(stream: str) -> list[str]:
-    """Watch or read a stream through ordered consumers, and get single messages."""
+    """Watch or read a stream through ordered consumers, and get single messages.
+
+    Only the create subject without a consumer name: the server refuses a durable name on it
+    (JetStream error 10020), so a reader's consumers are ephemeral and go away with it. The
+    named (`CREATE.<stream>.<name>[.<filter>]`) and `DURABLE.CREATE` subjects stay provisioning's.
+    """
     return [
         f"{API}.STREAM.INFO.{stream}",
         f"{API}.CONSUMER.CREATE.{stream}",
-        f"{API}.CONSUMER.CREATE.{stream}.>",
         f"{API}.CONSUMER.INFO.{stream}.*",
         f"{API}.DIRECT.GET.{stream}",
         f"{API}.DIRECT.GET.{stream}.>",
