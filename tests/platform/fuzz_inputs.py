@@ -17,7 +17,9 @@ import json
 import os
 import random
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any, Final
+from urllib.parse import quote
 
 import msgspec
 
@@ -54,7 +56,8 @@ def fuzz_count(default: int) -> int:
 def fuzzed(valid: Any, count: int, seed: int = SEED) -> Iterator[tuple[str, bytes]]:
     """`count` named malformed variants of the JSON document `valid`."""
     encoded = json.dumps(valid).encode()
-    fixed = [*malformed(encoded), *wrong_types(valid)][:count]
+    # At most half the count from the fixed classes, so random mutations always run too.
+    fixed = [*malformed(encoded), *islice(wrong_types(valid), count // 2)][:count]
     yield from fixed
     rng = random.Random(seed)
     locations = list(paths(valid))
@@ -173,3 +176,30 @@ MUTATIONS: Final[tuple[Mutation, ...]] = (
     _huge_number,
     _drop_or_rename_key,
 )
+
+
+METHODS: Final = ("GET", "GET", "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW")
+
+
+def health_requests(
+    path: str, count: int, seed: int = SEED
+) -> Iterator[tuple[str, str, str, bytes]]:
+    """`count` requests near a health or metrics `path`: any method, a mangled path or query
+    (percent-encoded, as it travels), a malformed body. Yields (name, method, target, body)."""
+    rng = random.Random(seed)
+    bodies = fuzzed({}, count, seed)
+    for index, (body_name, body) in enumerate(bodies):
+        method = rng.choice(METHODS)
+        target = rng.choice(
+            (
+                path,
+                f"{path}/",
+                f"{path}//x",
+                f"{path}/..%2f..%2fetc",
+                f"/%2e%2e{path}",
+                f"{path}?{quote(hostile_text(rng))}={quote(hostile_text(rng))}",
+                f"{path}?verbose&exclude=" + quote(hostile_text(rng)) * rng.randint(1, 50),
+                "/" + quote(hostile_text(rng)),
+            )
+        )
+        yield f"#{index} {method} {target[:80]} with {body_name}", method, target, body
