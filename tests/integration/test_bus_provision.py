@@ -76,6 +76,7 @@ async def test_a_service_waits_for_provisioning_which_makes_the_r3_layout(
         printed = out.decode()
         assert f"stream {EVENTS_STREAM}: replicas 3" in printed
         assert f"stream {TOPOLOGY_STREAM}: replicas 3" in printed
+        assert printed.count("roll-ups refused") == 4  # both buckets and both streams
         await asyncio.wait_for(waiting, 10)
     finally:
         await service.close()
