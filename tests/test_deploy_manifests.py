@@ -416,6 +416,13 @@ def nats_files() -> dict[str, str]:
     return data
 
 
+def nats_monitor_address() -> str:
+    """host:port of the servers' monitoring listener, as cluster.conf sets it."""
+    found = re.search(r"^http:\s*(\S+)$", nats_files()["cluster.conf"], re.MULTILINE)
+    assert found, "cluster.conf sets no http listener"
+    return found[1]
+
+
 def assert_nats_credentials(pod: dict[str, Any], identity: str) -> None:
     """The pod connects as `identity`, and has its own seed and the CA, nothing else."""
     (container,) = pod["containers"]
@@ -483,7 +490,8 @@ def test_nats_statefulset_as_shipped() -> None:
     assert {m["mountPath"] for m in reloader["volumeMounts"]} == {"/etc/nats", "/var/run/nats"}
     assert reloader["resources"]["requests"] == reloader["resources"]["limits"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"client": 4222, "cluster": 6222, "monitor": 8222}
+    # Monitoring listens on the pod's loopback: no container port, no Service port.
+    assert ports == {"client": 4222, "cluster": 6222}
     # The headless Service names each server for the routes, before any is ready.
     assert spec["serviceName"] == "nats-headless"
     headless = one(documents, "Service", "nats-headless")["spec"]
@@ -491,7 +499,7 @@ def test_nats_statefulset_as_shipped() -> None:
     assert headless["publishNotReadyAddresses"] is True
     assert {p["name"]: p["port"] for p in headless["ports"]} == ports
     service = one(documents, "Service", "nats")["spec"]
-    assert {p["name"]: p["port"] for p in service["ports"]} == {"client": 4222, "monitor": 8222}
+    assert {p["name"]: p["port"] for p in service["ports"]} == {"client": 4222}
     for each in (headless, service):
         assert each["selector"].items() <= labels.items()
         assert {p["targetPort"] for p in each["ports"]} <= set(ports)
@@ -519,13 +527,20 @@ def test_nats_statefulset_as_shipped() -> None:
         for identity in NATS_IDENTITIES
     }
     assert ".nk" not in str(pod)
-    server_only = {"path": "/healthz?js-server-only=true", "port": "monitor"}
-    assert container["startupProbe"]["httpGet"] == server_only
-    assert container["readinessProbe"]["httpGet"] == server_only
-    assert container["livenessProbe"]["httpGet"] == {
-        "path": "/healthz?js-enabled-only=true",
-        "port": "monitor",
-    }
+    # The probes ask the loopback monitor from inside the container (the kubelet's HTTP probes
+    # come from the node); busybox wget fails on anything but 200.
+    monitor = f"http://{nats_monitor_address()}"
+    assert nats_monitor_address().startswith("127.0.0.1:")
+    wget = ["wget", "-q", "-O", "/dev/null", "-T", "4"]
+    server_only = [*wget, f"{monitor}/healthz?js-server-only=true"]
+    assert container["startupProbe"]["exec"]["command"] == server_only
+    assert container["readinessProbe"]["exec"]["command"] == server_only
+    assert container["livenessProbe"]["exec"]["command"] == [
+        *wget,
+        f"{monitor}/healthz?js-enabled-only=true",
+    ]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["timeoutSeconds"] > int(wget[-1]), probe
     # Lame duck: the kubelet waits longer than the server takes to hand over.
     pid_file = re.search(r"^pid_file:\s*(\S+)", nats_files()["cluster.conf"], re.MULTILINE)
     assert pid_file
@@ -743,7 +758,6 @@ def test_network_policies_let_in_only_what_each_port_needs() -> None:
     assert admitted(documents, labels["StatefulSet/nats"]) == {
         4222: [{"podSelector": {"matchLabels": PART_OF}}],
         6222: [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "nats"}}}],
-        8222: [{"podSelector": {}}, monitoring],
     }
     assert admitted(documents, labels["Deployment/admission-webhook"]) == {
         8443: ["anywhere"],
@@ -825,9 +839,9 @@ def test_monitoring_component_scrapes_every_service_and_nats() -> None:
 
 def test_monitoring_component_adds_the_nats_exporter_beside_each_server() -> None:
     pod = one(render("monitoring"), "StatefulSet", "nats")["spec"]["template"]["spec"]
-    server, _reloader, exporter = pod["containers"]
-    (monitor_port,) = [p["containerPort"] for p in server["ports"] if p["name"] == "monitor"]
-    assert exporter["args"][-1] == f"http://localhost:{monitor_port}"
+    _server, _reloader, exporter = pod["containers"]
+    # The only place the monitor listens: the pod's loopback, which the sidecar shares.
+    assert exporter["args"][-1] == f"http://{nats_monitor_address()}"
     assert exporter["image"].startswith("natsio/prometheus-nats-exporter:")
 
 

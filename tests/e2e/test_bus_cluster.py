@@ -48,7 +48,7 @@ from tests.e2e.test_labeller_faults import HOSTS, NODES, converges, vcenter_trut
 from tests.integration.test_extender import ANTI, call, extender, filter_args
 from tests.integration.test_extender import pod_object as pending_pod
 from tests.platform.kube_double import KubeDouble
-from tests.platform.nats_cluster import NatsCluster, ServerProcess
+from tests.platform.nats_cluster import NatsCluster, ServerProcess, client_limit, connections
 from tests.platform.vcsim import VcsimFactory
 
 VMOTIONS = 20
@@ -211,6 +211,13 @@ async def test_the_services_work_on_the_shipped_cluster_each_as_its_own_identity
 
         await until(every_service_published, f"an event of each type in {OWN_EVENTS}", 10)
         assert [r.vms for r in (await records(cli)).values()] == [web_vms]
+
+        # The client limits of cluster.conf leave each service at least 4 times what it uses.
+        clients = [each for server in nats_cluster.servers for each in connections(server)]
+        used = {each.get("name", each["cid"]): each["subscriptions"] for each in clients}
+        print(f"subscriptions per connection: {used}")
+        assert max(used.values()) * 4 <= client_limit("max_subscriptions"), used
+        assert len(clients) * 4 <= client_limit("max_connections"), len(clients)
     assert permission_violations(nats_cluster) == []
 
 

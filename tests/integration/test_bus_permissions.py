@@ -24,10 +24,14 @@ import pytest
 from hostaffinity.cli.bus_access import IDENTITY_NAMES
 from hostaffinity.cli.bus_credentials import new_user_seed
 from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, DRS_STREAM, TOPOLOGY_STREAM
-from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM
+from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, TOPOLOGY_BUCKET
 from tests.platform.bus_probe import REPLY_SECONDS, session, tls_context
-from tests.platform.nats_cluster import NatsCluster
+from tests.platform.nats_cluster import NatsCluster, client_limit
 
+# JetStream's error codes (nats-server server/errors.json): a roll-up on a stream that does not
+# allow them ("rollup not permitted"), and a durable name sent to the ephemeral create subject.
+ROLLUP_REFUSED = 10111
+EPHEMERAL_WITH_DURABLE_NAME = 10020
 OUR_STREAMS = (EVENTS_STREAM, DLQ_STREAM, TOPOLOGY_STREAM, DRS_STREAM)
 SERVICES = (
     "node-labeller",
@@ -253,3 +257,112 @@ async def _read_until_closed(read: Callable[[int], Awaitable[bytes]]) -> bytes:
         while chunk := await read(4096):
             received += chunk
     return received
+
+
+async def test_no_writer_can_wipe_its_bucket_with_a_rollup_but_deletes_work(
+    nats_cluster: NatsCluster,
+) -> None:
+    """`Nats-Rollup: all` on any key would leave one message of the whole bucket, history
+    included; `sub` is the KV purge of a key. The bucket streams refuse both; a delete marker
+    (what the services write) is stored."""
+    writers = {
+        "node-labeller": (TOPOLOGY_STREAM, "$KV.hostaffinity-topology.node."),
+        "drs-translator": (DRS_STREAM, "$KV.hostaffinity-drs.rule.vcsim.domain-c7."),
+    }
+    for identity, (stream, prefix) in writers.items():
+        async with session(nats_cluster, identity) as bus:
+            for index in range(3):
+                stored = await bus.store(f"{prefix}key-{index}", b"{}")
+                assert "seq" in stored, (identity, stored)
+            before = await bus.stream_messages(stream)
+            for rollup in ("all", "sub"):
+                answer = await bus.store(f"{prefix}key-0", b"", {"Nats-Rollup": rollup})
+                assert answer.get("error", {}).get("err_code") == ROLLUP_REFUSED, (
+                    identity,
+                    rollup,
+                    answer,
+                )
+            assert await bus.stream_messages(stream) == before, identity
+            deleted = await bus.store(f"{prefix}key-1", b"", {"KV-Operation": "DEL"})
+            assert "seq" in deleted, (identity, deleted)
+
+
+async def test_no_identity_creates_a_durable_consumer_not_even_the_cli(
+    nats_cluster: NatsCluster,
+) -> None:
+    """Readers create ephemeral consumers only (server state that goes away with them): the
+    named and durable create subjects are refused, and the ephemeral one refuses a durable name
+    (JetStream error 10020)."""
+    readers = {
+        "node-labeller": TOPOLOGY_STREAM,
+        "drs-translator": DRS_STREAM,
+        "scheduler-extender": TOPOLOGY_STREAM,
+        "descheduler": TOPOLOGY_STREAM,
+        "cli": EVENTS_STREAM,
+    }
+    for identity, stream in readers.items():
+        async with session(nats_cluster, identity) as bus:
+            durable = {"durable_name": f"{identity}-kept", "ack_policy": "explicit"}
+            request = json.dumps({"stream_name": stream, "config": durable}).encode()
+            for subject in (
+                f"$JS.API.CONSUMER.CREATE.{stream}.{identity}-kept",
+                f"$JS.API.CONSUMER.CREATE.{stream}.{identity}-kept.>",
+                f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{identity}-kept",
+            ):
+                assert await bus.publish_refused(subject, request), (identity, subject)
+            answer = await bus.api(
+                f"$JS.API.CONSUMER.CREATE.{stream}", {"stream_name": stream, "config": durable}
+            )
+            assert answer.get("error", {}).get("err_code") == EPHEMERAL_WITH_DURABLE_NAME, (
+                identity,
+                answer,
+            )
+
+
+async def test_a_push_consumer_into_another_identitys_inbox_is_not_refused_by_the_server(
+    nats_cluster: NatsCluster,
+) -> None:
+    """What nats-server 2.15.1 cannot refuse: a consumer's deliver subject is checked for being
+    literal, valid and outside its own stream (server/consumer.go), never against its creator's
+    permissions, so a reader's push consumer delivers into any subscription of the account,
+    another identity's inbox included. Where it does deliver: only to a subscription whose
+    subject the creator knows, and nothing tells it one: inbox names are random, the consumer
+    lists (which show deliver subjects) are refused, and /connz listens on loopback only.
+    Should a release start checking, this fails: then tighten docs/bus.md."""
+    async with (
+        session(nats_cluster, "descheduler") as victim,
+        session(nats_cluster, "scheduler-extender") as creator,
+    ):
+        inbox = victim.nc.new_inbox()
+        received = await victim.nc.subscribe(inbox)
+        await victim.nc.flush()
+        async with nats_cluster.connection("node-labeller") as labeller:
+            bucket = await labeller.js.key_value(TOPOLOGY_BUCKET)
+            await bucket.put("node.worker-1", b"{}")
+        request = {"stream_name": TOPOLOGY_STREAM, "config": {"deliver_subject": inbox}}
+        created = await creator.api(f"$JS.API.CONSUMER.CREATE.{TOPOLOGY_STREAM}", request)
+        assert "error" not in created, created
+        # The stream's message, in the descheduler's subscription it never asked for.
+        pushed = await received.next_msg(timeout=REPLY_SECONDS)
+        assert (pushed.subject, pushed.data) == ("$KV.hostaffinity-topology.node.worker-1", b"{}")
+        for identity in IDENTITY_NAMES:
+            async with session(nats_cluster, identity) as bus:
+                for verb in ("LIST", "NAMES"):
+                    subject = f"$JS.API.CONSUMER.{verb}.{TOPOLOGY_STREAM}"
+                    assert await bus.publish_refused(subject), (identity, subject)
+
+
+async def test_a_connection_past_the_subscription_limit_is_cut_off(
+    nats_cluster: NatsCluster,
+) -> None:
+    """nats-server's config-file users have no limits of their own: cluster.conf bounds every
+    connection's subscriptions (what each service uses: tests/e2e/test_bus_cluster.py)."""
+    limit = client_limit("max_subscriptions")
+    async with session(nats_cluster, "cli") as bus:
+        for _ in range(limit + 1):
+            await bus.nc.subscribe(bus.nc.new_inbox())
+        with contextlib.suppress(nats.errors.Error):
+            await bus.nc.flush()
+        # The server's -ERR closes the connection (nats-py keeps it as the last error).
+        await asyncio.wait_for(bus.closed.wait(), REPLY_SECONDS)
+        assert "maximum subscriptions exceeded" in str(bus.nc.last_error).lower()

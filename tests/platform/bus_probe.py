@@ -12,6 +12,7 @@ import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nats.aio.client import Client
 
@@ -27,7 +28,11 @@ class Session:
     nc: Client
     identity: str
     errors: list[str] = field(default_factory=list)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def note_closed(self) -> None:
+        self.closed.set()
 
     async def note(self, error: Exception) -> None:
         self.errors.append(str(error))
@@ -47,6 +52,20 @@ class Session:
         reply = await self.nc.request(subject, payload, timeout=REPLY_SECONDS)
         answer: dict[str, object] = json.loads(reply.data)
         return answer
+
+    async def store(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Publish to a stream's subject and return its answer (a PubAck or an error)."""
+        reply = await self.nc.request(subject, payload, timeout=REPLY_SECONDS, headers=headers)
+        answer: dict[str, Any] = json.loads(reply.data)
+        return answer
+
+    async def stream_messages(self, stream: str) -> int:
+        info = await self.api(f"$JS.API.STREAM.INFO.{stream}")
+        state = info["state"]
+        assert isinstance(state, dict), info
+        return int(state["messages"])
 
     async def publish_refused(self, subject: str, payload: bytes = b"{}") -> bool:
         """Publish with a reply inbox (as a JetStream request does) and expect the refusal."""
@@ -83,6 +102,7 @@ async def session(
         inbox_prefix=f"_INBOX_{identity}",
         tls=tls_context(cluster),
         error_cb=opened.note,
+        closed_cb=opened.note_closed,
         allow_reconnect=False,
         max_reconnect_attempts=0,
     )

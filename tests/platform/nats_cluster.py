@@ -14,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
+import re
 import signal
 import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
@@ -40,6 +42,23 @@ NAMESPACE: Final = "hostaffinity"
 
 def shipped(name: str) -> str:
     return (SHIPPED / name).read_text(encoding="utf-8")
+
+
+def client_limit(key: str) -> int:
+    """A limit cluster.conf sets on every client (`max_connections`, `max_subscriptions`)."""
+    found = re.search(rf"^{key}:\s*(\d+)$", shipped("cluster.conf"), re.MULTILINE)
+    if found is None:
+        raise AssertionError(f"cluster.conf sets no {key}")
+    return int(found[1])
+
+
+def connections(server: ServerProcess) -> list[dict[str, Any]]:
+    """The server's client connections with their subscription counts (/connz on its loopback
+    monitor, where only this machine reads it)."""
+    url = f"http://127.0.0.1:{server.monitor_port}/connz?limit=1024"
+    with urllib.request.urlopen(url, timeout=2) as response:
+        found: list[dict[str, Any]] = json.load(response)["connections"]
+    return found
 
 
 def rewrite(text: str, old: str, new: str, count: int = 1) -> str:
@@ -77,7 +96,7 @@ def render_cluster_conf(
     if not sync_always:
         text = default_sync(text)
     text = rewrite(text, "listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{own.client}")
-    text = rewrite(text, "http: 0.0.0.0:8222", f"http: 127.0.0.1:{own.monitor}")
+    text = rewrite(text, "http: 127.0.0.1:8222", f"http: 127.0.0.1:{own.monitor}")
     text = rewrite(text, "listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{own.route}")
     for peer, peer_ports in enumerate(ports):
         text = rewrite(

@@ -3,11 +3,13 @@ seed 10: a replica partitioned from NATS as it started its work exited 1 with `n
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
 
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
@@ -24,7 +26,7 @@ class SilentThenAnswering:
         self.asked += 1
         if self.asked <= self.silent:
             raise nats.errors.TimeoutError
-        return object()
+        return SimpleNamespace(config=StreamConfig(allow_rollup_hdrs=False))
 
 
 async def test_no_answer_is_asked_again_not_a_failure() -> None:

@@ -13,7 +13,9 @@ Why each allowance, in JetStream terms (nats-server's JetStream API, ADR-15 for 
 - replies come back on the identity's own inbox prefix `_INBOX_<name>` (the client is told to
   use it), the only subjects it may subscribe to, so no identity reads another's replies;
 - reading a bucket watches it through an ordered (ephemeral) consumer; creating a consumer
-  bypasses subscribe permissions, so creation is allowed only on the streams an identity may read;
+  bypasses subscribe permissions, so creation is allowed only on the streams an identity may read,
+  and only on the unnamed create subject, where the server refuses a durable name (a push
+  consumer's deliver subject is not checked by nats-server at all: docs/bus.md, "Consumers");
 - a durable consumer is made by provisioning; its reader may only fetch from it and ack;
 - acks and flow-control replies are allowed in both subject forms: `$JS.ACK.<stream>.…` and the
   form with domain and account hash (`$JS.ACK.<domain>.<hash>.<stream>.…`), which later servers
@@ -72,11 +74,15 @@ def _flow_control(stream: str) -> list[str]:
 
 
 def read_stream(stream: str) -> list[str]:
-    """Watch or read a stream through ordered consumers, and get single messages."""
+    """Watch or read a stream through ordered consumers, and get single messages.
+
+    Only the create subject without a consumer name: the server refuses a durable name on it
+    (JetStream error 10020), so a reader's consumers are ephemeral and go away with it. The
+    named (`CREATE.<stream>.<name>[.<filter>]`) and `DURABLE.CREATE` subjects stay provisioning's.
+    """
     return [
         f"{API}.STREAM.INFO.{stream}",
         f"{API}.CONSUMER.CREATE.{stream}",
-        f"{API}.CONSUMER.CREATE.{stream}.>",
         f"{API}.CONSUMER.INFO.{stream}.*",
         f"{API}.DIRECT.GET.{stream}",
         f"{API}.DIRECT.GET.{stream}.>",

@@ -73,9 +73,11 @@ async def provision(args: argparse.Namespace) -> int:
         await bus.provision(layout)
         for stream in OUR_STREAMS:  # listing all streams is not provisioning's to do
             info = await bus.js.stream_info(stream)
+            rollups = ", roll-ups refused" if not info.config.allow_rollup_hdrs else ""
             print(
                 f"stream {stream}: replicas {info.config.num_replicas}, "
-                f"{info.state.messages} messages"
+                f"{info.state.messages} messages, at most {info.config.max_consumers} "
+                f"consumers{rollups}"
             )
         print(
             f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}, "

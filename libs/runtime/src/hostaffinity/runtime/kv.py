@@ -15,7 +15,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from hostaffinity.schema import EsxiHost, NodePlacement, host_key, node_key
+from hostaffinity.schema import UNDECODABLE, EsxiHost, NodePlacement, host_key, node_key
 from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
 _log = logging.getLogger(__name__)
@@ -65,7 +65,8 @@ class TopologySnapshot(msgspec.Struct, frozen=True):
 def topology_change(entry: KeyValue.Entry) -> NodeChange | HostChange | None:
     """The typed change a bucket entry stands for; None for a key outside `node.>`/`host.>`.
 
-    Raises msgspec.DecodeError (or its ValidationError) when a value does not decode.
+    Raises one of UNDECODABLE when a value does not decode (msgspec's errors, invalid UTF-8 in a
+    string, nesting deeper than the interpreter allows).
     """
     deleted = entry.operation in (KV_DEL, KV_PURGE)
     revision = entry.revision or 0
@@ -190,7 +191,7 @@ class TopologyWatch:
                 return entry
             try:
                 change = topology_change(entry)
-            except msgspec.DecodeError as err:
+            except UNDECODABLE as err:
                 _log.error("topology key %s skipped: %s", entry.key, err)
                 continue
             if change is not None:
@@ -205,7 +206,7 @@ def _apply(
     """Fold one entry into a snapshot: the latest value wins, a delete removes the key."""
     try:
         change = topology_change(entry)
-    except msgspec.DecodeError as err:
+    except UNDECODABLE as err:
         if entry.key.startswith(NODE_KEY_PREFIX):
             nodes[entry.key.removeprefix(NODE_KEY_PREFIX)] = Undecodable(str(err))
         elif entry.key.startswith(HOST_KEY_PREFIX):

@@ -5,7 +5,16 @@ Only the provisioning step (`hostaffinity bus provision`, with the `provision` i
 or updates them: creating what exists with the same settings is a no-op on the server, changed
 settings (a new max age, more replicas) update it in place. The services' identities may not
 create, update, delete or purge anything; at start they check that what they use is there
-(`missing_streams`) and say what is missing.
+(`missing_parts`) and say what is missing.
+
+The bucket streams refuse roll-ups (`allow_rollup_hdrs: false`): a roll-up is one message that
+removes every other of its subject, or of the whole stream, so any writer of a bucket could
+wipe it, history included. The services only put and delete keys (a delete is a marker, not a
+roll-up); a KV `purge` is refused. A bus provisioned by an earlier release still allows them:
+provisioning turns them off in place, and until it has, the services say so and wait.
+
+Each stream caps its consumers (`max_consumers`): readers may create ephemeral consumers, and
+a runaway reader should hit a limit, not fill the servers' memory.
 """
 
 from collections.abc import Iterable
@@ -34,8 +43,20 @@ _STREAM_CONFIG_CONFLICT: Final = 10058
 _DAY: Final = 24 * 3600.0
 _UNLIMITED: Final = -1
 # The streams behind the buckets (JetStream names a bucket's stream KV_<bucket>).
-TOPOLOGY_STREAM: Final = f"KV_{TOPOLOGY_BUCKET}"
-DRS_STREAM: Final = f"KV_{DRS_BUCKET}"
+KV_STREAM_PREFIX: Final = "KV_"
+TOPOLOGY_STREAM: Final = f"{KV_STREAM_PREFIX}{TOPOLOGY_BUCKET}"
+DRS_STREAM: Final = f"{KV_STREAM_PREFIX}{DRS_BUCKET}"
+# Consumers per stream, from what the readers create: one ordered consumer per watch (each
+# replica of a service watches the topology once; the drs-translator watches its bucket twice),
+# one per `hostaffinity` command that reads, the descheduler's durable and outside subscribers'
+# consumers on the events stream. A few times that, so a rollout (old and new pods together) or
+# an ordered consumer's reset (a new one before the old expires) never reaches the limit.
+MAX_CONSUMERS: Final = {
+    EVENTS_STREAM: 64,
+    DLQ_STREAM: 16,
+    TOPOLOGY_STREAM: 256,
+    DRS_STREAM: 32,
+}
 # The descheduler reads vm.moved through this durable consumer; provisioning creates it, the
 # descheduler's identity may only read from it (k8s/base/nats/auth.conf names it).
 DESCHEDULER_CONSUMER: Final = ConsumerSettings(
@@ -44,12 +65,13 @@ DESCHEDULER_CONSUMER: Final = ConsumerSettings(
 
 
 class LayoutMissing(RuntimeError):
-    """A stream, bucket or consumer a service needs does not exist: the bus is not provisioned."""
+    """A stream, bucket or consumer a service needs does not exist, or a bucket still allows
+    roll-ups: the bus is not provisioned (or not since this release)."""
 
     @classmethod
     def naming(cls, missing: Iterable[str]) -> "LayoutMissing":
         return cls(
-            f"the bus is not provisioned: {', '.join(missing)} missing; run "
+            f"the bus is not provisioned: {'; '.join(missing)}; run "
             "`hostaffinity bus provision` (the Job hostaffinity-bus-provision in Kubernetes, "
             "the bus-provision one-shot in compose, `make dev` locally)"
         )
@@ -97,6 +119,7 @@ def _stream(
         max_bytes=max_bytes,
         duplicate_window=layout.duplicate_window_seconds,
         num_replicas=layout.stream_replicas,
+        max_consumers=MAX_CONSUMERS[name],
     )
 
 
@@ -109,32 +132,32 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         await js.update_stream(config)
 
 
-async def _ensure_bucket(js: JetStreamContext, layout: BusLayout) -> KeyValue:
+async def _ensure_bucket(
+    js: JetStreamContext, bucket: str, history: int, layout: BusLayout
+) -> KeyValue:
+    """Create the bucket, or bind the existing one; then make its stream what this release
+    wants (history, replicas, roll-ups refused), updating in place a bucket made before."""
     try:
-        return await js.create_key_value(
-            bucket=TOPOLOGY_BUCKET, history=layout.topology_history, replicas=layout.kv_replicas
+        store = await js.create_key_value(
+            bucket=bucket, history=history, replicas=layout.kv_replicas
         )
     except BadRequestError as err:
         if err.err_code != _STREAM_CONFIG_CONFLICT:
             raise
-    # The bucket exists with other settings: change only the ones we own, keep nats-py's KV shape.
-    bucket = await js.key_value(TOPOLOGY_BUCKET)
-    status = await bucket.status()
-    await js.update_stream(
-        status.stream_info.config.evolve(
-            max_msgs_per_subject=layout.topology_history, num_replicas=layout.kv_replicas
-        )
+        store = await js.key_value(bucket)
+    stream = f"{KV_STREAM_PREFIX}{bucket}"
+    current = (await js.stream_info(stream)).config
+    # nats-py makes every bucket with roll-ups allowed (its purge is a roll-up), so even a new
+    # bucket gets here; keep the rest of nats-py's KV shape.
+    wanted = current.evolve(
+        max_msgs_per_subject=history,
+        num_replicas=layout.kv_replicas,
+        allow_rollup_hdrs=False,
+        max_consumers=MAX_CONSUMERS[stream],
     )
-    return bucket
-
-
-async def _ensure_drs_bucket(js: JetStreamContext, layout: BusLayout) -> None:
-    """The ownership records of DRS rules: one value per key is all a reader needs."""
-    try:
-        await js.create_key_value(bucket=DRS_BUCKET, history=1, replicas=layout.kv_replicas)
-    except BadRequestError as err:
-        if err.err_code != _STREAM_CONFIG_CONFLICT:
-            raise
+    if wanted != current:
+        await js.update_stream(wanted)
+    return store
 
 
 async def provision_layout(
@@ -150,8 +173,9 @@ async def provision_layout(
     )
     dlq_age, dlq_bytes = layout.dlq_max_age_seconds, layout.dlq_max_bytes
     await _ensure_stream(js, _stream(DLQ_STREAM, DLQ_SUBJECT_PREFIX, dlq_age, dlq_bytes, layout))
-    await _ensure_drs_bucket(js, layout)
-    topology = await _ensure_bucket(js, layout)
+    # The ownership records of DRS rules: one value per key is all a reader needs.
+    await _ensure_bucket(js, DRS_BUCKET, 1, layout)
+    topology = await _ensure_bucket(js, TOPOLOGY_BUCKET, layout.topology_history, layout)
     for consumer in consumers:
         # Create or update: the server applies changed settings of an existing durable.
         await js.add_consumer(consumer.stream, config=consumer.consumer_config())
@@ -162,16 +186,22 @@ async def missing_parts(
     js: JetStreamContext, streams: Iterable[str], consumers: Iterable[ConsumerSettings] = ()
 ) -> list[str]:
     """What among `streams` (a bucket is its stream, KV_<bucket>) and durable `consumers` does
-    not exist, named for a person."""
+    not exist or is not as this release provisions it, each named for a person."""
     missing = []
     for name in streams:
         try:
-            await js.stream_info(name)
+            info = await js.stream_info(name)
         except NotFoundError:
-            missing.append(f"stream {name}")
+            missing.append(f"stream {name} missing")
+            continue
+        if name.startswith(KV_STREAM_PREFIX) and info.config.allow_rollup_hdrs:
+            missing.append(
+                f"bucket stream {name} allows roll-ups (any writer could wipe the bucket with "
+                "one Nats-Rollup message; provisioned before this release)"
+            )
     for consumer in consumers:
         try:
             await js.consumer_info(consumer.stream, consumer.durable)
         except NotFoundError:
-            missing.append(f"consumer {consumer.stream}/{consumer.durable}")
+            missing.append(f"consumer {consumer.stream}/{consumer.durable} missing")
     return missing

@@ -78,6 +78,7 @@ from hostaffinity.runtime.config import (
     load_config,
 )
 from hostaffinity.runtime.health import HealthServer, ReadinessCheck
+from hostaffinity.runtime.http_refusals import quiet_malformed_requests
 from hostaffinity.runtime.kube import KubeClient, api_client
 from hostaffinity.runtime.leader import LeaderElector
 from hostaffinity.runtime.telemetry import setup_telemetry
@@ -177,6 +178,7 @@ class ServiceRunner(Generic[C]):
         self.config = config
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.health = HealthServer(config.health.host, config.health.port)
+        quiet_malformed_requests()  # for every HTTP server of the process, not only health's
         self.bus: Bus | None = None
         self.elector: LeaderElector | None = None
         # Set once /healthz, /readyz and /metrics answer (`health.port` is then the bound one).

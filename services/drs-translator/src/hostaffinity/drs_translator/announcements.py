@@ -13,7 +13,7 @@ import logging
 import msgspec
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from hostaffinity.schema import DrsRulesApplied, Event, drs_outbox_key
+from hostaffinity.schema import UNDECODABLE, DrsRulesApplied, Event, drs_outbox_key
 from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX
 
 _log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class KeptAnnouncements:
                     continue
                 try:
                     found.append(_decoder.decode(entry.value or b""))
-                except msgspec.DecodeError as err:
+                except UNDECODABLE as err:
                     _log.error("kept announcement %s does not decode; dropped: %s", entry.key, err)
                     await self._kv.delete(entry.key)
         finally:

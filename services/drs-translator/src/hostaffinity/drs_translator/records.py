@@ -10,7 +10,7 @@ import logging
 import msgspec
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from hostaffinity.schema import DrsOwnership, drs_rule_key
+from hostaffinity.schema import UNDECODABLE, DrsOwnership, drs_rule_key
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
 
 _log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class OwnershipRecords:
                     continue
                 try:
                     record = _decoder.decode(entry.value or b"")
-                except msgspec.DecodeError as err:
+                except UNDECODABLE as err:
                     _log.error(
                         "ownership record %s left out (its rule stays untouched): %s",
                         entry.key,
