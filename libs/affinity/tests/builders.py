@@ -36,8 +36,10 @@ def pod(
     tolerations: Iterable[Mapping[str, Any]] = (),
     node_selector: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    spreads: Iterable[Mapping[str, Any]] = (),
 ) -> Pod:
     spec: dict[str, Any] = {"nodeName": node_name, "tolerations": list(tolerations)}
+    spec["topologySpreadConstraints"] = list(spreads)
     if affinity is not None:
         spec["affinity"] = dict(affinity)
     if node_selector is not None:
@@ -78,6 +80,25 @@ def expr(key: str, op: str, *values: str) -> dict[str, Any]:
 def required(kind: str, *terms: Mapping[str, Any]) -> dict[str, Any]:
     """`{kind: {requiredDuringScheduling...: terms}}` for podAffinity / podAntiAffinity."""
     return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": list(terms)}}
+
+
+def spread(
+    topology_key: str,
+    selector: Mapping[str, Any] | None,
+    max_skew: int = 1,
+    when: str = "DoNotSchedule",
+    **extra: Any,
+) -> dict[str, Any]:
+    """A TopologySpreadConstraint; `selector` is the labelSelector as JSON (None: absent)."""
+    body: dict[str, Any] = {
+        "maxSkew": max_skew,
+        "topologyKey": topology_key,
+        "whenUnsatisfiable": when,
+        **extra,
+    }
+    if selector is not None:
+        body["labelSelector"] = dict(selector)
+    return body
 
 
 def preferred(kind: str, *weighted: tuple[int, Mapping[str, Any]]) -> dict[str, Any]:

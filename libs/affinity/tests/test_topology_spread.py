@@ -5,31 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
+import pytest
 
-from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.engine import FilterMode
+from hostaffinity.affinity.interpod import HOSTNAME_KEY
+from hostaffinity.affinity.model import Node, Pod
 from hostaffinity.affinity.topology_spread import (
     HONOR,
     IGNORE,
     compile_spread_constraints,
 )
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
+from libs.affinity.tests.builders import engine, node, pod, spread
 
 
-def _pod(*constraints: dict[str, Any], labels: dict[str, str], opted_in: bool = False) -> Pod:
+def _pod(*spreads: dict[str, Any], labels: dict[str, str], opted_in: bool = False) -> Pod:
     annotations = {POD_PHYSICAL_ANTI_AFFINITY: "true"} if opted_in else {}
-    return msgspec.convert(
-        {
-            "metadata": {"name": "p", "namespace": "ns", "labels": labels}
-            | {"annotations": annotations},
-            "spec": {"topologySpreadConstraints": list(constraints)},
-        },
-        Pod,
-    )
+    return pod(labels=labels, spreads=spreads, annotations=annotations)
 
 
 def _spread(key: str, **extra: Any) -> dict[str, Any]:
-    return {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule", **extra}
+    return spread(key, extra.pop("labelSelector", None), **extra)
 
 
 def test_absent_fields_take_the_scheduler_defaults() -> None:
@@ -74,3 +70,70 @@ def test_an_opted_in_hostname_spread_is_read_on_the_host_key() -> None:
     assert not plain[0].physical
     assert opted[0].declared_key == "kubernetes.io/hostname"
     assert "physical reading of kubernetes.io/hostname" in opted[0].describe()
+
+
+HOST = LABEL_ESXI_HOST
+WEB = {"matchLabels": {"app": "web"}}
+
+
+def _three_hosts() -> list[Node]:
+    return [
+        node(f"{host}{i}", {HOST: host, HOSTNAME_KEY: f"{host}{i}"})
+        for host in "abc"
+        for i in (1, 2)
+    ]
+
+
+def _web_on(*nodes: str) -> list[Pod]:
+    return [pod(f"web{i}", labels={"app": "web"}, node_name=n) for i, n in enumerate(nodes)]
+
+
+@pytest.mark.parametrize("mode", list(FilterMode))
+def test_a_host_spread_sends_the_new_replica_to_the_empty_host(mode: FilterMode) -> None:
+    """The issue's example: web 2 on host a, 1 on host b; maxSkew 1 leaves only host c."""
+    decider = engine(_three_hosts(), _web_on("a1", "a2", "b1"))
+    result = decider.filter(pod(labels={"app": "web"}, spreads=[spread(HOST, WEB)]), mode=mode)
+    assert result.feasible == ["c1", "c2"]
+    assert result.summary() == (
+        "0/6 nodes are available: 4 node(s) didn't match pod topology spread constraints."
+    )
+    assert "esxi-host=a would hold the pod itself and 2 matching pod(s)" in (
+        result.rejected["a1"].message
+    )
+
+
+def test_an_opted_in_hostname_spread_counts_hosts_not_nodes() -> None:
+    """Read as written, one replica per node is balanced; read physically, host a is full."""
+    decider = engine(_three_hosts(), _web_on("a1", "b1"))
+    spreads = [spread(HOSTNAME_KEY, WEB)]
+    as_written = decider.filter(pod(labels={"app": "web"}, spreads=spreads))
+    opted_in = pod(
+        labels={"app": "web"}, spreads=spreads, annotations={POD_PHYSICAL_ANTI_AFFINITY: "true"}
+    )
+    assert as_written.feasible == ["a2", "b2", "c1", "c2"]
+    assert decider.filter(opted_in).feasible == ["c1", "c2"]
+    assert decider.filter(opted_in, mode=FilterMode.PHYSICAL).feasible == ["c1", "c2"]
+    # Physical mode leaves a spread over another key to kube-scheduler.
+    assert decider.filter(
+        pod(labels={"app": "web"}, spreads=spreads), mode=FilterMode.PHYSICAL
+    ).feasible == ["a1", "a2", "b1", "b2", "c1", "c2"]
+
+
+def test_nodes_without_the_key_fail_with_the_missing_label_reason() -> None:
+    nodes = [*_three_hosts(), node("bare")]
+    result = engine(nodes).filter(pod(labels={"app": "web"}, spreads=[spread(HOST, WEB)]))
+    assert result.rejected["bare"].reason == (
+        "node(s) didn't match pod topology spread constraints (missing required label)"
+    )
+    assert result.rejected["bare"].unresolvable
+    assert len(result.feasible) == 6
+
+
+def test_a_soft_host_spread_scores_the_emptier_hosts_higher() -> None:
+    decider = engine(_three_hosts(), _web_on("a1", "a2", "b1"))
+    incoming = pod(labels={"app": "web"}, spreads=[spread(HOST, WEB, when="ScheduleAnyway")])
+    assert decider.filter(incoming).feasible == [n.metadata.name for n in _three_hosts()]
+    scores = decider.score(incoming, ["a1", "b1", "c1"]).scores
+    assert [scores[n].topology_spread for n in ("a1", "b1", "c1")] == [0, 33, 100]
+    plain = decider.score(pod(labels={"app": "web"}), ["a1", "b1", "c1"])
+    assert plain.max_total == 700  # PodTopologySpread skipped: its weight is not in the total

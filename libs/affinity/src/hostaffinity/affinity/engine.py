@@ -2,9 +2,10 @@
 
 Two modes. KUBE_SCHEDULER reproduces the default profile's placement filters in their order
 (NodeAffinity PreFilter narrowing, NodeUnschedulable, TaintToleration, NodeAffinity,
-InterPodAffinity) with physical domains resolved through the placement map. PHYSICAL decides only
-the inter-pod terms whose domain is the ESXi host -- what the scheduler-extender owns, since
-kube-scheduler already enforces every other term (ARCHITECTURE.md "Services").
+PodTopologySpread, InterPodAffinity: pkg/scheduler/apis/config/v1/default_plugins.go) with
+physical domains resolved through the placement map. PHYSICAL decides only the inter-pod terms
+and topology spreads whose domain is the ESXi host -- what the scheduler-extender owns, since
+kube-scheduler already enforces every other rule (ARCHITECTURE.md "Services").
 
 Each stage yields (nodes, rejection) pairs with one Rejection object per cause (a taint list, a
 domain, a term), so a filter over N nodes costs set operations plus the matching pods, and the
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Iterator, Set
 
 import msgspec
 
-from hostaffinity.affinity import explain
+from hostaffinity.affinity import explain, spread_filtering
 from hostaffinity.affinity.explain import Rejection
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
 from hostaffinity.affinity.interpod import (
@@ -40,6 +41,7 @@ from hostaffinity.affinity.scoring import (
     INTER_POD_AFFINITY_WEIGHT,
     MAX_NODE_SCORE,
     NODE_AFFINITY_WEIGHT,
+    POD_TOPOLOGY_SPREAD_WEIGHT,
     TAINT_TOLERATION_WEIGHT,
     ScoreResult,
     SparseScores,
@@ -47,11 +49,19 @@ from hostaffinity.affinity.scoring import (
     normalize_default,
     normalize_min_max,
 )
+from hostaffinity.affinity.spread_filtering import DomainCounts
+from hostaffinity.affinity.spread_scoring import spread_scores
 from hostaffinity.affinity.taints import (
     UNSCHEDULABLE_TAINT,
     first_untolerated,
     intolerable_preferences,
     tolerated,
+)
+from hostaffinity.affinity.topology_spread import (
+    NodeInclusion,
+    SpreadConstraint,
+    SpreadDefaults,
+    compile_spread_constraints,
 )
 
 Stage = tuple[Set[str], Rejection]
@@ -89,12 +99,20 @@ class AffinityEngine:
     """Decides placement for pods against a ClusterIndex the caller keeps current.
 
     `fail_unplaced`: a node whose ESXi host is unknown (no placement, no label) fails the pod's
-    host-level required terms instead of following kube-scheduler's missing-label rules.
+    host-level required terms and spreads instead of following kube-scheduler's missing-label
+    rules. `spread_defaults`: the profile's topology spread for pods without their own.
     """
 
-    def __init__(self, index: ClusterIndex, *, fail_unplaced: bool = False) -> None:
+    def __init__(
+        self,
+        index: ClusterIndex,
+        *,
+        fail_unplaced: bool = False,
+        spread_defaults: SpreadDefaults | None = None,
+    ) -> None:
         self.index = index
         self.fail_unplaced = fail_unplaced
+        self.spread_defaults = SpreadDefaults() if spread_defaults is None else spread_defaults
 
     def terms(self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER) -> PodTerms:
         """The pod's compiled terms; in PHYSICAL mode only those on the ESXi-host domain."""
@@ -111,6 +129,27 @@ class AffinityEngine:
             physical(terms.preferred_affinity),
             physical(terms.preferred_anti),
         )
+
+    def spreads(
+        self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> tuple[SpreadConstraint, ...]:
+        """The pod's compiled topology spreads; in PHYSICAL mode only those over ESXi hosts."""
+        spreads = compile_spread_constraints(pod, self.index.physical_anti_affinity)
+        if mode is FilterMode.PHYSICAL:
+            return tuple(c for c in spreads if c.physical)
+        return spreads
+
+    def spread_counts(
+        self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> list[tuple[SpreadConstraint, DomainCounts]]:
+        """Each DoNotSchedule spread with the matching pods per domain its filter reads."""
+        hard = [c for c in self.spreads(pod, mode) if c.hard]
+        if not hard:
+            return []
+        state = spread_filtering.prefilter_counts(
+            self.index, pod, hard, NodeInclusion(self.index, pod)
+        )
+        return [(c, state[c.topology_key]) for c in hard]
 
     # -- filter --------------------------------------------------------------------------------
 
@@ -134,7 +173,7 @@ class AffinityEngine:
             stages.append((asked - index.all_nodes(), explain.unknown_node()))
         if mode is FilterMode.KUBE_SCHEDULER:
             stages.extend(self._node_stages(pod))
-        stages.extend(self._inter_pod_stages(pod, mode))
+        stages.extend(self._pod_stages(pod, mode))
         rejected: dict[str, Rejection] = {}
         for failing, why in reversed(stages):
             if failing:
@@ -160,25 +199,34 @@ class AffinityEngine:
         if not required.is_empty:
             yield everyone - required_nodes(required, index), explain.node_affinity(required)
 
-    def _inter_pod_stages(self, pod: Pod, mode: FilterMode) -> Iterator[Stage]:
+    def _pod_stages(self, pod: Pod, mode: FilterMode) -> Iterator[Stage]:
+        """PodTopologySpread then InterPodAffinity, the default profile's order."""
         terms = self.terms(pod, mode)
         forbidding = [
             (record, term)
             for record, term in self._forbidding(pod)
             if mode is FilterMode.KUBE_SCHEDULER or term.physical
         ]
+        hard_spreads = [c for c in self.spreads(pod, mode) if c.hard]
         if self.fail_unplaced:
-            yield from self._unplaced_stages(terms, forbidding)
+            yield from self._unplaced_stages(terms, forbidding, hard_spreads)
+        yield from spread_filtering.filter_stages(
+            self.index, pod, hard_spreads, NodeInclusion(self.index, pod)
+        )
         yield from self._affinity_stages(pod, terms.required_affinity)
         yield from self._anti_affinity_stages(pod, terms.required_anti)
         yield from self._existing_anti_affinity_stages(forbidding)
 
     def _unplaced_stages(
-        self, terms: PodTerms, forbidding: list[tuple[PodRecord, AffinityTerm]]
+        self,
+        terms: PodTerms,
+        forbidding: list[tuple[PodRecord, AffinityTerm]],
+        spreads: list[SpreadConstraint],
     ) -> Iterator[Stage]:
-        """Nodes with no ESXi host fail every host-level term that concerns the pod."""
+        """Nodes with no ESXi host fail every host-level term or spread that concerns the pod."""
         keys = {t.topology_key for t in (*terms.required_affinity, *terms.required_anti)}
         keys.update(t.topology_key for _, t in forbidding)
+        keys.update(c.topology_key for c in spreads)
         for key in sorted(keys & HOST_KEYS):
             yield self.index.all_nodes() - self.index.nodes_with(key), explain.unplaced(key)
 
@@ -273,23 +321,59 @@ class AffinityEngine:
             names = [n for n in names if n in known]
             asked.intersection_update(known)
         inter_pod = normalize_min_max(self._inter_pod_raw(pod, asked, mode), len(asked))
+        spread = self._spread_scores(pod, asked, mode)
+        unscored = SparseScores(0)
         if mode is FilterMode.PHYSICAL:
-            unscored = SparseScores(0)
-            return ScoreResult(names, unscored, unscored, inter_pod, inter_pod, MAX_NODE_SCORE)
+            if spread is None:
+                return ScoreResult(names, unscored, unscored, inter_pod, inter_pod, MAX_NODE_SCORE)
+            total = combine(lambda inter, spreads: inter + spreads, inter_pod, spread)
+            return ScoreResult(
+                names, unscored, unscored, inter_pod, total, 2 * MAX_NODE_SCORE, spread
+            )
         taints = normalize_default(self._taint_raw(pod, asked), len(asked), reverse=True)
         node_affinity = normalize_default(
             self._node_affinity_raw(pod, asked), len(asked), reverse=False
         )
+        spread_weight = 0 if spread is None else POD_TOPOLOGY_SPREAD_WEIGHT
         total = combine(
-            lambda taint, node, inter: TAINT_TOLERATION_WEIGHT * taint
+            lambda taint, node, inter, spreads: TAINT_TOLERATION_WEIGHT * taint
             + NODE_AFFINITY_WEIGHT * node
-            + INTER_POD_AFFINITY_WEIGHT * inter,
+            + INTER_POD_AFFINITY_WEIGHT * inter
+            + spread_weight * spreads,
             taints,
             node_affinity,
             inter_pod,
+            unscored if spread is None else spread,
         )
         weights = TAINT_TOLERATION_WEIGHT + NODE_AFFINITY_WEIGHT + INTER_POD_AFFINITY_WEIGHT
-        return ScoreResult(names, taints, node_affinity, inter_pod, total, weights * MAX_NODE_SCORE)
+        weights += spread_weight
+        return ScoreResult(
+            names,
+            taints,
+            node_affinity,
+            inter_pod,
+            total,
+            weights * MAX_NODE_SCORE,
+            unscored if spread is None else spread,
+        )
+
+    def _spread_scores(self, pod: Pod, asked: Set[str], mode: FilterMode) -> SparseScores | None:
+        """PodTopologySpread's normalized scores, or None when it skips the pod: its own
+        ScheduleAnyway spreads, else (kube-scheduler mode) the profile's defaults."""
+        spreads = self.spreads(pod, mode)
+        soft = [c for c in spreads if c.soft]
+        require_all_keys = True
+        if not pod.spec.topology_spread_constraints and mode is FilterMode.KUBE_SCHEDULER:
+            soft = [c for c in self.spread_defaults.for_pod(pod) if c.soft]
+            require_all_keys = not self.spread_defaults.system_defaulted
+        return spread_scores(
+            self.index,
+            pod,
+            soft,
+            asked,
+            require_all_keys=require_all_keys,
+            inclusion=NodeInclusion(self.index, pod),
+        )
 
     def _taint_raw(self, pod: Pod, asked: Set[str]) -> SparseScores:
         raw: dict[str, int] = {}

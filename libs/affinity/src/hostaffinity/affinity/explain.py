@@ -3,7 +3,7 @@
 `reason` is kube-scheduler's own status reason (so results aggregate into the familiar
 "0/N nodes are available: ..." line, see `fit_error_message`); `message` names the rule and the
 pod or taint behind it. Strings are the plugins' at v1.36: interpodaffinity/filtering.go,
-nodeaffinity/node_affinity.go, tainttoleration/taint_toleration.go,
+nodeaffinity/node_affinity.go, tainttoleration/taint_toleration.go, podtopologyspread/plugin.go,
 nodeunschedulable/node_unschedulable.go, and framework/types.go (FitError.Error).
 """
 
@@ -20,11 +20,13 @@ from hostaffinity.affinity.interpod import AffinityTerm
 from hostaffinity.affinity.model import Taint
 from hostaffinity.affinity.nodeaffinity import RequiredNodeAffinity
 from hostaffinity.affinity.taints import describe_taint
+from hostaffinity.affinity.topology_spread import SpreadConstraint
 
 NODE_UNSCHEDULABLE: Final = "NodeUnschedulable"
 TAINT_TOLERATION: Final = "TaintToleration"
 NODE_AFFINITY: Final = "NodeAffinity"
 INTER_POD_AFFINITY: Final = "InterPodAffinity"
+POD_TOPOLOGY_SPREAD: Final = "PodTopologySpread"
 # Rejections kube-scheduler has no word for: a node the engine has not seen, or one whose ESXi
 # host is unknown when the caller asked such nodes to fail physical terms.
 HOST_AFFINITY: Final = "HostAffinity"
@@ -37,6 +39,8 @@ REASON_NODE_NAMES_CONFLICT: Final = "pod affinity terms conflict"
 REASON_AFFINITY: Final = "node(s) didn't match pod affinity rules"
 REASON_ANTI_AFFINITY: Final = "node(s) didn't match pod anti-affinity rules"
 REASON_EXISTING_ANTI_AFFINITY: Final = "node(s) didn't satisfy existing pods anti-affinity rules"
+REASON_SPREAD: Final = "node(s) didn't match pod topology spread constraints"
+REASON_SPREAD_MISSING_LABEL: Final = REASON_SPREAD + " (missing required label)"
 REASON_UNKNOWN_NODE: Final = "node(s) unknown to hostaffinity"
 REASON_UNPLACED: Final = "node(s) had no known ESXi host"
 
@@ -158,6 +162,32 @@ def existing_anti_affinity(term: AffinityTerm, owner: PodRecord, domain: str) ->
         f"pod {owner.key} (on node {owner.node}) has a required anti-affinity term "
         f"{term.describe()} that matches this pod, and the node is in its domain "
         f"{term.topology_key}={domain}",
+    )
+
+
+def spread_missing_label(constraint: SpreadConstraint) -> Rejection:
+    return Rejection(
+        POD_TOPOLOGY_SPREAD,
+        REASON_SPREAD_MISSING_LABEL,
+        True,
+        f"the node has no {constraint.topology_key} domain, which the pod's topology spread "
+        f"constraint {constraint.describe()} needs",
+    )
+
+
+def spread_skew(
+    constraint: SpreadConstraint, domain: str, matching: int, itself: int, global_min: int
+) -> Rejection:
+    """A domain that already holds too many of the spread's pods."""
+    skew = matching + itself - global_min
+    counted = "the pod itself and " if itself else ""
+    return Rejection(
+        POD_TOPOLOGY_SPREAD,
+        REASON_SPREAD,
+        False,
+        f"the node's domain {constraint.topology_key}={domain} would hold {counted}{matching} "
+        f"matching pod(s) against a global minimum of {global_min}: skew {skew} > maxSkew "
+        f"{constraint.max_skew} of the pod's topology spread constraint {constraint.describe()}",
     )
 
 

@@ -68,6 +68,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     labels: dict[str, str]
     terms: PodTerms
     workload: WorkloadRef | None = None  # what it is a replica of (exposure reads it)
+    terminating: bool = False  # deletionTimestamp set: topology spread no longer counts it
 
 
 class NodeRecord(msgspec.Struct, frozen=True, gc=False):
@@ -201,6 +202,7 @@ class ClusterIndex:
             labels=pod.metadata.labels,
             terms=compile_pod_terms(pod, self.physical_anti_affinity),
             workload=workload_of(pod),
+            terminating=pod.metadata.deletion_timestamp is not None,
         )
         self._pods[key] = record
         ns = record.namespace

@@ -23,6 +23,7 @@ MAX_EXTENDER_PRIORITY: Final = 10
 TAINT_TOLERATION_WEIGHT: Final = 3
 NODE_AFFINITY_WEIGHT: Final = 2
 INTER_POD_AFFINITY_WEIGHT: Final = 2
+POD_TOPOLOGY_SPREAD_WEIGHT: Final = 2
 
 
 class SparseScores(msgspec.Struct, frozen=True, gc=False):
@@ -104,11 +105,13 @@ class NodeScore(msgspec.Struct, frozen=True):
     node_affinity: int
     inter_pod_affinity: int
     total: int
+    topology_spread: int = 0
 
 
 class ScoreResult(msgspec.Struct, frozen=True):
     """Scores of the known nodes asked about (`nodes`, in the order asked), per plugin and
-    weighted; `max_total` is the highest `total` could be."""
+    weighted; `max_total` is the highest `total` could be (a plugin that skipped the pod, as
+    PodTopologySpread does for a pod without spreads to score, adds nothing to it)."""
 
     nodes: list[str]
     taint_toleration: SparseScores
@@ -116,6 +119,7 @@ class ScoreResult(msgspec.Struct, frozen=True):
     inter_pod_affinity: SparseScores
     total: SparseScores
     max_total: int
+    topology_spread: SparseScores = msgspec.field(default_factory=lambda: SparseScores(0))
 
     @property
     def scores(self) -> dict[str, NodeScore]:
@@ -126,6 +130,7 @@ class ScoreResult(msgspec.Struct, frozen=True):
                 self.node_affinity.of(node),
                 self.inter_pod_affinity.of(node),
                 self.total.of(node),
+                self.topology_spread.of(node),
             )
             for node in self.nodes
         }

@@ -13,14 +13,24 @@ anti-affinity term: spreading replicas over VMs that share one host is not what 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Set
 from typing import Final
 
 import msgspec
 
-from hostaffinity.affinity.interpod import HOST_KEYS, HOSTNAME_KEY, physical_opt_in
-from hostaffinity.affinity.model import Pod, TopologySpreadConstraint
-from hostaffinity.affinity.selectors import IN, Requirement, Selector, compile_label_selector
+from hostaffinity.affinity.index import ClusterIndex, PodRecord
+from hostaffinity.affinity.interpod import HOST_KEYS, HOSTNAME_KEY, NamespaceScope, physical_opt_in
+from hostaffinity.affinity.model import LabelSelector, Pod, TopologySpreadConstraint
+from hostaffinity.affinity.nodeaffinity import required_node_affinity, required_nodes
+from hostaffinity.affinity.selectors import (
+    EVERYTHING,
+    IN,
+    Requirement,
+    Selector,
+    compile_label_selector,
+    selector_from_map,
+)
+from hostaffinity.affinity.taints import first_untolerated
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 DO_NOT_SCHEDULE: Final = "DoNotSchedule"
@@ -136,11 +146,142 @@ def compile_spread_constraints(
     return tuple(compile_constraint(pod, c, physical) for c in written)
 
 
-def system_default_constraints(selector: Selector) -> tuple[SpreadConstraint, ...]:
-    """kube-scheduler's system defaults (plugin.go systemDefaultConstraints): hostname maxSkew 3
-    and zone maxSkew 5, both ScheduleAnyway, over the selector its DefaultSelector built from the
-    Services, ReplicationControllers, ReplicaSets and StatefulSets that select the pod."""
-    return (
-        SpreadConstraint(3, HOSTNAME_KEY, selector, SCHEDULE_ANYWAY, declared_key=HOSTNAME_KEY),
-        SpreadConstraint(5, ZONE_KEY, selector, SCHEDULE_ANYWAY, declared_key=ZONE_KEY),
-    )
+# plugin.go systemDefaultConstraints: the default profile's spreading for pods without their own.
+SYSTEM_DEFAULT_CONSTRAINTS: Final = (
+    TopologySpreadConstraint(
+        max_skew=3, topology_key=HOSTNAME_KEY, when_unsatisfiable=SCHEDULE_ANYWAY
+    ),
+    TopologySpreadConstraint(max_skew=5, topology_key=ZONE_KEY, when_unsatisfiable=SCHEDULE_ANYWAY),
+)
+
+
+def _no_workload_selector(pod: Pod) -> Selector:
+    return EVERYTHING
+
+
+class SpreadDefaults(msgspec.Struct, frozen=True):
+    """The profile's default constraints, for pods that declare none (PodTopologySpreadArgs).
+
+    kube-scheduler's default profile uses the system defaults, with a selector built from the
+    Services, ReplicationControllers, ReplicaSets and StatefulSets that select the pod
+    (`default_selector`). The engine watches none of those objects, so by default `selector_of`
+    finds none and -- as kube-scheduler does for a pod nothing selects -- no default applies. A
+    caller that knows the workloads passes a `selector_of` built with `default_selector`.
+    `system_defaulted` keeps kube-scheduler's rule that system defaults do not need nodes to
+    carry every topology key to be scored.
+    """
+
+    constraints: tuple[TopologySpreadConstraint, ...] = SYSTEM_DEFAULT_CONSTRAINTS
+    system_defaulted: bool = True
+    selector_of: Callable[[Pod], Selector] = _no_workload_selector
+
+    def for_pod(self, pod: Pod) -> tuple[SpreadConstraint, ...]:
+        """buildDefaultConstraints: the defaults over the pod's workload selector, or none."""
+        if not self.constraints:
+            return ()
+        selector = self.selector_of(pod)
+        if not selector.requirements:
+            return ()
+        return tuple(
+            msgspec.structs.replace(compile_constraint(pod, c, False), selector=selector)
+            for c in self.constraints
+        )
+
+
+def default_selector(
+    pod: Pod,
+    service_selectors: Iterable[Mapping[str, str]],
+    controller_selector: LabelSelector | Mapping[str, str] | None = None,
+) -> Selector:
+    """helper/spread.go DefaultSelector: the union of the selectors that pick the pod.
+
+    `service_selectors` are the `spec.selector` maps of the Services in the pod's namespace (one
+    that is empty or does not match the pod is skipped, as GetPodServices does);
+    `controller_selector` is the selector of the pod's controller when it is a
+    ReplicationController (a map) or a ReplicaSet / StatefulSet (a LabelSelector).
+    """
+    labels = pod.metadata.labels
+    merged: dict[str, str] = {}
+    for selector in service_selectors:
+        if selector and all(labels.get(k) == v for k, v in selector.items()):
+            merged.update(selector)
+    if isinstance(controller_selector, LabelSelector):
+        extra = compile_label_selector(controller_selector)
+        if extra.nothing:
+            return selector_from_map(merged)
+        requirements = (*selector_from_map(merged).requirements, *extra.requirements)
+        return Selector(tuple(sorted(requirements, key=lambda r: r.key)))
+    if controller_selector is not None:
+        merged.update(controller_selector)
+    return selector_from_map(merged)
+
+
+def refused_by_taints(index: ClusterIndex, pod: Pod) -> Set[str]:
+    """Nodes with a NoSchedule/NoExecute taint the pod does not tolerate (nodeTaintsPolicy)."""
+    refused: set[str] = set()
+    for taints, group in index.taint_groups().items():
+        if first_untolerated(pod.spec.tolerations, taints) is not None:
+            refused.update(group)
+    return refused
+
+
+class NodeInclusion:
+    """Which nodes' domains a constraint counts (common.go matchNodeInclusionPolicies).
+
+    Computed lazily and once per decision: the pod's required node affinity (Honor, the default)
+    and its untolerated taints (Honor, by opt-in) are the same for every constraint.
+    """
+
+    def __init__(self, index: ClusterIndex, pod: Pod) -> None:
+        self._index = index
+        self._pod = pod
+        self._affinity: Set[str] | None = None
+        self._taints: Set[str] | None = None
+
+    def affinity_nodes(self) -> Set[str] | None:
+        """Nodes matching the pod's nodeSelector and required node affinity; None: all."""
+        required = required_node_affinity(self._pod)
+        if required.is_empty:
+            return None
+        if self._affinity is None:
+            self._affinity = required_nodes(required, self._index)
+        return self._affinity
+
+    def tainted(self) -> Set[str]:
+        if self._taints is None:
+            self._taints = refused_by_taints(self._index, self._pod)
+        return self._taints
+
+    def eligible(self, constraint: SpreadConstraint, candidates: Set[str]) -> Set[str]:
+        """`candidates` less the nodes the constraint's policies leave out."""
+        nodes = candidates
+        if constraint.honors_node_affinity:
+            allowed = self.affinity_nodes()
+            if allowed is not None:
+                nodes = nodes & allowed
+        if constraint.honors_taints and self.tainted():
+            nodes = nodes - self.tainted()
+        return nodes
+
+
+def counted_pods(
+    index: ClusterIndex, pod: Pod, constraint: SpreadConstraint
+) -> Iterator[PodRecord]:
+    """Pods the constraint counts (common.go countPodsMatchSelector): the incoming pod's
+    namespace, matched by the selector, not terminating; an empty selector counts none."""
+    if not constraint.selector.requirements:
+        return
+    scope = NamespaceScope(everywhere=False, names=frozenset((pod.metadata.namespace,)))
+    for record in index.matching_pods(scope, constraint.selector):
+        if not record.terminating and record.key != pod.key:
+            yield record
+
+
+def domain_values(index: ClusterIndex, key: str, nodes: Set[str]) -> Collection[str]:
+    """The distinct `key` domains of `nodes` (which all carry the key), cheapest way first."""
+    by_value = index.domains(key)
+    if len(nodes) == len(index.nodes_with(key)):
+        return by_value.keys()
+    if len(nodes) <= len(by_value):
+        return {value for node in nodes if (value := index.domain(node, key)) is not None}
+    return {value for value, members in by_value.items() if not members.isdisjoint(nodes)}
