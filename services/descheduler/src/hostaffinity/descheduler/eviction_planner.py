@@ -44,6 +44,10 @@ NODE_FIT_TRIGGERS: Final = (
 )
 
 
+# How every node-fit refusal starts: the pod would have nowhere to go (reported with an Event).
+NO_PLACE: Final = "no other node"
+
+
 class EvictionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Per-cycle caps (the policy's maxNoOfPodsToEvictPer*; None: no cap)."""
 
@@ -92,6 +96,10 @@ class Skip:
     strategy: str
     rule: str
     reasons: tuple[tuple[str, str], ...]
+
+    def nowhere_to_go(self) -> list[tuple[str, str]]:
+        """(pod, why) for the candidates node fit refused: no other node could take them."""
+        return [(pod, why) for pod, why in self.reasons if why.startswith(NO_PLACE)]
 
 
 @dataclass(frozen=True)
@@ -330,7 +338,7 @@ class PlanDraft:
         result = state.engine.filter(pod)
         feasible = result.feasible
         if not feasible or feasible == [own]:
-            return None, f"no other node can take it ({result.summary()})"
+            return None, f"{NO_PLACE} can take it ({result.summary()})"
         shortages: dict[str, int] = {}
         for node in _rotated(feasible, self._cursor):
             if node == own:
@@ -354,7 +362,7 @@ class PlanDraft:
             self._cursor += 1
             return node, None
         detail = ", ".join(f"{count} {why}" for why, count in sorted(shortages.items()))
-        return None, f"no other node fits: {detail}"
+        return None, f"{NO_PLACE} fits: {detail}"
 
     def _commit(self, action: Action) -> None:
         self._chosen.add(action.pod)

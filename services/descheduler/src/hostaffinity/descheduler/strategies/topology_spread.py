@@ -1,0 +1,301 @@
+"""RemovePodsViolatingTopologySpreadConstraint: replicas piled into some topology domains.
+
+Upstream (kubernetes-sigs/descheduler pkg/framework/plugins/
+removepodsviolatingtopologyspreadconstraint/topologyspreadconstraint.go: Balance,
+topologyIsBalanced, balanceDomains, sortDomains, filterNodesBelowIdealAvg) gathers the distinct
+constraints of the pods per namespace, counts each constraint's matching pods per domain over the
+nodes its inclusion policies admit, skips a constraint whose largest and smallest domains are
+within maxSkew, and otherwise balances: domains sorted by size, pods moved from the largest
+toward the smallest, never more than half the excess skew, never taking a domain below the
+ideal average (pods / domains) nor lifting one above it. That algorithm is kept as it is.
+
+What differs, each on purpose:
+- the constraints are the engine's compiled ones (topology_spread.py): defaults, matchLabelKeys,
+  and an opted-in pod's hostname spread read on the ESXi-host key, whose domains come from the
+  topology KV's placements, so a vMotion counts before the node label catches up;
+- a constraint counts every pod kube-scheduler counts (its namespace, its selector, not
+  terminating); `namespaces` and `labelSelector` choose the pods whose constraints are balanced
+  and the pods that may be evicted, as upstream's pod filter does;
+- each pod to move is one Violation for the eviction planner, whose node fit (the engine's
+  kube-scheduler filter, PodTopologySpread included) always holds. `topologyBalanceNodeFit`
+  (default true) further requires the target's domain to be below the ideal average, counted
+  live, so planned moves fill the small domains one by one; false only asks for another domain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Set
+from dataclasses import dataclass, field
+from typing import ClassVar, Final
+
+import msgspec
+
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.interpod import NamespaceScope
+from hostaffinity.affinity.nodeaffinity import required_node_affinity
+from hostaffinity.affinity.topology_spread import (
+    DO_NOT_SCHEDULE,
+    SCHEDULE_ANYWAY,
+    NodeInclusion,
+    SpreadConstraint,
+    domain_values,
+)
+from hostaffinity.descheduler.model import DeschedulerPod
+from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.strategies.base import (
+    PodScope,
+    ScopedArgs,
+    TargetCheck,
+    Violation,
+    eviction_order,
+)
+from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+
+ACTIONS: Final = (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)
+
+
+class TopologySpreadArgs(ScopedArgs, frozen=True):
+    """Upstream's RemovePodsViolatingTopologySpreadConstraintArgs (types.go, defaults.go)."""
+
+    constraints: list[str] = msgspec.field(default_factory=lambda: [DO_NOT_SCHEDULE])
+    topology_balance_node_fit: bool = True
+    # Deprecated upstream (v1alpha1's includeSoftConstraints): adds ScheduleAnyway.
+    include_soft_constraints: bool = False
+
+    def validate(self) -> list[str]:
+        errors = super().validate()
+        errors.extend(
+            f"constraints: {action!r} is not one of {', '.join(ACTIONS)}"
+            for action in self.constraints
+            if action not in ACTIONS
+        )
+        return errors
+
+    def actions(self) -> frozenset[str]:
+        chosen = set(self.constraints)
+        if self.include_soft_constraints:
+            chosen.add(SCHEDULE_ANYWAY)
+        return frozenset(chosen)
+
+
+@dataclass(frozen=True)
+class SpreadGroup:
+    """One distinct constraint of a namespace and a pod that declares it (for its node
+    inclusion policies: its node affinity and tolerations, when the policies honour them)."""
+
+    namespace: str
+    constraint: SpreadConstraint
+    inclusion: bytes
+
+
+@dataclass
+class Domain:
+    """One topology domain during balancing: its value and the pods counted in it, the first
+    to go first (sortDomains pops from the back; this list is kept front-first)."""
+
+    value: str
+    pods: list[str] = field(default_factory=list)
+
+
+class TopologySpread:
+    name: ClassVar[str] = "RemovePodsViolatingTopologySpreadConstraint"
+    # A pod landing (a rollout, a scale-up), a vMotion or relabelled node moving a domain, a
+    # node added or uncordoned (a new, empty domain) can each break a spread.
+    triggers: ClassVar[Change] = (
+        SCOPE_CHANGES
+        | Change.POD_AFFINITY
+        | Change.NODE_LABELS
+        | Change.NODE_ADDED
+        | Change.NODE_UNCORDONED
+    )
+
+    def __init__(self, args: TopologySpreadArgs) -> None:
+        self.args = args
+        self._scope = PodScope(args)
+        self._actions = args.actions()
+        # pod key -> (the pod object compiled, its groups): a pod object is immutable, so its
+        # compiled constraints stay valid until the state holds another object for the key.
+        self._compiled: dict[str, tuple[DeschedulerPod, tuple[SpreadGroup, ...]]] = {}
+
+    def violations(self, state: ClusterState) -> list[Violation]:
+        found: list[Violation] = []
+        for group, holder in self._groups(state).items():
+            found.extend(self._balance(state, group, holder))
+        return found
+
+    # -- the constraints -----------------------------------------------------------------------
+
+    def _groups(self, state: ClusterState) -> dict[SpreadGroup, DeschedulerPod]:
+        """Each distinct constraint of the pods in scope, with one pod that declares it."""
+        previous, compiled = self._compiled, {}
+        groups: dict[SpreadGroup, DeschedulerPod] = {}
+        for key, pod in state.pods.items():
+            if not pod.spec.topology_spread_constraints:
+                continue
+            cached = previous.get(key)
+            if cached is None or cached[0] is not pod:
+                cached = (pod, self._compile(state, pod))
+            compiled[key] = cached
+            for group in cached[1]:
+                groups.setdefault(group, pod)
+        self._compiled = compiled
+        return groups
+
+    def _compile(self, state: ClusterState, pod: DeschedulerPod) -> tuple[SpreadGroup, ...]:
+        if not self._scope.covers(pod):
+            return ()
+        affinity = required_node_affinity(pod)
+        groups = []
+        for constraint in state.engine.spreads(pod):
+            if constraint.when_unsatisfiable not in self._actions:
+                continue
+            inclusion = (
+                affinity if constraint.honors_node_affinity and not affinity.is_empty else None,
+                pod.spec.tolerations if constraint.honors_taints else None,
+            )
+            groups.append(
+                SpreadGroup(pod.metadata.namespace, constraint, msgspec.json.encode(inclusion))
+            )
+        return tuple(groups)
+
+    # -- balancing -----------------------------------------------------------------------------
+
+    def _balance(
+        self, state: ClusterState, group: SpreadGroup, holder: DeschedulerPod
+    ) -> list[Violation]:
+        index, constraint = state.index, group.constraint
+        key = constraint.topology_key
+        eligible = NodeInclusion(index, holder).eligible(constraint, index.nodes_with(key))
+        values = domain_values(index, key, eligible)
+        if not values:
+            return []
+        counted: dict[str, list[str]] = {}
+        for pod_key, node in _matching(index, group):
+            if node in eligible and (value := index.domain(node, key)) is not None:
+                counted.setdefault(value, []).append(pod_key)
+        if _balanced(counted, len(values), constraint.max_skew):
+            return []
+        total = sum(len(pods) for pods in counted.values())
+        ideal = total / len(values)
+        domains = sorted(
+            (Domain(v, self._in_eviction_order(state, counted.get(v, []))) for v in values),
+            key=lambda d: (len(d.pods), d.value),
+        )
+        moves = balance_domains(domains, ideal, constraint.max_skew)
+        rule = _rule(holder, constraint, counted, len(values), ideal)
+        improves = self._target_check(state, group, eligible, ideal)
+        return [
+            Violation(self.name, rule, (pod_key,), f"{pod_key} moves from {key}={source}", improves)
+            for pod_key, source in moves
+            if self._scope.covers(state.pods[pod_key])
+        ]
+
+    def _in_eviction_order(self, state: ClusterState, keys: list[str]) -> list[str]:
+        """sortDomains: pods outside the plugin's scope last, then those bound by a node
+        selector or node affinity, each part lowest priority (then newest) first."""
+        ordered = eviction_order(state, keys)
+
+        def rank(pod_key: str) -> tuple[bool, bool]:
+            pod = state.pods[pod_key]
+            bound = bool(pod.spec.node_selector) or bool(
+                pod.spec.affinity and pod.spec.affinity.node_affinity
+            )
+            return (not self._scope.covers(pod), bound)
+
+        return sorted(ordered, key=rank)
+
+    def _target_check(
+        self, state: ClusterState, group: SpreadGroup, eligible: Set[str], ideal: float
+    ) -> TargetCheck:
+        """Where a moved pod may go: another domain the constraint counts, below the ideal
+        average with the planned moves so far (filterNodesBelowIdealAvg, counted live)."""
+        index, key = state.index, group.constraint.topology_key
+        below_ideal = self.args.topology_balance_node_fit
+
+        def improves(pod_key: str, node: str) -> bool:
+            target = index.domain(node, key)
+            if target is None or node not in eligible:
+                return False
+            source = index.domain(state.pods[pod_key].spec.node_name, key)
+            if target == source:
+                return False
+            if not below_ideal:
+                return True
+            there = sum(
+                1
+                for other, other_node in _matching(index, group)
+                if other_node in eligible and index.domain(other_node, key) == target
+            )
+            return there < ideal
+
+        return improves
+
+
+def _matching(index: ClusterIndex, group: SpreadGroup) -> Iterator[tuple[str, str]]:
+    """(pod, node) of the pods the constraint counts: its namespace, its selector, not
+    terminating (podtopologyspread common.go countPodsMatchSelector; IsPodTerminating)."""
+    selector = group.constraint.selector
+    if not selector.requirements:
+        return
+    scope = NamespaceScope(everywhere=False, names=frozenset((group.namespace,)))
+    for record in index.matching_pods(scope, selector):
+        if not record.terminating:
+            yield record.key, record.node
+
+
+def _balanced(counted: dict[str, list[str]], domains: int, max_skew: int) -> bool:
+    """topologyIsBalanced: the largest and the smallest domain (empty ones included) are
+    within maxSkew."""
+    sizes = [len(pods) for pods in counted.values()]
+    largest = max(sizes, default=0)
+    smallest = 0 if len(sizes) < domains else min(sizes)
+    return largest - smallest <= max_skew
+
+
+def balance_domains(domains: list[Domain], ideal: float, max_skew: int) -> list[tuple[str, str]]:
+    """upstream balanceDomains on domains sorted by size: (pod, its domain) for each pod to move.
+
+    The two ends walk toward each other: while the largest and the smallest differ by more than
+    maxSkew, move the least of half the excess skew, what the large one has above the ideal,
+    and what the small one lacks below it (each rounded up); a large domain at or below the
+    ideal gives no more. Moved pods are added to the small domain's count, as upstream tracks.
+    """
+    moves: list[tuple[str, str]] = []
+    i, j = 0, len(domains) - 1
+    while i < j:
+        if len(domains[j].pods) <= ideal:
+            j -= 1
+        skew = len(domains[j].pods) - len(domains[i].pods)
+        if skew <= max_skew:
+            i += 1
+            continue
+        above = math.ceil(len(domains[j].pods) - ideal)
+        below = math.ceil(ideal - len(domains[i].pods))
+        half_skew = math.ceil((skew - max_skew) / 2)
+        count = min(above, below, half_skew)
+        if count <= 0:
+            i += 1
+            continue
+        leaving = domains[j].pods[:count]
+        moves.extend((pod_key, domains[j].value) for pod_key in leaving)
+        domains[j].pods = domains[j].pods[count:]
+        domains[i].pods = domains[i].pods + leaving
+    return moves
+
+
+def _rule(
+    holder: DeschedulerPod,
+    constraint: SpreadConstraint,
+    counted: dict[str, list[str]],
+    domains: int,
+    ideal: float,
+) -> str:
+    largest = max(counted.items(), key=lambda item: (len(item[1]), item[0]))
+    smallest = 0 if len(counted) < domains else min(len(p) for p in counted.values())
+    return (
+        f"topology spread of {holder.key} ({constraint.describe()}): "
+        f"{constraint.topology_key}={largest[0]} has {len(largest[1])} matching pods, the "
+        f"smallest of {domains} domains {smallest} (ideal {ideal:.2f})"
+    )
+
