@@ -1,7 +1,8 @@
 """What the descheduler tells the world about each action: a Kubernetes Event on the pod or VMI
-naming the strategy and the rule (and on a pod that should move but that no node could take), a bus event (`pod.evicted`, `vmi.migration.requested`) for
-subscribers, and the metrics. Reporting never holds an eviction up: bus events wait in the
-runtime's outbox, which publishes them when NATS is there (kept, up to a bound, while it is away).
+naming the strategy and the rule (also on a pod that should move but no node could take), a
+bus event (`pod.evicted`, `vmi.migration.requested`) for subscribers, and the metrics.
+Reporting never holds an eviction up: bus events wait in the runtime's outbox, which publishes
+them when NATS is there (kept, up to a bound, while it is away).
 """
 
 from __future__ import annotations

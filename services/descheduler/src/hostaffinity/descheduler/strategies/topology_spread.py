@@ -298,4 +298,3 @@ def _rule(
         f"{constraint.topology_key}={largest[0]} has {len(largest[1])} matching pods, the "
         f"smallest of {domains} domains {smallest} (ideal {ideal:.2f})"
     )
-
