@@ -341,3 +341,29 @@ def test_policy_with_a_bad_constraint_is_refused(tmp_path: Path) -> None:
     bad.write_text(text.replace("- DoNotSchedule", "- Always"), encoding="utf-8")
     with pytest.raises(PolicyError, match="'Always' is not one of"):
         load_policy(bad)
+
+
+def test_a_plugin_kept_between_cycles_decides_as_a_fresh_one() -> None:
+    """Its bookkeeping (compiled pods, groups with nothing to move) follows every change: a
+    vMotion, a pod relabelled out of the spread and back, a pod gone, a node cordoned."""
+    kept = plugin()
+    state = _host_cluster(BALANCED, {}, ESXI)
+
+    def same_as_fresh() -> list[str]:
+        ours = evicted(decide_once(state, kept))
+        assert ours == evicted(decide_once(state, plugin()))
+        return ours
+
+    assert same_as_fresh() == []
+    state.set_placement("n2", "esx-a")  # the vMotion: [4,0,2]
+    assert len(same_as_fresh()) == 2
+    web_1 = state.pods["default/web-n1-0"]
+    state.upsert_pod(pod("web-n1-0", "n1", {"app": "other"}, topology_spread=[spread(ESXI)]))
+    assert len(same_as_fresh()) == 1  # [3,0,2]
+    state.upsert_pod(web_1)
+    state.remove_pod("default/web-n4-0")
+    assert len(same_as_fresh()) == 1  # [3,0,2] again
+    state.upsert_node(node("n5", {ESXI: "esx-b"}, unschedulable=True))
+    assert same_as_fresh() == []  # nowhere to go
+    state.upsert_node(node("n5", {ESXI: "esx-b"}))
+    assert len(same_as_fresh()) == 1

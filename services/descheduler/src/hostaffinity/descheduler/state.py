@@ -31,6 +31,7 @@ from hostaffinity.descheduler.model import (
     node_allocatable,
     pod_requests,
 )
+from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -73,6 +74,10 @@ class ClusterState:
         self.migrations: dict[str, VirtualMachineInstanceMigration] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
+        # Raised whenever a node's domains may have changed (added, removed, relabelled,
+        # re-tainted, cordoned, or its VM placed on another host): a strategy that keeps
+        # per-domain results between cycles starts over when it moves.
+        self.topology_version = 0
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -135,11 +140,20 @@ class ClusterState:
 
     def upsert_node(self, node: DeschedulerNode) -> None:
         name = node.metadata.name
+        old = self.nodes.get(name)
+        if (
+            old is None
+            or old.metadata.labels != node.metadata.labels
+            or old.spec.taints != node.spec.taints
+            or old.spec.unschedulable != node.spec.unschedulable
+        ):
+            self.topology_version += 1
         self.index.upsert_node(node)
         self.nodes[name] = node
         self.allocatable[name] = node_allocatable(node)
 
     def remove_node(self, name: str) -> None:
+        self.topology_version += 1
         self.index.remove_node(name)
         self.nodes.pop(name, None)
         self.allocatable.pop(name, None)
@@ -151,7 +165,10 @@ class ClusterState:
         self.index.remove_namespace(name)
 
     def set_placement(self, node: str, host: str | None) -> None:
+        before = self.index.domain(node, LABEL_ESXI_HOST)
         self.index.set_placement(node, host)
+        if self.index.domain(node, LABEL_ESXI_HOST) != before:
+            self.topology_version += 1
 
     # -- PDBs and KubeVirt ---------------------------------------------------------------------
 

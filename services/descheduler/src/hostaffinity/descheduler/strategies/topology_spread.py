@@ -34,6 +34,7 @@ import msgspec
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import NamespaceScope
 from hostaffinity.affinity.nodeaffinity import required_node_affinity
+from hostaffinity.affinity.selectors import IN
 from hostaffinity.affinity.topology_spread import (
     DO_NOT_SCHEDULE,
     SCHEDULE_ANYWAY,
@@ -79,10 +80,11 @@ class TopologySpreadArgs(ScopedArgs, frozen=True):
         return frozenset(chosen)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SpreadGroup:
-    """One distinct constraint of a namespace and a pod that declares it (for its node
-    inclusion policies: its node affinity and tolerations, when the policies honour them)."""
+    """One distinct constraint of a namespace, with the node inclusion it was declared with
+    (its pod's node affinity and tolerations, when the policies honour them). Interned: equal
+    groups are one object, so sets and dicts of groups hash by identity."""
 
     namespace: str
     constraint: SpreadConstraint
@@ -99,6 +101,15 @@ class Domain:
 
 
 class TopologySpread:
+    """Keeps its bookkeeping between cycles, so a cycle costs the changes, not the cluster.
+
+    Per pod, the object last seen and the groups it declares; per group, the pods declaring it;
+    and the groups found with nothing to move. A pod whose object changed (added, removed,
+    relabelled, moved -- a planned move too) makes every group of its namespace whose selector
+    matches it (before or after) be balanced again; a change of the nodes' domains
+    (`ClusterState.topology_version`) makes all of them.
+    """
+
     name: ClassVar[str] = "RemovePodsViolatingTopologySpreadConstraint"
     # A pod landing (a rollout, a scale-up), a vMotion or relabelled node moving a domain, a
     # node added or uncordoned (a new, empty domain) can each break a spread.
@@ -114,33 +125,86 @@ class TopologySpread:
         self.args = args
         self._scope = PodScope(args)
         self._actions = args.actions()
-        # pod key -> (the pod object compiled, its groups): a pod object is immutable, so its
-        # compiled constraints stay valid until the state holds another object for the key.
-        self._compiled: dict[str, tuple[DeschedulerPod, tuple[SpreadGroup, ...]]] = {}
+        self._seen: dict[str, DeschedulerPod] = {}
+        self._declared: dict[str, tuple[SpreadGroup, ...]] = {}
+        self._holders: dict[SpreadGroup, set[str]] = {}
+        # (namespace, label key, value or None) -> groups whose selector's anchor needs it
+        # (Selector.anchor: In gives each value, Exists None); (namespace, None, None): no anchor.
+        self._by_anchor: dict[tuple[str, str | None, str | None], set[SpreadGroup]] = {}
+        self._interned: dict[tuple[str, SpreadConstraint, bytes], SpreadGroup] = {}
+        self._settled: set[SpreadGroup] = set()
+        self._topology = -1
 
     def violations(self, state: ClusterState) -> list[Violation]:
+        self._refresh(state)
         found: list[Violation] = []
-        for group, holder in self._groups(state).items():
-            found.extend(self._balance(state, group, holder))
+        for group, holders in self._holders.items():
+            if group in self._settled:
+                continue
+            moves = self._balance(state, group, state.pods[next(iter(holders))])
+            if moves:
+                found.extend(moves)
+            else:
+                self._settled.add(group)
         return found
 
     # -- the constraints -----------------------------------------------------------------------
 
-    def _groups(self, state: ClusterState) -> dict[SpreadGroup, DeschedulerPod]:
-        """Each distinct constraint of the pods in scope, with one pod that declares it."""
-        previous, compiled = self._compiled, {}
-        groups: dict[SpreadGroup, DeschedulerPod] = {}
-        for key, pod in state.pods.items():
-            if not pod.spec.topology_spread_constraints:
-                continue
-            cached = previous.get(key)
-            if cached is None or cached[0] is not pod:
-                cached = (pod, self._compile(state, pod))
-            compiled[key] = cached
-            for group in cached[1]:
-                groups.setdefault(group, pod)
-        self._compiled = compiled
-        return groups
+    def _refresh(self, state: ClusterState) -> None:
+        """Bring the bookkeeping up to the state: recompile changed pods, unsettle groups."""
+        if state.topology_version != self._topology:
+            self._topology = state.topology_version
+            self._settled.clear()
+        seen, pods = self._seen, state.pods
+        for key, pod in pods.items():
+            old = seen.get(key)
+            if old is not pod:
+                self._forget(key, old)
+                self._learn(state, key, pod)
+        if len(seen) > len(pods):
+            for key in [k for k in seen if k not in pods]:
+                self._forget(key, seen.pop(key))
+
+    def _learn(self, state: ClusterState, key: str, pod: DeschedulerPod) -> None:
+        self._seen[key] = pod
+        self._unsettle(pod)
+        if not pod.spec.topology_spread_constraints:
+            return
+        groups = self._compile(state, pod)
+        if groups:
+            self._declared[key] = groups
+        for group in groups:
+            self._holders.setdefault(group, set()).add(key)
+            for slot in _anchor_slots(group):
+                self._by_anchor.setdefault(slot, set()).add(group)
+
+    def _forget(self, key: str, old: DeschedulerPod | None) -> None:
+        if old is None:
+            return
+        self._unsettle(old)
+        for group in self._declared.pop(key, ()):
+            holders = self._holders[group]
+            holders.discard(key)
+            if not holders:
+                del self._holders[group]
+                del self._interned[(group.namespace, group.constraint, group.inclusion)]
+                for slot in _anchor_slots(group):
+                    self._by_anchor[slot].discard(group)
+                self._settled.discard(group)
+
+    def _unsettle(self, pod: DeschedulerPod) -> None:
+        """The groups that count this pod must be balanced again (found through the anchors
+        of their selectors, so a change costs the pod's labels, not the namespace's groups)."""
+        if not self._settled:
+            return
+        namespace, labels = pod.metadata.namespace, pod.metadata.labels
+        slots: list[tuple[str, str | None, str | None]] = [(namespace, None, None)]
+        for key, value in labels.items():
+            slots.extend(((namespace, key, value), (namespace, key, None)))
+        for slot in slots:
+            for group in self._by_anchor.get(slot, ()):
+                if group in self._settled and group.constraint.selector.matches(labels):
+                    self._settled.discard(group)
 
     def _compile(self, state: ClusterState, pod: DeschedulerPod) -> tuple[SpreadGroup, ...]:
         if not self._scope.covers(pod):
@@ -150,14 +214,18 @@ class TopologySpread:
         for constraint in state.engine.spreads(pod):
             if constraint.when_unsatisfiable not in self._actions:
                 continue
-            inclusion = (
-                affinity if constraint.honors_node_affinity and not affinity.is_empty else None,
-                pod.spec.tolerations if constraint.honors_taints else None,
+            inclusion = msgspec.json.encode(
+                (
+                    affinity if constraint.honors_node_affinity and not affinity.is_empty else None,
+                    pod.spec.tolerations if constraint.honors_taints else None,
+                )
             )
-            groups.append(
-                SpreadGroup(pod.metadata.namespace, constraint, msgspec.json.encode(inclusion))
-            )
-        return tuple(groups)
+            content = (pod.metadata.namespace, constraint, inclusion)
+            group = self._interned.get(content)
+            if group is None:
+                group = self._interned[content] = SpreadGroup(*content)
+            groups.append(group)
+        return tuple(dict.fromkeys(groups))
 
     # -- balancing -----------------------------------------------------------------------------
 
@@ -179,9 +247,10 @@ class TopologySpread:
         total = sum(len(pods) for pods in counted.values())
         ideal = total / len(values)
         domains = sorted(
-            (Domain(v, self._in_eviction_order(state, counted.get(v, []))) for v in values),
+            (Domain(v, self._in_eviction_order(state, counted[v]) if v in counted else [])
+             for v in values),
             key=lambda d: (len(d.pods), d.value),
-        )
+        )  # fmt: skip
         moves = balance_domains(domains, ideal, constraint.max_skew)
         rule = _rule(holder, constraint, counted, len(values), ideal)
         improves = self._target_check(state, group, eligible, ideal)
@@ -230,6 +299,15 @@ class TopologySpread:
             return there < ideal
 
         return improves
+
+
+def _anchor_slots(group: SpreadGroup) -> list[tuple[str, str | None, str | None]]:
+    anchor = group.constraint.selector.anchor()
+    if anchor is None:
+        return [(group.namespace, None, None)]
+    if anchor.op == IN:
+        return [(group.namespace, anchor.key, value) for value in anchor.values]
+    return [(group.namespace, anchor.key, None)]
 
 
 def _matching(index: ClusterIndex, group: SpreadGroup) -> Iterator[tuple[str, str]]:
