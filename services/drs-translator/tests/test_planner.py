@@ -454,3 +454,13 @@ def test_host_spread_of_pods_with_a_node_selector_needs_node_affinity_ignored() 
 def test_host_spread_and_anti_affinity_on_the_same_vms_are_one_rule() -> None:
     pods = [pod(f"web-{n}", n, WEB, apart_from=WEB, spread={}) for n in ("node1", "node2", "node3")]
     assert rules(run_plan(pods, PLACEMENTS, HOSTS)) == [("vm1", "vm2", "vm3")]
+
+
+def test_the_rule_says_it_comes_from_the_spread() -> None:
+    """`hostaffinity explain pod` prints a DRS rule's reason: it names the spread."""
+    result = run_plan(spread_replicas("node1", "node2"), PLACEMENTS, HOSTS)
+    (obj,) = result.clusters["domain-c1"].objects.values()
+    assert obj.reason == (
+        "topology spread in default: {app=web} over hostaffinity.io/esxi-host, maxSkew 1, "
+        "DoNotSchedule, one replica per host"
+    )

@@ -266,7 +266,7 @@ def _add_spreads(
             placed = [(vm, r.key) for r in replicas if (vm := vm_of(r.node)) is not None]
             if len(placed) < len(replicas) or len(replicas) > domains:
                 continue  # replicas outside our vCenter, or more replicas than hosts
-            key = f"spread:{namespace}:{constraint.describe()}"
+            key = f"topology spread in {namespace}: {constraint.describe()}, one replica per host"
             for vm, pod_key in placed:
                 graph = graphs.setdefault(vm.cluster, _Graph())
                 graph.seeds.setdefault(key, set()).add(vm.moid)
