@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Final
 
 import msgspec
 
@@ -35,6 +36,8 @@ from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+# Pod changes kept for readers of pod_changes(); half are dropped beyond this.
+JOURNAL_LIMIT: Final = 1_000_000
 
 
 def controller_of(pod: DeschedulerPod) -> str | None:
@@ -78,6 +81,10 @@ class ClusterState:
         # re-tainted, cordoned, or its VM placed on another host): a strategy that keeps
         # per-domain results between cycles starts over when it moves.
         self.topology_version = 0
+        # The keys of pods placed or forgotten, in order (a planned move and its undoing too),
+        # so a strategy that keeps results between cycles reads what changed, not every pod.
+        self._journal: list[str] = []
+        self._journal_start = 0  # the position of _journal[0]
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -105,6 +112,7 @@ class ClusterState:
             requests = {"pods": 1000}
         self.index.upsert_pod(pod)
         self.pods[key] = pod
+        self._note(key)
         self.requests[key] = requests
         _add(self.usage.setdefault(pod.spec.node_name, {}), requests, 1)
         self.workloads.setdefault(workload_of(pod), set()).add(key)
@@ -120,6 +128,7 @@ class ClusterState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
+        self._note(key)
         self.index.remove_pod(key)
         _add(self.usage.setdefault(pod.spec.node_name, {}), self.requests.pop(key), -1)
         workload = workload_of(pod)
@@ -129,6 +138,21 @@ class ClusterState:
             if not replicas:
                 del self.workloads[workload]
         return pod
+
+    def _note(self, key: str) -> None:
+        self._journal.append(key)
+        if len(self._journal) > JOURNAL_LIMIT:
+            dropped = len(self._journal) // 2
+            del self._journal[:dropped]
+            self._journal_start += dropped
+
+    def pod_changes(self, since: int) -> tuple[list[str] | None, int]:
+        """The keys of pods placed or forgotten since position `since`, and the position now;
+        None when the journal no longer reaches back that far (read every pod instead)."""
+        end = self._journal_start + len(self._journal)
+        if since < self._journal_start:
+            return None, end
+        return self._journal[since - self._journal_start :], end
 
     def move_pod(self, key: str, node: str) -> DeschedulerPod:
         """Place a pod on another node in the index (a planned move); returns the original."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Final
 
 import msgspec
@@ -91,19 +91,11 @@ class SpreadGroup:
     inclusion: bytes
 
 
-@dataclass
-class Domain:
-    """One topology domain during balancing: its value and the pods counted in it, the first
-    to go first (sortDomains pops from the back; this list is kept front-first)."""
-
-    value: str
-    pods: list[str] = field(default_factory=list)
-
-
 class TopologySpread:
     """Keeps its bookkeeping between cycles, so a cycle costs the changes, not the cluster.
 
-    Per pod, the object last seen and the groups it declares; per group, the pods declaring it;
+    Per pod (read from the state's journal of pod changes), the object last seen and the groups
+    it declares; per group, the pods declaring it;
     and the groups found with nothing to move. A pod whose object changed (added, removed,
     relabelled, moved -- a planned move too) makes every group of its namespace whose selector
     matches it (before or after) be balanced again; a change of the nodes' domains
@@ -134,6 +126,7 @@ class TopologySpread:
         self._interned: dict[tuple[str, SpreadConstraint, bytes], SpreadGroup] = {}
         self._settled: set[SpreadGroup] = set()
         self._topology = -1
+        self._journal_position = -1  # before any journal: the first refresh reads every pod
 
     def violations(self, state: ClusterState) -> list[Violation]:
         self._refresh(state)
@@ -155,15 +148,17 @@ class TopologySpread:
         if state.topology_version != self._topology:
             self._topology = state.topology_version
             self._settled.clear()
-        seen, pods = self._seen, state.pods
-        for key, pod in pods.items():
-            old = seen.get(key)
-            if old is not pod:
-                self._forget(key, old)
+        changed, self._journal_position = state.pod_changes(self._journal_position)
+        keys = set(state.pods) | set(self._seen) if changed is None else set(changed)
+        for key in keys:
+            old, pod = self._seen.get(key), state.pods.get(key)
+            if old is pod:
+                continue
+            self._forget(key, old)
+            if pod is None:
+                del self._seen[key]
+            else:
                 self._learn(state, key, pod)
-        if len(seen) > len(pods):
-            for key in [k for k in seen if k not in pods]:
-                self._forget(key, seen.pop(key))
 
     def _learn(self, state: ClusterState, key: str, pod: DeschedulerPod) -> None:
         self._seen[key] = pod
@@ -246,12 +241,17 @@ class TopologySpread:
             return []
         total = sum(len(pods) for pods in counted.values())
         ideal = total / len(values)
-        domains = sorted(
-            (Domain(v, self._in_eviction_order(state, counted[v]) if v in counted else [])
-             for v in values),
-            key=lambda d: (len(d.pods), d.value),
-        )  # fmt: skip
-        moves = balance_domains(domains, ideal, constraint.max_skew)
+        # Sorted by size: the empty domains first (they are alike), then the others.
+        occupied = sorted(counted.items(), key=lambda item: (len(item[1]), item[0]))
+        empty = len(values) - len(occupied)
+        leaving = [self._in_eviction_order(state, pods) for _, pods in occupied]
+        sizes = [0] * empty + [len(pods) for pods in leaving]
+        moves = [
+            (pod_key, occupied[position - empty][0])
+            for pod_key, position in balance_domains(
+                sizes, [[]] * empty + leaving, ideal, constraint.max_skew
+            )
+        ]
         rule = _rule(holder, constraint, counted, len(values), ideal)
         improves = self._target_check(state, group, eligible, ideal)
         return [
@@ -331,34 +331,39 @@ def _balanced(counted: dict[str, list[str]], domains: int, max_skew: int) -> boo
     return largest - smallest <= max_skew
 
 
-def balance_domains(domains: list[Domain], ideal: float, max_skew: int) -> list[tuple[str, str]]:
-    """upstream balanceDomains on domains sorted by size: (pod, its domain) for each pod to move.
+def balance_domains(
+    sizes: list[int], pods: list[list[str]], ideal: float, max_skew: int
+) -> list[tuple[str, int]]:
+    """upstream balanceDomains over domains sorted by size: (pod, its domain's position) for
+    each pod to move. `pods[d]` are domain d's pods, the first to go first.
 
     The two ends walk toward each other: while the largest and the smallest differ by more than
     maxSkew, move the least of half the excess skew, what the large one has above the ideal,
     and what the small one lacks below it (each rounded up); a large domain at or below the
-    ideal gives no more. Moved pods are added to the small domain's count, as upstream tracks.
+    ideal gives no more. Moved pods are added to the small domain's size, as upstream tracks
+    them; they are never taken again (only domains above the ideal give).
     """
-    moves: list[tuple[str, str]] = []
-    i, j = 0, len(domains) - 1
+    sizes = list(sizes)
+    given = [0] * len(sizes)
+    moves: list[tuple[str, int]] = []
+    i, j = 0, len(sizes) - 1
     while i < j:
-        if len(domains[j].pods) <= ideal:
+        if sizes[j] <= ideal:
             j -= 1
-        skew = len(domains[j].pods) - len(domains[i].pods)
+        skew = sizes[j] - sizes[i]
         if skew <= max_skew:
             i += 1
             continue
-        above = math.ceil(len(domains[j].pods) - ideal)
-        below = math.ceil(ideal - len(domains[i].pods))
-        half_skew = math.ceil((skew - max_skew) / 2)
-        count = min(above, below, half_skew)
+        above = math.ceil(sizes[j] - ideal)
+        below = math.ceil(ideal - sizes[i])
+        count = min(above, below, math.ceil((skew - max_skew) / 2))
         if count <= 0:
             i += 1
             continue
-        leaving = domains[j].pods[:count]
-        moves.extend((pod_key, domains[j].value) for pod_key in leaving)
-        domains[j].pods = domains[j].pods[count:]
-        domains[i].pods = domains[i].pods + leaving
+        moves.extend((pod_key, j) for pod_key in pods[j][given[j] : given[j] + count])
+        given[j] += count
+        sizes[j] -= count
+        sizes[i] += count
     return moves
 
 
