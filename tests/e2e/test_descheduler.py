@@ -24,6 +24,7 @@ from tests.e2e.descheduler_harness import (
     node_object,
     pod_object,
     running_descheduler,
+    terminating,
 )
 from tests.e2e.harness import bus_rebuilt_with
 from tests.e2e.labeller_harness import (
@@ -289,14 +290,6 @@ def web_pod(name: str, node: str) -> dict[str, Any]:
         }
     }
     return pod_object(name, "web", node, owner="web-rs", affinity=apart)
-
-
-def terminating(kube: KubeDouble) -> list[str]:
-    return sorted(
-        p["metadata"]["name"]
-        for p in kube.store.objects("pods", "default")
-        if p["metadata"].get("deletionTimestamp")
-    )
 
 
 @pytest.mark.parametrize("hosts", [3, 2], ids=["another-host-fits", "no-other-host"])

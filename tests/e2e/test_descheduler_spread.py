@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 from tests.e2e.descheduler_harness import (
@@ -24,26 +23,14 @@ from tests.e2e.descheduler_harness import (
     node_object,
     pod_object,
     running_descheduler,
+    terminating,
 )
 from tests.e2e.labeller_harness import labeller_config, relocate, running, wait_ready
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
+from tests.recorded_fixtures import fixture_dir
 
-SPREAD_ONLY = {
-    "apiVersion": "descheduler/v1alpha2",
-    "kind": "DeschedulerPolicy",
-    "profiles": [
-        {
-            "name": "spread",
-            "pluginConfig": [
-                {"name": "DefaultEvictor", "args": {}},
-                {"name": "RemovePodsViolatingTopologySpreadConstraint", "args": {}},
-            ],
-            "plugins": {"balance": {"enabled": ["RemovePodsViolatingTopologySpreadConstraint"]}},
-        }
-    ],
-}
 SPREAD = {
     "maxSkew": 1,
     "topologyKey": "kubernetes.io/hostname",
@@ -62,14 +49,6 @@ def spread_pod(name: str, node: str) -> dict[str, Any]:
     pod["metadata"]["annotations"] = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
     pod["spec"]["topologySpreadConstraints"] = [SPREAD]
     return pod
-
-
-def terminating(kube: KubeDouble) -> list[str]:
-    return sorted(
-        p["metadata"]["name"]
-        for p in kube.store.objects("pods", "default")
-        if p["metadata"].get("deletionTimestamp")
-    )
 
 
 def not_descheduled(kube: KubeDouble) -> list[dict[str, Any]]:
@@ -91,7 +70,6 @@ async def test_vmotion_piling_a_host_spread_evicts_exactly_the_excess(
     nats_server: NatsServer,
     kube_double: KubeDouble,
     kubeconfig: Path,
-    tmp_path: Path,
 ) -> None:
     kube = kube_double
     vc = vcsim(hosts=3, vm_names=NODES)
@@ -99,8 +77,8 @@ async def test_vmotion_piling_a_host_spread_evicts_exactly_the_excess(
         kube.seed(node_object(name, unschedulable=cordoned and name == "node5"))
     for name, node in REPLICAS.items():
         kube.seed(spread_pod(name, node))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(SPREAD_ONLY), encoding="utf-8")
+    # The upstream README's policy for the plugin, unchanged.
+    policy = fixture_dir("descheduler") / "policy-topology-spread-v1alpha2.yaml"
     config = descheduler_config(nats_server, kubeconfig, policy)
     async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
         await wait_ready(labeller)
