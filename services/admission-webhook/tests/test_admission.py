@@ -12,7 +12,19 @@ from typing import Any
 
 import msgspec
 import pytest
-from admission_golden import CASES, FIXTURE, admitted, answer, recorded_reviews, review
+from admission_golden import (
+    CASES,
+    FIXTURE,
+    HOSTNAME,
+    HOSTNAME_SPREADS,
+    OPTED_IN,
+    admitted,
+    answer,
+    recorded_reviews,
+    review,
+    spread_on,
+    with_spreads,
+)
 
 from hostaffinity.admission_webhook.admission_v1 import decode_review
 from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome, plan_pod
@@ -199,148 +211,6 @@ def test_unreadable_review_is_a_decode_error(body: bytes) -> None:
         decode_review(body)
 
 
-HOSTNAME = "kubernetes.io/hostname"
-ZONE = "topology.kubernetes.io/zone"
-WEB = {"matchLabels": {"app": "web"}}
-
-
-def _spread_on(key: str, when: str, **fields: Any) -> dict[str, Any]:
-    written = {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when, "labelSelector": WEB}
-    return written | fields
-
-
-def _with_spreads(constraints: list[dict[str, Any]], **annotations: str) -> dict[str, Any]:
-    pod = _opted_in_pod(**annotations)
-    pod["spec"] = {"containers": pod["spec"]["containers"]}
-    pod["spec"]["topologySpreadConstraints"] = constraints
-    return pod
-
-
-OPTED_IN = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
-SCOPED = {"matchLabelKeys": ["pod-template-hash"]}
-BY_REVISION = {"matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]}
-
-# (written constraints, the pod's annotations, the constraints the API server stores)
-HOSTNAME_SPREADS = {
-    "do-not-schedule-moved-and-scoped": (
-        [_spread_on(HOSTNAME, "DoNotSchedule")],
-        OPTED_IN,
-        [_spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED)],
-    ),
-    "schedule-anyway-moved-and-scoped": (
-        [_spread_on(HOSTNAME, "ScheduleAnyway")],
-        OPTED_IN,
-        [_spread_on(LABEL_ESXI_HOST, "ScheduleAnyway", **SCOPED)],
-    ),
-    "every-other-field-kept": (
-        [
-            _spread_on(
-                HOSTNAME,
-                "DoNotSchedule",
-                maxSkew=2,
-                minDomains=3,
-                nodeAffinityPolicy="Ignore",
-                nodeTaintsPolicy="Honor",
-                matchLabelKeys=["tier"],
-            )
-        ],
-        OPTED_IN,
-        [
-            _spread_on(
-                LABEL_ESXI_HOST,
-                "DoNotSchedule",
-                maxSkew=2,
-                minDomains=3,
-                nodeAffinityPolicy="Ignore",
-                nodeTaintsPolicy="Honor",
-                matchLabelKeys=["tier", "pod-template-hash"],
-            )
-        ],
-    ),
-    "both-kinds-moved-zone-untouched": (
-        [
-            _spread_on(ZONE, "DoNotSchedule"),
-            _spread_on(HOSTNAME, "ScheduleAnyway"),
-            _spread_on(HOSTNAME, "DoNotSchedule"),
-        ],
-        OPTED_IN,
-        [
-            _spread_on(ZONE, "DoNotSchedule"),
-            _spread_on(LABEL_ESXI_HOST, "ScheduleAnyway", **SCOPED),
-            _spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED),
-        ],
-    ),
-    "same-kind-host-spread-present-hostname-stays": (
-        [_spread_on(LABEL_ESXI_HOST, "DoNotSchedule"), _spread_on(HOSTNAME, "DoNotSchedule")],
-        OPTED_IN,
-        [_spread_on(LABEL_ESXI_HOST, "DoNotSchedule"), _spread_on(HOSTNAME, "DoNotSchedule")],
-    ),
-    "other-kind-host-spread-present-moved": (
-        [_spread_on(LABEL_ESXI_HOST, "ScheduleAnyway"), _spread_on(HOSTNAME, "DoNotSchedule")],
-        OPTED_IN,
-        [
-            _spread_on(LABEL_ESXI_HOST, "ScheduleAnyway"),
-            _spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED),
-        ],
-    ),
-    "revision-already-in-match-label-keys": (
-        [_spread_on(HOSTNAME, "DoNotSchedule", **SCOPED)],
-        OPTED_IN,
-        [_spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED)],
-    ),
-    "revision-named-by-the-selector-not-added": (
-        [
-            _spread_on(
-                HOSTNAME,
-                "DoNotSchedule",
-                labelSelector={
-                    "matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]
-                },
-            )
-        ],
-        OPTED_IN,
-        [
-            _spread_on(
-                LABEL_ESXI_HOST,
-                "DoNotSchedule",
-                labelSelector={
-                    "matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]
-                },
-            )
-        ],
-    ),
-    "no-selector-no-match-label-keys": (
-        [{"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule"}],
-        OPTED_IN,
-        [{"maxSkew": 1, "topologyKey": LABEL_ESXI_HOST, "whenUnsatisfiable": "DoNotSchedule"}],
-    ),
-    "annotated-spread-not-added-beside-a-moved-one": (
-        [_spread_on(HOSTNAME, "DoNotSchedule")],
-        {**OPTED_IN, POD_SPREAD_ACROSS_HOSTS: "2"},
-        [_spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED)],
-    ),
-    "not-opted-in-left-as-written": (
-        [_spread_on(HOSTNAME, "DoNotSchedule")],
-        {},
-        [_spread_on(HOSTNAME, "DoNotSchedule")],
-    ),
-    "spread-annotation-alone-does-not-move-hostname-spreads": (
-        [_spread_on(HOSTNAME, "DoNotSchedule")],
-        {POD_SPREAD_ACROSS_HOSTS: "1"},
-        [
-            _spread_on(HOSTNAME, "DoNotSchedule"),
-            {
-                "maxSkew": 1,
-                "topologyKey": LABEL_ESXI_HOST,
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": WEB,
-                **SCOPED,
-            },
-        ],
-    ),
-}
-
-
 def _kinds(constraints: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(c["topologyKey"], c["whenUnsatisfiable"]) for c in constraints]
 
@@ -348,7 +218,7 @@ def _kinds(constraints: list[dict[str, Any]]) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("case", list(HOSTNAME_SPREADS))
 def test_hostname_spread_read_on_the_host_key(case: str) -> None:
     written, annotations, stored_constraints = HOSTNAME_SPREADS[case]
-    pod = _with_spreads(copy.deepcopy(written), **annotations)
+    pod = with_spreads(copy.deepcopy(written), **annotations)
     stored = admitted(pod)
     assert stored["spec"]["topologySpreadConstraints"] == stored_constraints
     kinds = _kinds(stored["spec"]["topologySpreadConstraints"])
@@ -363,7 +233,7 @@ def test_hostname_spread_read_on_the_host_key(case: str) -> None:
 
 
 def test_cluster_wide_mode_moves_hostname_spreads_without_the_annotation() -> None:
-    pod = _with_spreads([_spread_on(HOSTNAME, "DoNotSchedule")])
+    pod = with_spreads([spread_on(HOSTNAME, "DoNotSchedule")])
     assert plan_pod(pod, DEFAULT).operations == []
     stored = admitted(pod, MutationSettings(cluster_wide=True))
     assert _kinds(stored["spec"]["topologySpreadConstraints"]) == [
@@ -372,7 +242,7 @@ def test_cluster_wide_mode_moves_hostname_spreads_without_the_annotation() -> No
 
 
 def test_hostname_spread_that_is_not_an_object_is_a_warning() -> None:
-    pod = _with_spreads(["hostname"], **OPTED_IN)  # type: ignore[list-item]
+    pod = with_spreads(["hostname"], **OPTED_IN)  # type: ignore[list-item]
     response = answer(review(pod))["response"]
     assert "patch" not in response
     assert "topologySpreadConstraints[0] is not an object" in response["warnings"][0]

@@ -281,7 +281,7 @@ def _revision_scoped(constraint: Mapping[str, Any], labels: Mapping[str, str]) -
         _mapping(e, "matchExpression").get("key")
         for e in _sequence(selector.get("matchExpressions"), "matchExpressions")
     }
-    if revision is None or "labelSelector" not in constraint or revision in {*keys, *named}:
+    if revision is None or not selector or revision in {*keys, *named}:
         return dict(constraint)
     return {**constraint, "matchLabelKeys": [*keys, revision]}
 
