@@ -5,8 +5,9 @@ pods (at most 110 per node). Pods belong to workloads of ~10 replicas; 1,500 of 
 (~15,000 pods, 10% of all pods) carry pod anti-affinity on their own `app` label: 80% on the
 ESXi-host key, 10% on kubernetes.io/hostname, 10% on the zone, half required and half preferred.
 5% of nodes carry a NoSchedule taint; 1% of placements disagree with the node's host label (a VM
-that vMotioned before the label caught up). Deterministic for a given seed. The
-scheduler-extender benchmark builds the same cluster from here.
+that vMotioned before the label caught up). With `host_spread`, every pod also carries a topology
+spread over ESXi hosts (maxSkew 1, DoNotSchedule, on its `app` label). Deterministic for a given
+seed. The scheduler-extender benchmark builds the same cluster from here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from hostaffinity.affinity.model import (
     PodAffinityTerm,
     PodSpec,
     Taint,
+    TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
 from hostaffinity.schema.names import LABEL_ESXI_HOST
@@ -51,6 +53,7 @@ class Workload:
     replicas: int
     topology_key: str | None = None
     required: bool = False
+    host_spread: bool = False
 
 
 @dataclass
@@ -100,6 +103,20 @@ def _anti_affinity(workload: Workload) -> Affinity | None:
     return Affinity(pod_anti_affinity=group)
 
 
+def _host_spread(workload: Workload) -> list[TopologySpreadConstraint]:
+    if not workload.host_spread:
+        return []
+    selector = LabelSelector(match_labels={"app": workload.app})
+    return [
+        TopologySpreadConstraint(
+            max_skew=1,
+            topology_key=LABEL_ESXI_HOST,
+            when_unsatisfiable="DoNotSchedule",
+            label_selector=selector,
+        )
+    ]
+
+
 def make_pod(workload: Workload, replica: int, node: str) -> Pod:
     """One replica of a workload, assigned to `node` ("" for a pod still to be scheduled)."""
     return Pod(
@@ -109,7 +126,11 @@ def make_pod(workload: Workload, replica: int, node: str) -> Pod:
             uid=f"{workload.namespace}-{workload.app}-{replica}",
             labels={"app": workload.app, "tier": f"t{replica % 3}", "release": "stable"},
         ),
-        spec=PodSpec(node_name=node, affinity=_anti_affinity(workload)),
+        spec=PodSpec(
+            node_name=node,
+            affinity=_anti_affinity(workload),
+            topology_spread_constraints=_host_spread(workload),
+        ),
     )
 
 
@@ -142,7 +163,7 @@ def _workloads(rng: random.Random, pods: int, anti_workloads: int) -> list[Workl
     return workloads
 
 
-def build_cluster(scale: float = 1.0, seed: int = 1) -> Cluster:
+def build_cluster(scale: float = 1.0, seed: int = 1, *, host_spread: bool = False) -> Cluster:
     """The benchmark cluster at `scale` (1.0 = 5,000 nodes / 150,000 pods)."""
     rng = random.Random(seed)
     node_count = max(10, int(FULL_NODES * scale))
@@ -162,6 +183,8 @@ def build_cluster(scale: float = 1.0, seed: int = 1) -> Cluster:
         for i in range(NAMESPACES)
     ]
     workloads = _workloads(rng, pod_count, max(1, int(ANTI_AFFINITY_WORKLOADS * scale)))
+    for workload in workloads:
+        workload.host_spread = host_spread
     names = [n.metadata.name for n in nodes]
     load = dict.fromkeys(names, 0)
     pods = []

@@ -120,7 +120,8 @@ async def test_exposure_finds_two_of_three_replicas_on_one_host_then_reports_the
             {
                 "kind": "Deployment", "namespace": "shop", "name": "web", "replicas": 3,
                 "hosts": 2, "worst_host": "esx-a", "on_worst_host": 2, "share": 0.6667,
-                "unplaced": 0, "coverage": "none", "drs_rule": False,
+                "unplaced": 0, "coverage": "none", "drs_rule": False, "spread": "none",
+                "spread_violated": False,
             }
         ],
     }  # fmt: skip

@@ -18,7 +18,7 @@ from hostaffinity.affinity.exposure import (
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.workloads import WorkloadRef, stays_with_node, workload_of
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from libs.affinity.tests.builders import engine, node, preferred, required, term
+from libs.affinity.tests.builders import engine, node, preferred, required, spread, term
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -32,6 +32,7 @@ def replica(
     affinity: Mapping[str, Any] | None = None,
     annotations: Mapping[str, str] | None = None,
     namespace: str = "shop",
+    spreads: list[dict[str, Any]] | None = None,
 ) -> Pod:
     metadata: dict[str, Any] = {
         "name": name,
@@ -51,7 +52,7 @@ def replica(
                 "controller": True,
             }
         ]
-    spec: dict[str, Any] = {"nodeName": node_name}
+    spec: dict[str, Any] = {"nodeName": node_name, "topologySpreadConstraints": spreads or []}
     if affinity is not None:
         spec["affinity"] = dict(affinity)
     return msgspec.convert({"metadata": metadata, "spec": spec}, Pod)
@@ -154,6 +155,38 @@ def test_exposed_workloads(pods: list[Pod], expected: list[tuple[str, int, float
     found = exposed_workloads(index, replica_groups(index.pods(), by_owner()))
     assert [(e.worst_host, e.on_worst_host, e.share, e.coverage) for e in found] == expected
     assert all(e.kind == "Deployment" and e.name == "web" for e in found)
+
+
+WEB = {"matchLabels": {"app": "web"}}
+
+
+@pytest.mark.parametrize(
+    ("spreads", "annotations", "expected"),
+    [
+        pytest.param([spread(LABEL_ESXI_HOST, WEB)], None, ("required", True), id="hard"),
+        pytest.param(
+            [spread(LABEL_ESXI_HOST, WEB, when="ScheduleAnyway")],
+            None,
+            ("preferred", True),
+            id="soft",
+        ),
+        pytest.param(
+            [spread(LABEL_ESXI_HOST, WEB, max_skew=2)], None, ("required", False), id="within-skew"
+        ),
+        pytest.param([spread(HOSTNAME, WEB)], None, ("none", False), id="hostname-not-host-level"),
+        pytest.param([spread(HOSTNAME, WEB)], OPT_IN, ("required", True), id="hostname-opted-in"),
+        pytest.param([spread(LABEL_ESXI_HOST, {"matchLabels": {"app": "db"}})], None,
+                     ("none", False), id="selects-other-pods"),
+    ],
+)  # fmt: skip
+def test_exposure_reports_host_spreads_and_their_violation(
+    spreads: list[dict[str, Any]], annotations: Mapping[str, str] | None, expected: tuple[str, bool]
+) -> None:
+    """Replicas 2/1/0 over esx-a, esx-b, esx-c: a skew of 2."""
+    pods = three(("n1", "n2", "n3"), spreads=spreads, annotations=annotations)
+    index = engine(NODES, pods, placement=PLACEMENT).index
+    (found,) = exposed_workloads(index, replica_groups(index.pods(), by_owner()))
+    assert (found.spread, found.spread_violated) == expected
 
 
 def test_min_replicas_and_worst_first() -> None:

@@ -24,7 +24,7 @@ from hostaffinity.affinity.resources import (
 )
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 from hostaffinity.schema.reports import MaintenanceReport
-from libs.affinity.tests.builders import engine, node, required, term
+from libs.affinity.tests.builders import engine, node, pod, required, spread, term
 from libs.affinity.tests.test_exposure import replica
 
 
@@ -151,6 +151,33 @@ def test_three_hosts_anti_affine_replica_is_unsatisfiable() -> None:
     assert not report.ok
     assert [r.pod for r in report.unsatisfiable_rules] == ["shop/web-0"]
     assert LABEL_ESXI_HOST in report.unsatisfiable_rules[0].rule
+
+
+def test_a_host_spread_with_min_domains_breaks_when_a_host_leaves() -> None:
+    """Three replicas spread 1/1/1 with minDomains 3: with one host gone only two domains are
+    left, the global minimum is 0, and no remaining host may take a second replica."""
+    web = {"matchLabels": {"app": "web"}}
+    spreads = [spread(LABEL_ESXI_HOST, web, minDomains=3)]
+    pods = [
+        pod(f"web-{i}", labels={"app": "web"}, node_name=f"n{i}", spreads=spreads) for i in range(3)
+    ]
+    report = plan(cluster(3, pods), pods, ["esx-0"])
+    assert [(m.pod, m.verdict) for m in report.moves] == [("default/web-0", "unsatisfiable")]
+    assert "didn't match pod topology spread constraints" in report.moves[0].reason
+    (rule,) = report.unsatisfiable_rules
+    assert rule.rule.startswith("topology spread {app=web} over hostaffinity.io/esxi-host")
+    assert "minDomains 3" in rule.rule
+    # Without minDomains the two remaining hosts take it (1/1 -> 2/1 is within maxSkew 1).
+    relaxed = [
+        pod(
+            f"web-{i}",
+            labels={"app": "web"},
+            node_name=f"n{i}",
+            spreads=[spread(LABEL_ESXI_HOST, web)],
+        )
+        for i in range(3)
+    ]
+    assert plan(cluster(3, relaxed), relaxed, ["esx-0"]).ok
 
 
 def test_four_hosts_the_replica_moves_to_the_free_host() -> None:

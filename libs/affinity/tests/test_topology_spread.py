@@ -10,6 +10,7 @@ import pytest
 from hostaffinity.affinity.engine import FilterMode
 from hostaffinity.affinity.interpod import HOSTNAME_KEY
 from hostaffinity.affinity.model import Node, Pod
+from hostaffinity.affinity.spread_standing import spread_standings
 from hostaffinity.affinity.topology_spread import (
     HONOR,
     IGNORE,
@@ -137,3 +138,31 @@ def test_a_soft_host_spread_scores_the_emptier_hosts_higher() -> None:
     assert [scores[n].topology_spread for n in ("a1", "b1", "c1")] == [0, 33, 100]
     plain = decider.score(pod(labels={"app": "web"}), ["a1", "b1", "c1"])
     assert plain.max_total == 700  # PodTopologySpread skipped: its weight is not in the total
+
+
+def test_a_placed_replica_sees_its_spread_violated_after_replicas_piled_on_one_host() -> None:
+    placed = [pod(f"web{i}", labels={"app": "web"}, node_name=n, spreads=[spread(HOST, WEB)])
+              for i, n in enumerate(("a1", "a2", "b1"))]  # fmt: skip
+    decider = engine(_three_hosts(), placed)
+    (standing,) = spread_standings(decider, placed[0])
+    assert standing.state == "violated"
+    assert (standing.global_min, standing.domains) == (0, 3)
+    assert [(d.domain, d.matching, d.skew, d.refused) for d in standing.per_domain] == [
+        ("a", 2, 2, False),
+        ("b", 1, 1, False),
+    ]
+    assert "esxi-host=a holds 2 matching pod(s): skew 2 > maxSkew 1" in standing.why
+    (other,) = spread_standings(decider, placed[2])
+    assert other.state == "violated"  # the spread as a whole, whichever replica is asked
+
+
+def test_a_pending_replica_sees_which_hosts_its_spread_refuses() -> None:
+    decider = engine(_three_hosts(), _web_on("a1", "a2", "b1"))
+    (standing,) = spread_standings(decider, pod(labels={"app": "web"}, spreads=[spread(HOST, WEB)]))
+    assert standing.state == "not-placed"
+    assert [(d.domain, d.skew, d.refused) for d in standing.per_domain] == [
+        ("a", 3, True),
+        ("b", 2, True),
+    ]
+    assert standing.why.endswith("refused: a, b")
+    assert "1 of them without a matching pod" in standing.why

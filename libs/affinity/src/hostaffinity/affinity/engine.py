@@ -50,7 +50,7 @@ from hostaffinity.affinity.scoring import (
     normalize_min_max,
 )
 from hostaffinity.affinity.spread_filtering import DomainCounts
-from hostaffinity.affinity.spread_scoring import spread_scores
+from hostaffinity.affinity.spread_scoring import PreScoreState, prescore
 from hostaffinity.affinity.taints import (
     UNSCHEDULABLE_TAINT,
     first_untolerated,
@@ -133,23 +133,50 @@ class AffinityEngine:
     def spreads(
         self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
     ) -> tuple[SpreadConstraint, ...]:
-        """The pod's compiled topology spreads; in PHYSICAL mode only those over ESXi hosts."""
-        spreads = compile_spread_constraints(pod, self.index.physical_anti_affinity)
+        """The topology spreads that apply to the pod: its own (in PHYSICAL mode only those over
+        ESXi hosts), else -- in kube-scheduler mode -- the profile's defaults."""
+        if pod.spec.topology_spread_constraints:
+            spreads = compile_spread_constraints(pod, self.index.physical_anti_affinity)
+            if mode is FilterMode.PHYSICAL:
+                return tuple(c for c in spreads if c.physical)
+            return spreads
         if mode is FilterMode.PHYSICAL:
-            return tuple(c for c in spreads if c.physical)
-        return spreads
+            return ()
+        return self.spread_defaults.for_pod(pod)
+
+    def hard_spreads(
+        self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> list[SpreadConstraint]:
+        """The DoNotSchedule spreads the filter enforces."""
+        return [c for c in self.spreads(pod, mode) if c.hard]
 
     def spread_counts(
         self, pod: Pod, mode: FilterMode = FilterMode.KUBE_SCHEDULER
     ) -> list[tuple[SpreadConstraint, DomainCounts]]:
         """Each DoNotSchedule spread with the matching pods per domain its filter reads."""
-        hard = [c for c in self.spreads(pod, mode) if c.hard]
+        hard = self.hard_spreads(pod, mode)
         if not hard:
             return []
         state = spread_filtering.prefilter_counts(
             self.index, pod, hard, NodeInclusion(self.index, pod)
         )
         return [(c, state[c.topology_key]) for c in hard]
+
+    def spread_prescore(
+        self, pod: Pod, nodes: Iterable[str], mode: FilterMode = FilterMode.KUBE_SCHEDULER
+    ) -> PreScoreState | None:
+        """PodTopologySpread's PreScore over the (feasible) nodes; None when it skips the pod:
+        no ScheduleAnyway spread of its own, nor (kube-scheduler mode) a default one."""
+        soft = [c for c in self.spreads(pod, mode) if c.soft]
+        defaulted = not pod.spec.topology_spread_constraints
+        return prescore(
+            self.index,
+            pod,
+            soft,
+            set(nodes) & self.index.all_nodes(),
+            require_all_keys=not (defaulted and self.spread_defaults.system_defaulted),
+            inclusion=NodeInclusion(self.index, pod),
+        )
 
     # -- filter --------------------------------------------------------------------------------
 
@@ -163,7 +190,7 @@ class AffinityEngine:
         """Which of `nodes` (default: every indexed node) can take the pod, and why not."""
         index = self.index
         if nodes is None:
-            order = index.node_names
+            order: list[str] = []
             asked: Set[str] | None = None
         else:
             order = list(nodes)
@@ -178,6 +205,8 @@ class AffinityEngine:
         for failing, why in reversed(stages):
             if failing:
                 rejected.update(dict.fromkeys(failing if asked is None else failing & asked, why))
+        if asked is None:
+            return FilterResult(index.feasible_in_order(rejected), rejected)
         return FilterResult([n for n in order if n not in rejected], rejected)
 
     def _node_stages(self, pod: Pod) -> Iterator[Stage]:
@@ -207,7 +236,7 @@ class AffinityEngine:
             for record, term in self._forbidding(pod)
             if mode is FilterMode.KUBE_SCHEDULER or term.physical
         ]
-        hard_spreads = [c for c in self.spreads(pod, mode) if c.hard]
+        hard_spreads = self.hard_spreads(pod, mode)
         if self.fail_unplaced:
             yield from self._unplaced_stages(terms, forbidding, hard_spreads)
         yield from spread_filtering.filter_stages(
@@ -228,7 +257,7 @@ class AffinityEngine:
         keys.update(t.topology_key for _, t in forbidding)
         keys.update(c.topology_key for c in spreads)
         for key in sorted(keys & HOST_KEYS):
-            yield self.index.all_nodes() - self.index.nodes_with(key), explain.unplaced(key)
+            yield self.index.nodes_without(key), explain.unplaced(key)
 
     def _affinity_stages(self, pod: Pod, terms: tuple[AffinityTerm, ...]) -> Iterator[Stage]:
         """The pod's required affinity (filtering.go satisfyPodAffinity).
@@ -253,10 +282,9 @@ class AffinityEngine:
                 if value is not None:
                     domains[position].add(value)
         first_pod = not any(domains) and incoming_matches_itself(pod, terms, scopes)
-        everyone = index.all_nodes()
         for term, values in zip(terms, domains, strict=True):
             with_key = index.nodes_with(term.topology_key)
-            yield everyone - with_key, explain.affinity_missing_key(term)
+            yield index.nodes_without(term.topology_key), explain.affinity_missing_key(term)
             if not first_pod:
                 by_value = index.domains(term.topology_key)
                 allowed = _union(by_value[v] for v in values if v in by_value)
@@ -321,7 +349,8 @@ class AffinityEngine:
             names = [n for n in names if n in known]
             asked.intersection_update(known)
         inter_pod = normalize_min_max(self._inter_pod_raw(pod, asked, mode), len(asked))
-        spread = self._spread_scores(pod, asked, mode)
+        prescored = self.spread_prescore(pod, asked, mode)
+        spread = None if prescored is None else prescored.scores()
         unscored = SparseScores(0)
         if mode is FilterMode.PHYSICAL:
             if spread is None:
@@ -355,24 +384,6 @@ class AffinityEngine:
             total,
             weights * MAX_NODE_SCORE,
             unscored if spread is None else spread,
-        )
-
-    def _spread_scores(self, pod: Pod, asked: Set[str], mode: FilterMode) -> SparseScores | None:
-        """PodTopologySpread's normalized scores, or None when it skips the pod: its own
-        ScheduleAnyway spreads, else (kube-scheduler mode) the profile's defaults."""
-        spreads = self.spreads(pod, mode)
-        soft = [c for c in spreads if c.soft]
-        require_all_keys = True
-        if not pod.spec.topology_spread_constraints and mode is FilterMode.KUBE_SCHEDULER:
-            soft = [c for c in self.spread_defaults.for_pod(pod) if c.soft]
-            require_all_keys = not self.spread_defaults.system_defaulted
-        return spread_scores(
-            self.index,
-            pod,
-            soft,
-            asked,
-            require_all_keys=require_all_keys,
-            inclusion=NodeInclusion(self.index, pod),
         )
 
     def _taint_raw(self, pod: Pod, asked: Set[str]) -> SparseScores:

@@ -176,9 +176,15 @@ def spread_missing_label(constraint: SpreadConstraint) -> Rejection:
 
 
 def spread_skew(
-    constraint: SpreadConstraint, domain: str, matching: int, itself: int, global_min: int
+    constraint: SpreadConstraint,
+    domain: str,
+    matching: int,
+    itself: int,
+    global_min: int,
+    described: str = "",
 ) -> Rejection:
-    """A domain that already holds too many of the spread's pods."""
+    """A domain that already holds too many of the spread's pods (`described`: the
+    constraint's description, when the caller has it already)."""
     skew = matching + itself - global_min
     counted = "the pod itself and " if itself else ""
     return Rejection(
@@ -187,7 +193,8 @@ def spread_skew(
         False,
         f"the node's domain {constraint.topology_key}={domain} would hold {counted}{matching} "
         f"matching pod(s) against a global minimum of {global_min}: skew {skew} > maxSkew "
-        f"{constraint.max_skew} of the pod's topology spread constraint {constraint.describe()}",
+        f"{constraint.max_skew} of the pod's topology spread constraint "
+        f"{described or constraint.describe()}",
     )
 
 

@@ -2,7 +2,10 @@
 
 Read from the engine's index, so the host of a replica is the engine's host domain (the topology
 KV's placement first, then the node's host label) and a rule's coverage is read from the pods'
-compiled terms (the physical reading of hostname anti-affinity included). The `hostaffinity
+compiled terms and topology spreads (the physical reading of hostname rules included). A host
+spread is violated when its fullest ESXi host holds more than maxSkew matching pods beyond its
+emptiest one, every host with a node counted (the node inclusion policies, which depend on the
+pod being scheduled, are not applied). The `hostaffinity
 exposure` command and the scheduler-extender's `hostaffinity_workloads_exposed` gauge both call
 this module, so they count the same workloads.
 """
@@ -14,7 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 from hostaffinity.affinity.index import ClusterIndex, PodRecord
-from hostaffinity.affinity.interpod import AffinityTerm
+from hostaffinity.affinity.interpod import AffinityTerm, NamespaceScope
+from hostaffinity.affinity.topology_spread import SpreadConstraint
 from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 from hostaffinity.schema.reports import Coverage, ExposedWorkload
@@ -93,6 +97,37 @@ def host_coverage(index: ClusterIndex, replicas: Sequence[PodRecord]) -> Coverag
     return "preferred" if preferred else "none"
 
 
+def host_spread(replicas: Sequence[PodRecord]) -> SpreadConstraint | None:
+    """The strongest spread over ESXi hosts among the replicas' that selects them all
+    (DoNotSchedule before ScheduleAnyway)."""
+    found: SpreadConstraint | None = None
+    for record in replicas:
+        for spread in record.spreads:
+            if spread.physical and all(spread.selector.matches(r.labels) for r in replicas):
+                if spread.hard:
+                    return spread
+                found = found or (spread if spread.soft else None)
+    return found
+
+
+def spread_violated(index: ClusterIndex, namespace: str, spread: SpreadConstraint) -> bool:
+    """Whether the pods the spread matches in `namespace` sit more than maxSkew apart between
+    the fullest and the emptiest ESXi host."""
+    if not spread.selector.requirements:
+        return False
+    key = spread.topology_key
+    counts: Counter[str] = Counter()
+    scope = NamespaceScope(everywhere=False, names=frozenset((namespace,)))
+    for record in index.matching_pods(scope, spread.selector):
+        host = index.domain(record.node, key)
+        if host is not None and not record.terminating:
+            counts[host] += 1
+    if not counts:
+        return False
+    lowest = 0 if len(counts) < len(index.domains(key)) else min(counts.values())
+    return max(counts.values()) - lowest > spread.max_skew
+
+
 def exposed_workloads(
     index: ClusterIndex,
     groups: Mapping[WorkloadRef, Sequence[PodRecord]],
@@ -110,6 +145,7 @@ def exposed_workloads(
         worst_host, on_worst = min(counts.items(), key=lambda item: (-item[1], item[0]))
         if on_worst < 2:
             continue
+        spread = host_spread(replicas)
         exposed.append(
             ExposedWorkload(
                 kind=workload.kind,
@@ -122,6 +158,9 @@ def exposed_workloads(
                 share=round(on_worst / len(replicas), 4),
                 unplaced=unplaced,
                 coverage=host_coverage(index, replicas),
+                spread="none" if spread is None else "required" if spread.hard else "preferred",
+                spread_violated=spread is not None
+                and spread_violated(index, workload.namespace, spread),
             )
         )
     exposed.sort(key=lambda e: (-e.share, -e.on_worst_host, e.kind, e.namespace, e.name))

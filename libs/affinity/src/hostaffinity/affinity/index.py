@@ -22,7 +22,9 @@ of full collections too.
 from __future__ import annotations
 
 import gc
+from collections import deque
 from collections.abc import Iterator, Mapping, Set
+from itertools import repeat
 from typing import Final, Literal, TypeVar
 
 import msgspec
@@ -36,6 +38,7 @@ from hostaffinity.affinity.interpod import (
 )
 from hostaffinity.affinity.model import Namespace, Node, Pod, Taint
 from hostaffinity.affinity.selectors import IN, Selector
+from hostaffinity.affinity.topology_spread import SpreadConstraint, compile_spread_constraints
 from hostaffinity.affinity.workloads import WorkloadRef, workload_of
 
 TermKind = Literal["required_affinity", "required_anti", "preferred_affinity", "preferred_anti"]
@@ -69,6 +72,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     terms: PodTerms
     workload: WorkloadRef | None = None  # what it is a replica of (exposure reads it)
     terminating: bool = False  # deletionTimestamp set: topology spread no longer counts it
+    spreads: tuple[SpreadConstraint, ...] = ()  # its own topology spreads (exposure reads them)
 
 
 class NodeRecord(msgspec.Struct, frozen=True, gc=False):
@@ -203,6 +207,7 @@ class ClusterIndex:
             terms=compile_pod_terms(pod, self.physical_anti_affinity),
             workload=workload_of(pod),
             terminating=pod.metadata.deletion_timestamp is not None,
+            spreads=compile_spread_constraints(pod, self.physical_anti_affinity),
         )
         self._pods[key] = record
         ns = record.namespace
@@ -358,6 +363,22 @@ class ClusterIndex:
     def nodes_with(self, key: str) -> Set[str]:
         """Nodes that have a topology domain for `key` (do not mutate)."""
         return self._nodes_with.get(key, _EMPTY)
+
+    def nodes_without(self, key: str) -> Set[str]:
+        """Nodes with no topology domain for `key`; free when every node has one."""
+        with_key = self.nodes_with(key)
+        if len(with_key) == len(self._all_nodes):
+            return _EMPTY
+        return self._all_nodes - with_key
+
+    def feasible_in_order(self, rejected: Mapping[str, object]) -> list[str]:
+        """Every node not in `rejected`, in `node_names` order, without a per-node Python loop
+        when few are rejected (a filter over all nodes returns most of them)."""
+        if len(rejected) * 4 > len(self._nodes):
+            return [name for name in self._nodes if name not in rejected]
+        remaining = self._nodes.copy()
+        deque(map(remaining.pop, rejected, repeat(None)), maxlen=0)  # a C loop, no Python one
+        return list(remaining)
 
     def taint_groups(self) -> Mapping[tuple[Taint, ...], Set[str]]:
         """Nodes by their (non-empty) taint list: the filter decides once per distinct list."""

@@ -3,8 +3,10 @@
 Putting a host into maintenance takes its node VMs away (an operator drains them, or DRS has
 nowhere to put them). The plan removes those nodes and their pods from the index, then places the
 movers one at a time as kube-scheduler would: the engine's filter in kube-scheduler mode
-(unschedulable, taints, node affinity, inter-pod affinity on every domain, the host domain
-included), then requests against allocatable (resources.insufficient). Each placed mover is
+(unschedulable, taints, node affinity, topology spread and inter-pod affinity on every domain,
+the host domain included), then requests against allocatable (resources.insufficient). A
+DoNotSchedule spread over ESXi hosts that the remaining hosts cannot honour is reported as an
+unsatisfiable rule, like a host-level anti-affinity term. Each placed mover is
 added to the index, so replicas of one anti-affine set are checked against each other. Each goes
 to the fitting node with the most free CPU at that moment (LeastAllocated's preference, on CPU
 only), so movers spread as the scheduler would spread them. DaemonSet and static pods stay with
@@ -27,7 +29,9 @@ from hostaffinity.affinity.workloads import VMI, stays_with_node, workload_of
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 from hostaffinity.schema.reports import MaintenanceReport, PodMove, UnsatisfiableRule
 
-_INTER_POD: Final = frozenset({explain.INTER_POD_AFFINITY, explain.HOST_AFFINITY})
+_POD_RULES: Final = frozenset(
+    {explain.INTER_POD_AFFINITY, explain.POD_TOPOLOGY_SPREAD, explain.HOST_AFFINITY}
+)
 _CPU: Final = "cpu"
 _MAX_RULES_PER_POD: Final = 3
 _FILTERED: Final = "filtered out"
@@ -178,7 +182,7 @@ def _place(
 def _host_level_rules(engine: AffinityEngine, pod: Pod, result: FilterResult) -> list[str]:
     """The required host-level rules that rejected nodes passing every other filter; empty when
     the nodes failed for other reasons (a node's first failing filter is the one reported)."""
-    by_rule = {node for node, why in result.rejected.items() if why.plugin in _INTER_POD}
+    by_rule = {node for node, why in result.rejected.items() if why.plugin in _POD_RULES}
     if not by_rule:
         return []
     physical = engine.filter(pod, by_rule, mode=FilterMode.PHYSICAL)
@@ -186,6 +190,9 @@ def _host_level_rules(engine: AffinityEngine, pod: Pod, result: FilterResult) ->
         return []
     terms = engine.terms(pod, FilterMode.PHYSICAL)
     own = [t.describe() for t in (*terms.required_anti, *terms.required_affinity)]
+    own += [
+        f"topology spread {c.describe()}" for c in engine.hard_spreads(pod, FilterMode.PHYSICAL)
+    ]
     if own:
         return own
     return sorted({why.message for why in physical.rejected.values()})[:_MAX_RULES_PER_POD]

@@ -68,8 +68,11 @@ def prefilter_counts(
     pod: Pod,
     constraints: Sequence[SpreadConstraint],
     inclusion: NodeInclusion,
+    *,
+    include_self: bool = False,
 ) -> dict[str, DomainCounts]:
-    """calPreFilterState: the counts per topology key of the pod's DoNotSchedule constraints.
+    """calPreFilterState: the counts per topology key of the pod's DoNotSchedule constraints
+    (with `include_self`, an assigned pod counts itself: the spread as it stands).
 
     kube-scheduler keys its counts by topology key: where two constraints share a key, a node's
     pods are counted for the last of them that includes the node (its per-node map is
@@ -85,7 +88,7 @@ def prefilter_counts(
         covered: Set[str] = _NONE
         for constraint in reversed(group):
             eligible = inclusion.eligible(constraint, candidates)
-            for record in counted_pods(index, pod, constraint):
+            for record in counted_pods(index, pod, constraint, include_self=include_self):
                 if record.node in eligible and record.node not in covered:
                     value = index.domain(record.node, key)
                     if value is not None:
@@ -107,19 +110,20 @@ def filter_stages(
     if not constraints:
         return
     state = prefilter_counts(index, pod, constraints, inclusion)
-    everyone = index.all_nodes()
     labels = pod.metadata.labels
     for constraint in constraints:
         key = constraint.topology_key
-        yield everyone - index.nodes_with(key), explain.spread_missing_label(constraint)
+        yield index.nodes_without(key), explain.spread_missing_label(constraint)
         counts = state[key]
         itself = 1 if constraint.selector.matches(labels) else 0
         low = counts.min_match(constraint)
         allowed = constraint.max_skew - itself + low  # more matching pods than this fail
         by_value = index.domains(key)
         values = by_value.keys() if allowed < 0 else counts.counts.keys()
+        described = ""
         for value in values:
             matching = counts.count(value)
             if matching > allowed:
-                why = explain.spread_skew(constraint, value, matching, itself, low)
+                described = described or constraint.describe()
+                why = explain.spread_skew(constraint, value, matching, itself, low, described)
                 yield by_value.get(value, _NONE), why

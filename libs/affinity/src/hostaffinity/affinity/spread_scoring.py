@@ -35,7 +35,7 @@ def _round(score: float) -> int:
     return math.floor(score + 0.5)
 
 
-class _ConstraintCounts:
+class ConstraintCounts:
     """One constraint's PreScore state: its weight and matching pods per domain (or node)."""
 
     def __init__(
@@ -50,7 +50,8 @@ class _ConstraintCounts:
         self.constraint = constraint
         self.key = key = constraint.topology_key
         self.per_node = key == HOSTNAME_KEY
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, int] = {}  # per domain, or per node for a hostname spread
+        self.domains: frozenset[str] = frozenset()  # the scored domains (not per node)
         index_domain = index.domain
         if self.per_node:
             size = len(scored)
@@ -63,6 +64,7 @@ class _ConstraintCounts:
             values = set(domain_values(index, key, scored & index.nodes_with(key)))
             if not scored <= index.nodes_with(key):
                 values.add("")
+            self.domains = frozenset(values)
             size = len(values)
             eligible = inclusion.eligible(constraint, counted_on)
             for record in counted_pods(index, pod, constraint):
@@ -70,6 +72,7 @@ class _ConstraintCounts:
                     value = index_domain(record.node, key) or ""
                     if value in values:
                         self.counts[value] = self.counts.get(value, 0) + 1
+        self.size = size  # domains among the scored nodes (nodes, for a hostname spread)
         self.weight = math.log(size + 2)
         self._index = index
 
@@ -91,7 +94,45 @@ class _ConstraintCounts:
         return count * self.weight + (self.constraint.max_skew - 1)
 
 
-def spread_scores(
+class PreScoreState:
+    """PreScore's state: the nodes left unscored and each constraint's counts and weight."""
+
+    def __init__(
+        self,
+        scored: Set[str],
+        ignored: Set[str],
+        complete: Set[str],
+        parts: list[ConstraintCounts],
+    ) -> None:
+        self.scored = scored  # the asked nodes that get a score
+        self.ignored = ignored  # the asked nodes missing a key of the pod's own spreads
+        self.complete = complete  # nodes carrying every constraint's key
+        self.parts = parts
+
+    def scores(self) -> SparseScores:
+        """Score and NormalizeScore over the asked nodes (ignored ones score 0)."""
+        scored, parts = self.scored, self.parts
+        special: set[str] = set(scored - self.complete)
+        for part in parts:
+            special.update(part.nodes_with_matches(scored))
+        base = _round(sum(part.constraint.max_skew - 1 for part in parts))
+        raw = {node: _round(sum(part.raw(node) for part in parts)) for node in special}
+        values = list(raw.values())
+        if len(special) < len(scored):
+            values.append(base)
+        if not values:
+            return SparseScores(0)
+        low, high = min(values), max(values)
+
+        def normalize(score: int) -> int:
+            return MAX_NODE_SCORE if high == 0 else MAX_NODE_SCORE * (high + low - score) // high
+
+        result = {node: normalize(score) for node, score in raw.items()}
+        result.update(dict.fromkeys(self.ignored, 0))
+        return SparseScores(normalize(base) if len(special) < len(scored) else 0, result)
+
+
+def prescore(
     index: ClusterIndex,
     pod: Pod,
     constraints: Sequence[SpreadConstraint],
@@ -99,30 +140,13 @@ def spread_scores(
     *,
     require_all_keys: bool,
     inclusion: NodeInclusion,
-) -> SparseScores | None:
-    """Normalized PodTopologySpread scores of the asked (feasible) nodes; None when the plugin
-    skips the pod (no constraint to score, or no node at all)."""
+) -> PreScoreState | None:
+    """PreScore for the asked (feasible) nodes; None when the plugin skips the pod (no
+    constraint to score, or no node at all)."""
     if not constraints or not index.all_nodes():
         return None
     complete = with_all_keys(index, constraints)
     scored = asked & complete if require_all_keys else asked
     counted_on = complete if require_all_keys else index.all_nodes()
-    parts = [_ConstraintCounts(index, pod, c, scored, counted_on, inclusion) for c in constraints]
-    special: set[str] = set(scored - complete)
-    for part in parts:
-        special.update(part.nodes_with_matches(scored))
-    base = _round(sum(c.max_skew - 1 for c in constraints))
-    raw = {node: _round(sum(part.raw(node) for part in parts)) for node in special}
-    values = list(raw.values())
-    if len(special) < len(scored):
-        values.append(base)
-    if not values:
-        return SparseScores(0)
-    low, high = min(values), max(values)
-
-    def normalize(score: int) -> int:
-        return MAX_NODE_SCORE if high == 0 else MAX_NODE_SCORE * (high + low - score) // high
-
-    result = {node: normalize(score) for node, score in raw.items()}
-    result.update(dict.fromkeys(asked - scored, 0))
-    return SparseScores(normalize(base) if len(special) < len(scored) else 0, result)
+    parts = [ConstraintCounts(index, pod, c, scored, counted_on, inclusion) for c in constraints]
+    return PreScoreState(scored, asked - scored, complete, parts)

@@ -14,11 +14,10 @@ anti-affinity term: spreading replicas over VMs that share one host is not what 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Set
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from hostaffinity.affinity.index import ClusterIndex, PodRecord
 from hostaffinity.affinity.interpod import HOST_KEYS, HOSTNAME_KEY, NamespaceScope, physical_opt_in
 from hostaffinity.affinity.model import LabelSelector, Pod, TopologySpreadConstraint
 from hostaffinity.affinity.nodeaffinity import required_node_affinity, required_nodes
@@ -32,6 +31,9 @@ from hostaffinity.affinity.selectors import (
 )
 from hostaffinity.affinity.taints import first_untolerated
 from hostaffinity.schema.names import LABEL_ESXI_HOST
+
+if TYPE_CHECKING:  # the index keeps each pod's compiled spreads, so it imports this module
+    from hostaffinity.affinity.index import ClusterIndex, PodRecord
 
 DO_NOT_SCHEDULE: Final = "DoNotSchedule"
 SCHEDULE_ANYWAY: Final = "ScheduleAnyway"
@@ -265,15 +267,17 @@ class NodeInclusion:
 
 
 def counted_pods(
-    index: ClusterIndex, pod: Pod, constraint: SpreadConstraint
+    index: ClusterIndex, pod: Pod, constraint: SpreadConstraint, *, include_self: bool = False
 ) -> Iterator[PodRecord]:
     """Pods the constraint counts (common.go countPodsMatchSelector): the incoming pod's
-    namespace, matched by the selector, not terminating; an empty selector counts none."""
+    namespace, matched by the selector, not terminating; an empty selector counts none. The pod
+    itself, if indexed, only with `include_self` (how a placed pod's spread stands now)."""
     if not constraint.selector.requirements:
         return
     scope = NamespaceScope(everywhere=False, names=frozenset((pod.metadata.namespace,)))
+    own = "" if include_self else pod.key
     for record in index.matching_pods(scope, constraint.selector):
-        if not record.terminating and record.key != pod.key:
+        if not record.terminating and record.key != own:
             yield record
 
 

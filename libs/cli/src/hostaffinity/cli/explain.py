@@ -3,7 +3,8 @@ hold, why a Pending pod is refused, and what hostaffinity did to it.
 
 Every judgement is the affinity engine's: the filter (engine.py) for a pod on no node, the term
 standings (standing.py) for a placed one, both worded by explain.py, as the extender and the
-descheduler word them. The history is the event stream's (history.py).
+descheduler word them, and the topology spreads' skew per domain (spread_standing.py). The
+history is the event stream's (history.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from hostaffinity.affinity.engine import AffinityEngine, FilterResult
 from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.spread_standing import SpreadStanding, spread_standings
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
 from hostaffinity.cli.pod_lookup import PodFacts, PodNotFoundError
@@ -25,6 +27,8 @@ from hostaffinity.schema.reports import (
     NodeExplanation,
     PodExplanation,
     Refusal,
+    SpreadDomain,
+    SpreadView,
     TermView,
 )
 
@@ -86,6 +90,24 @@ def _unplaced_terms(engine: AffinityEngine, pod: Pod) -> list[TermView]:
     return views
 
 
+def _spread_view(standing: SpreadStanding) -> SpreadView:
+    constraint = standing.constraint
+    return SpreadView(
+        rule=constraint.describe(),
+        host_level=constraint.physical,
+        when_unsatisfiable=constraint.when_unsatisfiable,
+        max_skew=constraint.max_skew,
+        state=standing.state,
+        global_min=standing.global_min,
+        domains=standing.domains,
+        per_domain=[
+            SpreadDomain(domain=d.domain, matching=d.matching, skew=d.skew, refused=d.refused)
+            for d in standing.per_domain
+        ],
+        why=standing.why,
+    )
+
+
 def refusals(engine: AffinityEngine, result: FilterResult) -> list[Refusal]:
     """The filter's rejections grouped by ESXi host and reason, hosts in name order."""
     groups: dict[tuple[str, str, str, str], list[str]] = {}
@@ -140,7 +162,8 @@ def explain_pod(
         created_at=facts.metadata.creation_timestamp,
     )
     history = pod_history(events, identity, {r.name for r in drs})
-    host_level = any(t.host_level for t in terms)
+    spreads = [_spread_view(s) for s in spread_standings(engine, pod)]
+    host_level = any(t.host_level for t in terms) or any(s.host_level for s in spreads)
     return PodExplanation(
         pod=pod.key,
         phase=_phase(facts),
@@ -152,6 +175,7 @@ def explain_pod(
         summary=summary,
         drs_rules=drs,
         history=history,
+        spreads=spreads,
     )
 
 
@@ -222,6 +246,21 @@ def _terms(terms: Sequence[TermView], own: str) -> str:
     return "\n".join(lines)
 
 
+def _spreads(spreads: Sequence[SpreadView]) -> str:
+    lines = []
+    for spread in spreads:
+        level = "host-level" if spread.host_level else "not host-level"
+        lines.append(f"  [{spread.state}] topology spread ({level}): {spread.rule}")
+        lines.append(f"      {spread.why}")
+        if spread.per_domain:
+            shown = ", ".join(
+                f"{d.domain}: {d.matching} (skew {d.skew}{', refused' if d.refused else ''})"
+                for d in spread.per_domain
+            )
+            lines.append(f"      matching pods per domain: {shown}")
+    return "\n".join(lines)
+
+
 def _history(history: Sequence[HistoryEntry]) -> str:
     rows = [[h.at, h.type, h.summary] for h in history]
     done = table(["AT", "EVENT", "WHAT"], rows)
@@ -236,11 +275,13 @@ def render_pod(report: PodExplanation) -> str:
     if not report.concerned:
         return (
             f"pod {report.pod} ({report.phase}) {_where(report.location)}: no hostaffinity rule "
-            "concerns it (no host-level term, no DRS rule, no event)"
+            "concerns it (no host-level term or spread, no DRS rule, no event)"
         )
     parts = [f"pod {report.pod} ({report.phase}) {_where(report.location)}"]
     if report.terms:
         parts.append("rules:\n" + _terms(report.terms, report.pod))
+    if report.spreads:
+        parts.append("topology spreads:\n" + _spreads(report.spreads))
     if report.summary:
         rows = [[r.host or "(unknown)", ", ".join(r.nodes), r.message] for r in report.refusals]
         refused = _indented(table(["ESXI HOST", "NODES", "WHY NOT"], rows)) if rows else ""

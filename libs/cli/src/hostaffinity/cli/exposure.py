@@ -55,6 +55,7 @@ def render_exposure(report: ExposureReport) -> str:
         "WORST HOST",
         "ONE HOST TAKES",
         "RULE",
+        "SPREAD",
         "DRS RULE",
     ]
     rows = [
@@ -67,6 +68,7 @@ def render_exposure(report: ExposureReport) -> str:
             w.worst_host,
             _share(w),
             w.coverage,
+            w.spread + (" (violated)" if w.spread_violated else ""),
             "yes" if w.drs_rule else "no",
         ]
         for w in report.workloads
@@ -76,4 +78,12 @@ def render_exposure(report: ExposureReport) -> str:
         f"{count} workload{'s' if count != 1 else ''} with replicas sharing an ESXi host "
         f"(min replicas {report.min_replicas})"
     )
+    # Sharing a host is a violation where a required host anti-affinity selects every replica.
+    broken = [
+        (sum(w.coverage == "required" for w in report.workloads), "required host anti-affinity"),
+        (sum(w.spread_violated for w in report.workloads), "host topology spread"),
+    ]
+    said = [f"{n} violate{'s' if n == 1 else ''} their {what}" for n, what in broken if n]
+    if said:
+        summary += "; " + ", ".join(said)
     return f"{table(header, rows)}\n\n{summary}" if rows else summary

@@ -69,7 +69,10 @@ class ExposedWorkload(_Report, frozen=True):
     `share` is `on_worst_host / replicas`: the fraction one host failure takes. `coverage` is the
     strongest host-level anti-affinity rule its pods carry that selects all of its replicas
     (the physical reading of hostname terms included). `drs_rule`: a DrsOwnership record in the
-    `hostaffinity-drs` bucket (not being removed) names one of its pods.
+    `hostaffinity-drs` bucket (not being removed) names one of its pods. `spread` is the
+    strongest topology spread over ESXi hosts its pods carry that selects all of its replicas
+    (`required` for DoNotSchedule, `preferred` for ScheduleAnyway); `spread_violated` says that
+    spread's skew (the fullest host's matching pods less the emptiest host's) exceeds its maxSkew.
     """
 
     kind: str
@@ -83,6 +86,8 @@ class ExposedWorkload(_Report, frozen=True):
     unplaced: int
     coverage: Coverage
     drs_rule: bool = False
+    spread: Coverage = "none"
+    spread_violated: bool = False
 
 
 class ExposureReport(_Report, frozen=True):
@@ -197,6 +202,33 @@ class HistoryEntry(_Report, frozen=True):
     summary: str
 
 
+class SpreadDomain(_Report, frozen=True):
+    """One topology domain of a spread: how many pods the spread matches there and the skew
+    over the global minimum (for a pod on no node, the skew placing it there would make);
+    `refused`: a DoNotSchedule spread refuses the domain to the pod."""
+
+    domain: str
+    matching: int
+    skew: int
+    refused: bool = False
+
+
+class SpreadView(_Report, frozen=True):
+    """One of a pod's topology spread constraints (its own, or the scheduler's defaults) and
+    how it stands: `domains` eligible domains, `global_min` the fewest matching pods in one,
+    `per_domain` the fullest domains (at most 20, most matching first)."""
+
+    rule: str
+    host_level: bool
+    when_unsatisfiable: str
+    max_skew: int
+    state: TermState
+    global_min: int
+    domains: int
+    per_domain: list[SpreadDomain]
+    why: str = ""
+
+
 class PodExplanation(_Report, frozen=True):
     """`hostaffinity explain pod NAMESPACE/NAME -o json`.
 
@@ -204,7 +236,8 @@ class PodExplanation(_Report, frozen=True):
     `terms`: the pod's own terms in the order written (required, then preferred), then existing
     pods' required anti-affinity terms selecting it. For a pod on no node, `feasible_nodes`
     (sorted) and `refusals` (by host, then reason) are the engine's filter now and `summary`
-    kube-scheduler's one-line summary of it. `history` is oldest first.
+    kube-scheduler's one-line summary of it. `history` is oldest first. `spreads`: its topology
+    spread constraints, each with the matching pods and skew per domain.
     """
 
     pod: str
@@ -217,6 +250,7 @@ class PodExplanation(_Report, frozen=True):
     summary: str
     drs_rules: list[DrsRuleView]
     history: list[HistoryEntry]
+    spreads: list[SpreadView] = msgspec.field(default_factory=list)
 
 
 class NodeExplanation(_Report, frozen=True):

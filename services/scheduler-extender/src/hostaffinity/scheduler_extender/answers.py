@@ -1,8 +1,9 @@
 """kube-scheduler's questions answered from the cache: filter and prioritize, no I/O.
 
-Only host-level terms are decided here (PHYSICAL mode); kube-scheduler enforces every other term
-itself. A pod that no host-level required term concerns passes every node it is asked about,
-including nodes the cache has not seen yet, so a lagging informer never blocks ordinary pods.
+Only host-level terms and topology spreads are decided here (PHYSICAL mode); kube-scheduler
+enforces every other rule itself. A pod that no host-level required term or DoNotSchedule spread
+concerns passes every node it is asked about, including nodes the cache has not seen yet, so a
+lagging informer never blocks ordinary pods.
 
 A concerned pod that passes is narrowed to the nodes of one ESXi host and reserved there
 (`ExtenderCache.reserve`): kube-scheduler filters the next pod before this one is bound, and the
@@ -79,44 +80,60 @@ def _applies(
 
 
 def concerns(cache: ExtenderCache, pod: Pod) -> bool:
-    """Whether a host-level required term applies: the pod's own, or an existing pod's
-    anti-affinity that selects it."""
+    """Whether a host-level required rule applies: the pod's own term or DoNotSchedule spread,
+    or an existing pod's anti-affinity that selects it."""
+    if cache.engine.hard_spreads(pod, FilterMode.PHYSICAL):
+        return True
     return _applies(cache, pod, ("required_affinity", "required_anti"), ("required_anti",))
 
 
 def preferred_scores(cache: ExtenderCache, pod: Pod, names: list[str]) -> SparseScores:
     """0..100 per node from host-level preferred terms (and existing pods' terms that score
-    the pod); 0 for every node when none applies, and for a node the cache does not know."""
+    the pod) and ScheduleAnyway host spreads; 0 for every node when none applies, and for a
+    node the cache does not know."""
     scoring: tuple[TermKind, ...] = ("required_affinity", "preferred_affinity", "preferred_anti")
-    if not _applies(cache, pod, ("preferred_affinity", "preferred_anti"), scoring):
+    soft_spread = any(c.soft for c in cache.engine.spreads(pod, FilterMode.PHYSICAL))
+    inter_pod = _applies(cache, pod, ("preferred_affinity", "preferred_anti"), scoring)
+    if not soft_spread and not inter_pod:
         return SparseScores(0)
     result = cache.engine.score(pod, names, mode=FilterMode.PHYSICAL)
+    top = result.max_total
+    total = result.inter_pod_affinity
+    if top > MAX_NODE_SCORE:  # the spread scored too: alone, or averaged with the terms
+        if inter_pod:
+            total = combine(lambda score: score * MAX_NODE_SCORE // top, result.total)
+        else:
+            total = result.topology_spread
     if len(result.nodes) == len(names):
-        return result.total
+        return total
     unknown = set(names).difference(result.nodes)
-    return SparseScores(result.total.base, result.total.special | dict.fromkeys(unknown, 0))
+    return SparseScores(total.base, total.special | dict.fromkeys(unknown, 0))
 
 
 def in_flight_selected(cache: ExtenderCache, pod: Pod) -> list[str]:
     """In-flight pods without a reservation that one of the pod's own host-level required terms
-    selects: their placement decides this filter, so it waits for it (bounded)."""
+    or DoNotSchedule spreads selects: their placement decides this filter, so it waits for it
+    (bounded). A spread counts only pods of its own namespace."""
     terms = cache.engine.terms(pod, FilterMode.PHYSICAL)
     own = terms.required_affinity + terms.required_anti
-    if not own:
+    spreads = cache.engine.hard_spreads(pod, FilterMode.PHYSICAL)
+    if not own and not spreads:
         return []
     namespaces = cache.index.namespaces
+
+    def selects(other: Pod) -> bool:
+        meta = other.metadata
+        if meta.namespace == pod.metadata.namespace and any(
+            c.selector.matches(meta.labels) for c in spreads
+        ):
+            return True
+        ns_labels = namespaces.get(meta.namespace, {})
+        return any(term.matches(meta.namespace, meta.labels, ns_labels) for term in own)
+
     return [
         entry.pod.key
         for entry in cache.in_flight.unplaced()
-        if entry.pod.key != pod.key
-        and any(
-            term.matches(
-                entry.pod.metadata.namespace,
-                entry.pod.metadata.labels,
-                namespaces.get(entry.pod.metadata.namespace, {}),
-            )
-            for term in own
-        )
+        if entry.pod.key != pod.key and selects(entry.pod)
     ]
 
 
