@@ -206,7 +206,9 @@ class TopologySpread:
             return ()
         affinity = required_node_affinity(pod)
         groups = []
-        for constraint in state.engine.spreads(pod):
+        record = state.index.pod(pod.key)  # the index compiled its spreads when it took it
+        spreads = record.spreads if record is not None else state.engine.spreads(pod)
+        for constraint in spreads:
             if constraint.when_unsatisfiable not in self._actions:
                 continue
             inclusion = msgspec.json.encode(
