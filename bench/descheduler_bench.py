@@ -3,13 +3,19 @@
     uv run --frozen python bench/descheduler_bench.py [--scale 1.0] [--cycles 3] [--latency 0.1]
 
 The cluster (bench/cluster.py's shape: 5,000 nodes on 500 ESXi hosts in 3 zones, 150,000 pods in
-workloads of 10, 10% of pods with pod anti-affinity) is built clean -- every rule holds -- and
-then 899 violations are planted, as in the issue's upstream run: 150 anti-affinity pairs (a
-replica moved next to another, on the ESXi host or the node), 100 pods on a node their
-nodeSelector no longer matches, 649 pods on nodes newly tainted NoSchedule. The policy is the
-recorded fixture (tests/fixtures/descheduler/policy-affinity-v1alpha2.yaml) unchanged.
+workloads of 10, 10% of pods with pod anti-affinity; the plain workloads' pods, about 85% of all,
+carry a topology spread over ESXi hosts, maxSkew 1, DoNotSchedule) is built clean -- every rule
+holds -- and then 899 violations are planted, as in the issue's upstream run: 150 anti-affinity
+pairs (a replica moved next to another, on the ESXi host or the node), 100 pods on a node their
+nodeSelector no longer matches, 649 pods on nodes newly tainted NoSchedule; plus 100 host spreads
+piled as a vMotion piles them (two more replicas onto the host of a third: two must go). The
+policy is the recorded fixture (tests/fixtures/descheduler/policy-affinity-v1alpha2.yaml) with
+the upstream README's RemovePodsViolatingTopologySpreadConstraint profile
+(policy-topology-spread-v1alpha2.yaml) after it, both unchanged.
 
-Prints: the cycle over the warm cache (median and p99 over `--cycles`, per strategy), peak RSS
+Prints: the cycle over the warm cache (median and p99 over `--cycles`, per strategy, each with
+the node fit of what it found; the first cycle apart, since it also compiles every pod's spread
+constraints once; and the spread strategy's own pass alone), peak RSS
 of this process (the decoded Pods and Nodes, the index and the descheduler's state included),
 whether the decisions equal the planted set, then all planned evictions through the Kubernetes
 double (its own process) with `--latency` seconds added to each eviction call, by the executor
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import random
 import re
@@ -62,6 +69,7 @@ from hostaffinity.affinity.model import (
     PodStatus,
     Taint,
     Toleration,
+    TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
 from hostaffinity.descheduler.cycle import decide
@@ -90,7 +98,9 @@ from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "tests" / "fixtures" / "descheduler" / "policy-affinity-v1alpha2.yaml"
-PLANTED_PAIRS, PLANTED_NODE_AFFINITY, PLANTED_TAINTS = 150, 100, 649
+SPREAD_POLICY = POLICY.with_name("policy-topology-spread-v1alpha2.yaml")
+PLANTED_PAIRS, PLANTED_NODE_AFFINITY, PLANTED_TAINTS, PLANTED_SPREADS = 150, 100, 649, 100
+SPREAD_EXCESS = 2  # three replicas on one host, one on each of seven others: two go
 TAINT = Taint(key="maintenance", value="planned", effect="NoSchedule")
 TOLERATE = Toleration(key="maintenance", operator="Exists")
 CREATED = "2026-11-01T00:00:00Z"
@@ -103,6 +113,8 @@ class Planted:
     pairs: list[tuple[str, str]] = field(default_factory=list)
     node_affinity: set[str] = field(default_factory=set)
     taints: set[str] = field(default_factory=set)
+    # The replicas piled on one host, per planted spread: SPREAD_EXCESS of them must go.
+    spreads: list[tuple[str, ...]] = field(default_factory=list)
 
 
 @dataclass
@@ -138,6 +150,7 @@ def _pod(
     affinity: Affinity | None = None,
     node_selector: dict[str, str] | None = None,
     tolerate: bool = False,
+    spread: bool = False,
 ) -> DeschedulerPod:
     owner = OwnerReference(
         kind="ReplicaSet", name=f"{app}-rs", uid=f"{namespace}-{app}", controller=True
@@ -157,8 +170,18 @@ def _pod(
             node_selector=node_selector,
             tolerations=[TOLERATE] if tolerate else [],
             containers=_CONTAINERS,
+            topology_spread_constraints=[_host_spread(app)] if spread else [],
         ),
         status=PodStatus(phase="Running"),
+    )
+
+
+def _host_spread(app: str) -> TopologySpreadConstraint:
+    return TopologySpreadConstraint(
+        max_skew=1,
+        topology_key=LABEL_ESXI_HOST,
+        when_unsatisfiable="DoNotSchedule",
+        label_selector=LabelSelector(match_labels={"app": app}),
     )
 
 
@@ -224,6 +247,7 @@ def build(scale: float, seed: int = 7) -> BenchCluster:
     workloads = pod_count // REPLICAS
     anti_workloads = max(1, int(ANTI_AFFINITY_WORKLOADS * scale))
     pair_sources: list[tuple[str, str, str, list[DeschedulerPod]]] = []
+    spread_sources: list[list[DeschedulerPod]] = []
     for w in range(workloads):
         namespace = f"ns-{rng.randrange(NAMESPACES):03d}"
         app = f"app-{w:05d}"
@@ -241,6 +265,14 @@ def build(scale: float, seed: int = 7) -> BenchCluster:
                 )
             if required:
                 pair_sources.append((namespace, app, key, replicas))
+        elif w % 15 == 2:
+            # Plain replicas without a spread: the node-affinity and taint plants come from
+            # these, so moving one never breaks a spread as well.
+            for r in range(REPLICAS):
+                node = rng.choice(names)
+                while not room(node):
+                    node = rng.choice(names)
+                replicas.append(_pod(namespace, app, r, place(node), tolerate=node in tainted))
         elif w % 15 == 1:
             for r in range(REPLICAS):
                 node = rng.choice([n for n in rng.sample(sorted(ssd), 20) if room(n)])
@@ -255,13 +287,17 @@ def build(scale: float, seed: int = 7) -> BenchCluster:
                     )
                 )
         else:
-            for r in range(REPLICAS):
-                node = rng.choice(names)
-                while not room(node):
-                    node = rng.choice(names)
-                replicas.append(_pod(namespace, app, r, place(node), tolerate=node in tainted))
+            # Spread over hosts, maxSkew 1: one replica per host keeps it clean.
+            for r, host in enumerate(rng.sample(sorted(by_host), REPLICAS)):
+                node = rng.choice([n for n in by_host[host] if room(n)])
+                replicas.append(
+                    _pod(namespace, app, r, place(node), tolerate=node in tainted, spread=True)
+                )
+            spread_sources.append(replicas)
         pods.extend(replicas)
-    _plant(rng, pods, pair_sources, planted, by_host, tainted, ssd, names, load, scale)
+    _plant(
+        rng, pods, pair_sources, spread_sources, planted, by_host, tainted, ssd, names, load, scale
+    )
     return BenchCluster(nodes, placement, namespaces, pods, planted)
 
 
@@ -269,6 +305,7 @@ def _plant(
     rng: random.Random,
     pods: list[DeschedulerPod],
     pair_sources: list[Any],
+    spread_sources: list[list[DeschedulerPod]],
     planted: Planted,
     by_host: dict[str, list[str]],
     tainted: set[str],
@@ -307,6 +344,13 @@ def _plant(
         move(second, target)
         planted.pairs.append((first.key, second.key))
     paired = {k for pair in planted.pairs for k in pair}
+    # A vMotion piling a spread: two replicas' VMs' pods land on a third replica's host.
+    for replicas in rng.sample(spread_sources, max(1, round(PLANTED_SPREADS * scale))):
+        host = host_of[replicas[0].spec.node_name]
+        for replica in replicas[1 : 1 + SPREAD_EXCESS]:
+            move(replica, rng.choice([n for n in by_host[host] if load[n] < MAX_PODS_PER_NODE]))
+        planted.spreads.append(tuple(r.key for r in replicas[: 1 + SPREAD_EXCESS]))
+        paired.update(r.key for r in replicas)
     plain_pods = [
         p
         for p in pods
@@ -314,6 +358,7 @@ def _plant(
         and p.spec.affinity is None
         and p.spec.node_selector is None
         and not p.spec.tolerations
+        and not p.spec.topology_spread_constraints
     ]
     chosen = rng.sample(plain_pods, max(1, round((PLANTED_NODE_AFFINITY + PLANTED_TAINTS) * scale)))
     affinity_count = max(1, round(PLANTED_NODE_AFFINITY * scale))
@@ -338,6 +383,10 @@ def check(plan: Plan, planted: Planted) -> list[str]:
     """Differences between the decisions and the planted set (empty: equal)."""
     chosen = {a.pod for a in plan.actions}
     problems = []
+    for piled in planted.spreads:
+        count = len(chosen & set(piled))
+        if count != SPREAD_EXCESS:
+            problems.append(f"spread piled on {piled}: {count} evicted")
     for pair in planted.pairs:
         count = len(chosen & set(pair))
         if count != 1:
@@ -346,6 +395,7 @@ def check(plan: Plan, planted: Planted) -> list[str]:
         if key not in chosen:
             problems.append(f"{key} not evicted")
     expected = planted.node_affinity | planted.taints | {k for p in planted.pairs for k in p}
+    expected |= {k for piled in planted.spreads for k in piled}
     extra = sorted(chosen - expected)
     problems.extend(f"{key} evicted but not planted" for key in extra[:10])
     return problems
@@ -447,18 +497,27 @@ def main() -> None:
     built = time.perf_counter() - began
     print(
         f"scale {args.scale}: {len(cluster.nodes):,} nodes, {len(cluster.pods):,} pods, "
-        f"{sum(1 for p in cluster.pods if p.spec.affinity is not None):,} with anti-affinity; "
-        f"planted {len(cluster.planted.pairs)} pairs, {len(cluster.planted.node_affinity)} "
-        f"node affinity, {len(cluster.planted.taints)} taints (built in {built:.1f} s)"
+        f"{sum(1 for p in cluster.pods if p.spec.affinity is not None):,} with anti-affinity, "
+        f"{sum(1 for p in cluster.pods if p.spec.topology_spread_constraints):,} with a host "
+        f"spread; planted {len(cluster.planted.pairs)} pairs, "
+        f"{len(cluster.planted.node_affinity)} node affinity, {len(cluster.planted.taints)} "
+        f"taints, {len(cluster.planted.spreads)} piled spreads (built in {built:.1f} s)"
     )
     began = time.perf_counter()
     state = load_state(cluster)
     del cluster.pods[:]  # the state holds them now, as the informers' caches would
     freeze_gc_after_initial_load()
     print(f"warm cache loaded in {time.perf_counter() - began:.1f} s")
-    policy = load_policy(POLICY)
+    affinity = load_policy(POLICY)
+    policy = dataclasses.replace(
+        affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
+    )
     seconds, plans = [], []
     per_strategy: dict[str, list[float]] = {}
+    first = decide(
+        state, policy, EvictionPlanner(PlannerSettings(), policy.limits), datetime.now(UTC)
+    )
+    print(f"first cycle (compiles every pod's spreads): {first.seconds:.3f} s")
     for _ in range(args.cycles):
         planner = EvictionPlanner(PlannerSettings(), policy.limits)
         report = decide(state, policy, planner, datetime.now(UTC))
@@ -467,11 +526,20 @@ def main() -> None:
         for name, spent in report.per_strategy.items():
             per_strategy.setdefault(name, []).append(spent)
     print(
-        f"decision cycle over {args.cycles} runs: median {statistics.median(seconds):.3f} s, "
-        f"p99 {percentile(seconds, 0.99):.3f} s (upstream: 45.5 s)"
+        f"decision cycle over {args.cycles} runs after it: median "
+        f"{statistics.median(seconds):.3f} s, p99 {percentile(seconds, 0.99):.3f} s "
+        "(upstream: 45.5 s, without the spread strategy)"
     )
     for name, spent in per_strategy.items():
         print(f"  {name:<60} median {statistics.median(spent):.3f} s")
+    # The spread strategy's own pass (finding what to move), without the planner's node fit.
+    (spread,) = policy.profiles[-1].strategies
+    passes = []
+    for _ in range(args.cycles):
+        began = time.perf_counter()
+        spread.violations(state)
+        passes.append(time.perf_counter() - began)
+    print(f"  {spread.name} alone, no node fit: median {statistics.median(passes):.3f} s")
     plan = plans[-1]
     problems = check(plan, cluster.planted)
     print(

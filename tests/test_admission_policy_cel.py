@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from admission_golden import CASES, admitted
+from admission_golden import CASES, HOSTNAME_SPREADS, admitted, with_spreads
 
 from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.schema.names import POD_PHYSICAL_ANTI_AFFINITY, POD_SPREAD_ACROSS_HOSTS
@@ -70,6 +70,18 @@ def test_policy_leaves_a_spread_without_shared_labels_alone() -> None:
     pod["metadata"]["labels"] = {"pod-template-hash": "5f6d7"}
     stored = _stored(Policy.load(), pod)
     assert stored == admitted(pod) == pod
+
+
+@pytest.mark.parametrize("case", list(HOSTNAME_SPREADS))
+def test_policy_moves_hostname_spreads_as_the_webhook_does(case: str) -> None:
+    written, annotations, stored_constraints = HOSTNAME_SPREADS[case]
+    pod = with_spreads(copy.deepcopy(written), **annotations)
+    policy = Policy.load()
+    stored = _stored(policy, pod)
+    assert stored == admitted(pod)
+    assert stored["spec"]["topologySpreadConstraints"] == stored_constraints
+    kubernetes_validate.validate(stored, KUBERNETES_VERSION, strict=True)
+    assert _stored(policy, stored) == stored
 
 
 def test_policy_keeps_a_preference_soft() -> None:

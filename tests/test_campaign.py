@@ -270,7 +270,7 @@ def test_replicas_sharing_a_host_with_no_free_host_need_the_descheduler_s_event(
     history.final.pods.append(_pod("web1-d", "node-1"))
     assert _broken(history) == "host-anti-affinity-held"
     history.final.kube_events.append(
-        {"reason": "NoNodeToDeschedule", "involvedObject": {"name": "web1-d"}}
+        {"reason": "NotDescheduled", "involvedObject": {"name": "web1-d"}}
     )
     assert first_breach(check(history)) is None
 

@@ -40,7 +40,7 @@ END = float("inf")  # the time of a breach found in the final state
 HOSTNAME_KEY = "kubernetes.io/hostname"
 WEBHOOK = "admission-webhook"
 # The descheduler's Event on a violation no other node can resolve (reporting.py).
-NO_NODE_EVENT = "NoNodeToDeschedule"
+NO_NODE_EVENT = "NotDescheduled"
 # How long what the scheduler knew must have been still before the extender must agree.
 STABLE_S = 3.0
 

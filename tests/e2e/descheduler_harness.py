@@ -54,6 +54,15 @@ async def running_descheduler(
         yield work
 
 
+def terminating(kube: KubeDouble) -> list[str]:
+    """The pods with a deletionTimestamp (evicted, not yet gone), by name."""
+    return sorted(
+        p["metadata"]["name"]
+        for p in kube.store.objects("pods", "default")
+        if p["metadata"].get("deletionTimestamp")
+    )
+
+
 def node_object(
     name: str, labels: dict[str, str] | None = None, *, unschedulable: bool = False
 ) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from tests.e2e.descheduler_harness import (
     node_object,
     pod_object,
     running_descheduler,
+    terminating,
 )
 from tests.e2e.harness import bus_rebuilt_with
 from tests.e2e.labeller_harness import (
@@ -145,7 +146,7 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
             stuck = [
                 e
                 for e in kube.store.objects("events", "default")
-                if e.get("reason") == "NoNodeToDeschedule"
+                if e.get("reason") == "NotDescheduled"
             ]
             assert stuck, "the violation was left in place without an Event saying so"
             assert "left in place: no other node" in stuck[0]["message"]
@@ -296,14 +297,6 @@ def web_pod(name: str, node: str) -> dict[str, Any]:
         }
     }
     return pod_object(name, "web", node, owner="web-rs", affinity=apart)
-
-
-def terminating(kube: KubeDouble) -> list[str]:
-    return sorted(
-        p["metadata"]["name"]
-        for p in kube.store.objects("pods", "default")
-        if p["metadata"].get("deletionTimestamp")
-    )
 
 
 @pytest.mark.parametrize("hosts", [3, 2], ids=["another-host-fits", "no-other-host"])

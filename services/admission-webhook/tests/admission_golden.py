@@ -256,6 +256,32 @@ def required_and_preferred() -> tuple[dict[str, Any], dict[str, Any]]:
     return pod, expected
 
 
+def hostname_spreads() -> tuple[dict[str, Any], dict[str, Any]]:
+    """An opted-in Deployment pod spreading over nodes two ways and over zones, with the spread
+    annotation too: both hostname spreads move to the host key (scoped to the revision), the
+    zone spread stays, and the annotation adds nothing beside them."""
+    selector = {"matchLabels": {"app": "cache"}}
+    written = [
+        {"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": selector, "minDomains": 2},
+        {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector},
+        {"maxSkew": 2, "topologyKey": HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway",
+         "labelSelector": selector, "matchLabelKeys": ["tier"]},
+    ]  # fmt: skip
+    pod = _pod(
+        {"app": "cache", "tier": "t1", "pod-template-hash": "7c9d"},
+        {POD_PHYSICAL_ANTI_AFFINITY: "true", POD_SPREAD_ACROSS_HOSTS: "1"},
+        {"topologySpreadConstraints": written},
+        generateName="cache-7c9d-",
+    )
+    expected = copy.deepcopy(pod)
+    spreads = expected["spec"]["topologySpreadConstraints"]
+    spreads[0] |= {"topologyKey": LABEL_ESXI_HOST, "matchLabelKeys": ["pod-template-hash"]}
+    spreads[2] |= {"topologyKey": LABEL_ESXI_HOST, "matchLabelKeys": ["tier", "pod-template-hash"]}
+    return pod, expected
+
+
 def already_mutated() -> tuple[dict[str, Any], dict[str, Any]]:
     """The Deployment pod as our patch left it (reinvocation): nothing more to do."""
     _, mutated = deployment()
@@ -275,6 +301,151 @@ CASES = {
     "statefulset-pod-spread": statefulset,
     "virt-launcher-pod": virt_launcher,
     "required-and-preferred": required_and_preferred,
+    "hostname-spreads": hostname_spreads,
     "already-mutated": already_mutated,
     "not-opted-in": not_opted_in,
+}
+
+
+ZONE = "topology.kubernetes.io/zone"
+WEB = {"matchLabels": {"app": "web"}}
+
+
+def spread_on(key: str, when: str, **fields: Any) -> dict[str, Any]:
+    written = {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when, "labelSelector": WEB}
+    return written | fields
+
+
+def with_spreads(constraints: list[dict[str, Any]], **annotations: str) -> dict[str, Any]:
+    """The recorded Deployment pod with only these spreads and annotations (no affinity)."""
+    pod = copy.deepcopy(deployment()[0])
+    pod["metadata"]["annotations"] = annotations
+    pod["spec"] = {"containers": pod["spec"]["containers"]}
+    pod["spec"]["topologySpreadConstraints"] = constraints
+    return pod
+
+
+OPTED_IN = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
+SCOPED = {"matchLabelKeys": ["pod-template-hash"]}
+BY_REVISION = {"matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]}
+
+# Hostname spreads of opted-in pods, read on the host key: (written constraints, the pod's
+# annotations, the constraints the API server stores).
+HOSTNAME_SPREADS = {
+    "do-not-schedule-moved-and-scoped": (
+        [spread_on(HOSTNAME, "DoNotSchedule")],
+        OPTED_IN,
+        [spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED)],
+    ),
+    "schedule-anyway-moved-and-scoped": (
+        [spread_on(HOSTNAME, "ScheduleAnyway")],
+        OPTED_IN,
+        [spread_on(LABEL_ESXI_HOST, "ScheduleAnyway", **SCOPED)],
+    ),
+    "every-other-field-kept": (
+        [
+            spread_on(
+                HOSTNAME,
+                "DoNotSchedule",
+                maxSkew=2,
+                minDomains=3,
+                nodeAffinityPolicy="Ignore",
+                nodeTaintsPolicy="Honor",
+                matchLabelKeys=["tier"],
+            )
+        ],
+        OPTED_IN,
+        [
+            spread_on(
+                LABEL_ESXI_HOST,
+                "DoNotSchedule",
+                maxSkew=2,
+                minDomains=3,
+                nodeAffinityPolicy="Ignore",
+                nodeTaintsPolicy="Honor",
+                matchLabelKeys=["tier", "pod-template-hash"],
+            )
+        ],
+    ),
+    "both-kinds-moved-zone-untouched": (
+        [
+            spread_on(ZONE, "DoNotSchedule"),
+            spread_on(HOSTNAME, "ScheduleAnyway"),
+            spread_on(HOSTNAME, "DoNotSchedule"),
+        ],
+        OPTED_IN,
+        [
+            spread_on(ZONE, "DoNotSchedule"),
+            spread_on(LABEL_ESXI_HOST, "ScheduleAnyway", **SCOPED),
+            spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED),
+        ],
+    ),
+    "same-kind-host-spread-present-hostname-stays": (
+        [spread_on(LABEL_ESXI_HOST, "DoNotSchedule"), spread_on(HOSTNAME, "DoNotSchedule")],
+        OPTED_IN,
+        [spread_on(LABEL_ESXI_HOST, "DoNotSchedule"), spread_on(HOSTNAME, "DoNotSchedule")],
+    ),
+    "other-kind-host-spread-present-moved": (
+        [spread_on(LABEL_ESXI_HOST, "ScheduleAnyway"), spread_on(HOSTNAME, "DoNotSchedule")],
+        OPTED_IN,
+        [
+            spread_on(LABEL_ESXI_HOST, "ScheduleAnyway"),
+            spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED),
+        ],
+    ),
+    "revision-already-in-match-label-keys": (
+        [spread_on(HOSTNAME, "DoNotSchedule", **SCOPED)],
+        OPTED_IN,
+        [spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED)],
+    ),
+    "revision-named-by-the-selector-not-added": (
+        [
+            spread_on(
+                HOSTNAME,
+                "DoNotSchedule",
+                labelSelector={
+                    "matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]
+                },
+            )
+        ],
+        OPTED_IN,
+        [
+            spread_on(
+                LABEL_ESXI_HOST,
+                "DoNotSchedule",
+                labelSelector={
+                    "matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]
+                },
+            )
+        ],
+    ),
+    "no-selector-no-match-label-keys": (
+        [{"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule"}],
+        OPTED_IN,
+        [{"maxSkew": 1, "topologyKey": LABEL_ESXI_HOST, "whenUnsatisfiable": "DoNotSchedule"}],
+    ),
+    "annotated-spread-not-added-beside-a-moved-one": (
+        [spread_on(HOSTNAME, "DoNotSchedule")],
+        {**OPTED_IN, POD_SPREAD_ACROSS_HOSTS: "2"},
+        [spread_on(LABEL_ESXI_HOST, "DoNotSchedule", **SCOPED)],
+    ),
+    "not-opted-in-left-as-written": (
+        [spread_on(HOSTNAME, "DoNotSchedule")],
+        {},
+        [spread_on(HOSTNAME, "DoNotSchedule")],
+    ),
+    "spread-annotation-alone-does-not-move-hostname-spreads": (
+        [spread_on(HOSTNAME, "DoNotSchedule")],
+        {POD_SPREAD_ACROSS_HOSTS: "1"},
+        [
+            spread_on(HOSTNAME, "DoNotSchedule"),
+            {
+                "maxSkew": 1,
+                "topologyKey": LABEL_ESXI_HOST,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": WEB,
+                **SCOPED,
+            },
+        ],
+    ),
 }

@@ -12,7 +12,19 @@ from typing import Any
 
 import msgspec
 import pytest
-from admission_golden import CASES, FIXTURE, admitted, answer, recorded_reviews, review
+from admission_golden import (
+    CASES,
+    FIXTURE,
+    HOSTNAME,
+    HOSTNAME_SPREADS,
+    OPTED_IN,
+    admitted,
+    answer,
+    recorded_reviews,
+    review,
+    spread_on,
+    with_spreads,
+)
 
 from hostaffinity.admission_webhook.admission_v1 import decode_review
 from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome, plan_pod
@@ -197,3 +209,40 @@ def test_only_pod_creates_are_mutated(operation: str, kind: str) -> None:
 def test_unreadable_review_is_a_decode_error(body: bytes) -> None:
     with pytest.raises(msgspec.DecodeError):
         decode_review(body)
+
+
+def _kinds(constraints: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(c["topologyKey"], c["whenUnsatisfiable"]) for c in constraints]
+
+
+@pytest.mark.parametrize("case", list(HOSTNAME_SPREADS))
+def test_hostname_spread_read_on_the_host_key(case: str) -> None:
+    written, annotations, stored_constraints = HOSTNAME_SPREADS[case]
+    pod = with_spreads(copy.deepcopy(written), **annotations)
+    stored = admitted(pod)
+    assert stored["spec"]["topologySpreadConstraints"] == stored_constraints
+    kinds = _kinds(stored["spec"]["topologySpreadConstraints"])
+    assert len(set(kinds)) == len(kinds), "the API server refuses a repeated key and action"
+    assert plan_pod(stored, DEFAULT).operations == [], "reinvocation adds nothing"
+    moved = sum(
+        1
+        for w, s in zip(written, stored_constraints, strict=False)
+        if w["topologyKey"] != s["topologyKey"]
+    )
+    assert plan_pod(pod, DEFAULT).spreads_moved == moved
+
+
+def test_cluster_wide_mode_moves_hostname_spreads_without_the_annotation() -> None:
+    pod = with_spreads([spread_on(HOSTNAME, "DoNotSchedule")])
+    assert plan_pod(pod, DEFAULT).operations == []
+    stored = admitted(pod, MutationSettings(cluster_wide=True))
+    assert _kinds(stored["spec"]["topologySpreadConstraints"]) == [
+        (LABEL_ESXI_HOST, "DoNotSchedule")
+    ]
+
+
+def test_hostname_spread_that_is_not_an_object_is_a_warning() -> None:
+    pod = with_spreads(["hostname"], **OPTED_IN)  # type: ignore[list-item]
+    response = answer(review(pod))["response"]
+    assert "patch" not in response
+    assert "topologySpreadConstraints[0] is not an object" in response["warnings"][0]

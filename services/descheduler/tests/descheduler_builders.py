@@ -95,6 +95,7 @@ def pod_json(
     memory: str = "128Mi",
     deleting: bool = False,
     phase: str = "Running",
+    topology_spread: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
@@ -135,12 +136,31 @@ def pod_json(
         spec["nodeSelector"] = dict(node_selector)
     if priority is not None:
         spec["priority"] = priority
+    if topology_spread:
+        spec["topologySpreadConstraints"] = [dict(c) for c in topology_spread]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
         "spec": spec,
         "status": {"phase": phase},
+    }
+
+
+def spread(
+    key: str,
+    max_skew: int = 1,
+    when: str = "DoNotSchedule",
+    selector: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A topologySpreadConstraint as written in a pod spec (selector app=web by default)."""
+    return {
+        "maxSkew": max_skew,
+        "topologyKey": key,
+        "whenUnsatisfiable": when,
+        "labelSelector": {"matchLabels": dict(selector or {"app": "web"})},
+        **fields,
     }
 
 

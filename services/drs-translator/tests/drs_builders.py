@@ -27,9 +27,12 @@ def pod(
     extra_term: Mapping[str, Any] | None = None,
     preferred_apart_from: Mapping[str, str] | None = None,
     preferred_near: Mapping[str, str] | None = None,
+    spread: Mapping[str, Any] | None = None,
 ) -> Pod:
     """A pod on `node`; `apart_from`/`near` add required (anti-)affinity on `key` to pods with
-    those labels; `on_hosts` adds required node affinity `In` those host label values."""
+    those labels; `on_hosts` adds required node affinity `In` those host label values; `spread`
+    adds a topology spread on `key` (maxSkew 1, DoNotSchedule, over pods with the same labels)
+    with those fields changed."""
     affinity: dict[str, Any] = {}
     if apart_from is not None:
         term = {"labelSelector": {"matchLabels": dict(apart_from)}, "topologyKey": key}
@@ -70,6 +73,14 @@ def pod(
     spec: dict[str, Any] = {"nodeName": node}
     if affinity:
         spec["affinity"] = affinity
+    if spread is not None:
+        written = {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": dict(labels or {})},
+        }
+        spec["topologySpreadConstraints"] = [written | dict(spread)]
     return msgspec.convert({"metadata": metadata, "spec": spec}, Pod)
 
 

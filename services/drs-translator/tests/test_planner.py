@@ -344,3 +344,123 @@ def test_a_vm_sent_by_must_rules_onto_host_sets_with_no_common_host_is_a_conflic
     assert len([o for o in cluster.objects.values() if o.kind == "vm-host"]) == len(sets) - len(
         expected
     )
+
+
+def spread_replicas(*nodes: str, **extra: Any) -> list[Any]:
+    spread = extra.pop("spread", {})
+    return [pod(f"web-{i}-{n}", n, WEB, spread=spread, **extra) for i, n in enumerate(nodes)]
+
+
+_, ONE_HOST_IN_MAINTENANCE = topology()
+ONE_HOST_IN_MAINTENANCE = {**ONE_HOST_IN_MAINTENANCE, "h2": host("h2", maintenance=True)}
+SSD = {"disk": "ssd"}
+
+# (replicas, hosts, the VM-VM anti-affinity rules planned). node<i> is on h<(i-1) mod 3>.
+SPREAD_CASES = {
+    "maxSkew 1, 3 replicas on 3 hosts: one rule": (
+        spread_replicas("node1", "node2", "node3"),
+        HOSTS,
+        [("vm1", "vm2", "vm3")],
+    ),
+    "fewer replicas than hosts: one rule": (
+        spread_replicas("node1", "node2"),
+        HOSTS,
+        [("vm1", "vm2")],
+    ),
+    "two replicas on one VM: the rule is over the VMs": (
+        spread_replicas("node1", "node1", "node2"),
+        HOSTS,
+        [("vm1", "vm2")],
+    ),
+    "more replicas than hosts: balance, nothing for DRS": (
+        spread_replicas("node1", "node2", "node3", "node4"),
+        HOSTS,
+        [],
+    ),
+    "a host in maintenance leaves 2 hosts for 3 replicas: nothing": (
+        spread_replicas("node1", "node2", "node3"),
+        ONE_HOST_IN_MAINTENANCE,
+        [],
+    ),
+    "maxSkew 2: nothing": (
+        spread_replicas("node1", "node2", "node3", spread={"maxSkew": 2}),
+        HOSTS,
+        [],
+    ),
+    "ScheduleAnyway: nothing": (
+        spread_replicas("node1", "node2", spread={"whenUnsatisfiable": "ScheduleAnyway"}),
+        HOSTS,
+        [],
+    ),
+    "zone key: nothing": (
+        spread_replicas("node1", "node2", key="topology.kubernetes.io/zone"),
+        HOSTS,
+        [],
+    ),
+    "hostname key without the opt-in: nothing": (
+        spread_replicas("node1", "node2", key=HOSTNAME_KEY),
+        HOSTS,
+        [],
+    ),
+    "hostname key with the opt-in: read on the host": (
+        spread_replicas(
+            "node1", "node2", key=HOSTNAME_KEY, annotations={POD_PHYSICAL_ANTI_AFFINITY: "true"}
+        ),
+        HOSTS,
+        [("vm1", "vm2")],
+    ),
+    "legacy host key": (
+        spread_replicas("node1", "node2", key=LABEL_LEGACY_HOST),
+        HOSTS,
+        [("vm1", "vm2")],
+    ),
+    "nodeTaintsPolicy Honor may leave hosts out: nothing": (
+        spread_replicas("node1", "node2", spread={"nodeTaintsPolicy": "Honor"}),
+        HOSTS,
+        [],
+    ),
+    "replica on a node outside this vCenter: nothing": (
+        spread_replicas("node1", "node2", "elsewhere"),
+        HOSTS,
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SPREAD_CASES))
+def test_host_spread_becomes_anti_affinity_only_where_it_means_one_per_host(case: str) -> None:
+    pods, hosts, expected = SPREAD_CASES[case]
+    result = run_plan(pods, PLACEMENTS, hosts)
+    assert rules(result) == expected
+    assert not result.conflicts
+    assert not result.untranslatable
+
+
+def _on_ssd(pods: list[Any]) -> list[Any]:
+    return [
+        msgspec.structs.replace(p, spec=msgspec.structs.replace(p.spec, node_selector=SSD))
+        for p in pods
+    ]
+
+
+def test_host_spread_of_pods_with_a_node_selector_needs_node_affinity_ignored() -> None:
+    """Honoured (the default), a nodeSelector may narrow the hosts the spread counts."""
+    narrowed = _on_ssd(spread_replicas("node1", "node2"))
+    assert rules(run_plan(narrowed, PLACEMENTS, HOSTS)) == []
+    ignored = _on_ssd(spread_replicas("node1", "node2", spread={"nodeAffinityPolicy": "Ignore"}))
+    assert rules(run_plan(ignored, PLACEMENTS, HOSTS)) == [("vm1", "vm2")]
+
+
+def test_host_spread_and_anti_affinity_on_the_same_vms_are_one_rule() -> None:
+    pods = [pod(f"web-{n}", n, WEB, apart_from=WEB, spread={}) for n in ("node1", "node2", "node3")]
+    assert rules(run_plan(pods, PLACEMENTS, HOSTS)) == [("vm1", "vm2", "vm3")]
+
+
+def test_the_rule_says_it_comes_from_the_spread() -> None:
+    """`hostaffinity explain pod` prints a DRS rule's reason: it names the spread."""
+    result = run_plan(spread_replicas("node1", "node2"), PLACEMENTS, HOSTS)
+    (obj,) = result.clusters["domain-c1"].objects.values()
+    assert obj.reason == (
+        "topology spread in default: {app=web} over hostaffinity.io/esxi-host, maxSkew 1, "
+        "DoNotSchedule, one replica per host"
+    )

@@ -130,7 +130,8 @@ class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
     Pods made from a template have no name at admission: `pod` is namespace/generateName
     (or the name when set) and `request_uid` the admission request's uid. `twins` counts the
     hostname anti-affinity terms given (required) or moved to (preferred) the ESXi-host key;
-    `host_label_required` and `spread_added` say what else the patch added.
+    `host_label_required` and `spread_added` say what else the patch added; `spreads_moved`
+    counts the hostname topology spread constraints moved to the ESXi-host key.
     """
 
     pod: str
@@ -140,6 +141,7 @@ class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
     host_label_required: bool = False
     spread_added: bool = False
     warnings: list[str] = []
+    spreads_moved: int = 0
 
 
 class PodEvicted(Event, frozen=True, kw_only=True, tag="pod.evicted"):

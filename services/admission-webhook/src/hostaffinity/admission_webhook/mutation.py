@@ -17,11 +17,25 @@ us once admitted. For a pod that opts in (the annotation, or the cluster-wide se
   required host-key term also requires the host label to exist, appended to every
   nodeSelectorTerm (they are ORed), so an unlabelled node cannot take it: kube-scheduler lets a
   node without the topology key pass anti-affinity;
+- each `kubernetes.io/hostname` topology spread constraint is *moved* to the host key, its
+  `whenUnsatisfiable` kept (DoNotSchedule stays a filter, ScheduleAnyway a score), scoped to the
+  pod's revision as the spread annotation is (the revision label added to `matchLabelKeys`
+  when the pod carries one and the constraint can take it). Moved, not twinned: a hostname
+  spread kept beside its host reading is a stronger rule than the physical one, and a DoNotSchedule
+  pair can leave replicas Pending where the host spread alone places them (3 hosts, one with 3
+  VMs and two with 1: the 5th replica of a maxSkew 1 pair has no node left), and a ScheduleAnyway
+  pair would count the skew twice. The moved constraint is what the engine's physical reading
+  (topology_spread.py) decides. The API server refuses two constraints with the same
+  `topologyKey` and `whenUnsatisfiable` (pkg/apis/core/validation/validation.go,
+  ValidateSpreadConstraintNotRepeat), so a hostname constraint whose kind the pod already
+  spreads over hosts with stays as written;
 - the spread annotation (value: maxSkew) adds a topology spread over hosts, scoped to the pod's
-  own revision through `matchLabelKeys`.
+  own revision through `matchLabelKeys`, unless the pod already spreads over hosts (moved or
+  written).
 
 Everything is idempotent under reinvocation: a twin, a host requirement or a spread that is
-already there is not added again. Nothing else in the pod changes.
+already there is not added again, and a moved spread is no longer on the hostname key. Nothing
+else in the pod changes.
 
 KubeVirt: virt-controller copies a VMI's `spec.affinity`, `spec.topologySpreadConstraints`,
 labels and (all but kubectl's and its own bookkeeping) annotations onto the virt-launcher pod
@@ -100,6 +114,7 @@ class Mutation:
     twins: int = 0
     host_label_required: bool = False
     spread_added: bool = False
+    spreads_moved: int = 0
 
     @property
     def outcome(self) -> Outcome:
@@ -254,11 +269,51 @@ def _max_skew(value: object) -> int:
     )
 
 
-def _spread_operations(
-    spec: Mapping[str, Any], labels: Mapping[str, str], max_skew: int, when: WhenUnsatisfiable
+def _revision_scoped(constraint: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+    """The constraint with the pod's revision label in `matchLabelKeys`, where that is valid:
+    with a labelSelector, and no key written twice (validation.go refuses a matchLabelKeys key
+    that the labelSelector already names)."""
+    revision = revision_label(labels)
+    keys = list(_sequence(constraint.get("matchLabelKeys"), "matchLabelKeys"))
+    selector = _mapping(constraint.get("labelSelector"), "labelSelector")
+    named: set[object] = set(_mapping(selector.get("matchLabels"), "matchLabels"))
+    named |= {
+        _mapping(e, "matchExpression").get("key")
+        for e in _sequence(selector.get("matchExpressions"), "matchExpressions")
+    }
+    if revision is None or not selector or revision in {*keys, *named}:
+        return dict(constraint)
+    return {**constraint, "matchLabelKeys": [*keys, revision]}
+
+
+def _moved_spread_operations(
+    constraints: Sequence[Mapping[str, Any]], labels: Mapping[str, str]
 ) -> list[Operation]:
-    existing = _sequence(spec.get("topologySpreadConstraints"), "topologySpreadConstraints")
-    if any(_mapping(c, "constraint").get("topologyKey") == LABEL_ESXI_HOST for c in existing):
+    """Each hostname spread replaced by its host-key reading, unless the pod already spreads
+    over hosts with the same whenUnsatisfiable (that pair would fail validation)."""
+    taken = {
+        c.get("whenUnsatisfiable") for c in constraints if c.get("topologyKey") == LABEL_ESXI_HOST
+    }
+    operations: list[Operation] = []
+    for position, constraint in enumerate(constraints):
+        when = constraint.get("whenUnsatisfiable")
+        if constraint.get("topologyKey") != HOSTNAME_KEY or when in taken:
+            continue
+        taken.add(when)
+        moved = _revision_scoped(constraint, labels) | {"topologyKey": LABEL_ESXI_HOST}
+        path = f"/spec/topologySpreadConstraints/{position}"
+        operations.append({"op": "replace", "path": path, "value": moved})
+    return operations
+
+
+def _annotated_spread_operations(
+    spec: Mapping[str, Any],
+    constraints: Sequence[Mapping[str, Any]],
+    labels: Mapping[str, str],
+    max_skew: int,
+    when: WhenUnsatisfiable,
+) -> list[Operation]:
+    if any(c.get("topologyKey") == LABEL_ESXI_HOST for c in constraints):
         return []
     constraint = spread_constraint(max_skew, labels, when)
     if not constraint["labelSelector"]["matchLabels"]:
@@ -284,8 +339,15 @@ def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
     labels = _mapping(metadata.get("labels"), "metadata.labels")
     spec = _mapping(pod.get("spec"), "spec")
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
+    constraints = [
+        _mapping(c, f"topologySpreadConstraints[{position}]")
+        for position, c in enumerate(
+            _sequence(spec.get("topologySpreadConstraints"), "topologySpreadConstraints")
+        )
+    ]
     twins: list[Operation] = []
     host_label: list[Operation] = []
+    moved: list[Operation] = []
     spread: list[Operation] = []
     if opted_in(annotations, settings):
         anti = _mapping(affinity.get("podAntiAffinity"), "podAntiAffinity")
@@ -293,13 +355,16 @@ def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
         required_twin = any(op["op"] == "add" for op in twins)
         if settings.require_host_label and _has_required_host_term(affinity, required_twin):
             host_label = _host_label_operations(affinity)
+        moved = _moved_spread_operations(constraints, labels)
     if POD_SPREAD_ACROSS_HOSTS in annotations:
         max_skew = _max_skew(annotations[POD_SPREAD_ACROSS_HOSTS])
         when = settings.spread_when_unsatisfiable
-        spread = _spread_operations(spec, labels, max_skew, when)
+        after_move = [*constraints, *(op["value"] for op in moved)]
+        spread = _annotated_spread_operations(spec, after_move, labels, max_skew, when)
     return Mutation(
-        operations=[*twins, *host_label, *spread],
+        operations=[*twins, *host_label, *moved, *spread],
         twins=len(twins),
         host_label_required=bool(host_label),
         spread_added=bool(spread),
+        spreads_moved=len(moved),
     )

@@ -74,6 +74,7 @@ def mutated_event(review: AdmissionReview, mutation: Mutation) -> PodMutated:
         host_label_required=mutation.host_label_required,
         spread_added=mutation.spread_added,
         warnings=mutation.warnings,
+        spreads_moved=mutation.spreads_moved,
     )
 
 

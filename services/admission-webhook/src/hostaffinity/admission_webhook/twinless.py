@@ -64,6 +64,8 @@ def _missing(raw: bytes, settings: MutationSettings) -> str:
         parts.append(f"{mutation.twins} host-key twin(s) of its hostname anti-affinity")
     if mutation.host_label_required:
         parts.append("the host label requirement")
+    if mutation.spreads_moved:
+        parts.append(f"the host-key reading of {mutation.spreads_moved} hostname spread(s)")
     if mutation.spread_added:
         parts.append("its spread over hosts")
     return ", ".join(parts)

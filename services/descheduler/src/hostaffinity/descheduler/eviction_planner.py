@@ -44,6 +44,10 @@ NODE_FIT_TRIGGERS: Final = (
 )
 
 
+# How every node-fit refusal starts: the pod would have nowhere to go (reported with an Event).
+NO_PLACE: Final = "no other node"
+
+
 class EvictionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Per-cycle caps (the policy's maxNoOfPodsToEvictPer*; None: no cap)."""
 
@@ -93,6 +97,10 @@ class Skip:
     rule: str
     reasons: tuple[tuple[str, str], ...]
 
+    def nowhere_to_go(self) -> list[tuple[str, str]]:
+        """(pod, why) for the candidates node fit refused: no other node could take them."""
+        return [(pod, why) for pod, why in self.reasons if why.startswith(NO_PLACE)]
+
 
 @dataclass(frozen=True)
 class VmiStays:
@@ -105,22 +113,6 @@ class VmiStays:
     reason: str
 
 
-@dataclass(frozen=True)
-class LeftInPlace:
-    """A violation none of whose pods any other node can take: reported with an Event on the
-    first candidate, so a rule that stays broken is never broken silently."""
-
-    strategy: str
-    rule: str
-    pod: str
-    uid: str
-    reason: str
-
-
-# How _target begins a refusal that only more room in the cluster can lift.
-NO_NODE_FITS: Final = ("no other node can take it", "no other node fits")
-
-
 @dataclass
 class Plan:
     """What one cycle decided."""
@@ -128,7 +120,6 @@ class Plan:
     actions: list[Action] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     stays: list[VmiStays] = field(default_factory=list)
-    left_in_place: list[LeftInPlace] = field(default_factory=list)
     dry_run: bool = False
 
 
@@ -245,12 +236,6 @@ class PlanDraft:
                 return action
             reasons.append((key, refusal or "no reason"))
         self.plan.skipped.append(Skip(violation.strategy, violation.rule, tuple(reasons)))
-        if reasons and all(why.startswith(NO_NODE_FITS) for _, why in reasons):
-            first, why = reasons[0]
-            uid = self.state.pods[first].metadata.uid
-            self.plan.left_in_place.append(
-                LeftInPlace(violation.strategy, violation.rule, first, uid, why)
-            )
         return None
 
     def finish(self) -> Plan:
@@ -353,7 +338,7 @@ class PlanDraft:
         result = state.engine.filter(pod)
         feasible = result.feasible
         if not feasible or feasible == [own]:
-            return None, f"no other node can take it ({result.summary()})"
+            return None, f"{NO_PLACE} can take it ({result.summary()})"
         shortages: dict[str, int] = {}
         for node in _rotated(feasible, self._cursor):
             if node == own:
@@ -377,7 +362,7 @@ class PlanDraft:
             self._cursor += 1
             return node, None
         detail = ", ".join(f"{count} {why}" for why, count in sorted(shortages.items()))
-        return None, f"no other node fits: {detail}"
+        return None, f"{NO_PLACE} fits: {detail}"
 
     def _commit(self, action: Action) -> None:
         self._chosen.add(action.pod)

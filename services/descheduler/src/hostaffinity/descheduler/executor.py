@@ -24,7 +24,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from hostaffinity.descheduler.eviction_planner import (
     Action,
     EvictionPlanner,
-    LeftInPlace,
     Outcome,
     Plan,
     VmiStays,
@@ -57,7 +56,7 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
 
 Report = Callable[[Action, str], Awaitable[None]]
-ReportStay = Callable[[VmiStays | LeftInPlace], Awaitable[None]]
+ReportStay = Callable[[VmiStays], Awaitable[None]]
 Poke = Callable[[str], None]
 
 
@@ -90,10 +89,8 @@ class Executor:
         return self._queue.empty() and not self._busy and not self._timers
 
     async def submit(self, plan: Plan) -> None:
-        """Queue the plan's actions (dry-run: report them only) and report what stays: VMIs
-        that cannot live-migrate, violations no other node can resolve."""
-        stays: list[VmiStays | LeftInPlace] = [*plan.stays, *plan.left_in_place]
-        for stay in stays:
+        """Queue the plan's actions (dry-run: report them only) and report VMIs that stay."""
+        for stay in plan.stays:
             await self._report_stay(stay)
         for action in plan.actions:
             if plan.dry_run:

@@ -220,7 +220,9 @@ DEFAULT_POLICY: Final[Mapping[str, Any]] = {
                         "RemovePodsViolatingNodeTaints",
                     ]
                 },
-                "balance": {"enabled": ["RemoveDuplicates"]},
+                "balance": {
+                    "enabled": ["RemovePodsViolatingTopologySpreadConstraint", "RemoveDuplicates"]
+                },
             },
         }
     ],

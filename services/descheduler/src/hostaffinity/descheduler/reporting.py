@@ -1,14 +1,15 @@
 """What the descheduler tells the world about each action: a Kubernetes Event on the pod or VMI
-naming the strategy and the rule, a bus event (`pod.evicted`, `vmi.migration.requested`) for
-subscribers, and the metrics. Reporting never holds an eviction up: bus events wait in the
-runtime's outbox, which publishes them when NATS is there (kept, up to a bound, while it is away).
+naming the strategy and the rule (also on a pod that should move but no node could take), a
+bus event (`pod.evicted`, `vmi.migration.requested`) for subscribers, and the metrics.
+Reporting never holds an eviction up: bus events wait in the runtime's outbox, which publishes
+them when NATS is there (kept, up to a bound, while it is away).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from hostaffinity.descheduler.eviction_planner import Action, LeftInPlace, Outcome, VmiStays
+from hostaffinity.descheduler.eviction_planner import Action, Outcome, Skip, VmiStays
 from hostaffinity.descheduler.executor import (
     BLOCKED,
     DRY_RUN,
@@ -18,6 +19,7 @@ from hostaffinity.descheduler.executor import (
 )
 from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
+from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
 from hostaffinity.runtime.outbox import Outbox
 from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
@@ -91,17 +93,8 @@ class Reporter:
                 )
             )
 
-    async def stay(self, stay: VmiStays | LeftInPlace) -> None:
-        """A Warning Event on what stays: a VMI that should move but cannot live-migrate, or
-        the first pod of a violation no other node can resolve."""
-        if isinstance(stay, LeftInPlace):
-            namespace, name = stay.pod.split("/", 1)
-            await self._events.record(
-                ObjectRef("Pod", name, stay.uid, namespace),
-                "NoNodeToDeschedule",
-                f"{stay.strategy}: {stay.rule}; left in place: {stay.reason}",
-            )
-            return
+    async def stay(self, stay: VmiStays) -> None:
+        """A VMI that should move but cannot live-migrate: a Warning Event on it."""
         namespace, name = stay.vmi.split("/", 1)
         self._metrics.attempted(stay.strategy, namespace, "not-migratable")
         await self._events.record(
@@ -109,6 +102,19 @@ class Reporter:
             "CannotLiveMigrate",
             f"{stay.strategy}: {stay.rule}; left in place: {stay.reason}",
         )
+
+    async def left_alone(self, skip: Skip, state: ClusterState) -> None:
+        """A pod a strategy wanted to move that node fit kept in place: a Warning Event on it
+        (one series per pod and reason, so a cycle repeating it raises the Event's count)."""
+        for key, why in skip.nowhere_to_go():
+            pod = state.pods.get(key)
+            if pod is None:
+                continue
+            await self._events.record(
+                ObjectRef("Pod", pod.metadata.name, pod.metadata.uid, pod.metadata.namespace),
+                "NotDescheduled",
+                f"{skip.strategy}: {skip.rule}; left in place: {why}",
+            )
 
     async def migration_changed(self, migration: VirtualMachineInstanceMigration) -> None:
         """Follow the migrations this descheduler created to Succeeded or Failed."""

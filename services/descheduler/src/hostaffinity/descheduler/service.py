@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Final
 
@@ -19,7 +19,7 @@ import msgspec
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.cycle import CycleReport, decide
-from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings
+from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings, Skip
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
@@ -73,6 +73,7 @@ class DeschedulingLoop:
         trigger: CycleTrigger,
         metrics: DeschedulerMetrics,
         synced: Callable[[], bool],
+        left_alone: Callable[[Skip, ClusterState], Awaitable[None]],
     ) -> None:
         self._state = state
         self._policy = policy
@@ -81,6 +82,7 @@ class DeschedulingLoop:
         self._trigger = trigger
         self._metrics = metrics
         self._synced = synced
+        self._left_alone = left_alone
         self.cycles = 0
         self.last: CycleReport | None = None
 
@@ -100,9 +102,10 @@ class DeschedulingLoop:
             self._metrics.cycle(report.seconds)
             self.cycles += 1
             self.last = report
+            await self._executor.submit(report.plan)
             for skip in report.plan.skipped:
                 _log.info("left alone (%s): %s -- %s", skip.strategy, skip.rule, skip.reasons)
-            await self._executor.submit(report.plan)
+                await self._left_alone(skip, self._state)
 
 
 class Descheduling:
@@ -168,7 +171,7 @@ class Descheduling:
             handler=feeds.on_event,
         )
         self.loop = DeschedulingLoop(
-            state, policy, planner, executor, trigger, metrics, feeds.synced
+            state, policy, planner, executor, trigger, metrics, feeds.synced, reporter.left_alone
         )
         ctx.start(feeds.run(), name="feeds")
         ctx.start(consumer.run(), name="vm-moved-consumer")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Final
 
 import msgspec
 
@@ -31,9 +32,12 @@ from hostaffinity.descheduler.model import (
     node_allocatable,
     pod_requests,
 )
+from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+# Pod changes kept for readers of pod_changes(); half are dropped beyond this.
+JOURNAL_LIMIT: Final = 1_000_000
 
 
 def controller_of(pod: DeschedulerPod) -> str | None:
@@ -73,6 +77,14 @@ class ClusterState:
         self.migrations: dict[str, VirtualMachineInstanceMigration] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
+        # Raised whenever a node's domains may have changed (added, removed, relabelled,
+        # re-tainted, cordoned, or its VM placed on another host): a strategy that keeps
+        # per-domain results between cycles starts over when it moves.
+        self.topology_version = 0
+        # The keys of pods placed or forgotten, in order (a planned move and its undoing too),
+        # so a strategy that keeps results between cycles reads what changed, not every pod.
+        self._journal: list[str] = []
+        self._journal_start = 0  # the position of _journal[0]
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -100,6 +112,7 @@ class ClusterState:
             requests = {"pods": 1000}
         self.index.upsert_pod(pod)
         self.pods[key] = pod
+        self._note(key)
         self.requests[key] = requests
         _add(self.usage.setdefault(pod.spec.node_name, {}), requests, 1)
         self.workloads.setdefault(workload_of(pod), set()).add(key)
@@ -115,6 +128,7 @@ class ClusterState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
+        self._note(key)
         self.index.remove_pod(key)
         _add(self.usage.setdefault(pod.spec.node_name, {}), self.requests.pop(key), -1)
         workload = workload_of(pod)
@@ -124,6 +138,21 @@ class ClusterState:
             if not replicas:
                 del self.workloads[workload]
         return pod
+
+    def _note(self, key: str) -> None:
+        self._journal.append(key)
+        if len(self._journal) > JOURNAL_LIMIT:
+            dropped = len(self._journal) // 2
+            del self._journal[:dropped]
+            self._journal_start += dropped
+
+    def pod_changes(self, since: int) -> tuple[list[str] | None, int]:
+        """The keys of pods placed or forgotten since position `since`, and the position now;
+        None when the journal no longer reaches back that far (read every pod instead)."""
+        end = self._journal_start + len(self._journal)
+        if since < self._journal_start:
+            return None, end
+        return self._journal[since - self._journal_start :], end
 
     def move_pod(self, key: str, node: str) -> DeschedulerPod:
         """Place a pod on another node in the index (a planned move); returns the original."""
@@ -135,11 +164,20 @@ class ClusterState:
 
     def upsert_node(self, node: DeschedulerNode) -> None:
         name = node.metadata.name
+        old = self.nodes.get(name)
+        if (
+            old is None
+            or old.metadata.labels != node.metadata.labels
+            or old.spec.taints != node.spec.taints
+            or old.spec.unschedulable != node.spec.unschedulable
+        ):
+            self.topology_version += 1
         self.index.upsert_node(node)
         self.nodes[name] = node
         self.allocatable[name] = node_allocatable(node)
 
     def remove_node(self, name: str) -> None:
+        self.topology_version += 1
         self.index.remove_node(name)
         self.nodes.pop(name, None)
         self.allocatable.pop(name, None)
@@ -151,7 +189,10 @@ class ClusterState:
         self.index.remove_namespace(name)
 
     def set_placement(self, node: str, host: str | None) -> None:
+        before = self.index.domain(node, LABEL_ESXI_HOST)
         self.index.set_placement(node, host)
+        if self.index.domain(node, LABEL_ESXI_HOST) != before:
+            self.topology_version += 1
 
     # -- PDBs and KubeVirt ---------------------------------------------------------------------
 

@@ -17,6 +17,14 @@ domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`,
   anti-affinity and node affinity on hosts: a preferred pod affinity held as a VM-VM affinity
   rule would be as firm as a required one and could hold required anti-affinity back as a
   together-and-apart conflict, so it is never translated.
+- A topology spread over ESXi hosts → the same VM-VM anti-affinity rule as required host
+  anti-affinity, only where the spread means exactly "each replica on its own host":
+  `maxSkew: 1`, `DoNotSchedule`, no node inclusion narrowing the hosts (no required node
+  affinity honoured, taints ignored), and no more replicas than the hosts their nodes are on
+  (connected, not in maintenance). With N replicas over H >= N hosts, a skew of at most 1
+  leaves no host with two. Anything else (a larger maxSkew, ScheduleAnyway, more replicas than
+  hosts) asks for balance, which DRS has no rule for: nothing is sent, and kube-scheduler and
+  the descheduler keep the spread.
 - What DRS cannot satisfy (a clique larger than the usable hosts, a pair kept together and
   apart, a VM that "must" VM-Host rules send onto host sets with no host in common) is reported
   as a conflict and *held*: the rule is neither sent nor taken away.
@@ -27,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
-from hostaffinity.affinity.interpod import HOST_KEYS, incoming_scope
+from hostaffinity.affinity.interpod import HOST_KEYS, NamespaceScope, incoming_scope
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.nodeaffinity import (
     NodeTerm,
@@ -35,6 +43,7 @@ from hostaffinity.affinity.nodeaffinity import (
     required_node_affinity,
 )
 from hostaffinity.affinity.selectors import IN, Selector
+from hostaffinity.affinity.topology_spread import SpreadConstraint, compile_spread_constraints
 from hostaffinity.drs_translator.cliques import Clique, cover_with_cliques, edge
 from hostaffinity.drs_translator.rules import DrsObject, object_name
 from hostaffinity.schema import EsxiHost, NodePlacement
@@ -136,6 +145,7 @@ def plan(
     `index` holds the assigned pods and the namespaces; `pods` are the same pods as API objects
     (node affinity is read from the spec, which the index does not keep).
     """
+    pods = list(pods)
     vm_of = _Placements(placements, settings.vcenter)
     result = Plan()
     graphs: dict[str, _Graph] = {}
@@ -149,6 +159,7 @@ def plan(
         graph = graphs.setdefault(vm.cluster, _Graph())
         _add_apart(index, record, vm, vm_of, graph, anti_kinds)
         _add_together(index, record, vm, vm_of, graph, result)
+    _add_spreads(index, pods, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs)
     for cluster, graph in sorted(graphs.items()):
         _plan_vm_rules(cluster, graph, _usable_hosts(hosts, cluster), result)
     _plan_host_rules(pods, vm_of, hosts, settings, result)
@@ -212,6 +223,70 @@ def _add_together(
                 "VM-VM affinity rule would keep all of them together, which is more than asked",
             )
         )
+
+
+def _host_domains(
+    placements: Mapping[str, NodePlacement], hosts: Mapping[str, EsxiHost], vcenter: str
+) -> int:
+    """How many usable hosts (connected, not in maintenance) carry one of our node VMs: the
+    domains a host spread counts."""
+    usable = {
+        p.host_moid
+        for p in placements.values()
+        if p.vcenter == vcenter
+        and (host := hosts.get(p.host_moid)) is not None
+        and host.connection_state == CONNECTED
+        and not host.in_maintenance_mode
+    }
+    return len(usable)
+
+
+def _add_spreads(
+    index: ClusterIndex,
+    pods: Iterable[Pod],
+    vm_of: _Placements,
+    domains: int,
+    graphs: dict[str, _Graph],
+) -> None:
+    """Each host spread that means "one replica per host" as a clique of its replicas' VMs."""
+    seen: set[tuple[str, SpreadConstraint]] = set()
+    for pod in pods:
+        if not pod.spec.topology_spread_constraints:
+            continue
+        narrowed = not required_node_affinity(pod).is_empty
+        namespace = pod.metadata.namespace
+        for constraint in compile_spread_constraints(pod, index.physical_anti_affinity):
+            if (namespace, constraint) in seen or not _one_per_host(constraint, narrowed):
+                continue
+            seen.add((namespace, constraint))
+            scope = NamespaceScope(everywhere=False, names=frozenset((namespace,)))
+            replicas = [
+                r for r in index.matching_pods(scope, constraint.selector) if not r.terminating
+            ]
+            placed = [(vm, r.key) for r in replicas if (vm := vm_of(r.node)) is not None]
+            if len(placed) < len(replicas) or len(replicas) > domains:
+                continue  # replicas outside our vCenter, or more replicas than hosts
+            key = f"topology spread in {namespace}: {constraint.describe()}, one replica per host"
+            for vm, pod_key in placed:
+                graph = graphs.setdefault(vm.cluster, _Graph())
+                graph.seeds.setdefault(key, set()).add(vm.moid)
+                graph.seed_pods.setdefault(key, set()).add(pod_key)
+            for graph in graphs.values():
+                members = sorted(graph.seeds.get(key, ()))
+                for i, a in enumerate(members):
+                    for b in members[i + 1 :]:
+                        graph.apart.setdefault(edge(a, b), set()).update(graph.seed_pods[key])
+
+
+def _one_per_host(constraint: SpreadConstraint, narrowed: bool) -> bool:
+    """Whether the spread, with no more replicas than hosts, is exactly host anti-affinity."""
+    return (
+        constraint.physical
+        and constraint.hard
+        and constraint.max_skew == 1
+        and not constraint.honors_taints
+        and not (narrowed and constraint.honors_node_affinity)
+    )
 
 
 def _usable_hosts(hosts: Mapping[str, EsxiHost], cluster: str) -> int:

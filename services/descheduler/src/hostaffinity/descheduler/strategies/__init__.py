@@ -26,6 +26,7 @@ from hostaffinity.descheduler.strategies.interpod_anti_affinity import (
 )
 from hostaffinity.descheduler.strategies.node_affinity import NodeAffinity, NodeAffinityArgs
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.descheduler.strategies.topology_spread import TopologySpread, TopologySpreadArgs
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ REGISTRY: Final[Mapping[str, Registration]] = {
         Registration(NodeAffinityArgs, NodeAffinity),
         Registration(NodeTaintsArgs, NodeTaints),
         Registration(DuplicatesArgs, Duplicates),
+        Registration(TopologySpreadArgs, TopologySpread),
     )
 }
 
