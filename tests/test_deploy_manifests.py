@@ -200,6 +200,83 @@ def _with_component(documents: list[dict[str, Any]], component: str) -> list[dic
     return documents
 
 
+# k8s/examples/site-overlay: rendered as kustomize would, for the fields it uses (anything else
+# in it fails here, so the renderer cannot silently skip what the overlay asks for).
+SITE_OVERLAY = ROOT / "k8s" / "examples" / "site-overlay"
+OVERLAY_FIELDS = {
+    "apiVersion", "kind", "namespace", "resources", "components", "images", "secretGenerator",
+    "patches",
+}  # fmt: skip
+WORKLOADS = {"Deployment", "StatefulSet", "Job"}
+
+
+def render_overlay(*extra_components: str) -> list[dict[str, Any]]:
+    """The example overlay on k8s/base, with `extra_components` added to its own."""
+    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
+    assert set(kustomization) <= OVERLAY_FIELDS, set(kustomization) - OVERLAY_FIELDS
+    assert kustomization["namespace"] == NAMESPACE
+    assert [(SITE_OVERLAY / r).resolve() for r in kustomization["resources"]] == [
+        ROOT / "k8s" / "base"
+    ]
+    components = [(SITE_OVERLAY / c).resolve() for c in kustomization["components"]]
+    assert all(c.parent == ROOT / "k8s" / "components" for c in components), components
+    documents = render(*(c.name for c in components), *extra_components)
+    documents += [_generated_secret(g) for g in kustomization.get("secretGenerator", [])]
+    for image in kustomization.get("images", []):
+        _set_image(documents, image)
+    for patch in kustomization.get("patches", []):
+        assert set(patch) == {"path"}, patch  # a strategic merge patch naming its target
+        _merge_patch(documents, yaml.safe_load((SITE_OVERLAY / patch["path"]).read_text()))
+    return documents
+
+
+def _generated_secret(generator: dict[str, Any]) -> dict[str, Any]:
+    """A secretGenerator's Secret from its `envs` files (KEY=value lines, # comments)."""
+    assert set(generator) <= {"name", "envs", "options"}, generator
+    data: dict[str, str] = {}
+    for name in generator["envs"]:
+        for line in (SITE_OVERLAY / name).read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                data[key.strip()] = value
+    metadata = {
+        "name": generator["name"],
+        "namespace": NAMESPACE,
+        "labels": generator.get("options", {}).get("labels", {}),
+    }
+    return {
+        "apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque",
+        "stringData": data,
+    }  # fmt: skip
+
+
+def _set_image(documents: list[dict[str, Any]], image: dict[str, str]) -> None:
+    """kustomize's `images:` entry: every container whose image is `name` (any tag) changes."""
+    assert set(image) <= {"name", "newName", "newTag"}, image
+    for pod in pod_specs(documents).values():
+        for container in pod["containers"]:
+            name, _, tag = container["image"].partition(":")
+            if name == image["name"]:
+                new_name = image.get("newName", name)
+                container["image"] = f"{new_name}:{image.get('newTag', tag)}"
+
+
+def _merge_patch(documents: list[dict[str, Any]], patch: dict[str, Any]) -> None:
+    """A strategic merge patch without lists: maps merge key by key (what a ConfigMap needs)."""
+    target = {"kind": patch["kind"], "name": patch["metadata"]["name"]}
+    (document,) = [d for d in documents if _matches(d, target)]
+
+    def merge(into: dict[str, Any], change: dict[str, Any]) -> None:
+        for key, value in change.items():
+            assert not isinstance(value, list), f"{key}: lists are not merged here"
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+
+    merge(document, patch)
+
+
 def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
     (found,) = [
         d
@@ -694,8 +771,12 @@ def test_bus_jobs_as_shipped() -> None:
         spec = job["spec"]
         assert spec["backoffLimit"] > 0
         assert spec["activeDeadlineSeconds"] > 0
-        # Removed once finished, so the next `kubectl apply` runs it again.
-        assert spec["ttlSecondsAfterFinished"] > 0
+        # Kept once finished (`kubectl wait` finds it; a GitOps tool does not recreate a removed
+        # Job at every sync), and recreated by Argo CD and Flux when a new version changes it.
+        assert "ttlSecondsAfterFinished" not in spec
+        annotations = job["metadata"]["annotations"]
+        assert annotations["argocd.argoproj.io/sync-options"] == "Force=true,Replace=true"
+        assert annotations["kustomize.toolkit.fluxcd.io/force"] == "enabled"
         (container,) = spec["template"]["spec"]["containers"]
         assert container["image"] == "ghcr.io/hostaffinity/node-labeller:0.1.0"
     (container,) = secrets["spec"]["template"]["spec"]["containers"]
@@ -943,3 +1024,79 @@ def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
     labels = one(render(), "Namespace", "hostaffinity")["metadata"]["labels"]
     for mode in ("enforce", "warn", "audit"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+
+
+# The example overlay (k8s/examples/site-overlay) and the install page that uses it.
+
+
+@pytest.mark.parametrize("component", [None, *COMPONENTS])
+def test_example_overlay_renders_with_each_component(component: str | None, tmp_path: Path) -> None:
+    documents = render_overlay(*([component] if component else []))
+    for document in documents:
+        if not is_custom(document):
+            validate(copy.deepcopy(document))
+    secrets = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Secret"}
+    for where, pod in pod_specs(documents).items():
+        for env in pod["containers"][0].get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None and not ref["name"].startswith("hostaffinity-nats-"):
+                # The vCenter Secret the overlay generates, with the key the pod reads.
+                assert ref["key"] in secrets[ref["name"]]["stringData"], (where, ref)
+    for service in SERVICE_CONFIGS:
+        if any(d["kind"] == "Deployment" and d["metadata"]["name"] == service for d in documents):
+            deployment_settings(documents, service, tmp_path)
+
+
+def test_example_overlay_sets_every_image_of_ours() -> None:
+    """One `images:` line per image the manifests name (base and every component)."""
+    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
+    wanted = {i["name"]: i["newTag"] for i in kustomization["images"]}
+    ours = {
+        c["image"].partition(":")[0]
+        for component in COMPONENTS
+        for pod in pod_specs(render(component)).values()
+        for c in pod["containers"]
+        if c["image"].startswith("ghcr.io/hostaffinity/")
+    }
+    assert ours == set(wanted)
+    for where, pod in pod_specs(render_overlay("scheduler-extender")).items():
+        for container in pod["containers"]:
+            name = container["image"].partition(":")[0]
+            if name in wanted:
+                assert container["image"] == f"{name}:{wanted[name]}", where
+
+
+def test_example_overlay_patches_the_drs_translator_into_dry_run(tmp_path: Path) -> None:
+    """The config patch reaches the service's settings (and the rest of the ConfigMap stays)."""
+    documents = render_overlay()
+    settings = deployment_settings(documents, "drs-translator", tmp_path)
+    assert isinstance(settings, DrsTranslatorConfig)
+    assert settings.dry_run is True
+    deployment_settings(documents, "node-labeller", tmp_path)
+
+
+INSTALL_PAGE = ROOT / "docs" / "install.md"
+# `kubectl ... deployment/node-labeller`, `job/...`: the objects the install page waits for.
+NAMED_OBJECT = re.compile(r"\b(deployment|statefulset|job)/([a-z0-9-]+)")
+
+
+def test_install_page_waits_only_for_objects_the_manifests_make() -> None:
+    """Each object the page names exists once the base is applied; the step every variant runs
+    waits for no Deployment the admission-policy component removes."""
+    text = INSTALL_PAGE.read_text(encoding="utf-8")
+    named = {(kind, name) for kind, name in NAMED_OBJECT.findall(text)}
+    assert named, "the install page checks nothing"
+    rendered = {
+        (d["kind"].lower(), d["metadata"]["name"])
+        for d in render("scheduler-extender")
+        if d["kind"] in WORKLOADS
+    }
+    assert named <= rendered, named - rendered
+    (every_variant,) = [
+        line for line in text.splitlines() if "rollout status deployment/node-labeller" in line
+    ]
+    kept = {(d["kind"].lower(), d["metadata"]["name"]) for d in render("admission-policy")}
+    assert set(NAMED_OBJECT.findall(every_variant)) <= kept
+    # Paths in a kustomization are relative: kustomize refuses an absolute one.
+    assert "resources: [/" not in text
+    assert "- /" not in text
