@@ -204,9 +204,10 @@ def _with_component(documents: list[dict[str, Any]], component: str) -> list[dic
 # in it fails here, so the renderer cannot silently skip what the overlay asks for).
 SITE_OVERLAY = ROOT / "k8s" / "examples" / "site-overlay"
 OVERLAY_FIELDS = {
-    "apiVersion", "kind", "namespace", "resources", "components", "images", "secretGenerator",
-    "patches",
+    "apiVersion", "kind", "resources", "components", "images", "secretGenerator", "patches",
+    "configMapGenerator", "replacements",
 }  # fmt: skip
+LOCAL_CONFIG = "config.kubernetes.io/local-config"
 WORKLOADS = {"Deployment", "StatefulSet", "Job"}
 
 
@@ -214,7 +215,6 @@ def render_overlay(*extra_components: str) -> list[dict[str, Any]]:
     """The example overlay on k8s/base, with `extra_components` added to its own."""
     kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
     assert set(kustomization) <= OVERLAY_FIELDS, set(kustomization) - OVERLAY_FIELDS
-    assert kustomization["namespace"] == NAMESPACE
     assert [(SITE_OVERLAY / r).resolve() for r in kustomization["resources"]] == [
         ROOT / "k8s" / "base"
     ]
@@ -227,21 +227,62 @@ def render_overlay(*extra_components: str) -> list[dict[str, Any]]:
     for patch in kustomization.get("patches", []):
         assert set(patch) == {"path"}, patch  # a strategic merge patch naming its target
         _merge_patch(documents, yaml.safe_load((SITE_OVERLAY / patch["path"]).read_text()))
+    local = [_local_configmap(g) for g in kustomization.get("configMapGenerator", [])]
+    for replacement in kustomization.get("replacements", []):
+        _replace(documents + local, replacement)
     return documents
+
+
+def _local_configmap(generator: dict[str, Any]) -> dict[str, Any]:
+    """A generated ConfigMap of `literals` that only feeds replacements (never applied)."""
+    assert set(generator) == {"name", "literals", "options"}, generator
+    assert generator["options"]["annotations"][LOCAL_CONFIG] == "true"
+    data = dict(literal.split("=", 1) for literal in generator["literals"])
+    return {"kind": "ConfigMap", "metadata": {"name": generator["name"]}, "data": data}
+
+
+def _replace(documents: list[dict[str, Any]], replacement: dict[str, Any]) -> None:
+    """kustomize's replacement: a source field into target fields (`*` for every list item or
+    map value); with `delimiter`, only the `index`-th part of the target value."""
+    source = replacement["source"]
+    wanted = {"kind": source["kind"], "name": source["name"]}
+    (value,) = [d for d in documents if _matches(d, wanted)]
+    for key in source["fieldPath"].split("."):
+        value = value[key]
+
+    def put(node: Any, path: list[str], options: dict[str, Any]) -> None:
+        key, rest = path[0], path[1:]
+        children = (node if isinstance(node, list) else node.values()) if key == "*" else None
+        if children is not None:
+            for child in children:
+                put(child, rest, options)
+        elif rest:
+            put(node[key], rest, options)
+        elif "delimiter" in options:
+            parts = node[key].split(options["delimiter"])
+            parts[options["index"]] = value
+            node[key] = options["delimiter"].join(parts)
+        else:
+            node[key] = value
+
+    for target in replacement["targets"]:
+        for document in (d for d in documents if _matches(d, target["select"])):
+            for path in target["fieldPaths"]:
+                put(document, path.split("."), target.get("options", {}))
 
 
 def _generated_secret(generator: dict[str, Any]) -> dict[str, Any]:
     """A secretGenerator's Secret from its `envs` files (KEY=value lines, # comments)."""
-    assert set(generator) <= {"name", "envs", "options"}, generator
     data: dict[str, str] = {}
     for name in generator["envs"]:
         for line in (SITE_OVERLAY / name).read_text(encoding="utf-8").splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
                 key, _, value = line.partition("=")
                 data[key.strip()] = value
+    assert set(generator) <= {"name", "namespace", "envs", "options"}, generator
     metadata = {
         "name": generator["name"],
-        "namespace": NAMESPACE,
+        "namespace": generator["namespace"],
         "labels": generator.get("options", {}).get("labels", {}),
     }
     return {
@@ -929,6 +970,8 @@ def test_monitoring_component_scrapes_every_service_and_nats() -> None:
         }
         for endpoint in monitor["spec"]["podMetricsEndpoints"]:
             assert endpoint["path"] == "/metrics"
+            # Only the extender serves a `namespace` label of its own (the workloads').
+            assert endpoint.get("honorLabels", False) is (job == "scheduler-extender"), job
             assert monitoring in admitted(documents, labels[where])[ports[endpoint["port"]]]
     assert len(monitors) == len(SCRAPED)
 
@@ -1100,3 +1143,24 @@ def test_install_page_waits_only_for_objects_the_manifests_make() -> None:
     # Paths in a kustomization are relative: kustomize refuses an absolute one.
     assert "resources: [/" not in text
     assert "- /" not in text
+
+
+def test_example_overlay_sets_the_monitoring_site_settings_in_one_place() -> None:
+    """Each runbook_url becomes the served page's address; the dashboard goes where Grafana's
+    sidecar looks; everything else stays in the namespace the base names."""
+    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
+    (site,) = [_local_configmap(g) for g in kustomization["configMapGenerator"]]
+    documents = render_overlay("monitoring")
+    rule = one(documents, "PrometheusRule")
+    for alert in (r for group in rule["spec"]["groups"] for r in group["rules"]):
+        expected = f"{site['data']['runbook_base_url']}#{alert['alert'].lower()}"
+        assert alert["annotations"]["runbook_url"] == expected
+    dashboard = one(documents, "ConfigMap", "hostaffinity-dashboard")
+    assert dashboard["metadata"]["namespace"] == site["data"]["grafana_namespace"] != NAMESPACE
+    assert not [d for d in documents if d["metadata"]["name"] == site["metadata"]["name"]]
+    elsewhere = [
+        d["metadata"]["name"]
+        for d in documents
+        if d is not dashboard and d["metadata"].get("namespace", NAMESPACE) != NAMESPACE
+    ]
+    assert elsewhere == []
