@@ -148,7 +148,7 @@ async def read_bus(settings: NatsSettings, snapshot: ClusterSnapshot, progress: 
     try:
         topology = await progress.counted("topology KV", _topology(bus))
         snapshot.placements, snapshot.hosts = topology
-        snapshot.drs_records = await progress.counted("DRS ownership records", _drs_records(bus))
+        snapshot.drs_records = await progress.counted("DRS ownership records", drs_records(bus))
     finally:
         await bus.close()
 
@@ -174,7 +174,7 @@ async def _topology(bus: Bus) -> _Topology:
     return topology
 
 
-async def _drs_records(bus: Bus) -> list[DrsOwnership]:
+async def drs_records(bus: Bus) -> list[DrsOwnership]:
     """The drs-translator's ownership records; one that does not decode is reported and skipped."""
     try:
         kv = await bus.js.key_value(DRS_BUCKET)
