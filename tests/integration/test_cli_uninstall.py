@@ -134,6 +134,19 @@ async def streams_left(nats: NatsCluster) -> set[str]:
         return left
 
 
+def uninstall_argv(nats: NatsCluster, kubeconfig: Path, *more: str) -> list[str]:
+    """`hostaffinity uninstall` against the double and the cluster, as `provision`."""
+    settings = nats.settings("provision")
+    return [
+        "uninstall",
+        "--kubeconfig", str(kubeconfig),
+        "--nats", settings.servers[0],
+        "--nats-seed", str(settings.nkey_seed_file),
+        "--nats-ca-file", str(settings.tls_ca_file),
+        *more,
+    ]  # fmt: skip
+
+
 async def test_uninstall_removes_ours_and_nothing_else(
     vcsim: VcsimFactory,
     nats_cluster: NatsCluster,
@@ -146,16 +159,7 @@ async def test_uninstall_removes_ours_and_nothing_else(
     cluster = seed_vcenter(si)
     await record_ownership(nats_cluster, cluster)
     seed_nodes(kube_double)
-    settings = nats_cluster.settings("provision")
-    argv = [
-        "uninstall",
-        "--kubeconfig", str(kubeconfig),
-        "--nats", settings.servers[0],
-        "--nats-seed", str(settings.nkey_seed_file),
-        "--nats-ca-file", str(settings.tls_ca_file),
-        "--vcenter", vc.url,
-        "--legacy-host-label",
-    ]  # fmt: skip
+    argv = uninstall_argv(nats_cluster, kubeconfig, "--vcenter", vc.url, "--legacy-host-label")
     before = drs_state(si)
 
     assert await asyncio.to_thread(exit_code, [*argv, "--dry-run"]) == 0
@@ -190,14 +194,7 @@ async def test_the_legacy_label_stays_unless_it_is_ours(
 ) -> None:
     """Without --legacy-host-label (and with no records, no vCenter is needed)."""
     seed_nodes(kube_double)
-    settings = nats_cluster.settings("provision")
-    argv = [
-        "uninstall",
-        "--kubeconfig", str(kubeconfig),
-        "--nats", settings.servers[0],
-        "--nats-seed", str(settings.nkey_seed_file),
-        "--nats-ca-file", str(settings.tls_ca_file),
-    ]  # fmt: skip
+    argv = uninstall_argv(nats_cluster, kubeconfig)
     assert await asyncio.to_thread(exit_code, argv) == 0
     assert f"no DRS ownership records for vCenter '{VCENTER}'" in capsys.readouterr().out
     for name in NODES:
