@@ -6,7 +6,7 @@ shipped 3-server NATS cluster, as the `provision` identity; `--dry-run` changes 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,8 @@ from hostaffinity.schema import (
 )
 from tests.e2e.descheduler_harness import node_object
 from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure
-from tests.integration.cli_runner import exit_code
+from tests.e2e.harness import FAST_LEASE
+from tests.integration.cli_runner import exit_code, lease
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import VcsimFactory
@@ -139,6 +140,7 @@ def uninstall_argv(nats: NatsCluster, kubeconfig: Path, *more: str) -> list[str]
     settings = nats.settings("provision")
     return [
         "uninstall",
+        "--namespace", FAST_LEASE.namespace,
         "--kubeconfig", str(kubeconfig),
         "--nats", settings.servers[0],
         "--nats-seed", str(settings.nkey_seed_file),
@@ -186,18 +188,32 @@ async def test_uninstall_removes_ours_and_nothing_else(
     assert await streams_left(nats_cluster) == set()
 
 
-async def test_the_legacy_label_stays_unless_it_is_ours(
+async def test_it_waits_for_the_services_to_stop_and_keeps_a_legacy_label_not_ours(
     nats_cluster: NatsCluster,
     kube_double: KubeDouble,
     kubeconfig: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Without --legacy-host-label (and with no records, no vCenter is needed)."""
+    """A live Lease (the node-labeller would label again): refused, and a dry run says so. Once
+    it expired, without --legacy-host-label (and with no records, no vCenter is needed)."""
     seed_nodes(kube_double)
+    now = datetime.now(UTC)
+    kube_double.write(lease("node-labeller", "node-labeller-7c9-x2", now))
     argv = uninstall_argv(nats_cluster, kubeconfig)
+    assert await asyncio.to_thread(exit_code, [*argv, "--dry-run"]) == 0
+    assert "note: node-labeller still running" in capsys.readouterr().out
+    assert await asyncio.to_thread(exit_code, argv) == 1
+    said = capsys.readouterr()
+    assert "node-labeller still running" in said.err
+    assert "nothing was changed" in said.err
+    assert LABEL_ESXI_HOST in node_metadata(kube_double, "node1")["labels"]
+    assert await streams_left(nats_cluster) == set(OUR_STREAMS)
+
+    kube_double.write(lease("node-labeller", "node-labeller-7c9-x2", now - timedelta(minutes=5)))
     assert await asyncio.to_thread(exit_code, argv) == 0
     assert f"no DRS ownership records for vCenter '{VCENTER}'" in capsys.readouterr().out
     for name in NODES:
         labels = node_metadata(kube_double, name)["labels"]
         assert LABEL_ESXI_HOST not in labels
         assert LABEL_LEGACY_HOST in labels
+    assert await streams_left(nats_cluster) == set()

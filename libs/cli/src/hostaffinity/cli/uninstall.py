@@ -12,8 +12,9 @@ In this order, each step only once the one before it succeeded:
 3. the bus state: our streams and buckets, deleted as the `provision` identity (the ownership
    records go with them, so step 1 comes first and a failed step 1 stops here).
 
-With `--dry-run` it reads the same and prints what it would do. The services must be stopped
-first (docs/uninstall.md), or the node-labeller and the drs-translator write again.
+The services must be stopped first, or the node-labeller and the drs-translator write again: a
+live Lease of a leader-elected service makes the command refuse (and a dry run say so).
+With `--dry-run` it reads the same and prints what it would do (docs/uninstall.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -32,6 +34,7 @@ from pyVim.connect import Disconnect
 from pyVmomi import vim, vmodl
 
 from hostaffinity.cli.bus_access import OUR_STREAMS
+from hostaffinity.cli.leases import leadership, read_leases
 from hostaffinity.cli.reading import drs_records
 from hostaffinity.cli.seeding import wait_for_task
 from hostaffinity.runtime.bus import Bus
@@ -105,6 +108,7 @@ class Uninstall:
 
     async def run(self) -> int:
         args = self._args
+        await self._check_stopped()
         async with asyncio.timeout(args.timeout):
             bus = await Bus.connect(_nats(args), name="hostaffinity-uninstall")
         try:
@@ -121,6 +125,21 @@ class Uninstall:
         finally:
             await bus.close()
         return 0
+
+    async def _check_stopped(self) -> None:
+        """A leader still working would write again what this removes: refuse, or on a dry
+        run, say so."""
+        args = self._args
+        leases = await read_leases(_kubernetes(args), args.namespace)
+        now = datetime.now(UTC)
+        live = [s for s, lease in leases.items() if leadership(s, lease, now).holder]
+        if not live:
+            return
+        running = f"{', '.join(live)} still running (a live Lease in {args.namespace})"
+        stop = f"kubectl -n {args.namespace} scale deployment --all --replicas=0"
+        if not self._dry_run:
+            raise RuntimeError(f"{running}: stop them first ({stop}); nothing was changed")
+        print(f"note: {running}; stop them before the real run ({stop})", flush=True)
 
     def _remove_drs(self, by_cluster: Mapping[str, Mapping[str, DrsOwnership]]) -> None:
         if self._args.vcenter is None:
@@ -156,9 +175,7 @@ class Uninstall:
 
     async def _remove_node_keys(self) -> None:
         args = self._args
-        api = await api_client(
-            KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
-        )
+        api = await api_client(_kubernetes(args))
         try:
             client = KubeClient(api)
             listed = json.loads(await client.request("GET", NODES.path()))
@@ -210,6 +227,10 @@ def _reconfigure(cluster: Any, *, rules: Iterable[int] = (), groups: Iterable[st
         raise RuntimeError(f"vCenter refused the removal: {reason}") from fault
 
 
+def _kubernetes(args: argparse.Namespace) -> KubernetesSettings:
+    return KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
+
+
 def _nats(args: argparse.Namespace) -> NatsSettings:
     """The bus as the `provision` identity: the one that may read the ownership records and
     delete our streams."""
@@ -253,6 +274,9 @@ def add_uninstall_command(commands: argparse._SubParsersAction[argparse.Argument
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--dry-run", action="store_true", help="print what it would do, only")
+    parser.add_argument(
+        "--namespace", default="hostaffinity", help="where the services ran (default hostaffinity)"
+    )
     parser.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
     parser.add_argument("--context", help="the kubeconfig context (default: its current one)")
     parser.add_argument("--server", help="API server address replacing the kubeconfig's")
