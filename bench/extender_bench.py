@@ -107,7 +107,7 @@ def serve_extender(cluster: Cluster, conn: Connection) -> None:
         async def publish(_event: object) -> None:
             return None
 
-        decisions = SampledPublisher(publish, ratio=0.0, capacity=1, on_drop=lambda: None)
+        decisions = SampledPublisher("scheduler-extender", publish, ratio=0.0, capacity=1)
         async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
             binder = Binder(KubeClient(api), 1.0)  # bindVerb is not shipped: never called
             server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)

@@ -55,7 +55,7 @@ def _kustomization(where: Path) -> dict[str, Any]:
     return loaded
 
 
-def _matches(document: dict[str, Any], target: dict[str, str]) -> bool:
+def matches(document: dict[str, Any], target: dict[str, str]) -> bool:
     return all(
         (document["kind"] if key == "kind" else document["metadata"].get(key)) == value
         for key, value in target.items()
@@ -101,11 +101,11 @@ def _with_component(documents: list[dict[str, Any]], component: str) -> list[dic
         content = yaml.safe_load((where / patch["path"]).read_text())
         if isinstance(content, dict) and content.get("$patch") == "delete":
             target = {"kind": content["kind"], "name": content["metadata"]["name"]}
-            if not any(_matches(d, target) for d in documents):
+            if not any(matches(d, target) for d in documents):
                 raise ValueError(f"{component}: {patch['path']} deletes nothing")
-            documents = [d for d in documents if not _matches(d, target)]
+            documents = [d for d in documents if not matches(d, target)]
             continue
-        targets = [d for d in documents if _matches(d, patch["target"])]
+        targets = [d for d in documents if matches(d, patch["target"])]
         if not targets:
             raise ValueError(f"{component}: {patch['path']} matches no object")
         for document in targets:

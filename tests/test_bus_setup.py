@@ -13,7 +13,12 @@ import nkeys
 import pytest
 from cryptography import x509
 
-from hostaffinity.cli.bus_access import IDENTITIES, IDENTITY_NAMES, render_auth_config
+from hostaffinity.cli.bus_access import (
+    IDENTITIES,
+    IDENTITY_NAMES,
+    OUR_STREAMS,
+    render_auth_config,
+)
 from hostaffinity.cli.bus_credentials import (
     SERVER_ENV_FILE,
     identities_secret,
@@ -48,7 +53,11 @@ def test_every_service_has_an_identity_and_replies_only_on_its_own_inbox() -> No
     for who in IDENTITIES:
         assert who.subscribe == (f"_INBOX_{who.name}.>",)
         assert NatsSettings(identity=who.name).inbox_prefix == f"_INBOX_{who.name}"
-        assert not [s for s in who.publish if ".DELETE." in s or ".PURGE." in s], who.name
+        removals = [s for s in who.publish if ".DELETE." in s or ".PURGE." in s]
+        if who.name == "provision":  # `hostaffinity uninstall`: our streams, nothing else
+            assert removals == [f"$JS.API.STREAM.DELETE.{s}" for s in OUR_STREAMS]
+        else:
+            assert not removals, who.name
 
 
 def test_local_credentials_are_nkeys_kept_across_runs(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from hostaffinity.schema import (
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
-from scripts.manifests import render
+from scripts.manifests import matches, render
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.34.0"  # newest schema kubernetes-validate ships; our target is v1.36
@@ -67,6 +67,7 @@ NATS_SUBSCRIBERS_SECRET = "hostaffinity-nats-subscribers"
 NATS_CONFIG = "hostaffinity-nats-config"
 NATS_CREDENTIALS = "/var/run/hostaffinity/nats"
 PART_OF = {"app.kubernetes.io/part-of": "hostaffinity"}
+NAMESPACE = "hostaffinity"  # the base's
 MONITORING = {"hostaffinity.io/monitoring": "true"}
 # Volume types the restricted Pod Security Standard allows.
 RESTRICTED_VOLUMES = {
@@ -130,6 +131,124 @@ def test_every_kustomization_lists_existing_files() -> None:
         ]
         missing = [name for name in listed if not (kustomization.parent / name).exists()]
         assert not missing, f"{kustomization}: {missing}"
+
+
+# k8s/examples/site-overlay: rendered as kustomize would, for the fields it uses (anything else
+# in it fails here, so the renderer cannot silently skip what the overlay asks for).
+SITE_OVERLAY = ROOT / "k8s" / "examples" / "site-overlay"
+OVERLAY_FIELDS = {
+    "apiVersion", "kind", "resources", "components", "images", "secretGenerator", "patches",
+    "configMapGenerator", "replacements",
+}  # fmt: skip
+LOCAL_CONFIG = "config.kubernetes.io/local-config"
+WORKLOADS = {"Deployment", "StatefulSet", "Job"}
+
+
+def render_overlay(*extra_components: str) -> list[dict[str, Any]]:
+    """The example overlay on k8s/base, with `extra_components` added to its own."""
+    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
+    assert set(kustomization) <= OVERLAY_FIELDS, set(kustomization) - OVERLAY_FIELDS
+    assert [(SITE_OVERLAY / r).resolve() for r in kustomization["resources"]] == [
+        ROOT / "k8s" / "base"
+    ]
+    components = [(SITE_OVERLAY / c).resolve() for c in kustomization["components"]]
+    assert all(c.parent == ROOT / "k8s" / "components" for c in components), components
+    documents = render(*(c.name for c in components), *extra_components)
+    documents += [_generated_secret(g) for g in kustomization.get("secretGenerator", [])]
+    for image in kustomization.get("images", []):
+        _set_image(documents, image)
+    for patch in kustomization.get("patches", []):
+        assert set(patch) == {"path"}, patch  # a strategic merge patch naming its target
+        _merge_patch(documents, yaml.safe_load((SITE_OVERLAY / patch["path"]).read_text()))
+    local = [_local_configmap(g) for g in kustomization.get("configMapGenerator", [])]
+    for replacement in kustomization.get("replacements", []):
+        _replace(documents + local, replacement)
+    return documents
+
+
+def _local_configmap(generator: dict[str, Any]) -> dict[str, Any]:
+    """A generated ConfigMap of `literals` that only feeds replacements (never applied)."""
+    assert set(generator) == {"name", "literals", "options"}, generator
+    assert generator["options"]["annotations"][LOCAL_CONFIG] == "true"
+    data = dict(literal.split("=", 1) for literal in generator["literals"])
+    return {"kind": "ConfigMap", "metadata": {"name": generator["name"]}, "data": data}
+
+
+def _replace(documents: list[dict[str, Any]], replacement: dict[str, Any]) -> None:
+    """kustomize's replacement: a source field into target fields (`*` for every list item or
+    map value); with `delimiter`, only the `index`-th part of the target value."""
+    source = replacement["source"]
+    wanted = {"kind": source["kind"], "name": source["name"]}
+    (value,) = [d for d in documents if matches(d, wanted)]
+    for key in source["fieldPath"].split("."):
+        value = value[key]
+
+    def put(node: Any, path: list[str], options: dict[str, Any]) -> None:
+        key, rest = path[0], path[1:]
+        children = (node if isinstance(node, list) else node.values()) if key == "*" else None
+        if children is not None:
+            for child in children:
+                put(child, rest, options)
+        elif rest:
+            put(node[key], rest, options)
+        elif "delimiter" in options:
+            parts = node[key].split(options["delimiter"])
+            parts[options["index"]] = value
+            node[key] = options["delimiter"].join(parts)
+        else:
+            node[key] = value
+
+    for target in replacement["targets"]:
+        for document in (d for d in documents if matches(d, target["select"])):
+            for path in target["fieldPaths"]:
+                put(document, path.split("."), target.get("options", {}))
+
+
+def _generated_secret(generator: dict[str, Any]) -> dict[str, Any]:
+    """A secretGenerator's Secret from its `envs` files (KEY=value lines, # comments)."""
+    data: dict[str, str] = {}
+    for name in generator["envs"]:
+        for line in (SITE_OVERLAY / name).read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                data[key.strip()] = value
+    assert set(generator) <= {"name", "namespace", "envs", "options"}, generator
+    metadata = {
+        "name": generator["name"],
+        "namespace": generator["namespace"],
+        "labels": generator.get("options", {}).get("labels", {}),
+    }
+    return {
+        "apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque",
+        "stringData": data,
+    }  # fmt: skip
+
+
+def _set_image(documents: list[dict[str, Any]], image: dict[str, str]) -> None:
+    """kustomize's `images:` entry: every container whose image is `name` (any tag) changes."""
+    assert set(image) <= {"name", "newName", "newTag"}, image
+    for pod in pod_specs(documents).values():
+        for container in pod["containers"]:
+            name, _, tag = container["image"].partition(":")
+            if name == image["name"]:
+                new_name = image.get("newName", name)
+                container["image"] = f"{new_name}:{image.get('newTag', tag)}"
+
+
+def _merge_patch(documents: list[dict[str, Any]], patch: dict[str, Any]) -> None:
+    """A strategic merge patch without lists: maps merge key by key (what a ConfigMap needs)."""
+    target = {"kind": patch["kind"], "name": patch["metadata"]["name"]}
+    (document,) = [d for d in documents if matches(d, target)]
+
+    def merge(into: dict[str, Any], change: dict[str, Any]) -> None:
+        for key, value in change.items():
+            assert not isinstance(value, list), f"{key}: lists are not merged here"
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+
+    merge(document, patch)
 
 
 def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -676,8 +795,12 @@ def test_bus_jobs_as_shipped() -> None:
         spec = job["spec"]
         assert spec["backoffLimit"] > 0
         assert spec["activeDeadlineSeconds"] > 0
-        # Removed once finished, so the next `kubectl apply` runs it again.
-        assert spec["ttlSecondsAfterFinished"] > 0
+        # Kept once finished (`kubectl wait` finds it; a GitOps tool does not recreate a removed
+        # Job at every sync), and recreated by Argo CD and Flux when a new version changes it.
+        assert "ttlSecondsAfterFinished" not in spec
+        annotations = job["metadata"]["annotations"]
+        assert annotations["argocd.argoproj.io/sync-options"] == "Force=true,Replace=true"
+        assert annotations["kustomize.toolkit.fluxcd.io/force"] == "enabled"
         (container,) = spec["template"]["spec"]["containers"]
         assert container["image"] == "ghcr.io/hostaffinity/node-labeller:0.1.0"
     (container,) = secrets["spec"]["template"]["spec"]["containers"]
@@ -833,6 +956,8 @@ def test_monitoring_component_scrapes_every_service_and_nats() -> None:
         }
         for endpoint in monitor["spec"]["podMetricsEndpoints"]:
             assert endpoint["path"] == "/metrics"
+            # Only the extender serves a `namespace` label of its own (the workloads').
+            assert endpoint.get("honorLabels", False) is (job == "scheduler-extender"), job
             assert monitoring in admitted(documents, labels[where])[ports[endpoint["port"]]]
     assert len(monitors) == len(SCRAPED)
 
@@ -928,3 +1053,100 @@ def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
     labels = one(render(), "Namespace", "hostaffinity")["metadata"]["labels"]
     for mode in ("enforce", "warn", "audit"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+
+
+# The example overlay (k8s/examples/site-overlay) and the install page that uses it.
+
+
+@pytest.mark.parametrize("component", [None, *COMPONENTS])
+def test_example_overlay_renders_with_each_component(component: str | None, tmp_path: Path) -> None:
+    documents = render_overlay(*([component] if component else []))
+    for document in documents:
+        if not is_custom(document):
+            validate(copy.deepcopy(document))
+    secrets = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Secret"}
+    for where, pod in pod_specs(documents).items():
+        for env in pod["containers"][0].get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None and not ref["name"].startswith("hostaffinity-nats-"):
+                # The vCenter Secret the overlay generates, with the key the pod reads.
+                assert ref["key"] in secrets[ref["name"]]["stringData"], (where, ref)
+    for service in SERVICE_CONFIGS:
+        if any(d["kind"] == "Deployment" and d["metadata"]["name"] == service for d in documents):
+            deployment_settings(documents, service, tmp_path)
+
+
+def test_example_overlay_sets_every_image_of_ours() -> None:
+    """One `images:` line per image the manifests name (base and every component)."""
+    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
+    wanted = {i["name"]: i["newTag"] for i in kustomization["images"]}
+    ours = {
+        c["image"].partition(":")[0]
+        for component in COMPONENTS
+        for pod in pod_specs(render(component)).values()
+        for c in pod["containers"]
+        if c["image"].startswith("ghcr.io/hostaffinity/")
+    }
+    assert ours == set(wanted)
+    for where, pod in pod_specs(render_overlay("scheduler-extender")).items():
+        for container in pod["containers"]:
+            name = container["image"].partition(":")[0]
+            if name in wanted:
+                assert container["image"] == f"{name}:{wanted[name]}", where
+
+
+def test_example_overlay_patches_the_drs_translator_into_dry_run(tmp_path: Path) -> None:
+    """The config patch reaches the service's settings (and the rest of the ConfigMap stays)."""
+    documents = render_overlay()
+    settings = deployment_settings(documents, "drs-translator", tmp_path)
+    assert isinstance(settings, DrsTranslatorConfig)
+    assert settings.dry_run is True
+    deployment_settings(documents, "node-labeller", tmp_path)
+
+
+INSTALL_PAGE = ROOT / "docs" / "install.md"
+# `kubectl ... deployment/node-labeller`, `job/...`: the objects the install page waits for.
+NAMED_OBJECT = re.compile(r"\b(deployment|statefulset|job)/([a-z0-9-]+)")
+
+
+def test_install_page_waits_only_for_objects_the_manifests_make() -> None:
+    """Each object the page names exists once the base is applied; the step every variant runs
+    waits for no Deployment the admission-policy component removes."""
+    text = INSTALL_PAGE.read_text(encoding="utf-8")
+    named = {(kind, name) for kind, name in NAMED_OBJECT.findall(text)}
+    assert named, "the install page checks nothing"
+    rendered = {
+        (d["kind"].lower(), d["metadata"]["name"])
+        for d in render("scheduler-extender")
+        if d["kind"] in WORKLOADS
+    }
+    assert named <= rendered, named - rendered
+    (every_variant,) = [
+        line for line in text.splitlines() if "rollout status deployment/node-labeller" in line
+    ]
+    kept = {(d["kind"].lower(), d["metadata"]["name"]) for d in render("admission-policy")}
+    assert set(NAMED_OBJECT.findall(every_variant)) <= kept
+    # Paths in a kustomization are relative: kustomize refuses an absolute one.
+    assert "resources: [/" not in text
+    assert "- /" not in text
+
+
+def test_example_overlay_sets_the_monitoring_site_settings_in_one_place() -> None:
+    """Each runbook_url becomes the served page's address; the dashboard goes where Grafana's
+    sidecar looks; everything else stays in the namespace the base names."""
+    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
+    (site,) = [_local_configmap(g) for g in kustomization["configMapGenerator"]]
+    documents = render_overlay("monitoring")
+    rule = one(documents, "PrometheusRule")
+    for alert in (r for group in rule["spec"]["groups"] for r in group["rules"]):
+        expected = f"{site['data']['runbook_base_url']}#{alert['alert'].lower()}"
+        assert alert["annotations"]["runbook_url"] == expected
+    dashboard = one(documents, "ConfigMap", "hostaffinity-dashboard")
+    assert dashboard["metadata"]["namespace"] == site["data"]["grafana_namespace"] != NAMESPACE
+    assert not [d for d in documents if d["metadata"]["name"] == site["metadata"]["name"]]
+    elsewhere = [
+        d["metadata"]["name"]
+        for d in documents
+        if d is not dashboard and d["metadata"].get("namespace", NAMESPACE) != NAMESPACE
+    ]
+    assert elsewhere == []

@@ -133,7 +133,7 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
     config = descheduler_config(
         nats_server, kubeconfig, write_policy(tmp_path, SPREAD_POLICY), debounce_seconds=0.5
     )
-    evicted_before = metric(EVICTED_METRIC, namespace="default", result="evicted")
+    evicted_before = metric(EVICTED_METRIC, result="evicted")
     cycles_before = metric(CYCLES_METRIC)
     helpers = asyncio.create_task(controllers.run())
     try:
@@ -167,8 +167,8 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
     finally:
         helpers.cancel()
     assert len(controllers.evicted) == 3, controllers.evicted
-    assert metric(EVICTED_METRIC, namespace="default", result="evicted") - evicted_before == 3
-    assert metric(EVICTED_METRIC, namespace="default", result="blocked") >= 1
+    assert metric(EVICTED_METRIC, result="evicted") - evicted_before == 3
+    assert metric(EVICTED_METRIC, result="blocked") >= 1
     assert metric(CYCLES_METRIC) > cycles_before
     assert controllers.min_available == 4  # maxUnavailable 1: one replica away at a time
     bus = await Bus.connect(nats_server.settings(), name="test")

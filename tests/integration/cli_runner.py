@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import jsonschema
 import pytest
 
 from hostaffinity.cli.main import main
+from hostaffinity.schema import utc_timestamp
+from tests.e2e.harness import FAST_LEASE
 from tests.platform.nats import NatsServer
 
 PROTO = Path(__file__).resolve().parents[2] / "proto" / "schemas"
@@ -72,3 +75,19 @@ def exit_code(argv: Sequence[str]) -> int:
     finally:
         logging.root.handlers = handlers
     raise AssertionError("main() always exits")
+
+
+def lease(service: str, holder: str, renewed: datetime, duration_s: int = 60) -> dict[str, Any]:
+    """A Lease as runtime/leader.py writes it, held since a minute before its last renewal."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": f"hostaffinity-{service}", "namespace": FAST_LEASE.namespace},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            "acquireTime": utc_timestamp(renewed - timedelta(minutes=1)),
+            "renewTime": utc_timestamp(renewed),
+            "leaseTransitions": 0,
+        },
+    }

@@ -59,7 +59,7 @@ async def connect_error(servers: list[str], **options: object) -> str:
     raise AssertionError(f"the server accepted a connection with {sorted(options)}")
 
 
-async def test_every_identity_reads_the_streams_it_uses_and_none_deletes_or_purges(
+async def test_every_identity_reads_the_streams_it_uses_and_none_but_provision_deletes(
     nats_cluster: NatsCluster,
 ) -> None:
     readable = {
@@ -77,7 +77,9 @@ async def test_every_identity_reads_the_streams_it_uses_and_none_deletes_or_purg
                 info = await bus.api(f"$JS.API.STREAM.INFO.{stream}")
                 assert "error" not in info, (identity, stream, info)
             for stream in OUR_STREAMS:
-                for verb in ("DELETE", "PURGE"):
+                # Provisioning deletes our streams at uninstall; nobody purges.
+                verbs = ("PURGE",) if identity == "provision" else ("DELETE", "PURGE")
+                for verb in verbs:
                     subject = f"$JS.API.STREAM.{verb}.{stream}"
                     assert await bus.publish_refused(subject), (identity, subject)
             for stream in sorted(set(OUR_STREAMS) - readable[identity]):
@@ -172,7 +174,7 @@ async def test_consumers_only_on_streams_an_identity_may_read(nats_cluster: Nats
         "scheduler-extender": {TOPOLOGY_STREAM},
         "descheduler": {TOPOLOGY_STREAM},
         "cli": {TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM},
-        "provision": set(),
+        "provision": {DRS_STREAM},  # the ownership records, read at uninstall
     }
     for identity in IDENTITY_NAMES:
         async with session(nats_cluster, identity) as bus:

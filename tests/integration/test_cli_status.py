@@ -8,12 +8,11 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
 
-from hostaffinity.schema import LABEL_ESXI_HOST, utc_timestamp
+from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.harness import FAST_LEASE
 from tests.e2e.labeller_harness import (
     eventually,
@@ -23,26 +22,10 @@ from tests.e2e.labeller_harness import (
     running,
     wait_ready,
 )
-from tests.integration.cli_runner import exit_code, schema_of
+from tests.integration.cli_runner import exit_code, lease, schema_of
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import VcsimFactory
-
-
-def lease(service: str, holder: str, renewed: datetime, duration_s: int = 60) -> dict[str, Any]:
-    """A Lease as runtime/leader.py writes it, held since a minute before its last renewal."""
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": f"hostaffinity-{service}", "namespace": FAST_LEASE.namespace},
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": duration_s,
-            "acquireTime": utc_timestamp(renewed - timedelta(minutes=1)),
-            "renewTime": utc_timestamp(renewed),
-            "leaseTransitions": 0,
-        },
-    }
 
 
 async def status(

@@ -48,3 +48,27 @@ def dashboard_panels() -> list[dict[str, Any]]:
     text = (COMPONENT / "dashboards" / "hostaffinity.json").read_text(encoding="utf-8")
     panels: list[dict[str, Any]] = json.loads(text)["panels"]
     return panels
+
+
+def pod_monitors() -> dict[str, dict[str, Any]]:
+    """The shipped PodMonitors, by name (each named after the workload it scrapes)."""
+    text = (COMPONENT / "podmonitors.yaml").read_text(encoding="utf-8")
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(text) if d}
+
+
+def scrape_config(job: str, port: int, namespace: str) -> dict[str, Any]:
+    """What the Prometheus operator makes of the PodMonitor named `job` for one pod on `port`:
+    the target labelled with the pod's namespace and name, and the endpoint's honorLabels
+    (prometheus-operator pkg/prometheus/promcfg.go, generatePodMonitorConfig: `namespace` and
+    `pod` from the pod's metadata, `honor_labels` from podMetricsEndpoints[].honorLabels)."""
+    (endpoint,) = pod_monitors()[job]["spec"]["podMetricsEndpoints"]
+    return {
+        "job_name": job,
+        "honor_labels": bool(endpoint.get("honorLabels", False)),
+        "static_configs": [
+            {
+                "targets": [f"127.0.0.1:{port}"],
+                "labels": {"namespace": namespace, "pod": f"{job}-0"},
+            }
+        ],
+    }

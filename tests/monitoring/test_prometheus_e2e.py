@@ -10,6 +10,12 @@ The services share this process and so the OpenTelemetry registry: each /metrics
 service's instruments, plus its own readiness checks and leadership. The `nats` job points at a
 port where nothing listens: the prometheus-nats-exporter sidecar of k8s/components/monitoring is
 not packaged in Debian, so only its `up` (here 0) is evaluated.
+
+Each job is scraped as the Prometheus operator scrapes it from its PodMonitor (the pod's
+namespace as a target label, the PodMonitor's honorLabels), so an alert's labels can be checked
+against the workload that caused it: HostaffinityWorkloadsExposed names the exposed workload's
+namespace, not hostaffinity. Since every job here serves every instrument, the jobs other than
+the extender drop its exposure gauge, as a cluster's would not serve it.
 """
 
 import asyncio
@@ -31,7 +37,7 @@ from hostaffinity.descheduler.service import Descheduling
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import setup_telemetry
 from hostaffinity.schema import event_subject
-from tests.e2e.descheduler_harness import descheduler_config, node_object
+from tests.e2e.descheduler_harness import descheduler_config, node_object, pod_object
 from tests.e2e.drs_harness import (
     cluster_of,
     drs_config,
@@ -58,12 +64,28 @@ from tests.integration.test_webhook import (
     shipped_configuration,  # noqa: F401 (the fixture, used by name)
     written_ca,
 )
-from tests.monitoring.monitoring import alerts, dashboard_panels, tool, write_rules
+from tests.monitoring.monitoring import (
+    alerts,
+    dashboard_panels,
+    scrape_config,
+    tool,
+    write_rules,
+)
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer, free_port
 from tests.platform.vcsim import VcsimFactory
 
-NODES = ["node1", "node2", "node3"]
+# vcsim puts VM i on host i mod 3: node1 and node4 share host DC0_C0_H0.
+NODES = ["node1", "node2", "node3", "node4"]
+OUR_NAMESPACE = "hostaffinity"
+# A workload with both replicas on one ESXi host from the start: exposed.
+EXPOSED_NAMESPACE = "shop"
+EXTENDER_ONLY = "hostaffinity_workloads_exposed"
+# Counters an alert takes increase() of: each must be served from the start (at 0).
+INCREASED = re.compile(r"increase\((hostaffinity_[a-z0-9_]+)")
+PUBLISHERS = (
+    "node-labeller", "drs-translator", "admission-webhook", "scheduler-extender", "descheduler",
+)  # fmt: skip
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval, for a 1 s scrape interval
 # What Prometheus and prometheus_client add beside our instruments.
 FOREIGN_PREFIXES = ("python_", "process_", "scrape_", "target_info", "up", "prometheus_")
@@ -84,16 +106,13 @@ async def prometheus(tmp_path: Path, jobs: Mapping[str, int]) -> AsyncIterator[s
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(write_rules(tmp_path))],
-        "scrape_configs": [
-            {
-                "job_name": job,
-                "static_configs": [
-                    {"targets": [f"127.0.0.1:{port}"], "labels": {"pod": f"{job}-0"}}
-                ],
-            }
-            for job, port in jobs.items()
-        ],
+        "scrape_configs": [scrape_config(job, port, OUR_NAMESPACE) for job, port in jobs.items()],
     }
+    for job in config["scrape_configs"]:
+        if job["job_name"] != "scheduler-extender":
+            job["metric_relabel_configs"] = [
+                {"source_labels": ["__name__"], "regex": EXTENDER_ONLY, "action": "drop"}
+            ]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
     port = free_port()
     process = await asyncio.create_subprocess_exec(
@@ -191,6 +210,9 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
     # Two pods the DRS translator cannot express together: a conflict.
     kube.seed(pod_manifest("a", "node3", {"app": "a"}, apart_from={"app": "b"}))
     kube.seed(pod_manifest("b", "node1", {"app": "b"}, near={"app": "a"}))
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": EXPOSED_NAMESPACE}})
+    for name, node in (("shop-1", "node1"), ("shop-2", "node4")):
+        kube.seed(pod_object(name, "shop", node, owner="shop-rs", affinity=None, namespace="shop"))
 
     descheduler = Descheduling()
     async with (
@@ -213,6 +235,8 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
         }
         async with prometheus(tmp_path, health) as base, aiohttp.ClientSession() as http:
             await eventually(descheduler.synced, "descheduler synced", within=20)
+            await check_counters_served_from_the_start(http, base)
+            await check_exposure_alert_names_the_workloads_namespace(http, base)
             await do_the_watched_work(kube, si, ext, webhook, nats_server)
             await eventually(lambda: bool(terminating(kube)), "an eviction", within=10)
             watched = {n for _, e in panel_queries() for n in metric_names(e)}
@@ -235,7 +259,11 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
 
             nodes = await api(http, base, "query", query="hostaffinity_labeller_nodes")
             states = {s["metric"]["state"]: s["value"][1] for s in nodes["result"]}
-            assert states == {"placed": "3", "unmatched": "1", "pending": "0"}
+            assert states == {"placed": "4", "unmatched": "1", "pending": "0"}
+            # The first parked message is seen by the alert's increase(): its counter was
+            # served at 0 before it.
+            dead = await until_answered(http, base, alert_expr("HostaffinityDeadLettersGrowing"))
+            assert {s["metric"]["service"] for s in dead} == {"descheduler"}
             leaders = await api(http, base, "query", query="hostaffinity_leader")
             assert {s["metric"]["job"]: s["value"][1] for s in leaders["result"]} == {
                 "node-labeller": "1",
@@ -253,6 +281,42 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
                 if found := promtool_check_metrics(text):
                     problems[job] = found
             assert problems == {}
+
+
+def alert_expr(name: str) -> str:
+    (expr,) = [a["expr"] for a in alerts() if a["alert"] == name]
+    return str(expr)
+
+
+async def until_answered(
+    http: aiohttp.ClientSession, base: str, query: str, within: float = 20.0
+) -> list[dict[str, Any]]:
+    """The query's first non-empty result, polled until `within` seconds have passed."""
+    for _ in range(int(within / 0.2)):
+        found: list[dict[str, Any]] = (await api(http, base, "query", query=query))["result"]
+        if found:
+            return found
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no answer to {query} within {within} s")
+
+
+async def check_counters_served_from_the_start(http: aiohttp.ClientSession, base: str) -> None:
+    """Before anything happened, every counter an alert takes increase() of has a series at 0,
+    and every publisher its outbox series: the first event is then an increase."""
+    counters = {name for a in alerts() for name in INCREASED.findall(a["expr"])}
+    assert counters
+    for name in counters:
+        await until_answered(http, base, f"{name} == 0")
+    dropped = await until_answered(http, base, "hostaffinity_bus_outbox_dropped_total")
+    assert {s["metric"]["outbox"] for s in dropped} >= set(PUBLISHERS)
+
+
+async def check_exposure_alert_names_the_workloads_namespace(
+    http: aiohttp.ClientSession, base: str
+) -> None:
+    """The alert (pending: its `for` has not passed) carries the workload's namespace."""
+    found = await until_answered(http, base, 'ALERTS{alertname="HostaffinityWorkloadsExposed"}')
+    assert {s["metric"]["namespace"] for s in found} == {EXPOSED_NAMESPACE}
 
 
 async def do_the_watched_work(

@@ -54,7 +54,7 @@ async def base_url(make_cache: Callable[..., ExtenderCache]) -> AsyncIterator[st
     async def publish(_event: object) -> None:
         return None
 
-    decisions = SampledPublisher(publish, ratio=0.0, capacity=1, on_drop=lambda: None)
+    decisions = SampledPublisher("scheduler-extender", publish, ratio=0.0, capacity=1)
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
         binder = Binder(KubeClient(api), 1.0)
         server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)

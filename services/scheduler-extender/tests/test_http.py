@@ -106,7 +106,7 @@ async def _running(
     async def publish(event: ExtenderDecision) -> None:
         published.append(event)
 
-    decisions = SampledPublisher(publish, ratio=1.0, capacity=10, on_drop=lambda: None)
+    decisions = SampledPublisher("scheduler-extender", publish, ratio=1.0, capacity=10)
     # No bind goes out in these tests; the client points at a closed port.
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
         binder = Binder(KubeClient(api), 1.0)

@@ -53,7 +53,7 @@ class ServerThread:
         self.server: ExtenderServer | None = None
 
     async def _start(self) -> None:
-        decisions = SampledPublisher(_discard, ratio=0.0, capacity=1, on_drop=lambda: None)
+        decisions = SampledPublisher("scheduler-extender", _discard, ratio=0.0, capacity=1)
         # Binds go to a closed port: a bind that decodes fails with a BindError (200 + Error).
         self._api = ApiClient(Configuration(host="http://127.0.0.1:9"))
         binder = Binder(KubeClient(self._api), 0.5)

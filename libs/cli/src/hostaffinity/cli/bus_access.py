@@ -20,8 +20,10 @@ Why each allowance, in JetStream terms (nats-server's JetStream API, ADR-15 for 
 - acks and flow-control replies are allowed in both subject forms: `$JS.ACK.<stream>.…` and the
   form with domain and account hash (`$JS.ACK.<domain>.<hash>.<stream>.…`), which later servers
   send, so an upgrade of nats-server does not silently stop acks;
-- nobody but provisioning may create or update a stream, a bucket or a durable consumer, and
-  nobody may delete or purge one.
+- nobody but provisioning may create or update a stream, a bucket or a durable consumer; nobody
+  may purge one, and only provisioning may delete our streams and buckets, which
+  `hostaffinity uninstall` does after reading the DRS ownership records (so provisioning also
+  reads that bucket).
 """
 
 from __future__ import annotations
@@ -135,6 +137,11 @@ def provision_layout() -> list[str]:
     ]
 
 
+def remove_layout() -> list[str]:
+    """Read the DRS ownership records, then delete our streams and buckets (uninstall)."""
+    return [*read_bucket(DRS_BUCKET), *(f"{API}.STREAM.DELETE.{s}" for s in OUR_STREAMS)]
+
+
 def _identity(name: str, purpose: str, *allowances: Iterable[str]) -> Identity:
     publish = tuple(dict.fromkeys(subject for allowance in allowances for subject in allowance))
     return Identity(name, purpose, publish, (f"_INBOX_{name}.>",))
@@ -184,7 +191,12 @@ IDENTITIES: Final = (
         read_stream(EVENTS_STREAM),
         [f"{API}.STREAM.INFO.{DLQ_STREAM}"],
     ),
-    _identity("provision", "creates and updates the JetStream layout", provision_layout()),
+    _identity(
+        "provision",
+        "creates and updates the JetStream layout; deletes it at uninstall",
+        provision_layout(),
+        remove_layout(),
+    ),
 )
 IDENTITY_NAMES: Final = tuple(identity.name for identity in IDENTITIES)
 

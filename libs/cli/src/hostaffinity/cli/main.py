@@ -29,6 +29,7 @@ from hostaffinity.cli.event_query import EventQuery, parse_since, table_header, 
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
+from hostaffinity.cli.uninstall import add_uninstall_command
 from hostaffinity.runtime.kube import NODES
 from hostaffinity.runtime.vcenter import connect
 from hostaffinity.schema.version import release_version
@@ -115,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_bus_commands(commands)
     add_check_command(commands)
     add_demo_command(commands)
+    add_uninstall_command(commands)
     args = parser.parse_args(argv)
     # force: each run logs to the stderr of now (an earlier in-process run may have left a
     # handler on a stream that is closed since).

@@ -134,7 +134,7 @@ def _split(pairs: Mapping[str, tuple[A, B]]) -> tuple[dict[str, A], dict[str, B]
 async def read_bus(bus: Bus, snapshot: ClusterSnapshot, progress: Progress) -> None:
     """Placements and hosts from the topology KV; DRS ownership records when the bucket exists."""
     snapshot.placements, snapshot.hosts = await progress.counted("topology KV", _topology(bus))
-    snapshot.drs_records = await progress.counted("DRS ownership records", _drs_records(bus))
+    snapshot.drs_records = await progress.counted("DRS ownership records", drs_records(bus))
 
 
 class _Topology(NamedTuple):
@@ -158,7 +158,7 @@ async def _topology(bus: Bus) -> _Topology:
     return topology
 
 
-async def _drs_records(bus: Bus) -> list[DrsOwnership]:
+async def drs_records(bus: Bus) -> list[DrsOwnership]:
     """The drs-translator's ownership records; one that does not decode is reported and skipped."""
     try:
         kv = await bus.js.key_value(DRS_BUCKET)

@@ -101,7 +101,7 @@ class DurableConsumer(Generic[_T]):
         self._settings = settings
         self._decode = decode
         self._handler = handler
-        self._dead_letters = DeadLetterQueue(js, service)
+        self._dead_letters = DeadLetterQueue(js, service, settings.stream)
         self._retry_seconds = retry_seconds
 
     async def run(self) -> None:

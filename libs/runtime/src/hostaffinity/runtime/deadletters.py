@@ -28,10 +28,12 @@ _parked = metrics.get_meter(__name__).create_counter(
 class DeadLetterQueue:
     """One service's dead-letter subject; what lands there is kept, counted, and out of the way."""
 
-    def __init__(self, js: JetStreamContext, service: str) -> None:
+    def __init__(self, js: JetStreamContext, service: str, stream: str) -> None:
         self._js = js
         self._service = service
         self._subject = dlq_subject(service)
+        # Served at 0 from the start, so an alert's increase() sees the first parked message.
+        _parked.add(0, {"service": service, "stream": stream})
 
     async def park(self, msg: Msg, reason: str) -> None:
         """Store a JetStream message with the reason; a redelivered copy is stored only once."""

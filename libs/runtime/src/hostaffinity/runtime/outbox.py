@@ -9,7 +9,7 @@ once, because every event id is deterministic and goes out as JetStream's `Nats-
 the service stops (SIGTERM, Lease lost), what still waits gets `drain_seconds` to go out while
 the bus is still open; what NATS does not take by then is logged as lost.
 
-Metrics: `hostaffinity_bus_outbox_queued{outbox}` (events waiting) and
+Metrics (outbox_metrics.py): `hostaffinity_bus_outbox_queued{outbox}` (events waiting) and
 `hostaffinity_bus_outbox_dropped_total{outbox}` (the oldest, dropped at the bound).
 """
 
@@ -19,20 +19,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from opentelemetry import metrics
-
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.outbox_metrics import OutboxInstruments
 from hostaffinity.schema import Event
 
 _log = logging.getLogger(__name__)
-_meter = metrics.get_meter("hostaffinity.runtime")
-_queued = _meter.create_up_down_counter(
-    "hostaffinity_bus_outbox_queued", description="Bus events waiting to be published, by outbox"
-)
-_dropped = _meter.create_counter(
-    "hostaffinity_bus_outbox_dropped",
-    description="Bus events dropped, oldest first, because the outbox was full while NATS was away",
-)
 
 PUBLISH_TIMEOUT_SECONDS: Final = 5.0
 Publish = Callable[[Event], Awaitable[object]]
@@ -65,11 +56,7 @@ class Outbox:
         self._waiting: collections.deque[Event] = collections.deque()
         self._ids: set[str] = set()
         self._ready = asyncio.Event()
-        self._labels = {"outbox": name}
-        # Exported from the start, at 0: an alert's increase() then sees the first drop, and a
-        # dashboard shows the outbox before anything went wrong.
-        _queued.add(0, self._labels)
-        _dropped.add(0, self._labels)
+        self._instruments = OutboxInstruments(name)
 
     def put(self, event: Event) -> None:
         """Queue `event` unless its id already waits; at the bound the oldest is dropped."""
@@ -79,12 +66,12 @@ class Outbox:
             oldest = self._waiting.popleft()
             self._ids.discard(oldest.id)
             self.dropped += 1
-            _dropped.add(1, self._labels)
-            _queued.add(-1, self._labels)
+            self._instruments.dropped()
+            self._instruments.queued(-1)
             _log.warning("%s outbox full: dropped %s", self.name, oldest.id)
         self._waiting.append(event)
         self._ids.add(event.id)
-        _queued.add(1, self._labels)
+        self._instruments.queued(1)
         self._ready.set()
 
     def __len__(self) -> int:
@@ -155,4 +142,4 @@ class Outbox:
         if self._waiting and self._waiting[0] is event:  # not dropped meanwhile
             self._waiting.popleft()
             self._ids.discard(event.id)
-            _queued.add(-1, self._labels)
+            self._instruments.queued(-1)

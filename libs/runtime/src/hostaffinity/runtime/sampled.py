@@ -4,8 +4,8 @@ The outbox (outbox.py) keeps every event until NATS has it; this is for the audi
 request handler offers (the extender's `extender.decision`, the webhook's `pod.mutated`), which
 must never slow an answer down. An event is sampled by a key (a pod uid, an admission request
 uid), so everything offered under one key appears together or not at all; it is built only once
-sampled. Events wait in a bounded queue; when it is full, or NATS is away, they are dropped and
-counted by the caller's `on_drop`.
+sampled. Events wait in a bounded queue; when it is full, or NATS is away, they are dropped.
+Both are counted as every publisher's are (outbox_metrics.py), under the publisher's name.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 
 from hostaffinity.runtime.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.outbox_metrics import OutboxInstruments
 from hostaffinity.schema import Event
 
 _log = logging.getLogger(__name__)
@@ -31,16 +32,16 @@ class SampledPublisher:
 
     def __init__(
         self,
+        name: str,
         publish: Callable[[Event], Awaitable[object]],
         *,
         ratio: float,
         capacity: int,
-        on_drop: Callable[[], None],
     ) -> None:
         self._publish = publish
         self._ratio = ratio
         self._queue: asyncio.Queue[Event] = asyncio.Queue(capacity)
-        self._on_drop = on_drop
+        self._instruments = OutboxInstruments(name)
 
     def offer(self, key: str, build: Callable[[], Event]) -> None:
         """Queue the event `build` makes if `key` is sampled (built only then); drop it if the
@@ -50,7 +51,9 @@ class SampledPublisher:
         try:
             self._queue.put_nowait(build())
         except asyncio.QueueFull:
-            self._on_drop()
+            self._instruments.dropped()
+        else:
+            self._instruments.queued(1)
 
     async def run(self) -> None:
         while True:
@@ -60,5 +63,7 @@ class SampledPublisher:
                 await self._publish(event)
             except Exception as error:
                 # nats raises its own error types (timeouts, no responders, connection closed).
-                self._on_drop()
+                self._instruments.dropped()
                 _log.warning("sampled event %s not published: %r", event.id, error)
+            finally:
+                self._instruments.queued(-1)

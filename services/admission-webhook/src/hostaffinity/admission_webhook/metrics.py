@@ -4,6 +4,8 @@ Served on /metrics as `hostaffinity_webhook_reviews_total` (outcome: patched, un
 warned, refused), `hostaffinity_webhook_review_duration_seconds` and
 `hostaffinity_webhook_pods_without_twin` (pods that opted in but were admitted while the
 webhook was unreachable: `failurePolicy: Ignore` lets them through silently otherwise).
+Sampled `pod.mutated` events not published are the runtime's
+`hostaffinity_bus_outbox_dropped_total{outbox="admission-webhook"}`.
 """
 
 from __future__ import annotations
@@ -38,10 +40,6 @@ class AdmissionMetrics:
             "Time to answer an admission review",
             LATENCY_BUCKETS_SECONDS,
         )
-        self._dropped = meter.create_counter(
-            "hostaffinity_webhook_events_dropped",
-            description="Sampled pod.mutated events not published (queue full or bus away)",
-        )
         meter.create_observable_gauge(
             "hostaffinity_webhook_pods_without_twin",
             callbacks=[self._observe_twinless],
@@ -51,9 +49,6 @@ class AdmissionMetrics:
     def reviewed(self, outcome: Outcome, seconds: float) -> None:
         self._reviews.add(1, {"outcome": outcome.value})
         self._latency.record(seconds)
-
-    def dropped_event(self) -> None:
-        self._dropped.add(1)
 
     def _observe_twinless(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(self._twinless())]

@@ -23,7 +23,7 @@ from hostaffinity.admission_webhook.config import AdmissionWebhookSettings, Webh
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.admission_webhook.registration import RegistrationError, WebhookRegistration
-from hostaffinity.admission_webhook.server import AdmissionWebhook
+from hostaffinity.admission_webhook.server import SOURCE, AdmissionWebhook
 from hostaffinity.admission_webhook.twinless import TwinlessPods, pod_admission_decoder
 from hostaffinity.runtime.certificates import server_context, service_hostnames
 from hostaffinity.runtime.config import SharedSettings
@@ -115,10 +115,10 @@ class Webhook:
         reporter = TwinlessPods(EventRecorder(client, ctx.program, ctx.identity))
         metrics = AdmissionMetrics(reporter.count)
         publisher = SampledPublisher(
+            SOURCE,
             ctx.bus.publish_event,
             ratio=settings.event_sample_ratio,
             capacity=settings.event_queue_size,
-            on_drop=metrics.dropped_event,
         )
         server = self.server = AdmissionWebhook(
             mutation, metrics, publisher.offer, max_body_bytes=settings.max_body_bytes

@@ -40,6 +40,11 @@ BLOCKED: Final = "blocked"
 GONE: Final = "gone"
 UNREACHABLE: Final = "unreachable"
 ERROR: Final = "error"
+NOT_MIGRATABLE: Final = "not-migratable"  # a VMI that should move but cannot live-migrate
+# Every result an attempt is counted under (metrics.py serves each at 0 from the start).
+ATTEMPT_RESULTS: Final = (
+    EVICTED, MIGRATED, DRY_RUN, BLOCKED, GONE, UNREACHABLE, ERROR, NOT_MIGRATABLE,
+)  # fmt: skip
 MANAGED_BY: Final = "hostaffinity-descheduler"
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
 

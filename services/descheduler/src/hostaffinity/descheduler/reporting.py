@@ -15,6 +15,7 @@ from hostaffinity.descheduler.executor import (
     DRY_RUN,
     EVICTED,
     MIGRATED,
+    NOT_MIGRATABLE,
     migration_name,
 )
 from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
@@ -38,7 +39,7 @@ class Reporter:
         self._migrations: dict[str, Action] = {}
 
     async def action(self, action: Action, result: str) -> None:
-        self._metrics.attempted(action.strategy, action.namespace, result)
+        self._metrics.attempted(action.strategy, result)
         namespace, name = action.pod.split("/", 1)
         about_pod = ObjectRef("Pod", name, action.uid, namespace)
         what = f"{action.strategy}: {action.rule}"
@@ -96,7 +97,7 @@ class Reporter:
     async def stay(self, stay: VmiStays) -> None:
         """A VMI that should move but cannot live-migrate: a Warning Event on it."""
         namespace, name = stay.vmi.split("/", 1)
-        self._metrics.attempted(stay.strategy, namespace, "not-migratable")
+        self._metrics.attempted(stay.strategy, NOT_MIGRATABLE)
         await self._events.record(
             ObjectRef("VirtualMachineInstance", name, "", namespace, "kubevirt.io/v1"),
             "CannotLiveMigrate",

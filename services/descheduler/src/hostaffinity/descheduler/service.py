@@ -133,7 +133,9 @@ class Descheduling:
             physical_anti_affinity=shared.reads_hostname_as_host,
             fail_unplaced=shared.fails_unplaced,
         )
-        metrics = DeschedulerMetrics()
+        metrics = DeschedulerMetrics(
+            s.name for profile in policy.profiles for s in profile.strategies
+        )
         trigger = CycleTrigger(settings.debounce_seconds, settings.interval_seconds)
         planner = EvictionPlanner(
             PlannerSettings(

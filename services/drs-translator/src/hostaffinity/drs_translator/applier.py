@@ -32,7 +32,7 @@ from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.rules import ConflictReason, DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig, ReconfigureRefused
 from hostaffinity.schema import (
     DrsOwnership,
@@ -311,7 +311,7 @@ class DrsApplier:
             )
 
     def _conflict(
-        self, cluster: str, obj: DrsObject, reason: str, message: str, attempt: int = 0
+        self, cluster: str, obj: DrsObject, reason: ConflictReason, message: str, attempt: int = 0
     ) -> None:
         self.report_conflict(
             cluster, obj.name, reason, message, vms=obj.vms, pods=obj.pods, attempt=attempt
@@ -321,7 +321,7 @@ class DrsApplier:
         self,
         cluster: str,
         name: str,
-        reason: str,
+        reason: ConflictReason,
         message: str,
         *,
         vms: Sequence[str],

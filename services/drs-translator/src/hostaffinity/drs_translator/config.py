@@ -17,7 +17,7 @@ class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     vm_host_mandatory: bool = False
     # Also translate preferred host anti-affinity (into the anti-affinity cliques) and preferred
     # node affinity on hosts (a "should" VM-Host rule), whatever their weight; never preferred
-    # pod affinity (README). Off by default: DRS rules have no weight.
+    # pod affinity (docs/services/drs-translator.md). Off by default: DRS rules have no weight.
     translate_preferred: bool = False
     # Changes arriving within this window are planned and sent together (one reconfigure per
     # cluster).

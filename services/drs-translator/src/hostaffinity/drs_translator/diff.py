@@ -24,10 +24,14 @@ class Change:
     obj: DrsObject
 
 
+# How a rule of ours was changed outside hostaffinity.
+DriftChange = Literal["deleted", "edited"]
+
+
 @dataclass(frozen=True, slots=True)
 class Drift:
     name: str
-    change: Literal["deleted", "edited"]
+    change: DriftChange
     expected: DrsObject
     found: DrsObject | None
 

@@ -4,13 +4,16 @@
 `hostaffinity_drs_reconfigures_total{outcome}` and `hostaffinity_drs_plan_duration_seconds`.
 """
 
-from typing import Final
+from typing import Final, get_args
 
 from opentelemetry import metrics
 
+from hostaffinity.drs_translator.diff import DriftChange
+from hostaffinity.drs_translator.rules import ConflictReason
 from hostaffinity.runtime.telemetry import seconds_histogram
 
 # Planning every cluster is a pure computation over the caches: milliseconds, seconds at worst.
+RECONFIGURE_OUTCOMES: Final = ("applied", "refused")
 PLAN_BUCKETS_SECONDS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -36,3 +39,10 @@ class DrsMetrics:
             "Time to plan every cluster",
             PLAN_BUCKETS_SECONDS,
         )
+        # Every series served at 0 from the start: the alerts' increase() sees the first one.
+        for reason in get_args(ConflictReason):
+            self.conflicts.add(0, {"reason": reason})
+        for change in get_args(DriftChange):
+            self.drift.add(0, {"change": change})
+        for outcome in RECONFIGURE_OUTCOMES:
+            self.reconfigures.add(0, {"outcome": outcome})

@@ -45,7 +45,7 @@ from hostaffinity.affinity.nodeaffinity import (
 from hostaffinity.affinity.selectors import IN, Selector
 from hostaffinity.affinity.topology_spread import SpreadConstraint, compile_spread_constraints
 from hostaffinity.drs_translator.cliques import Clique, cover_with_cliques, edge
-from hostaffinity.drs_translator.rules import DrsObject, object_name
+from hostaffinity.drs_translator.rules import ConflictReason, DrsObject, object_name
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 CONNECTED: Final = "connected"
@@ -69,7 +69,7 @@ class Conflict:
 
     cluster_moid: str
     name: str
-    reason: str
+    reason: ConflictReason
     message: str
     vms: tuple[str, ...]
     pods: tuple[str, ...]
@@ -363,7 +363,9 @@ def _plan_vm_rules(cluster: str, graph: _Graph, usable_hosts: int, result: Plan)
         cluster_plan.objects[name] = obj
 
 
-def _hold(result: Plan, cluster_plan: ClusterPlan, obj: DrsObject, reason: str, text: str) -> None:
+def _hold(
+    result: Plan, cluster_plan: ClusterPlan, obj: DrsObject, reason: ConflictReason, text: str
+) -> None:
     cluster_plan.held.add(obj.name)
     result.conflicts.append(Conflict(obj.cluster_moid, obj.name, reason, text, obj.vms, obj.pods))
 

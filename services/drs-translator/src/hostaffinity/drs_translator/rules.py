@@ -7,7 +7,7 @@ its members change, so a new replica edits the rule instead of replacing it.
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from hostaffinity.schema import DRS_NAME_PREFIX, DrsObjectKind, DrsOwnership, DrsRecordState
 
@@ -19,6 +19,15 @@ _NAME_KIND: Final[dict[DrsObjectKind, str]] = {
     "vm-host": "vmhost",
 }
 _HASH_LENGTH: Final = 12
+# Why a rule was not sent, or is not ours to touch (drs.rule.conflict's `reason`).
+ConflictReason = Literal[
+    "too-few-hosts",
+    "together-and-apart",
+    "no-common-host",
+    "not-translatable",
+    "prefix-without-record",
+    "refused",
+]
 RULE_KINDS: Final[frozenset[DrsObjectKind]] = frozenset(
     {"vm-anti-affinity", "vm-affinity", "vm-host"}
 )

@@ -40,6 +40,7 @@ from hostaffinity.runtime.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.kube import NODES, KubeClient
 from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
 from hostaffinity.runtime.kv import TopologySnapshot, TopologyStore
+from hostaffinity.runtime.outbox_metrics import OutboxInstruments
 from hostaffinity.runtime.telemetry import seconds_histogram
 from hostaffinity.runtime.workqueue import WorkQueue
 from hostaffinity.schema import (
@@ -162,8 +163,10 @@ class Labeller:
         )
         # Keys a resync found not holding what was written; cleared when rewritten.
         self._stale: set[str] = set()
-        # Events of stored changes not yet published, per node, by id (in order).
+        # Events of stored changes not yet published, per node, by id (in order): the labeller's
+        # outbox, counted as every publisher's is.
         self._unpublished: dict[str, dict[str, Event]] = {}
+        self._outbox = OutboxInstruments("node-labeller")
         # The NodeUnmatched id announced per unplaced node, so a resync does not repeat it.
         self._unmatched: dict[str, str] = {}
         self._working = False
@@ -348,13 +351,16 @@ class Labeller:
                 if self._unmatched.get(name) == event.id:
                     continue  # announced already; the warning Event series counts repeats
                 self._unmatched[name] = event.id
-            unpublished.setdefault(event.id, event)
+            if event.id not in unpublished:
+                unpublished[event.id] = event
+                self._outbox.queued(1)
         if actions.label_patch is not None:
             await self._patch(name, actions.label_patch)
         while unpublished:
             event_id, event = next(iter(unpublished.items()))
             await self._publish(event)
             del unpublished[event_id]
+            self._outbox.queued(-1)
         del self._unpublished[name]
         if node is not None:
             for warning in actions.warnings:

@@ -2,7 +2,7 @@
 
 Recorded through OpenTelemetry; the runtime's Prometheus exporter serves them on /metrics as
 `hostaffinity_extender_request_duration_seconds`, `hostaffinity_extender_decisions_total`,
-`hostaffinity_extender_cache_age_seconds`, `hostaffinity_extender_decision_events_dropped_total`,
+`hostaffinity_extender_cache_age_seconds`,
 `hostaffinity_extender_requests_refused_total{path,status}` (every 4xx/5xx, whatever refused it),
 `hostaffinity_extender_inflight_wait_seconds` (a filter waiting for an in-flight pod's placement),
 `hostaffinity_extender_inflight_pods`, `hostaffinity_extender_inflight_dropped_total{why}`
@@ -10,7 +10,8 @@ Recorded through OpenTelemetry; the runtime's Prometheus exporter serves them on
 `hostaffinity_extender_source_stale_seconds{source}` (how long a source has not been live: the
 window in which the extender answers `Error` rather than guess),
 `hostaffinity_extender_informer_lag{source}` (events received, not yet in the cache)
-and `hostaffinity_workloads_exposed{namespace}` (exposure_gauge.py).
+and `hostaffinity_workloads_exposed{namespace}` (exposure_gauge.py). Sampled decisions not
+published are the runtime's `hostaffinity_bus_outbox_dropped_total{outbox="scheduler-extender"}`.
 """
 
 from __future__ import annotations
@@ -104,10 +105,6 @@ class ExtenderMetrics:
             "hostaffinity_extender_decisions",
             description="Answers given, per verb and outcome",
         )
-        self._dropped = meter.create_counter(
-            "hostaffinity_extender_decision_events_dropped",
-            description="Sampled decisions not published (queue full or bus unavailable)",
-        )
         meter.create_observable_gauge(
             "hostaffinity_extender_cache_age",
             callbacks=[_from_reporting(ExtenderMetrics._ages)],
@@ -126,9 +123,6 @@ class ExtenderMetrics:
         """One request answered."""
         self._latency.record(seconds, {"verb": verb})
         self._decisions.add(1, {"verb": verb, "outcome": outcome})
-
-    def dropped_event(self) -> None:
-        self._dropped.add(1)
 
     def refused(self, path: str, status: int) -> None:
         """A request answered with an HTTP error, by whatever refused it."""

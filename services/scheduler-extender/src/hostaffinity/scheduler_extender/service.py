@@ -19,6 +19,7 @@ from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
+from hostaffinity.scheduler_extender.decision_events import SOURCE
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
@@ -56,10 +57,10 @@ class Extender:
         feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)
         metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
         decisions = SampledPublisher(
+            SOURCE,
             ctx.bus.publish_event,
             ratio=settings.decision_sample_ratio,
             capacity=settings.decision_queue_size,
-            on_drop=metrics.dropped_event,
         )
         ctx.start(feeds.run(), name="cache-feeds")
         ctx.start(decisions.run(), name="decision-publisher")

@@ -1,0 +1,303 @@
+"""`hostaffinity uninstall`: take back what hostaffinity wrote outside its namespace, and
+nothing of anyone else's.
+
+In this order, each step only once the one before it succeeded:
+1. the DRS rules and groups the drs-translator created: in vCenter, a rule or group is removed
+   only when its name has our prefix AND the `hostaffinity-drs` bucket holds its ownership
+   record (the drs-translator's own rule); rules first, then the groups they name. One with our
+   prefix and no record is reported and left, like everything else in the cluster;
+2. node labels and annotations under `hostaffinity.io/`, and `alpha.cna.vmware.com/host` only
+   with `--legacy-host-label` (the archived VMware plugin wrote that key too: it is ours only
+   where the shared setting `legacy_host_label` made the node-labeller write it);
+3. the bus state: our streams and buckets, deleted as the `provision` identity (the ownership
+   records go with them, so step 1 comes first and a failed step 1 stops here).
+
+The services must be stopped first, or the node-labeller and the drs-translator write again: a
+live Lease of a leader-elected service makes the command refuse (and a dry run say so).
+With `--dry-run` it reads the same and prints what it would do (docs/uninstall.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from nats.js.errors import NotFoundError
+from pyVim.connect import Disconnect
+from pyVmomi import vim, vmodl
+
+from hostaffinity.cli.bus_access import OUR_STREAMS
+from hostaffinity.cli.leases import leadership, read_leases
+from hostaffinity.cli.reading import drs_records
+from hostaffinity.cli.seeding import wait_for_task
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.kube import NODES, KubeClient, api_client
+from hostaffinity.runtime.vcenter import VCenterSettings, connect
+from hostaffinity.schema import DRS_NAME_PREFIX, LABEL_LEGACY_HOST, DrsOwnership
+
+OUR_KEY_PREFIX: Final = "hostaffinity.io/"
+PASSWORD_VARIABLE: Final = "HOSTAFFINITY_VCENTER__PASSWORD"
+GROUP_KINDS: Final = frozenset({"vm-group", "host-group"})
+_vim: Any = vim
+
+
+@dataclass
+class ClusterCleanup:
+    """One vSphere cluster: the rule keys and group names of ours, what was left and why."""
+
+    rules: dict[str, int] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+
+
+def ours_in_cluster(
+    records: Mapping[str, DrsOwnership], rules: Iterable[Any], groups: Iterable[Any]
+) -> ClusterCleanup:
+    """What of one cluster's `configurationEx` is ours: named with our prefix and recorded."""
+    cleanup = ClusterCleanup()
+    for rule in rules:
+        if not rule.name.startswith(DRS_NAME_PREFIX):
+            continue
+        record = records.get(rule.name)
+        if record is not None and record.kind not in GROUP_KINDS:
+            cleanup.rules[rule.name] = rule.key
+        else:
+            cleanup.left.append(f"rule {rule.name}: our prefix, but no ownership record")
+    for group in groups:
+        if not group.name.startswith(DRS_NAME_PREFIX):
+            continue
+        record = records.get(group.name)
+        if record is not None and record.kind in GROUP_KINDS:
+            cleanup.groups.append(group.name)
+        else:
+            cleanup.left.append(f"group {group.name}: our prefix, but no ownership record")
+    return cleanup
+
+
+def node_keys(node: Mapping[str, Any], legacy_host_label: bool) -> tuple[list[str], list[str]]:
+    """The label and annotation keys of ours on one Node."""
+    metadata = node["metadata"]
+
+    def ours(key: str, label: bool) -> bool:
+        return key.startswith(OUR_KEY_PREFIX) or (
+            label and legacy_host_label and key == LABEL_LEGACY_HOST
+        )
+
+    labels = sorted(k for k in metadata.get("labels") or {} if ours(k, True))
+    annotations = sorted(k for k in metadata.get("annotations") or {} if ours(k, False))
+    return labels, annotations
+
+
+class Uninstall:
+    """The three steps; `say` prints each action as it is done (or would be, on a dry run)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._dry_run: bool = args.dry_run
+
+    def say(self, action: str, what: str) -> None:
+        print(f"{'would ' + action if self._dry_run else action + 'd'} {what}", flush=True)
+
+    async def run(self) -> int:
+        args = self._args
+        await self._check_stopped()
+        async with asyncio.timeout(args.timeout):
+            bus = await Bus.connect(_nats(args), name="hostaffinity-uninstall")
+        try:
+            records = [r for r in await drs_records(bus) if r.vcenter == args.vcenter_name]
+            by_cluster: dict[str, dict[str, DrsOwnership]] = {}
+            for record in records:
+                by_cluster.setdefault(record.cluster_moid, {})[record.name] = record
+            if by_cluster:
+                await asyncio.to_thread(self._remove_drs, by_cluster)
+            else:
+                print(f"no DRS ownership records for vCenter {args.vcenter_name!r}", flush=True)
+            await self._remove_node_keys()
+            await self._remove_bus_state(bus)
+        finally:
+            await bus.close()
+        return 0
+
+    async def _check_stopped(self) -> None:
+        """A leader still working would write again what this removes: refuse, or on a dry
+        run, say so."""
+        args = self._args
+        leases = await read_leases(_kubernetes(args), args.namespace)
+        now = datetime.now(UTC)
+        live = [s for s, lease in leases.items() if leadership(s, lease, now).holder]
+        if not live:
+            return
+        running = f"{', '.join(live)} still running (a live Lease in {args.namespace})"
+        stop = f"kubectl -n {args.namespace} scale deployment --all --replicas=0"
+        if not self._dry_run:
+            raise RuntimeError(f"{running}: stop them first ({stop}); nothing was changed")
+        print(f"note: {running}; stop them before the real run ({stop})", flush=True)
+
+    def _remove_drs(self, by_cluster: Mapping[str, Mapping[str, DrsOwnership]]) -> None:
+        if self._args.vcenter is None:
+            raise ValueError(
+                f"{sum(map(len, by_cluster.values()))} DRS rules and groups are recorded as "
+                "ours: give --vcenter to remove them (nothing was changed)"
+            )
+        si = connect(_vcenter(self._args))
+        try:
+            for moid, records in sorted(by_cluster.items()):
+                cluster = _vim.ClusterComputeResource(moid, si._stub)
+                try:
+                    config = cluster.configurationEx
+                except vmodl.fault.ManagedObjectNotFound:
+                    print(f"cluster {moid} is gone: nothing of ours to remove there", flush=True)
+                    continue
+                cleanup = ours_in_cluster(records, config.rule or (), config.group or ())
+                for why in cleanup.left:
+                    print(f"left {why} (cluster {moid})", flush=True)
+                for name in cleanup.rules:
+                    self.say("remove", f"DRS rule {name} (cluster {moid})")
+                for name in cleanup.groups:
+                    self.say("remove", f"DRS group {name} (cluster {moid})")
+                if self._dry_run:
+                    continue
+                # Rules first: vCenter refuses to remove a group a rule still names.
+                if cleanup.rules:
+                    _reconfigure(cluster, rules=list(cleanup.rules.values()))
+                if cleanup.groups:
+                    _reconfigure(cluster, groups=cleanup.groups)
+        finally:
+            Disconnect(si)  # type: ignore[no-untyped-call]
+
+    async def _remove_node_keys(self) -> None:
+        args = self._args
+        api = await api_client(_kubernetes(args))
+        try:
+            client = KubeClient(api)
+            listed = json.loads(await client.request("GET", NODES.path()))
+            for node in listed["items"]:
+                name = node["metadata"]["name"]
+                labels, annotations = node_keys(node, args.legacy_host_label)
+                if not labels and not annotations:
+                    continue
+                self.say("remove", f"from node {name}: {', '.join([*labels, *annotations])}")
+                if self._dry_run:
+                    continue
+                # A merge patch that names only our keys: every other label stays as it is.
+                patch = {
+                    "metadata": {
+                        "labels": dict.fromkeys(labels),
+                        "annotations": dict.fromkeys(annotations),
+                    }
+                }
+                await client.request(
+                    "PATCH",
+                    NODES.path(name),
+                    body=patch,
+                    content_type="application/merge-patch+json",
+                )
+        finally:
+            await api.close()
+
+    async def _remove_bus_state(self, bus: Bus) -> None:
+        for stream in OUR_STREAMS:
+            try:
+                await bus.js.stream_info(stream)
+            except NotFoundError:
+                continue
+            self.say("delete", f"bus stream {stream}")
+            if not self._dry_run:
+                await bus.js.delete_stream(stream)
+
+
+def _reconfigure(cluster: Any, *, rules: Iterable[int] = (), groups: Iterable[str] = ()) -> None:
+    """One ReconfigureComputeResource_Task that removes these rules (by key) and groups."""
+    spec = _vim.cluster.ConfigSpecEx(
+        rulesSpec=[_vim.cluster.RuleSpec(operation="remove", removeKey=key) for key in rules],
+        groupSpec=[_vim.cluster.GroupSpec(operation="remove", removeKey=name) for name in groups],
+    )
+    try:
+        wait_for_task(cluster.ReconfigureComputeResource_Task(spec=spec, modify=True))
+    except vmodl.MethodFault as fault:
+        reason = getattr(fault, "msg", "") or type(fault).__name__
+        raise RuntimeError(f"vCenter refused the removal: {reason}") from fault
+
+
+def _kubernetes(args: argparse.Namespace) -> KubernetesSettings:
+    return KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
+
+
+def _nats(args: argparse.Namespace) -> NatsSettings:
+    """The bus as the `provision` identity: the one that may read the ownership records and
+    delete our streams."""
+    return NatsSettings(
+        servers=[args.nats],
+        identity=None if args.nats_seed is None else "provision",
+        nkey_seed_file=args.nats_seed,
+        tls_ca_file=args.nats_ca_file,
+    )
+
+
+def _vcenter(args: argparse.Namespace) -> VCenterSettings:
+    """`--vcenter https://user@host[:port]`; the password from the URL or the environment."""
+    parts = urlsplit(args.vcenter)
+    password = parts.password or os.environ.get(PASSWORD_VARIABLE)
+    if not parts.hostname or parts.username is None or password is None:
+        raise ValueError(
+            f"--vcenter wants https://user@host (the password in ${PASSWORD_VARIABLE}), "
+            f"not {args.vcenter!r}"
+        )
+    https = parts.scheme != "http"
+    return VCenterSettings(
+        host=parts.hostname,
+        port=parts.port or (443 if https else 80),
+        username=parts.username,
+        password=password,
+        protocol="https" if https else "http",
+        ca_file=args.vcenter_ca_file,
+    )
+
+
+async def uninstall(args: argparse.Namespace) -> int:
+    return await Uninstall(args).run()
+
+
+def add_uninstall_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "uninstall",
+        help="remove our DRS rules and groups, node labels and bus state (--dry-run: show)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print what it would do, only")
+    parser.add_argument(
+        "--namespace", default="hostaffinity", help="where the services ran (default hostaffinity)"
+    )
+    parser.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
+    parser.add_argument("--context", help="the kubeconfig context (default: its current one)")
+    parser.add_argument("--server", help="API server address replacing the kubeconfig's")
+    parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="a NATS server URL")
+    parser.add_argument("--nats-seed", help="the nkey seed file of the `provision` identity")
+    parser.add_argument("--nats-ca-file", help="the CA that signed the NATS servers' certificate")
+    parser.add_argument(
+        "--vcenter", help=f"https://user@host (password in ${PASSWORD_VARIABLE} or the URL)"
+    )
+    parser.add_argument("--vcenter-ca-file", help="the CA bundle vCenter's certificate chains to")
+    parser.add_argument(
+        "--vcenter-name",
+        default="vcenter",
+        help="the vcenter_name of the services' config, which the records name (default vcenter)",
+    )
+    parser.add_argument(
+        "--legacy-host-label",
+        action="store_true",
+        help=f"also remove {LABEL_LEGACY_HOST} (when the shared legacy_host_label was on)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for NATS (default 30)"
+    )
+    parser.set_defaults(run=uninstall)
