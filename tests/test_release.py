@@ -83,9 +83,13 @@ def test_a_fresh_checkout_releases_manifests_and_an_installable_cli(tmp_path: Pa
     wheels = sorted(p.name for p in dist.glob("*.whl"))
     assert wheels == sorted(f"{w.replace('-', '_')}-{VERSION}-py3-none-any.whl" for w in WHEELS)
     assert (
-        "dist"
+        "dist/"
         in subprocess.run(
-            ["git", "check-ignore", "dist"], cwd=ROOT, capture_output=True, text=True
+            # With the slash: `/dist/` ignores a directory, and a clean checkout has none yet.
+            ["git", "check-ignore", "dist/"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         ).stdout
     )
 
