@@ -74,6 +74,7 @@ def pods(draw: st.DrawFn, name: str, assigned: bool, with_required_anti: bool) -
         ("app", ["a", "b", "c"]),
         ("tier", ["x"]),
         ("pod-template-hash", ["r1", "r2"]),
+        ("kubevirt.io/created-by", ["vmi-uid-1", "vmi-uid-2"]),  # virt-launcher pods of 2 VMs
     ):
         if draw(st.booleans()):
             labels[key] = draw(st.sampled_from(values))

@@ -8,6 +8,10 @@ a null `namespaceSelector` selects no namespace, `{}` selects all.
 The physical reading: with the opt-in (pod annotation or cluster-wide), a `kubernetes.io/hostname`
 anti-affinity term is compiled as a term on the ESXi-host domain, because spreading replicas over
 VMs that share one host is not what the user asked for (ARCHITECTURE.md "Topology model").
+A term read physically leaves out the pods of the reading pod's own KubeVirt VMI (same
+`kubevirt.io/created-by`): a migration target carries its source's labels, and its source's
+host must stay open to it, as the source's node is natively. It is the `mismatchLabelKeys` the
+admission webhook puts on the host twin it adds, merged as the API server merges it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ from hostaffinity.affinity.selectors import (
     Selector,
     compile_label_selector,
 )
-from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
+from hostaffinity.schema.names import (
+    LABEL_ESXI_HOST,
+    LABEL_KUBEVIRT_VMI_UID,
+    LABEL_LEGACY_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+)
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 # Topology keys whose domain is the physical ESXi host: resolved through the placement map first.
@@ -110,15 +119,35 @@ def physical_opt_in(pod: Pod, cluster_wide: bool) -> bool:
     return cluster_wide or pod.metadata.annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
 
 
+def without_own_vm(pod: Pod, selector: LabelSelector | None) -> LabelSelector | None:
+    """The selector leaving out the pods of `pod`'s own VMI, for a virt-launcher pod.
+
+    Exactly what `mismatchLabelKeys: [kubevirt.io/created-by]` becomes once the API server
+    merges it (pkg/registry/core/pod/strategy.go): a NotIn on the pod's value, appended.
+    """
+    uid = pod.metadata.labels.get(LABEL_KUBEVIRT_VMI_UID)
+    if selector is None or uid is None:
+        return selector
+    own = LabelSelectorRequirement(key=LABEL_KUBEVIRT_VMI_UID, operator=NOT_IN, values=[uid])
+    return _with_requirements(selector, [own])
+
+
+def _with_requirements(
+    selector: LabelSelector, added: list[LabelSelectorRequirement]
+) -> LabelSelector:
+    expressions = [*(selector.match_expressions or ()), *added]
+    return LabelSelector(match_labels=selector.match_labels, match_expressions=expressions)
+
+
 def _compile_term(pod: Pod, term: PodAffinityTerm, weight: int, physical: bool) -> AffinityTerm:
     namespaces = frozenset(term.namespaces or ())
     if not namespaces and term.namespace_selector is None:
         namespaces = frozenset((pod.metadata.namespace,))
-    key = term.topology_key
+    key, selector = term.topology_key, term.label_selector
     if physical and key == HOSTNAME_KEY:
-        key = LABEL_ESXI_HOST
+        key, selector = LABEL_ESXI_HOST, without_own_vm(pod, selector)
     return AffinityTerm(
-        selector=compile_label_selector(term.label_selector),
+        selector=compile_label_selector(selector),
         topology_key=key,
         namespaces=namespaces,
         namespace_selector=compile_label_selector(term.namespace_selector),
@@ -208,9 +237,7 @@ def _merge_keys(pod: Pod, term: PodAffinityTerm) -> PodAffinityTerm:
     ]
     if not added:
         return term
-    expressions = [*(selector.match_expressions or ()), *added]
-    merged = LabelSelector(match_labels=selector.match_labels, match_expressions=expressions)
-    return msgspec.structs.replace(term, label_selector=merged)
+    return msgspec.structs.replace(term, label_selector=_with_requirements(selector, added))
 
 
 def _merge_group(pod: Pod, group: PodAffinity | None) -> PodAffinity | None:
