@@ -11,7 +11,9 @@ VMs that share one host is not what the user asked for (ARCHITECTURE.md "Topolog
 A term read physically leaves out the pods of the reading pod's own KubeVirt VMI (same
 `kubevirt.io/created-by`): a migration target carries its source's labels, and its source's
 host must stay open to it, as the source's node is natively. It is the `mismatchLabelKeys` the
-admission webhook puts on the host twin it adds, merged as the API server merges it.
+admission webhook puts on the host twin it adds, merged as the API server merges it; the
+required term then also stays on the hostname as written, as the webhook keeps it beside the
+twin, so the VM's own pods are still kept off each other's node.
 """
 
 from __future__ import annotations
@@ -119,15 +121,20 @@ def physical_opt_in(pod: Pod, cluster_wide: bool) -> bool:
     return cluster_wide or pod.metadata.annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
 
 
+def runs_a_vm(pod: Pod) -> bool:
+    """A KubeVirt virt-launcher pod: it carries its VMI's uid."""
+    return LABEL_KUBEVIRT_VMI_UID in pod.metadata.labels
+
+
 def without_own_vm(pod: Pod, selector: LabelSelector | None) -> LabelSelector | None:
     """The selector leaving out the pods of `pod`'s own VMI, for a virt-launcher pod.
 
     Exactly what `mismatchLabelKeys: [kubevirt.io/created-by]` becomes once the API server
     merges it (pkg/registry/core/pod/strategy.go): a NotIn on the pod's value, appended.
     """
-    uid = pod.metadata.labels.get(LABEL_KUBEVIRT_VMI_UID)
-    if selector is None or uid is None:
+    if selector is None or not runs_a_vm(pod):
         return selector
+    uid = pod.metadata.labels[LABEL_KUBEVIRT_VMI_UID]
     own = LabelSelectorRequirement(key=LABEL_KUBEVIRT_VMI_UID, operator=NOT_IN, values=[uid])
     return _with_requirements(selector, [own])
 
@@ -156,6 +163,18 @@ def _compile_term(pod: Pod, term: PodAffinityTerm, weight: int, physical: bool) 
     )
 
 
+def _required_anti(pod: Pod, term: PodAffinityTerm, physical: bool) -> list[AffinityTerm]:
+    """A required anti-affinity term as decided on. Read physically for a virt-launcher pod, it
+    also stays on the hostname as written: its host reading leaves the VM's own pods out, and
+    its node reading still keeps them apart (KubeVirt's own term keeping a migration target off
+    its source's node is one such), as the webhook keeps the term beside its twin."""
+    decided = _compile_term(pod, term, 0, physical)
+    moved = decided.declared_key != decided.topology_key
+    if not (moved and runs_a_vm(pod) and term.label_selector is not None):
+        return [decided]
+    return [_compile_term(pod, term, 0, False), decided]
+
+
 def _required(group: PodAffinity | None) -> list[PodAffinityTerm]:
     if group is None:
         return []
@@ -182,7 +201,7 @@ def compile_pod_terms(pod: Pod, physical_anti_affinity: bool = False) -> PodTerm
 
     return PodTerms(
         required_affinity=tuple(_compile_term(pod, t, 0, False) for t in _required(together)),
-        required_anti=tuple(_compile_term(pod, t, 0, physical) for t in _required(apart)),
+        required_anti=tuple(d for t in _required(apart) for d in _required_anti(pod, t, physical)),
         preferred_affinity=preferred(together, False),
         preferred_anti=preferred(apart, physical),
     )
