@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hostaffinity.affinity.engine import AffinityEngine, FilterResult
+from hostaffinity.affinity.headroom import host_headroom
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
@@ -141,6 +142,7 @@ def explain_pod(
     )
     history = pod_history(events, identity, {r.name for r in drs})
     host_level = any(t.host_level for t in terms)
+    headroom = [tight.sentence() for tight in host_headroom(engine, pod)]
     return PodExplanation(
         pod=pod.key,
         phase=_phase(facts),
@@ -152,6 +154,7 @@ def explain_pod(
         summary=summary,
         drs_rules=drs,
         history=history,
+        host_headroom=headroom,
     )
 
 
@@ -241,6 +244,7 @@ def render_pod(report: PodExplanation) -> str:
     parts = [f"pod {report.pod} ({report.phase}) {_where(report.location)}"]
     if report.terms:
         parts.append("rules:\n" + _terms(report.terms, report.pod))
+    parts.extend(f"no host to spare: {sentence}" for sentence in report.host_headroom)
     if report.summary:
         rows = [[r.host or "(unknown)", ", ".join(r.nodes), r.message] for r in report.refusals]
         refused = _indented(table(["ESXI HOST", "NODES", "WHY NOT"], rows)) if rows else ""
