@@ -280,6 +280,59 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     assert len(requested) == 6
 
 
+@pytest.mark.usefixtures("telemetry")
+async def test_a_vm_that_cannot_migrate_is_restarted_elsewhere_only_with_consent_and_pdb(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """Two VMs that cannot live-migrate on a node with a NoSchedule taint: the one whose VMI
+    carries descheduler.alpha.kubernetes.io/evict has its launcher pod evicted through the
+    Eviction API -- once its PodDisruptionBudget allows it -- the other only gets the Event."""
+    kube = kube_double
+    worker = node_object("worker-1")
+    worker["spec"] = {"taints": [{"key": "maintenance", "value": "true", "effect": "NoSchedule"}]}
+    kube.seed(worker)
+    kube.seed(node_object("spare-1"))
+    consent = {"descheduler.alpha.kubernetes.io/evict": "true"}
+    kube.seed(vmi_json("consented", "worker-1", migratable=False, annotations=consent))
+    kube.seed(vmi_json("pinned", "worker-1", migratable=False))
+    for name in ("consented", "pinned"):
+        kube.seed(launcher_object(name, "worker-1"))
+    only_consented = {"matchLabels": {"vm.kubevirt.io/name": "consented"}}
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "consented", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": only_consented},
+    }
+    kube.seed(budget)
+    controllers = Controllers(kube, [])
+    config = descheduler_config(
+        nats_server, kubeconfig, write_policy(tmp_path, TAINT_POLICY), debounce_seconds=0.2
+    )
+    blocked_before = metric(EVICTED_METRIC, namespace="default", result="blocked")
+    helpers = asyncio.create_task(controllers.run())
+    try:
+        async with running_descheduler(config):
+            await eventually(
+                lambda: metric(EVICTED_METRIC, namespace="default", result="blocked")
+                > blocked_before,
+                "the PDB refusing the restart",
+            )
+            assert controllers.evicted == []
+            stored = kube.read("policy/v1", "poddisruptionbudgets", "consented", "default")
+            assert stored is not None
+            kube.write({**stored, "spec": {**stored["spec"], "maxUnavailable": 1}})
+            await eventually(lambda: bool(controllers.evicted), "the consented VM's pod evicted")
+    finally:
+        helpers.cancel()
+    assert [name for _, name in controllers.evicted] == ["virt-launcher-consented-x7k2p"]
+    assert kube.store.objects("virtualmachineinstancemigrations.kubevirt.io", "default") == []
+    warnings = [
+        e for e in kube.store.objects("events", "default") if e.get("reason") == "CannotLiveMigrate"
+    ]
+    assert {e["involvedObject"]["name"] for e in warnings} == {"pinned"}
+
+
 def web_pod(name: str, node: str) -> dict[str, Any]:
     apart = {
         "podAntiAffinity": {

@@ -157,6 +157,7 @@ def vmi_json(
     strategy: str | None = "LiveMigrate",
     migratable: bool = True,
     namespace: str = "default",
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}
@@ -166,7 +167,12 @@ def vmi_json(
     return {
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-vmi-{name}"},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-vmi-{name}",
+            "annotations": dict(annotations or {}),
+        },
         "spec": spec,
         "status": {
             "phase": "Running",

@@ -227,6 +227,29 @@ def test_vmi_eviction_strategy(strategy: str | None, migratable: bool, outcome: 
         assert [s.vmi for s in plan.stays] == ["default/vm-a"]
 
 
+@pytest.mark.parametrize("consented", [True, False], ids=["annotated", "not-annotated"])
+def test_a_vm_that_cannot_migrate_is_restarted_only_with_its_owners_consent(
+    consented: bool,
+) -> None:
+    annotations = {"descheduler.alpha.kubernetes.io/evict": "true"} if consented else {}
+    state = cluster(
+        [node("n1", taints=[NOSCHED]), node("n2")],
+        [launcher("vm-a", "n1")],
+        vmis=[vmi("vm-a", "n1", migratable=False, annotations=annotations)],
+    )
+    plan = decide_once(state, TAINTS)
+    if consented:
+        [action] = plan.actions
+        assert (action.outcome, action.pod, action.target) == (
+            Outcome.EVICT, "default/virt-launcher-vm-a-abcde", "n2"
+        )  # fmt: skip
+        assert "restarted elsewhere, as descheduler.alpha.kubernetes.io/evict allows" in action.why
+        assert plan.stays == []
+    else:
+        assert plan.actions == []
+        assert [s.vmi for s in plan.stays] == ["default/vm-a"]
+
+
 def test_migration_limits_hold_with_ten_violating_vmis() -> None:
     names = [f"vm-{i}" for i in range(10)]
     hosts = ["n1", "n2", "n3"]

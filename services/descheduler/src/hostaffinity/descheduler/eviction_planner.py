@@ -279,12 +279,15 @@ class PlanDraft:
         self, pod: DeschedulerPod, violation: Violation, protections: Protections
     ) -> tuple[Action | None, str | None]:
         vmi = launcher_vmi(pod)
-        outcome = Outcome.EVICT
+        outcome, why = Outcome.EVICT, violation.why
         if vmi is not None:
-            refusal = self._migration_refusal(pod, vmi, violation)
+            how, reason, refusal = self._vm_move(pod, vmi, violation)
             if refusal is not None:
                 return None, refusal
-            outcome = Outcome.MIGRATE
+            if how is MoveKind.MIGRATE:
+                outcome = Outcome.MIGRATE
+            else:  # a consented restart: the launcher pod is evicted like any pod
+                why = f"{why}; VMI {vmi}: {reason}"
         target, refusal = self._target(pod, violation, protections)
         if target is None:
             return None, refusal
@@ -297,13 +300,17 @@ class PlanDraft:
             workload=workload_of(pod),
             strategy=violation.strategy,
             rule=violation.rule,
-            why=violation.why,
+            why=why,
             target=target,
             vmi=vmi or "",
         )
         return action, None
 
-    def _migration_refusal(self, pod: DeschedulerPod, vmi: str, violation: Violation) -> str | None:
+    def _vm_move(
+        self, pod: DeschedulerPod, vmi: str, violation: Violation
+    ) -> tuple[MoveKind, str, str | None]:
+        """How the VM moves, why it cannot migrate (if so), and a refusal when it may not move
+        this cycle: a VM that stays is reported; a migration keeps KubeVirt's limits."""
         settings = self.planner.settings
         how, reason = how_to_move(
             self.state.vmis.get(vmi), settings.kubevirt_default_eviction_strategy
@@ -312,16 +319,20 @@ class PlanDraft:
             self.plan.stays.append(
                 VmiStays(vmi, pod.key, violation.strategy, violation.rule, reason)
             )
-            return f"VMI {vmi} cannot live-migrate: {reason}"
+            return how, reason, f"VMI {vmi} cannot live-migrate: {reason}"
+        if how is MoveKind.RESTART:
+            return how, reason, None
         if vmi in self._migrating_vmis:
-            return f"VMI {vmi} is already migrating"
+            return how, reason, f"VMI {vmi} is already migrating"
         limits = settings.migrations
         if self._migrations_total >= limits.per_cluster:
-            return f"limit of {limits.per_cluster} parallel migrations per cluster reached"
+            refusal = f"limit of {limits.per_cluster} parallel migrations per cluster reached"
+            return how, reason, refusal
         node = pod.spec.node_name
         if self._migrations_out.get(node, 0) >= limits.outbound_per_node:
-            return f"limit of {limits.outbound_per_node} outbound migrations reached on {node}"
-        return None
+            refusal = f"limit of {limits.outbound_per_node} outbound migrations reached on {node}"
+            return how, reason, refusal
+        return how, reason, None
 
     def _target(
         self, pod: DeschedulerPod, violation: Violation, protections: Protections

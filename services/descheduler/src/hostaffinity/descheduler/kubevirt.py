@@ -2,8 +2,12 @@
 
 A virt-launcher pod is never evicted by the descheduler: evicting it kills the VM. When its
 VMI's `evictionStrategy` is LiveMigrate, or LiveMigrateIfPossible and the VMI reports the
-LiveMigratable condition, the descheduler creates a VirtualMachineInstanceMigration instead;
-otherwise it records an Event on the VMI saying why the VM was left in place.
+LiveMigratable condition, the descheduler creates a VirtualMachineInstanceMigration instead.
+A VM that cannot migrate is left in place with an Event on the VMI saying why -- unless its
+owner consented to a restart by annotating the VMI `descheduler.alpha.kubernetes.io/evict`
+(the descheduler's own opt-in, seed 003): then its virt-launcher pod is evicted through the
+Eviction API like any pod (PodDisruptionBudgets hold), the VM stops, and its VirtualMachine
+(or pool, or VMIRS) starts it again where it may run.
 
 Limits are KubeVirt's own defaults (kubevirt pkg/virt-config/virt-config.go:
 ParallelMigrationsPerClusterDefault = 5, ParallelOutboundMigrationsPerNodeDefault = 2); the
@@ -27,6 +31,8 @@ LIVE_MIGRATE_IF_POSSIBLE: Final = "LiveMigrateIfPossible"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 PARALLEL_MIGRATIONS_PER_CLUSTER: Final = 5
 PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: Final = 2
+# The upstream descheduler's annotation, read on the VMI as the owner's consent to a restart.
+RESTART_CONSENT: Final = "descheduler.alpha.kubernetes.io/evict"
 P = TypeVar("P", bound=Pod)
 
 
@@ -142,13 +148,27 @@ class MoveKind(enum.Enum):
     """How a virt-launcher pod's VM may be moved."""
 
     MIGRATE = "migrate"
+    RESTART = "restart"
     STAY = "stay"
 
 
+def restart_consented(vmi: VirtualMachineInstance) -> bool:
+    """The VMI's owner lets the descheduler stop it to start it elsewhere."""
+    return RESTART_CONSENT in vmi.metadata.annotations
+
+
 def how_to_move(vmi: VirtualMachineInstance | None, default_strategy: str) -> tuple[MoveKind, str]:
-    """Migrate, or stay with the reason in words (for the Event on the VMI)."""
+    """Migrate; restart where the owner consented; else stay. With the reason the VM cannot
+    migrate, in words (for the Event on the VMI, or the eviction's reason)."""
     if vmi is None:
         return MoveKind.STAY, "its VirtualMachineInstance is not known (yet)"
+    how, why = _live_migration(vmi, default_strategy)
+    if how is MoveKind.STAY and restart_consented(vmi):
+        return MoveKind.RESTART, f"{why}; restarted elsewhere, as {RESTART_CONSENT} allows"
+    return how, why
+
+
+def _live_migration(vmi: VirtualMachineInstance, default_strategy: str) -> tuple[MoveKind, str]:
     strategy = vmi.spec.eviction_strategy or default_strategy
     migratable, why = vmi.live_migratable()
     if strategy == LIVE_MIGRATE:
