@@ -188,6 +188,24 @@ def vmi_json(
     }
 
 
+def kubevirt_json(
+    version: str, per_cluster: int | None = None, outbound_per_node: int | None = None
+) -> dict[str, Any]:
+    """The KubeVirt CR virt-operator reconciles: its migration limits and the version it runs."""
+    migrations: dict[str, int] = {}
+    if per_cluster is not None:
+        migrations["parallelMigrationsPerCluster"] = per_cluster
+    if outbound_per_node is not None:
+        migrations["parallelOutboundMigrationsPerNode"] = outbound_per_node
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt", "namespace": "kubevirt", "uid": "uid-kubevirt"},
+        "spec": {"configuration": {"migrations": migrations}},
+        "status": {"phase": "Deployed", "observedKubeVirtVersion": version},
+    }
+
+
 def vmi(name: str, node_name: str, **kwargs: Any) -> VirtualMachineInstance:
     return decode_vmi(json.dumps(vmi_json(name, node_name, **kwargs)))
 

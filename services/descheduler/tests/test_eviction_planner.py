@@ -10,6 +10,7 @@ from descheduler_builders import (
     cluster,
     decide_once,
     evicted,
+    kubevirt_json,
     launcher,
     node,
     pod,
@@ -24,7 +25,7 @@ from hostaffinity.descheduler.eviction_planner import (
     Outcome,
     PlannerSettings,
 )
-from hostaffinity.descheduler.kubevirt import MigrationLimits
+from hostaffinity.descheduler.kubevirt import MigrationLimits, decode_kubevirt
 from hostaffinity.descheduler.protections import (
     DefaultEvictorArgs,
     PriorityThreshold,
@@ -271,6 +272,39 @@ def test_migration_limits_hold_with_ten_violating_vmis() -> None:
         settings=PlannerSettings(migrations=MigrationLimits(per_cluster=10, outbound_per_node=1)),
     )
     assert len(custom.actions) == 3
+
+
+def test_migration_limits_come_from_the_kubevirt_cr_and_our_config_overrides_them() -> None:
+    names = [f"vm-{i}" for i in range(6)]
+    hosts = ["n1", "n2", "n3"]
+    state = cluster(
+        [node(h, taints=[NOSCHED]) for h in hosts] + [node("free-1"), node("free-2")],
+        [launcher(n, hosts[i % 3]) for i, n in enumerate(names)],
+        vmis=[vmi(n, hosts[i % 3]) for i, n in enumerate(names)],
+    )
+    state.upsert_kubevirt(decode_kubevirt(json.dumps(kubevirt_json("v1.6.0", per_cluster=3))))
+    assert len(decide_once(state, TAINTS).actions) == 3  # the CR's, outbound per node default 2
+    override = PlannerSettings(migrations=MigrationLimits(per_cluster=4, outbound_per_node=2))
+    assert len(decide_once(state, TAINTS, settings=override).actions) == 4
+
+
+@pytest.mark.parametrize(
+    ("version", "pinned"),
+    [("v1.5.0", True), ("v1.6.2", True), ("v1.4.1", False), ("", False), (None, False)],
+)
+def test_a_migration_is_pinned_to_its_target_where_kubevirt_takes_added_node_selector(
+    version: str | None, pinned: bool
+) -> None:
+    state = cluster(
+        [node("n1", taints=[NOSCHED]), node("n2", {"kubernetes.io/hostname": "n2.example"})],
+        [launcher("vm-a", "n1")],
+        vmis=[vmi("vm-a", "n1")],
+    )
+    if version is not None:
+        state.upsert_kubevirt(decode_kubevirt(json.dumps(kubevirt_json(version))))
+    [action] = decide_once(state, TAINTS).actions
+    assert action.target == "n2"
+    assert action.pinned_hostname == ("n2.example" if pinned else "")
 
 
 def test_migrations_in_flight_count_against_the_limits() -> None:

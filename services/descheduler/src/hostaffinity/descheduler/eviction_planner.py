@@ -26,13 +26,21 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.descheduler.kubevirt import MigrationLimits, MoveKind, how_to_move, launcher_vmi
+from hostaffinity.descheduler.kubevirt import (
+    MigrationLimits,
+    MoveKind,
+    how_to_move,
+    launcher_vmi,
+    migration_limits,
+    pins_targets,
+)
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.protections import Protections, node_selected
 from hostaffinity.descheduler.state import ClusterState, workload_of
 from hostaffinity.descheduler.strategies.base import Violation
 from hostaffinity.descheduler.strategies.changes import Change
 
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 # Node fit's own triggers: changes that may give a pod somewhere to go, whatever the strategy.
 NODE_FIT_TRIGGERS: Final = (
     Change.NODE_ADDED
@@ -60,7 +68,8 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     dry_run: bool = False
     # The VMI evictionStrategy assumed when a VMI names none (KubeVirt's cluster-wide setting).
     kubevirt_default_eviction_strategy: str = "None"
-    migrations: MigrationLimits = MigrationLimits()
+    # Overrides the KubeVirt CR's migration limits when set.
+    migrations: MigrationLimits | None = None
 
 
 class Outcome(enum.Enum):
@@ -83,6 +92,10 @@ class Action:
     why: str
     target: str
     vmi: str = ""
+    # For a migration: the target's hostname label, pinned through addedNodeSelector where the
+    # cluster's KubeVirt takes it; empty where kube-scheduler picks the target.
+    pinned_hostname: str = ""
+    kubevirt_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -304,7 +317,20 @@ class PlanDraft:
             target=target,
             vmi=vmi or "",
         )
+        if outcome is Outcome.MIGRATE:
+            action = self._pinned(action)
         return action, None
+
+    def _pinned(self, action: Action) -> Action:
+        """The migration pinned to its target where the cluster's KubeVirt allows it."""
+        kubevirt = self.state.kubevirt
+        version = kubevirt.status.observed_kube_virt_version if kubevirt else ""
+        if not pins_targets(kubevirt):
+            return dataclasses.replace(action, kubevirt_version=version)
+        node = self.state.nodes.get(action.target)
+        labels = node.metadata.labels if node is not None else {}
+        hostname = labels.get(HOSTNAME_LABEL, action.target)
+        return dataclasses.replace(action, pinned_hostname=hostname, kubevirt_version=version)
 
     def _vm_move(
         self, pod: DeschedulerPod, vmi: str, violation: Violation
@@ -324,7 +350,7 @@ class PlanDraft:
             return how, reason, None
         if vmi in self._migrating_vmis:
             return how, reason, f"VMI {vmi} is already migrating"
-        limits = settings.migrations
+        limits = migration_limits(self.state.kubevirt, settings.migrations)
         if self._migrations_total >= limits.per_cluster:
             refusal = f"limit of {limits.per_cluster} parallel migrations per cluster reached"
             return how, reason, refusal

@@ -16,6 +16,7 @@ from typing import Any, Final, TypeVar
 from hostaffinity.affinity.model import decode_namespace
 from hostaffinity.descheduler.kubevirt import (
     VirtualMachineInstanceMigration,
+    decode_kubevirt,
     decode_migration,
     decode_vmi,
 )
@@ -46,6 +47,7 @@ NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 PDBS: Final = ResourceRef("policy", "v1", "poddisruptionbudgets")
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
+KUBEVIRTS: Final = ResourceRef("kubevirt.io", "v1", "kubevirts")
 Handler = Callable[[InformerEvent[T]], Awaitable[None]]
 
 
@@ -110,6 +112,11 @@ class Feeds:
                         then=on_migration,
                     ),
                     decode_migration,
+                ),
+                informer(
+                    KUBEVIRTS,
+                    handle(_unknown, state.upsert_kubevirt, state.remove_kubevirt),
+                    decode_kubevirt,
                 ),
             ]
 

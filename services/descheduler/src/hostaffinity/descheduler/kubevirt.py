@@ -9,9 +9,16 @@ owner consented to a restart by annotating the VMI `descheduler.alpha.kubernetes
 Eviction API like any pod (PodDisruptionBudgets hold), the VM stops, and its VirtualMachine
 (or pool, or VMIRS) starts it again where it may run.
 
-Limits are KubeVirt's own defaults (kubevirt pkg/virt-config/virt-config.go:
-ParallelMigrationsPerClusterDefault = 5, ParallelOutboundMigrationsPerNodeDefault = 2); the
-migrations already in flight count against them.
+Limits are the cluster's own, read from the KubeVirt CR (`spec.configuration.migrations.
+parallelMigrationsPerCluster` / `parallelOutboundMigrationsPerNode`, KubeVirt's defaults where it
+names none: pkg/virt-config/virt-config.go, 5 and 2); `descheduler.migrations` in our config
+overrides them. The migrations already in flight count against them.
+
+The target: KubeVirt >= 1.5 takes `spec.addedNodeSelector` on a migration (a map of node labels
+the target pod must also match, api/core/v1 VirtualMachineInstanceMigrationSpec), so where the
+CR's `status.observedKubeVirtVersion` says so the migration is pinned, by hostname label, to the
+node the descheduler checked; an older KubeVirt lets kube-scheduler choose, and the Event says
+so.
 """
 
 from __future__ import annotations
@@ -40,6 +47,16 @@ class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """camelCase JSON names; unknown fields ignored."""
 
 
+class _Object(_ApiStruct, frozen=True):
+    """A namespaced KubeVirt object: its metadata, known by `namespace/name`."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
 class VmiCondition(_ApiStruct, frozen=True):
     type: str = ""
     status: str = ""
@@ -58,14 +75,9 @@ class VmiStatus(_ApiStruct, frozen=True):
     conditions: list[VmiCondition] = msgspec.field(default_factory=list)
 
 
-class VirtualMachineInstance(_ApiStruct, frozen=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+class VirtualMachineInstance(_Object, frozen=True):
     spec: VmiSpec = msgspec.field(default_factory=VmiSpec)
     status: VmiStatus = msgspec.field(default_factory=VmiStatus)
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     def live_migratable(self) -> tuple[bool, str]:
         """The LiveMigratable condition, and its message when it is not True."""
@@ -89,14 +101,9 @@ class MigrationStatus(_ApiStruct, frozen=True):
     migration_state: MigrationState | None = None
 
 
-class VirtualMachineInstanceMigration(_ApiStruct, frozen=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+class VirtualMachineInstanceMigration(_Object, frozen=True):
     spec: MigrationSpec = msgspec.field(default_factory=MigrationSpec)
     status: MigrationStatus = msgspec.field(default_factory=MigrationStatus)
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     @property
     def in_flight(self) -> bool:
@@ -187,3 +194,67 @@ class MigrationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     per_cluster: int = PARALLEL_MIGRATIONS_PER_CLUSTER
     outbound_per_node: int = PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE
+
+
+class MigrationConfiguration(_ApiStruct, frozen=True):
+    parallel_migrations_per_cluster: int | None = None
+    parallel_outbound_migrations_per_node: int | None = None
+
+
+class KubeVirtConfiguration(_ApiStruct, frozen=True):
+    migrations: MigrationConfiguration = msgspec.field(default_factory=MigrationConfiguration)
+
+
+class KubeVirtSpec(_ApiStruct, frozen=True):
+    configuration: KubeVirtConfiguration = msgspec.field(default_factory=KubeVirtConfiguration)
+
+
+class KubeVirtStatus(_ApiStruct, frozen=True):
+    observed_kube_virt_version: str = ""
+
+
+class KubeVirt(_Object, frozen=True):
+    """The KubeVirt CR: the cluster's KubeVirt configuration and the version it runs."""
+
+    spec: KubeVirtSpec = msgspec.field(default_factory=KubeVirtSpec)
+    status: KubeVirtStatus = msgspec.field(default_factory=KubeVirtStatus)
+
+
+_KUBEVIRT: Final = msgspec.json.Decoder(KubeVirt)
+# The first release whose VirtualMachineInstanceMigration takes spec.addedNodeSelector.
+ADDED_NODE_SELECTOR_SINCE: Final = (1, 5)
+
+
+def decode_kubevirt(data: bytes | str) -> KubeVirt:
+    return _KUBEVIRT.decode(data)
+
+
+def migration_limits(
+    kubevirt: KubeVirt | None, override: MigrationLimits | None
+) -> MigrationLimits:
+    """Our config's limits when set, else the KubeVirt CR's (KubeVirt's defaults for what it
+    leaves out, or without a CR)."""
+    if override is not None:
+        return override
+    configured = kubevirt.spec.configuration.migrations if kubevirt else MigrationConfiguration()
+    return MigrationLimits(
+        per_cluster=configured.parallel_migrations_per_cluster or PARALLEL_MIGRATIONS_PER_CLUSTER,
+        outbound_per_node=configured.parallel_outbound_migrations_per_node
+        or PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
+    )
+
+
+def kubevirt_version(kubevirt: KubeVirt | None) -> tuple[int, int] | None:
+    """(major, minor) of `status.observedKubeVirtVersion` ("v1.5.2", "v1.6.0-rc.1"), if known."""
+    if kubevirt is None:
+        return None
+    parts = kubevirt.status.observed_kube_virt_version.lstrip("v").split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def pins_targets(kubevirt: KubeVirt | None) -> bool:
+    """Whether the cluster's KubeVirt takes a migration's addedNodeSelector."""
+    version = kubevirt_version(kubevirt)
+    return version is not None and version >= ADDED_NODE_SELECTOR_SINCE

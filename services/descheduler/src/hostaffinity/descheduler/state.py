@@ -18,6 +18,7 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace
 from hostaffinity.descheduler.kubevirt import (
+    KubeVirt,
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
     launcher_vmi,
@@ -71,6 +72,8 @@ class ClusterState:
         self.pdbs: dict[str, PodDisruptionBudget] = {}
         self.vmis: dict[str, VirtualMachineInstance] = {}
         self.migrations: dict[str, VirtualMachineInstanceMigration] = {}
+        # The cluster's KubeVirt CR (its migration limits and version), by key: there is one.
+        self.kubevirts: dict[str, KubeVirt] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
 
@@ -173,6 +176,17 @@ class ClusterState:
         launcher = self._launchers.get(vmi)
         if launcher is not None and launcher.key in self.pods:
             self.place(with_vmi_rules(launcher, self.vmis.get(vmi)))
+
+    @property
+    def kubevirt(self) -> KubeVirt | None:
+        """The KubeVirt CR, when KubeVirt is installed (the first by key, should there be more)."""
+        return self.kubevirts[min(self.kubevirts)] if self.kubevirts else None
+
+    def upsert_kubevirt(self, kubevirt: KubeVirt) -> None:
+        self.kubevirts[kubevirt.key] = kubevirt
+
+    def remove_kubevirt(self, key: str) -> None:
+        self.kubevirts.pop(key, None)
 
     def upsert_migration(self, migration: VirtualMachineInstanceMigration) -> None:
         self.migrations[migration.key] = migration
