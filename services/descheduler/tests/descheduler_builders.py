@@ -19,7 +19,12 @@ from hostaffinity.descheduler.eviction_planner import (
     Plan,
     PlannerSettings,
 )
-from hostaffinity.descheduler.kubevirt import VirtualMachineInstance, decode_vmi
+from hostaffinity.descheduler.kubevirt import (
+    VirtualMachine,
+    VirtualMachineInstance,
+    decode_vm,
+    decode_vmi,
+)
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod, decode_node, decode_pod
 from hostaffinity.descheduler.policy import Policy, Profile
 from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
@@ -158,7 +163,9 @@ def vmi_json(
     migratable: bool = True,
     namespace: str = "default",
     annotations: Mapping[str, str] | None = None,
+    owner: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A running VMI; `owner` (kind, name): its controller (VirtualMachine or VMIRS)."""
     spec: dict[str, Any] = {
         "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}
     }
@@ -172,6 +179,7 @@ def vmi_json(
             "namespace": namespace,
             "uid": f"uid-vmi-{name}",
             "annotations": dict(annotations or {}),
+            "ownerReferences": [_kubevirt_owner(*owner)] if owner else [],
         },
         "spec": spec,
         "status": {
@@ -186,6 +194,20 @@ def vmi_json(
             ],
         },
     }
+
+
+def _kubevirt_owner(kind: str, name: str) -> dict[str, Any]:
+    group = "pool.kubevirt.io/v1beta1" if kind == "VirtualMachinePool" else "kubevirt.io/v1"
+    return {"apiVersion": group, "kind": kind, "name": name, "uid": f"uid-{name}",
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def vm(name: str, pool: str | None = None) -> VirtualMachine:
+    """A VirtualMachine (only what the descheduler reads of it), in a pool or not."""
+    owners = [_kubevirt_owner("VirtualMachinePool", pool)] if pool else []
+    meta = {"name": name, "namespace": "default", "uid": f"uid-{name}", "ownerReferences": owners}
+    return decode_vm(json.dumps({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                                 "metadata": meta}))  # fmt: skip
 
 
 def kubevirt_json(
@@ -230,6 +252,7 @@ def cluster(
     placements: Mapping[str, str] | None = None,
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
     vmis: Iterable[VirtualMachineInstance] = (),
+    vms: Iterable[VirtualMachine] = (),
     physical_anti_affinity: bool = False,
 ) -> ClusterState:
     state = ClusterState(physical_anti_affinity=physical_anti_affinity)
@@ -243,6 +266,8 @@ def cluster(
         state.upsert_pod(item)
     for item in vmis:
         state.upsert_vmi(item)
+    for machine in vms:
+        state.upsert_vm(machine)
     return state
 
 

@@ -36,7 +36,7 @@ from hostaffinity.descheduler.kubevirt import (
 )
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.protections import Protections, node_selected
-from hostaffinity.descheduler.state import ClusterState, workload_of
+from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import Violation
 from hostaffinity.descheduler.strategies.changes import Change
 
@@ -270,7 +270,7 @@ class PlanDraft:
         refusal = protections.refuse(self.state, pod, self.now)
         if refusal is not None:
             return refusal
-        workload = workload_of(pod)
+        workload = self.state.workload_of(pod)
         cooling = self._cooling.get(workload)
         if cooling is None:
             cooling = self._cooling[workload] = planner.cooling(workload)
@@ -310,7 +310,7 @@ class PlanDraft:
             uid=pod.metadata.uid,
             namespace=pod.metadata.namespace,
             node=pod.spec.node_name,
-            workload=workload_of(pod),
+            workload=self.state.workload_of(pod),
             strategy=violation.strategy,
             rule=violation.rule,
             why=why,

@@ -18,6 +18,7 @@ from hostaffinity.descheduler.kubevirt import (
     VirtualMachineInstanceMigration,
     decode_kubevirt,
     decode_migration,
+    decode_vm,
     decode_vmi,
 )
 from hostaffinity.descheduler.model import (
@@ -48,6 +49,7 @@ PDBS: Final = ResourceRef("policy", "v1", "poddisruptionbudgets")
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
 KUBEVIRTS: Final = ResourceRef("kubevirt.io", "v1", "kubevirts")
+VMS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachines")
 Handler = Callable[[InformerEvent[T]], Awaitable[None]]
 
 
@@ -113,6 +115,7 @@ class Feeds:
                     ),
                     decode_migration,
                 ),
+                informer(VMS, handle(_unknown, state.upsert_vm, state.remove_vm), decode_vm),
                 informer(
                     KUBEVIRTS,
                     handle(_unknown, state.upsert_kubevirt, state.remove_kubevirt),

@@ -87,6 +87,18 @@ class VirtualMachineInstance(_Object, frozen=True):
         return False, "the VMI does not report the LiveMigratable condition"
 
 
+class VirtualMachine(_Object, frozen=True):
+    """A VirtualMachine, for its owner: a VirtualMachinePool's VMs are one workload."""
+
+
+def vm_owner(obj: _Object) -> tuple[str, str] | None:
+    """(kind, name) of a KubeVirt object's controller ownerReference, if any."""
+    for ref in obj.metadata.owner_references:
+        if ref.controller:
+            return ref.kind, ref.name
+    return None
+
+
 class MigrationSpec(_ApiStruct, frozen=True):
     vmi_name: str = ""
 
@@ -111,11 +123,16 @@ class VirtualMachineInstanceMigration(_Object, frozen=True):
 
 
 _VMI: Final = msgspec.json.Decoder(VirtualMachineInstance)
+_VM: Final = msgspec.json.Decoder(VirtualMachine)
 _VMIM: Final = msgspec.json.Decoder(VirtualMachineInstanceMigration)
 
 
 def decode_vmi(data: bytes | str) -> VirtualMachineInstance:
     return _VMI.decode(data)
+
+
+def decode_vm(data: bytes | str) -> VirtualMachine:
+    return _VM.decode(data)
 
 
 def decode_migration(data: bytes | str) -> VirtualMachineInstanceMigration:
