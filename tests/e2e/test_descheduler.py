@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from descheduler_builders import kubevirt_json, vmi_json
+from descheduler_builders import kubevirt_json, vm_json, vmi_json
 from prometheus_client import REGISTRY
 
 from hostaffinity.runtime.bus import Bus
@@ -379,6 +379,43 @@ async def test_the_kubevirt_crs_limits_hold_and_its_version_lets_the_target_be_p
     ]
     assert len(migrating) == 2
     assert all("(addedNodeSelector)" in message for message in migrating)
+
+
+async def test_a_vm_whose_new_placement_waits_for_a_restart_is_reported(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, telemetry: Telemetry
+) -> None:
+    """A VM's template now keeps it apart from db replicas on ESXi hosts, but KubeVirt holds the
+    change for a restart (RestartRequired): a Warning Event on the VM, and the gauge counts it;
+    once the VMI has the rule (the VM restarted), the gauge drops."""
+    kube = kube_double
+    kube.seed(node_object("worker-1"))
+    apart = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": LABEL_ESXI_HOST}
+            ]
+        }
+    }
+    kube.seed(vm_json("db-0", template_affinity=apart, restart_required=True))
+    running = vmi_json("db-0", "worker-1", owner=("VirtualMachine", "db-0"))
+    kube.seed(running)
+    kube.seed(launcher_object("db-0", "worker-1"))
+    config = descheduler_config(nats_server, kubeconfig, None, debounce_seconds=0.2)
+    gauge = "hostaffinity_descheduler_vms_awaiting_restart"
+    async with running_descheduler(config):
+
+        def reported() -> list[dict[str, Any]]:
+            events = kube.store.objects("events", "default")
+            return [e for e in events if e.get("reason") == "PlacementAwaitsRestart"]
+
+        await eventually(lambda: bool(reported()), "the Event on the VM")
+        [event] = reported()
+        assert event["involvedObject"]["kind"] == "VirtualMachine"
+        assert event["involvedObject"]["name"] == "db-0"
+        assert "template's affinity differs from the running VMI's" in event["message"]
+        assert metric(gauge) == 1
+        kube.write({**running, "spec": {**running["spec"], "affinity": apart}})
+        await eventually(lambda: metric(gauge) == 0, "the gauge cleared after the restart")
 
 
 def web_pod(name: str, node: str) -> dict[str, Any]:

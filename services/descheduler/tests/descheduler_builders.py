@@ -202,12 +202,32 @@ def _kubevirt_owner(kind: str, name: str) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}  # fmt: skip
 
 
-def vm(name: str, pool: str | None = None) -> VirtualMachine:
-    """A VirtualMachine (only what the descheduler reads of it), in a pool or not."""
+def vm_json(
+    name: str,
+    pool: str | None = None,
+    *,
+    template_affinity: Mapping[str, Any] | None = None,
+    restart_required: bool = False,
+) -> dict[str, Any]:
+    """A VirtualMachine, in a pool or not, its template's affinity, and KubeVirt's
+    RestartRequired condition when a template change waits for a restart."""
     owners = [_kubevirt_owner("VirtualMachinePool", pool)] if pool else []
     meta = {"name": name, "namespace": "default", "uid": f"uid-{name}", "ownerReferences": owners}
-    return decode_vm(json.dumps({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-                                 "metadata": meta}))  # fmt: skip
+    template: dict[str, Any] = {"domain": {"devices": {}}}
+    if template_affinity is not None:
+        template["affinity"] = dict(template_affinity)
+    conditions = [{"type": "RestartRequired", "status": "True"}] if restart_required else []
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": meta,
+        "spec": {"runStrategy": "Always", "template": {"spec": template}},
+        "status": {"conditions": conditions},
+    }
+
+
+def vm(name: str, pool: str | None = None, **kwargs: Any) -> VirtualMachine:
+    return decode_vm(json.dumps(vm_json(name, pool, **kwargs)))
 
 
 def kubevirt_json(

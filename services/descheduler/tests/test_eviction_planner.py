@@ -6,6 +6,7 @@ import json
 
 import pytest
 from descheduler_builders import (
+    ESXI,
     anti_affinity,
     cluster,
     decide_once,
@@ -14,6 +15,7 @@ from descheduler_builders import (
     launcher,
     node,
     pod,
+    vm,
     vmi,
     vmi_json,
 )
@@ -25,7 +27,11 @@ from hostaffinity.descheduler.eviction_planner import (
     Outcome,
     PlannerSettings,
 )
-from hostaffinity.descheduler.kubevirt import MigrationLimits, decode_kubevirt
+from hostaffinity.descheduler.kubevirt import (
+    MigrationLimits,
+    decode_kubevirt,
+    placement_awaiting_restart,
+)
 from hostaffinity.descheduler.protections import (
     DefaultEvictorArgs,
     PriorityThreshold,
@@ -249,6 +255,28 @@ def test_a_vm_that_cannot_migrate_is_restarted_only_with_its_owners_consent(
     else:
         assert plan.actions == []
         assert [s.vmi for s in plan.stays] == ["default/vm-a"]
+
+
+@pytest.mark.parametrize(
+    ("restart_required", "template_affinity", "waiting"),
+    [
+        (True, "apart", "affinity"),
+        (True, None, ""),  # the change that needs the restart is not about placement
+        (False, "apart", ""),  # LiveUpdate: KubeVirt applies it to the VMI itself
+    ],
+)
+def test_a_vms_new_placement_waiting_for_a_restart(
+    restart_required: bool, template_affinity: str | None, waiting: str
+) -> None:
+    apart = anti_affinity({"app": "db"}, ESXI)
+    machine = vm(
+        "db-0",
+        template_affinity=apart if template_affinity else None,
+        restart_required=restart_required,
+    )
+    running = vmi("db-0", "n1", owner=("VirtualMachine", "db-0"))
+    assert placement_awaiting_restart(machine, running) == waiting
+    assert placement_awaiting_restart(machine, None) == ""
 
 
 def test_migration_limits_hold_with_ten_violating_vmis() -> None:

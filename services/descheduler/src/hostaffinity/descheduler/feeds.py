@@ -15,6 +15,7 @@ from typing import Any, Final, TypeVar
 
 from hostaffinity.affinity.model import decode_namespace
 from hostaffinity.descheduler.kubevirt import (
+    VirtualMachine,
     VirtualMachineInstanceMigration,
     decode_kubevirt,
     decode_migration,
@@ -65,6 +66,7 @@ class Feeds:
         *,
         kubevirt: bool,
         on_migration: Callable[[VirtualMachineInstanceMigration], Awaitable[None]],
+        on_vm: Callable[[VirtualMachine], Awaitable[None]],
         link: Link,
         settings: InformerSettings | None = None,
     ) -> None:
@@ -115,7 +117,9 @@ class Feeds:
                     ),
                     decode_migration,
                 ),
-                informer(VMS, handle(_unknown, state.upsert_vm, state.remove_vm), decode_vm),
+                informer(
+                    VMS, handle(_unknown, state.upsert_vm, state.remove_vm, then=on_vm), decode_vm
+                ),
                 informer(
                     KUBEVIRTS,
                     handle(_unknown, state.upsert_kubevirt, state.remove_kubevirt),

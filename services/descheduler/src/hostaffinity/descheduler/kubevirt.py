@@ -87,8 +87,40 @@ class VirtualMachineInstance(_Object, frozen=True):
         return False, "the VMI does not report the LiveMigratable condition"
 
 
+class VmTemplate(_ApiStruct, frozen=True):
+    spec: VmiSpec = msgspec.field(default_factory=VmiSpec)
+
+
+class VmSpec(_ApiStruct, frozen=True):
+    template: VmTemplate = msgspec.field(default_factory=VmTemplate)
+
+
+class VmStatus(_ApiStruct, frozen=True):
+    conditions: list[VmiCondition] = msgspec.field(default_factory=list)
+
+
 class VirtualMachine(_Object, frozen=True):
-    """A VirtualMachine, for its owner: a VirtualMachinePool's VMs are one workload."""
+    """A VirtualMachine: its owner (a VirtualMachinePool's VMs are one workload), the placement
+    its template asks for, and whether KubeVirt says it needs a restart."""
+
+    spec: VmSpec = msgspec.field(default_factory=VmSpec)
+    status: VmStatus = msgspec.field(default_factory=VmStatus)
+
+
+def placement_awaiting_restart(vm: VirtualMachine, vmi: VirtualMachineInstance | None) -> str:
+    """The placement fields the VM's template changed and its running VMI does not have, when
+    KubeVirt holds them for a restart (RestartRequired: the default Stage rollout strategy
+    applies such changes only at the next start); empty otherwise."""
+    if vmi is None or not any(
+        c.type == "RestartRequired" and c.status == "True" for c in vm.status.conditions
+    ):
+        return ""
+    wanted, running = vm.spec.template.spec, vmi.spec
+    pairs = (
+        ("affinity", wanted.affinity, running.affinity),
+        ("nodeSelector", wanted.node_selector or {}, running.node_selector or {}),
+    )
+    return ", ".join(name for name, template, live in pairs if template != live)
 
 
 def vm_owner(obj: _Object) -> tuple[str, str] | None:

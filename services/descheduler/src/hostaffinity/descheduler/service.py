@@ -25,6 +25,7 @@ from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.policy import DEFAULT_POLICY, Policy, load_policy, parse_policy
 from hostaffinity.descheduler.reporting import SOURCE, Reporter
+from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
 from hostaffinity.runtime.consumer import DurableConsumer
@@ -134,6 +135,9 @@ class Descheduling:
         executor = self.executor = Executor(
             ctx.kube, state, planner, eviction, reporter.action, reporter.stay, trigger.poke
         )
+        awaiting_restart = PlacementsAwaitingRestart(
+            state, EventRecorder(ctx.kube, ctx.program, ctx.identity)
+        )
         feeds = self.feeds = Feeds(
             ctx.kube,
             topology,
@@ -141,6 +145,7 @@ class Descheduling:
             trigger,
             kubevirt=settings.kubevirt,
             on_migration=reporter.migration_changed,
+            on_vm=awaiting_restart.vm_changed,
             link=ctx.bus.link_epoch,
         )
         consumer = DurableConsumer(
