@@ -352,7 +352,9 @@ def test_admission_policy_component_replaces_the_webhook(tmp_path: Path) -> None
     shipped = one(render(), "MutatingWebhookConfiguration")["webhooks"][0]
     assert policy["spec"]["matchConditions"] == shipped["matchConditions"]
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == shipped["namespaceSelector"]
-    assert [m["patchType"] for m in policy["spec"]["mutations"]] == ["JSONPatch"] * 5
+    # Twins, own-VM exclusion of preferred terms, preferred moves, host label, hostname spreads
+    # moved to the host key, the annotation's spread.
+    assert [m["patchType"] for m in policy["spec"]["mutations"]] == ["JSONPatch"] * 6
 
 
 def test_cert_manager_component_serves_the_certificate_it_injects(tmp_path: Path) -> None:

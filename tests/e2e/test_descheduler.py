@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from descheduler_builders import vmi_json
+from descheduler_builders import kubevirt_json, vm_json, vmi_json
 from prometheus_client import REGISTRY
 
 from hostaffinity.runtime.bus import Bus
@@ -209,6 +209,20 @@ def launcher_object(vmi: str, node: str) -> dict[str, Any]:
     return pod
 
 
+MAINTENANCE = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
+
+
+def in_maintenance(name: str) -> dict[str, Any]:
+    """A node with a NoSchedule taint no VM tolerates: RemovePodsViolatingNodeTaints moves them."""
+    node = node_object(name)
+    node["spec"] = {"taints": [MAINTENANCE]}
+    return node
+
+
+def vm_migrations(kube: KubeDouble) -> list[dict[str, Any]]:
+    return kube.store.objects("virtualmachineinstancemigrations.kubevirt.io", "default")
+
+
 TAINT_POLICY = {
     "apiVersion": "descheduler/v1alpha2",
     "kind": "DeschedulerPolicy",
@@ -226,11 +240,8 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
 ) -> None:
     kube = kube_double
-    taint = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}
     for name in ("worker-1", "worker-2", "worker-3"):
-        node = node_object(name)
-        node["spec"] = {"taints": [taint]}
-        kube.seed(node)
+        kube.seed(in_maintenance(name))
     kube.seed(node_object("spare-1"))
     kube.seed(node_object("spare-2"))
     sources = ["worker-1", "worker-2", "worker-3"]
@@ -244,7 +255,7 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     )
 
     def migrations() -> list[dict[str, Any]]:
-        return kube.store.objects("virtualmachineinstancemigrations.kubevirt.io", "default")
+        return vm_migrations(kube)
 
     async with running_descheduler(config) as service:
         await eventually(lambda: len(migrations()) == 5, "five migrations")
@@ -274,6 +285,8 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     pods = kube.store.objects("pods", "default")
     assert not any(p["metadata"].get("deletionTimestamp") for p in pods), "a VM pod was evicted"
     assert not any(m["spec"]["vmiName"] == "pinned" for m in migrations())
+    # No KubeVirt CR: KubeVirt's default limits, and no target pinned (version unknown).
+    assert not any("addedNodeSelector" in m["spec"] for m in migrations())
     warnings = [
         e for e in kube.store.objects("events", "default") if e.get("reason") == "CannotLiveMigrate"
     ]
@@ -286,6 +299,131 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     finally:
         await bus.close()
     assert len(requested) == 6
+
+
+@pytest.mark.usefixtures("telemetry")
+async def test_a_vm_that_cannot_migrate_is_restarted_elsewhere_only_with_consent_and_pdb(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """Two VMs that cannot live-migrate on a node with a NoSchedule taint: the one whose VMI
+    carries descheduler.alpha.kubernetes.io/evict has its launcher pod evicted through the
+    Eviction API -- once its PodDisruptionBudget allows it -- the other only gets the Event."""
+    kube = kube_double
+    kube.seed(in_maintenance("worker-1"))
+    kube.seed(node_object("spare-1"))
+    consent = {"descheduler.alpha.kubernetes.io/evict": "true"}
+    kube.seed(vmi_json("consented", "worker-1", migratable=False, annotations=consent))
+    kube.seed(vmi_json("pinned", "worker-1", migratable=False))
+    for name in ("consented", "pinned"):
+        kube.seed(launcher_object(name, "worker-1"))
+    only_consented = {"matchLabels": {"vm.kubevirt.io/name": "consented"}}
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "consented", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": only_consented},
+    }
+    kube.seed(budget)
+    controllers = Controllers(kube, [])
+    config = descheduler_config(
+        nats_server, kubeconfig, write_policy(tmp_path, TAINT_POLICY), debounce_seconds=0.2
+    )
+    blocked_before = metric(EVICTED_METRIC, namespace="default", result="blocked")
+    helpers = asyncio.create_task(controllers.run())
+    try:
+        async with running_descheduler(config):
+            await eventually(
+                lambda: metric(EVICTED_METRIC, namespace="default", result="blocked")
+                > blocked_before,
+                "the PDB refusing the restart",
+            )
+            assert controllers.evicted == []
+            stored = kube.read("policy/v1", "poddisruptionbudgets", "consented", "default")
+            assert stored is not None
+            kube.write({**stored, "spec": {**stored["spec"], "maxUnavailable": 1}})
+            await eventually(lambda: bool(controllers.evicted), "the consented VM's pod evicted")
+    finally:
+        helpers.cancel()
+    assert [name for _, name in controllers.evicted] == ["virt-launcher-consented-x7k2p"]
+    assert vm_migrations(kube) == []
+    warnings = [
+        e for e in kube.store.objects("events", "default") if e.get("reason") == "CannotLiveMigrate"
+    ]
+    assert {e["involvedObject"]["name"] for e in warnings} == {"pinned"}
+
+
+async def test_the_kubevirt_crs_limits_hold_and_its_version_lets_the_target_be_pinned(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """KubeVirt v1.6 with parallelMigrationsPerCluster 2: two migrations at once, each pinned
+    by addedNodeSelector to the node the descheduler checked, and the Event says so."""
+    kube = kube_double
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubevirt"}})
+    kube.seed(kubevirt_json("v1.6.0", per_cluster=2))
+    kube.seed(in_maintenance("worker-1"))
+    for name in ("spare-1", "spare-2"):
+        kube.seed(node_object(name))
+    for i in range(3):
+        kube.seed(vmi_json(f"vm-{i}", "worker-1"))
+        kube.seed(launcher_object(f"vm-{i}", "worker-1"))
+    config = descheduler_config(
+        nats_server, kubeconfig, write_policy(tmp_path, TAINT_POLICY), debounce_seconds=0.2
+    )
+
+    async with running_descheduler(config) as service:
+        await eventually(lambda: len(vm_migrations(kube)) == 2, "two migrations")
+        assert service.loop is not None
+        cycles = service.loop.cycles
+        kube.write(node_object("spare-3"))  # a trigger: the CR's limit still holds
+        await eventually(
+            lambda: service.loop is not None and service.loop.cycles > cycles, "another cycle"
+        )
+        assert len(vm_migrations(kube)) == 2
+    pinned = [m["spec"]["addedNodeSelector"] for m in vm_migrations(kube)]
+    targets = [selector["kubernetes.io/hostname"] for selector in pinned]
+    assert set(targets) <= {"spare-1", "spare-2"}
+    migrating = [
+        e["message"] for e in kube.store.objects("events", "default") if e["reason"] == "Migrating"
+    ]
+    assert len(migrating) == 2
+    assert all("(addedNodeSelector)" in message for message in migrating)
+
+
+async def test_a_vm_whose_new_placement_waits_for_a_restart_is_reported(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, telemetry: Telemetry
+) -> None:
+    """A VM's template now keeps it apart from db replicas on ESXi hosts, but KubeVirt holds the
+    change for a restart (RestartRequired): a Warning Event on the VM, and the gauge counts it;
+    once the VMI has the rule (the VM restarted), the gauge drops."""
+    kube = kube_double
+    kube.seed(node_object("worker-1"))
+    apart = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": LABEL_ESXI_HOST}
+            ]
+        }
+    }
+    kube.seed(vm_json("db-0", template_affinity=apart, restart_required=True))
+    running = vmi_json("db-0", "worker-1", owner=("VirtualMachine", "db-0"))
+    kube.seed(running)
+    kube.seed(launcher_object("db-0", "worker-1"))
+    config = descheduler_config(nats_server, kubeconfig, None, debounce_seconds=0.2)
+    gauge = "hostaffinity_descheduler_vms_awaiting_restart"
+    async with running_descheduler(config):
+
+        def reported() -> list[dict[str, Any]]:
+            events = kube.store.objects("events", "default")
+            return [e for e in events if e.get("reason") == "PlacementAwaitsRestart"]
+
+        await eventually(lambda: bool(reported()), "the Event on the VM")
+        [event] = reported()
+        assert event["involvedObject"]["kind"] == "VirtualMachine"
+        assert event["involvedObject"]["name"] == "db-0"
+        assert "template's affinity differs from the running VMI's" in event["message"]
+        assert metric(gauge) == 1
+        kube.write({**running, "spec": {**running["spec"], "affinity": apart}})
+        await eventually(lambda: metric(gauge) == 0, "the gauge cleared after the restart")
 
 
 def web_pod(name: str, node: str) -> dict[str, Any]:

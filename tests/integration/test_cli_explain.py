@@ -146,9 +146,14 @@ async def test_explain_a_pending_pod_names_the_rule_and_the_pod_refusing_it_per_
         assert f"{ANTI_WEB_RULE} and is in the node's domain {LABEL_ESXI_HOST}=DC0_C0_H0" in message
         assert by_host["DC0_C0_H1"][1].startswith("pod default/web-2 (on node node2)")
         assert [(h["type"], h["at"]) for h in report["history"]] == [("extender.decision", decided)]
+        # Three web replicas run on the three hosts: this fourth one has no host to spare.
+        [headroom] = report["host_headroom"]
+        expected = "4 pod(s) (this one included) are selected by its required anti-affinity "
+        assert headroom.startswith(f"{expected}{ANTI_WEB_RULE}, and only 3 ESXi host(s)")
         code, out, _ = await cli("explain", "pod", "default/web-4")
         assert "DC0_C0_H0  node1, node4  pod default/web-1 (on node node1)" in out
         assert "extender filter: unschedulable, 0/4 nodes passed" in out
+        assert "no host to spare: 4 pod(s)" in out
 
 
 async def test_explain_an_evicted_pod_names_the_strategy_and_the_moment(

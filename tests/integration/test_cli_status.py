@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from hostaffinity.schema import LABEL_ESXI_HOST
+from tests.e2e.descheduler_harness import pod_object
 from tests.e2e.harness import FAST_LEASE
 from tests.e2e.labeller_harness import (
     eventually,
@@ -82,9 +83,17 @@ async def test_status_healthy_then_a_service_whose_leader_is_gone(
         assert out.rstrip().endswith("all well")
     # The labeller stopped (released its Lease); the descheduler's leader stopped renewing.
     kube.write(lease("descheduler", "descheduler-5f4-k8", now - timedelta(minutes=5)))
+    # Two replicas kept apart on ESXi hosts, on the two hosts there are: no host to spare.
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": LABEL_ESXI_HOST}
+    apart = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    for name, node in (("web-1", "node1"), ("web-2", "node2")):
+        kube.write(pod_object(name, "web", node, owner="web-rs", affinity=apart))
     code, out = await status(nats_cluster, kubeconfig, capsys)
     assert code == 1
     assert "needs attention:" in out
+    assert "- 1 required host-level anti-affinity rule(s) with as many replicas as usable" in out
+    assert "no host to spare:\n  - default/web-1: 2 pod(s) (this one included)" in out
+    assert "only 2 ESXi host(s) can take them" in out
     assert "- node-labeller has no live leader (Lease hostaffinity-node-labeller" in out
     assert "- descheduler has no live leader (Lease hostaffinity-descheduler" in out
     assert "drs-translator has no live leader" not in out

@@ -363,3 +363,59 @@ async def test_pods_created_through_the_api_are_mutated_by_the_service_or_admitt
         ("mutated", "patched"),  # the plain pod does not match the conditions: no call
         ("missed", "failed"),
     ]
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+async def test_a_replica_that_fills_the_last_usable_host_gets_an_admission_warning(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """Replicas >= usable ESXi hosts under a required host term: the pod is admitted and
+    patched, and whoever created it reads why the next rollout would deadlock."""
+    kube = kube_double
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+    for name, host in (("node1", "esxi-1"), ("node2", "esxi-2"), ("node3", "esxi-3")):
+        kube.seed(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {HOSTNAME_KEY: name, LABEL_ESXI_HOST: host}},
+                "spec": {},
+            }
+        )
+    recorded = json.loads(FIXTURE.read_text())["reviews"][0]["request_body"]
+    template = recorded["request"]["object"]
+
+    def replica(name: str, node: str) -> dict[str, Any]:
+        metadata = {k: v for k, v in template["metadata"].items() if k != "generateName"}
+        return {**template, "metadata": {**metadata, "name": name},
+                "spec": {**template["spec"], "nodeName": node}}  # fmt: skip
+
+    kube.seed(replica("web-7c9f8d6b5d-aaaaa", "node1"))
+    async with service(nats_server, kubeconfig, kube) as running:
+        ca = written_ca(kube)
+        assert ca is not None
+
+        async def warnings() -> list[str]:
+            status, body = await post(running, json.dumps(recorded).encode(), ca)
+            assert status == 200
+            response = json.loads(body)["response"]
+            assert response["patchType"] == "JSONPatch"
+            found: list[str] = response.get("warnings", [])
+            return found
+
+        assert await warnings() == []  # 2 replicas, 3 hosts
+        kube.write(replica("web-7c9f8d6b5d-bbbbb", "node2"))
+
+        async def warned() -> bool:
+            return bool(await warnings())
+
+        await eventually_true(warned, "no warning once the replicas fill every host")
+        [warning] = await warnings()
+        assert warning.startswith("hostaffinity: no ESXi host to spare: 3 pod(s) (this one")
+        assert "only 3 ESXi host(s) can take them" in warning
+        kube.write({**kube.read("v1", "nodes", "node3"), "spec": {"unschedulable": True}})
+
+        async def two_hosts() -> bool:
+            return "only 2 ESXi host(s)" in "".join(await warnings())
+
+        await eventually_true(two_hosts, "a cordoned host is not usable")

@@ -192,7 +192,9 @@ def virt_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
     )
     expected = copy.deepcopy(pod)
     affinity = expected["spec"]["affinity"]
-    affinity["podAntiAffinity"][REQUIRED].append(term | {"topologyKey": LABEL_ESXI_HOST})
+    # The twin leaves out the VM's own pods: a migration target never counts its source.
+    twin = term | {"topologyKey": LABEL_ESXI_HOST, "mismatchLabelKeys": ["kubevirt.io/created-by"]}
+    affinity["podAntiAffinity"][REQUIRED].append(twin)
     affinity["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0]["matchExpressions"].append(
         HOST_EXISTS
     )
@@ -205,6 +207,49 @@ def virt_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
             "matchLabelKeys": ["kubevirt.io/vm-pool-revision-name"],
         }
     )
+    return pod, expected
+
+
+def migration_target() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A live migration's target virt-launcher pod: the source's labels plus the migration's,
+    KubeVirt's hostname term on its own VMI's uid, required and preferred hostname terms."""
+    uid = "3f1e2d4c-0000-4000-8000-00000000000b"
+    labels = {
+        "kubevirt.io": "virt-launcher",
+        "kubevirt.io/created-by": uid,
+        "kubevirt.io/migrationJobUID": "9a8b7c6d-0000-4000-8000-00000000000c",
+        "workload": "vm-db",
+    }
+    apart = {"labelSelector": {"matchLabels": {"workload": "vm-db"}}, "topologyKey": HOSTNAME}
+    own_node = {"labelSelector": {"matchLabels": {"kubevirt.io/created-by": uid}},
+                "topologyKey": HOSTNAME}  # fmt: skip
+    tenant = {**apart, "mismatchLabelKeys": ["tenant"]}
+    spec = {
+        "affinity": {
+            "podAntiAffinity": {
+                REQUIRED: [apart, own_node],
+                PREFERRED: [
+                    {"weight": 10, "podAffinityTerm": tenant},
+                    {"weight": 20, "podAffinityTerm": {"topologyKey": HOSTNAME}},
+                ],
+            }
+        }
+    }
+    annotations = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
+    pod = _pod(labels, annotations, spec, generateName="virt-launcher-vm-db-2-")
+    expected = copy.deepcopy(pod)
+    anti = expected["spec"]["affinity"]["podAntiAffinity"]
+    own_vm = {"topologyKey": LABEL_ESXI_HOST, "mismatchLabelKeys": ["kubevirt.io/created-by"]}
+    anti[REQUIRED] += [apart | own_vm, own_node | own_vm]
+    anti[PREFERRED][0]["podAffinityTerm"] = tenant | {
+        "topologyKey": LABEL_ESXI_HOST,
+        "mismatchLabelKeys": ["tenant", "kubevirt.io/created-by"],
+    }
+    # No selector: the term selects nothing, so there is nothing to leave out.
+    anti[PREFERRED][1]["podAffinityTerm"]["topologyKey"] = LABEL_ESXI_HOST
+    expected["spec"]["affinity"]["nodeAffinity"] = {
+        REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [HOST_EXISTS]}]}
+    }
     return pod, expected
 
 
@@ -300,6 +345,7 @@ CASES = {
     "deployment-pod": deployment,
     "statefulset-pod-spread": statefulset,
     "virt-launcher-pod": virt_launcher,
+    "migration-target-pod": migration_target,
     "required-and-preferred": required_and_preferred,
     "hostname-spreads": hostname_spreads,
     "already-mutated": already_mutated,

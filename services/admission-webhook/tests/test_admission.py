@@ -134,6 +134,31 @@ def test_preferred_only_pod_gets_no_host_label_requirement() -> None:
     assert term["podAffinityTerm"]["topologyKey"] == LABEL_ESXI_HOST
 
 
+def test_a_virt_launcher_pods_host_terms_leave_out_its_own_vm() -> None:
+    """Preferred terms moved to the host key and required twins alike; once only; a pod that is
+    no virt-launcher pod keeps its terms as they were."""
+    pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
+    anti = pod["spec"]["affinity"]["podAntiAffinity"]
+    anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+        "mismatchLabelKeys"
+    ] = ["tenant"]
+    plain = admitted(pod)
+    pod["metadata"]["labels"]["kubevirt.io/created-by"] = "uid-vmi-a"
+    launcher = admitted(pod)
+    assert plan_pod(launcher, DEFAULT).operations == []
+    for stored, added in ((plain, []), (launcher, ["kubevirt.io/created-by"])):
+        anti = stored["spec"]["affinity"]["podAntiAffinity"]
+        preferred = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+        assert preferred["mismatchLabelKeys"] == ["tenant", *added]
+        twins = [
+            term
+            for term in anti["requiredDuringSchedulingIgnoredDuringExecution"]
+            if term["topologyKey"] == LABEL_ESXI_HOST
+        ]
+        assert twins
+        assert all(term.get("mismatchLabelKeys", []) == added for term in twins)
+
+
 def test_spread_can_be_hard_by_setting() -> None:
     pod = _opted_in_pod(**{POD_SPREAD_ACROSS_HOSTS: "3"})
     stored = admitted(pod, MutationSettings(spread_when_unsatisfiable="DoNotSchedule"))

@@ -19,7 +19,12 @@ from hostaffinity.descheduler.eviction_planner import (
     Plan,
     PlannerSettings,
 )
-from hostaffinity.descheduler.kubevirt import VirtualMachineInstance, decode_vmi
+from hostaffinity.descheduler.kubevirt import (
+    VirtualMachine,
+    VirtualMachineInstance,
+    decode_vm,
+    decode_vmi,
+)
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod, decode_node, decode_pod
 from hostaffinity.descheduler.policy import Policy, Profile
 from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
@@ -177,7 +182,10 @@ def vmi_json(
     strategy: str | None = "LiveMigrate",
     migratable: bool = True,
     namespace: str = "default",
+    annotations: Mapping[str, str] | None = None,
+    owner: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A running VMI; `owner` (kind, name): its controller (VirtualMachine or VMIRS)."""
     spec: dict[str, Any] = {
         "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}
     }
@@ -186,7 +194,13 @@ def vmi_json(
     return {
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-vmi-{name}"},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-vmi-{name}",
+            "annotations": dict(annotations or {}),
+            "ownerReferences": [_kubevirt_owner(*owner)] if owner else [],
+        },
         "spec": spec,
         "status": {
             "phase": "Running",
@@ -199,6 +213,58 @@ def vmi_json(
                 }
             ],
         },
+    }
+
+
+def _kubevirt_owner(kind: str, name: str) -> dict[str, Any]:
+    group = "pool.kubevirt.io/v1beta1" if kind == "VirtualMachinePool" else "kubevirt.io/v1"
+    return {"apiVersion": group, "kind": kind, "name": name, "uid": f"uid-{name}",
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def vm_json(
+    name: str,
+    pool: str | None = None,
+    *,
+    template_affinity: Mapping[str, Any] | None = None,
+    restart_required: bool = False,
+) -> dict[str, Any]:
+    """A VirtualMachine, in a pool or not, its template's affinity, and KubeVirt's
+    RestartRequired condition when a template change waits for a restart."""
+    owners = [_kubevirt_owner("VirtualMachinePool", pool)] if pool else []
+    meta = {"name": name, "namespace": "default", "uid": f"uid-{name}", "ownerReferences": owners}
+    template: dict[str, Any] = {"domain": {"devices": {}}}
+    if template_affinity is not None:
+        template["affinity"] = dict(template_affinity)
+    conditions = [{"type": "RestartRequired", "status": "True"}] if restart_required else []
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": meta,
+        "spec": {"runStrategy": "Always", "template": {"spec": template}},
+        "status": {"conditions": conditions},
+    }
+
+
+def vm(name: str, pool: str | None = None, **kwargs: Any) -> VirtualMachine:
+    return decode_vm(json.dumps(vm_json(name, pool, **kwargs)))
+
+
+def kubevirt_json(
+    version: str, per_cluster: int | None = None, outbound_per_node: int | None = None
+) -> dict[str, Any]:
+    """The KubeVirt CR virt-operator reconciles: its migration limits and the version it runs."""
+    migrations: dict[str, int] = {}
+    if per_cluster is not None:
+        migrations["parallelMigrationsPerCluster"] = per_cluster
+    if outbound_per_node is not None:
+        migrations["parallelOutboundMigrationsPerNode"] = outbound_per_node
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt", "namespace": "kubevirt", "uid": "uid-kubevirt"},
+        "spec": {"configuration": {"migrations": migrations}},
+        "status": {"phase": "Deployed", "observedKubeVirtVersion": version},
     }
 
 
@@ -226,6 +292,7 @@ def cluster(
     placements: Mapping[str, str] | None = None,
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
     vmis: Iterable[VirtualMachineInstance] = (),
+    vms: Iterable[VirtualMachine] = (),
     physical_anti_affinity: bool = False,
 ) -> ClusterState:
     state = ClusterState(physical_anti_affinity=physical_anti_affinity)
@@ -239,6 +306,8 @@ def cluster(
         state.upsert_pod(item)
     for item in vmis:
         state.upsert_vmi(item)
+    for machine in vms:
+        state.upsert_vm(machine)
     return state
 
 

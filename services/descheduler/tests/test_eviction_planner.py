@@ -6,13 +6,16 @@ import json
 
 import pytest
 from descheduler_builders import (
+    ESXI,
     anti_affinity,
     cluster,
     decide_once,
     evicted,
+    kubevirt_json,
     launcher,
     node,
     pod,
+    vm,
     vmi,
     vmi_json,
 )
@@ -24,7 +27,11 @@ from hostaffinity.descheduler.eviction_planner import (
     Outcome,
     PlannerSettings,
 )
-from hostaffinity.descheduler.kubevirt import MigrationLimits
+from hostaffinity.descheduler.kubevirt import (
+    MigrationLimits,
+    decode_kubevirt,
+    placement_awaiting_restart,
+)
 from hostaffinity.descheduler.protections import (
     DefaultEvictorArgs,
     PriorityThreshold,
@@ -227,6 +234,51 @@ def test_vmi_eviction_strategy(strategy: str | None, migratable: bool, outcome: 
         assert [s.vmi for s in plan.stays] == ["default/vm-a"]
 
 
+@pytest.mark.parametrize("consented", [True, False], ids=["annotated", "not-annotated"])
+def test_a_vm_that_cannot_migrate_is_restarted_only_with_its_owners_consent(
+    consented: bool,
+) -> None:
+    annotations = {"descheduler.alpha.kubernetes.io/evict": "true"} if consented else {}
+    state = cluster(
+        [node("n1", taints=[NOSCHED]), node("n2")],
+        [launcher("vm-a", "n1")],
+        vmis=[vmi("vm-a", "n1", migratable=False, annotations=annotations)],
+    )
+    plan = decide_once(state, TAINTS)
+    if consented:
+        [action] = plan.actions
+        assert (action.outcome, action.pod, action.target) == (
+            Outcome.EVICT, "default/virt-launcher-vm-a-abcde", "n2"
+        )  # fmt: skip
+        assert "restarted elsewhere, as descheduler.alpha.kubernetes.io/evict allows" in action.why
+        assert plan.stays == []
+    else:
+        assert plan.actions == []
+        assert [s.vmi for s in plan.stays] == ["default/vm-a"]
+
+
+@pytest.mark.parametrize(
+    ("restart_required", "template_affinity", "waiting"),
+    [
+        (True, "apart", "affinity"),
+        (True, None, ""),  # the change that needs the restart is not about placement
+        (False, "apart", ""),  # LiveUpdate: KubeVirt applies it to the VMI itself
+    ],
+)
+def test_a_vms_new_placement_waiting_for_a_restart(
+    restart_required: bool, template_affinity: str | None, waiting: str
+) -> None:
+    apart = anti_affinity({"app": "db"}, ESXI)
+    machine = vm(
+        "db-0",
+        template_affinity=apart if template_affinity else None,
+        restart_required=restart_required,
+    )
+    running = vmi("db-0", "n1", owner=("VirtualMachine", "db-0"))
+    assert placement_awaiting_restart(machine, running) == waiting
+    assert placement_awaiting_restart(machine, None) == ""
+
+
 def test_migration_limits_hold_with_ten_violating_vmis() -> None:
     names = [f"vm-{i}" for i in range(10)]
     hosts = ["n1", "n2", "n3"]
@@ -248,6 +300,39 @@ def test_migration_limits_hold_with_ten_violating_vmis() -> None:
         settings=PlannerSettings(migrations=MigrationLimits(per_cluster=10, outbound_per_node=1)),
     )
     assert len(custom.actions) == 3
+
+
+def test_migration_limits_come_from_the_kubevirt_cr_and_our_config_overrides_them() -> None:
+    names = [f"vm-{i}" for i in range(6)]
+    hosts = ["n1", "n2", "n3"]
+    state = cluster(
+        [node(h, taints=[NOSCHED]) for h in hosts] + [node("free-1"), node("free-2")],
+        [launcher(n, hosts[i % 3]) for i, n in enumerate(names)],
+        vmis=[vmi(n, hosts[i % 3]) for i, n in enumerate(names)],
+    )
+    state.upsert_kubevirt(decode_kubevirt(json.dumps(kubevirt_json("v1.6.0", per_cluster=3))))
+    assert len(decide_once(state, TAINTS).actions) == 3  # the CR's, outbound per node default 2
+    override = PlannerSettings(migrations=MigrationLimits(per_cluster=4, outbound_per_node=2))
+    assert len(decide_once(state, TAINTS, settings=override).actions) == 4
+
+
+@pytest.mark.parametrize(
+    ("version", "pinned"),
+    [("v1.5.0", True), ("v1.6.2", True), ("v1.4.1", False), ("", False), (None, False)],
+)
+def test_a_migration_is_pinned_to_its_target_where_kubevirt_takes_added_node_selector(
+    version: str | None, pinned: bool
+) -> None:
+    state = cluster(
+        [node("n1", taints=[NOSCHED]), node("n2", {"kubernetes.io/hostname": "n2.example"})],
+        [launcher("vm-a", "n1")],
+        vmis=[vmi("vm-a", "n1")],
+    )
+    if version is not None:
+        state.upsert_kubevirt(decode_kubevirt(json.dumps(kubevirt_json(version))))
+    [action] = decide_once(state, TAINTS).actions
+    assert action.target == "n2"
+    assert action.pinned_hostname == ("n2.example" if pinned else "")
 
 
 def test_migrations_in_flight_count_against_the_limits() -> None:

@@ -15,10 +15,19 @@ from descheduler_builders import (
     cluster,
     decide_once,
     evicted,
+    launcher,
     node,
     pod,
+    vm,
+    vmi,
 )
 
+from hostaffinity.descheduler.eviction_planner import (
+    EvictionLimits,
+    EvictionPlanner,
+    Outcome,
+    PlannerSettings,
+)
 from hostaffinity.descheduler.strategies.duplicates import Duplicates, DuplicatesArgs
 from hostaffinity.descheduler.strategies.interpod_affinity import (
     InterPodAffinity,
@@ -461,6 +470,38 @@ def test_duplicates_leave_owner_kinds_that_are_excluded() -> None:
     state = cluster([node("n1"), node("n2")], pods)
     args = DuplicatesArgs(exclude_owner_kinds=["ReplicaSet"])
     assert evicted(decide_once(state, Duplicates(args))) == []
+
+
+@pytest.mark.parametrize("owner", ["VirtualMachineInstanceReplicaSet", "VirtualMachinePool"])
+def test_vm_replicas_of_a_vmirs_or_a_pool_are_one_workload(owner: str) -> None:
+    """VMI -> VMIRS, or VMI -> VirtualMachine -> VirtualMachinePool: two replicas piled on one
+    node are duplicates; one moves (live), and the cooldown then holds the whole set."""
+    names = ("db-a", "db-b")
+    if owner == "VirtualMachinePool":
+        vmis = [vmi(n, "n1", owner=("VirtualMachine", n)) for n in names]
+        vms = [vm(n, pool="db") for n in names]
+    else:
+        vmis = [vmi(n, "n1", owner=(owner, "db")) for n in names]
+        vms = []
+    state = cluster([node("n1"), node("n2")], [launcher(n, "n1") for n in names], vmis=vmis,
+                    vms=vms)  # fmt: skip
+    planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
+    plan = decide_once(state, Duplicates(DuplicatesArgs()), planner=planner)
+    [action] = plan.actions
+    assert (action.outcome, action.target) == (Outcome.MIGRATE, "n2")
+    assert action.workload == f"default/{owner}/db"
+    planner.record_evicted(action.workload)
+    replicas = [state.pods[key] for key in state.workloads[action.workload]]
+    assert len(replicas) == 2
+    assert all(planner.cooling(state.workload_of(replica)) for replica in replicas)
+
+
+def test_vms_of_their_own_are_not_duplicates() -> None:
+    names = ("db-a", "db-b")
+    vmis = [vmi(n, "n1", owner=("VirtualMachine", n)) for n in names]
+    state = cluster([node("n1"), node("n2")], [launcher(n, "n1") for n in names], vmis=vmis,
+                    vms=[vm(n) for n in names])  # fmt: skip
+    assert decide_once(state, Duplicates(DuplicatesArgs())).actions == []
 
 
 def test_duplicates_on_one_esxi_host() -> None:

@@ -11,7 +11,7 @@ import string
 from datetime import UTC, datetime
 from typing import Any
 
-from . import errors
+from . import crd_schemas, errors
 from .resources import Resource
 
 _MICRO_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
@@ -32,45 +32,6 @@ _EVENT_RENAMES = {
     "deprecatedLastTimestamp": "lastTimestamp",
     "deprecatedCount": "count",
 }
-_VMI_STATUS_FIELDS = frozenset(
-    {
-        "activePods",
-        "conditions",
-        "currentCPUTopology",
-        "evacuationNodeName",
-        "fsFreezeStatus",
-        "guestOSInfo",
-        "interfaces",
-        "kernelBootStatus",
-        "launcherContainerImageVersion",
-        "machine",
-        "memory",
-        "migratedVolumes",
-        "migrationMethod",
-        "migrationState",
-        "migrationTransport",
-        "nodeName",
-        "phase",
-        "phaseTransitionTimestamps",
-        "qosClass",
-        "reason",
-        "runtimeUser",
-        "selinuxContext",
-        "topologyHints",
-        "virtualMachineRevisionName",
-        "volumeStatus",
-        "VSOCKCID",
-    }
-)
-_VMIM_STATUS_FIELDS = frozenset(
-    {
-        "conditions",
-        "migrationState",
-        "phase",
-        "phaseTransitionTimestamps",
-        "synchronizationAddresses",
-    }
-)
 
 
 def now_time() -> str:
@@ -183,48 +144,25 @@ def validate_create(resource: Resource, obj: dict[str, Any], namespace: str | No
                     }
                 ],
             )
-    if resource.kind == "VirtualMachineInstance":
-        _validate_vmi(resource, obj, name)
+    check_custom(resource, obj)
 
 
-def _validate_vmi(resource: Resource, obj: dict[str, Any], name: str) -> None:
-    spec = obj.get("spec") or {}
-    causes: list[dict[str, str]] = []
-    grace = spec.get("terminationGracePeriodSeconds")
-    if grace is not None and not isinstance(grace, int):
-        causes.append(
-            {
-                "reason": "FieldValueTypeInvalid",
-                "message": 'Invalid value: "string": spec.terminationGracePeriodSeconds in body '
-                'must be of type integer: "string"',
-                "field": "spec.terminationGracePeriodSeconds",
-            }
-        )
-    if "domain" not in spec:
-        causes.append(
-            {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.domain"}
-        )
+def check_custom(resource: Resource, obj: dict[str, Any]) -> None:
+    """A KubeVirt object against KubeVirt's published schema of its kind: 422 when it breaks it."""
+    if resource.kind not in crd_schemas.SCHEMA_FILES:
+        return
+    causes = crd_schemas.violations(resource.kind, obj)
     if causes:
-        causes.append(
-            {
-                "reason": "FieldValueInvalid",
-                "message": "Invalid value: null: some validation rules were not checked because "
-                "the object was invalid; correct the existing errors to complete validation",
-                "field": "<nil>",
-            }
-        )
+        name = obj.get("metadata", {}).get("name", "")
         raise errors.invalid(resource.kind, name, causes, group=resource.group)
 
 
 def prune_unknown(resource: Resource, obj: dict[str, Any]) -> list[str]:
     """Drop status fields the KubeVirt schemas do not know; return the Warning texts."""
-    known = {
-        "VirtualMachineInstance": _VMI_STATUS_FIELDS,
-        "VirtualMachineInstanceMigration": _VMIM_STATUS_FIELDS,
-    }.get(resource.kind)
     status = obj.get("status")
-    if known is None or not isinstance(status, dict):
+    if resource.kind not in crd_schemas.SCHEMA_FILES or not isinstance(status, dict):
         return []
+    known = crd_schemas.status_fields(resource.kind)
     unknown = sorted(k for k in status if k not in known)
     for key in unknown:
         del status[key]

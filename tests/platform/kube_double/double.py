@@ -95,6 +95,7 @@ class KubeDouble:
         """Store an object as is (uid, labels, managedFields kept), at the next revision."""
         resource = for_kind(obj["apiVersion"], obj["kind"])
         obj = admission.to_storage(resource, obj)
+        admission.check_custom(resource, obj)  # a hand-made KubeVirt object must be a valid one
         if resource.kind == "Namespace":
             admission.normalize(resource, obj)
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -117,6 +118,7 @@ class KubeDouble:
         """Replace a stored object directly, as another client's unconditional update would."""
         resource = for_kind(obj["apiVersion"], obj["kind"])
         obj = copy.deepcopy(obj)
+        admission.check_custom(resource, obj)
         old = self.store.get(resource.storage_key, key_of(obj))
         if old is not None and resource.managed_fields:
             obj["metadata"]["managedFields"] = fieldsets.record_update(

@@ -72,6 +72,18 @@ def _core(plural: str, kind: str, namespaced: bool, **kw: object) -> Resource:
     return Resource("", "v1", plural, kind, namespaced, **kw)  # type: ignore[arg-type]
 
 
+def _kubevirt(
+    plural: str, kind: str, *, group: str = "kubevirt.io/v1", status: bool = True
+) -> Resource:
+    """A KubeVirt custom resource, namespaced, with metadata.generation."""
+    api_group, version = group.split("/")
+    subresources = frozenset({"status"}) if status else frozenset()
+    return Resource(
+        api_group, version, plural, kind, True,
+        subresources=subresources, custom=True, has_generation=True,
+    )  # fmt: skip
+
+
 RESOURCES: tuple[Resource, ...] = (
     _core(
         "nodes",
@@ -123,25 +135,15 @@ RESOURCES: tuple[Resource, ...] = (
         False,
         has_generation=True,
     ),
-    Resource(
-        "kubevirt.io",
-        "v1",
-        "virtualmachineinstances",
-        "VirtualMachineInstance",
-        True,
-        custom=True,
-        has_generation=True,
-    ),
-    Resource(
-        "kubevirt.io",
-        "v1",
-        "virtualmachineinstancemigrations",
-        "VirtualMachineInstanceMigration",
-        True,
-        subresources=frozenset({"status"}),
-        custom=True,
-        has_generation=True,
-    ),
+    # KubeVirt v1.9's CRDs (kubevirt pkg/virt-operator/resource/generate/components/crds.go):
+    # all but the VMI have a status subresource (VMIRS and pools a scale one too, not served
+    # here); a pool is pool.kubevirt.io, served as v1beta1 (its storage version).
+    _kubevirt("virtualmachineinstances", "VirtualMachineInstance", status=False),
+    _kubevirt("virtualmachines", "VirtualMachine"),
+    _kubevirt("virtualmachineinstancereplicasets", "VirtualMachineInstanceReplicaSet"),
+    _kubevirt("virtualmachinepools", "VirtualMachinePool", group="pool.kubevirt.io/v1beta1"),
+    _kubevirt("kubevirts", "KubeVirt"),
+    _kubevirt("virtualmachineinstancemigrations", "VirtualMachineInstanceMigration"),
 )
 
 _BY_PATH: dict[tuple[str, str, str], Resource] = {

@@ -496,6 +496,7 @@ class KubeApiServer:
                 new["metadata"][key] = old["metadata"][key]
         new["kind"], new["apiVersion"] = old["kind"], old["apiVersion"]
         admission.normalize(resource, new)
+        admission.check_custom(resource, new)
         if resource.has_generation and _spec_changed(resource, old, new):
             new["metadata"]["generation"] = old["metadata"].get("generation", 0) + 1
         if _strip_volatile(old) == _strip_volatile(new):

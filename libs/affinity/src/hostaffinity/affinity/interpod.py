@@ -8,6 +8,12 @@ a null `namespaceSelector` selects no namespace, `{}` selects all.
 The physical reading: with the opt-in (pod annotation or cluster-wide), a `kubernetes.io/hostname`
 anti-affinity term is compiled as a term on the ESXi-host domain, because spreading replicas over
 VMs that share one host is not what the user asked for (ARCHITECTURE.md "Topology model").
+A term read physically leaves out the pods of the reading pod's own KubeVirt VMI (same
+`kubevirt.io/created-by`): a migration target carries its source's labels, and its source's
+host must stay open to it, as the source's node is natively. It is the `mismatchLabelKeys` the
+admission webhook puts on the host twin it adds, merged as the API server merges it; the
+required term then also stays on the hostname as written, as the webhook keeps it beside the
+twin, so the VM's own pods are still kept off each other's node.
 """
 
 from __future__ import annotations
@@ -30,7 +36,12 @@ from hostaffinity.affinity.selectors import (
     Selector,
     compile_label_selector,
 )
-from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
+from hostaffinity.schema.names import (
+    LABEL_ESXI_HOST,
+    LABEL_KUBEVIRT_VMI_UID,
+    LABEL_LEGACY_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+)
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 # Topology keys whose domain is the physical ESXi host: resolved through the placement map first.
@@ -110,21 +121,58 @@ def physical_opt_in(pod: Pod, cluster_wide: bool) -> bool:
     return cluster_wide or pod.metadata.annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
 
 
+def runs_a_vm(pod: Pod) -> bool:
+    """A KubeVirt virt-launcher pod: it carries its VMI's uid."""
+    return LABEL_KUBEVIRT_VMI_UID in pod.metadata.labels
+
+
+def without_own_vm(pod: Pod, selector: LabelSelector | None) -> LabelSelector | None:
+    """The selector leaving out the pods of `pod`'s own VMI, for a virt-launcher pod.
+
+    Exactly what `mismatchLabelKeys: [kubevirt.io/created-by]` becomes once the API server
+    merges it (pkg/registry/core/pod/strategy.go): a NotIn on the pod's value, appended.
+    """
+    if selector is None or not runs_a_vm(pod):
+        return selector
+    uid = pod.metadata.labels[LABEL_KUBEVIRT_VMI_UID]
+    own = LabelSelectorRequirement(key=LABEL_KUBEVIRT_VMI_UID, operator=NOT_IN, values=[uid])
+    return _with_requirements(selector, [own])
+
+
+def _with_requirements(
+    selector: LabelSelector, added: list[LabelSelectorRequirement]
+) -> LabelSelector:
+    expressions = [*(selector.match_expressions or ()), *added]
+    return LabelSelector(match_labels=selector.match_labels, match_expressions=expressions)
+
+
 def _compile_term(pod: Pod, term: PodAffinityTerm, weight: int, physical: bool) -> AffinityTerm:
     namespaces = frozenset(term.namespaces or ())
     if not namespaces and term.namespace_selector is None:
         namespaces = frozenset((pod.metadata.namespace,))
-    key = term.topology_key
+    key, selector = term.topology_key, term.label_selector
     if physical and key == HOSTNAME_KEY:
-        key = LABEL_ESXI_HOST
+        key, selector = LABEL_ESXI_HOST, without_own_vm(pod, selector)
     return AffinityTerm(
-        selector=compile_label_selector(term.label_selector),
+        selector=compile_label_selector(selector),
         topology_key=key,
         namespaces=namespaces,
         namespace_selector=compile_label_selector(term.namespace_selector),
         weight=weight,
         declared_key=term.topology_key,
     )
+
+
+def _required_anti(pod: Pod, term: PodAffinityTerm, physical: bool) -> list[AffinityTerm]:
+    """A required anti-affinity term as decided on. Read physically for a virt-launcher pod, it
+    also stays on the hostname as written: its host reading leaves the VM's own pods out, and
+    its node reading still keeps them apart (KubeVirt's own term keeping a migration target off
+    its source's node is one such), as the webhook keeps the term beside its twin."""
+    decided = _compile_term(pod, term, 0, physical)
+    moved = decided.declared_key != decided.topology_key
+    if not (moved and runs_a_vm(pod) and term.label_selector is not None):
+        return [decided]
+    return [_compile_term(pod, term, 0, False), decided]
 
 
 def _required(group: PodAffinity | None) -> list[PodAffinityTerm]:
@@ -153,7 +201,7 @@ def compile_pod_terms(pod: Pod, physical_anti_affinity: bool = False) -> PodTerm
 
     return PodTerms(
         required_affinity=tuple(_compile_term(pod, t, 0, False) for t in _required(together)),
-        required_anti=tuple(_compile_term(pod, t, 0, physical) for t in _required(apart)),
+        required_anti=tuple(d for t in _required(apart) for d in _required_anti(pod, t, physical)),
         preferred_affinity=preferred(together, False),
         preferred_anti=preferred(apart, physical),
     )
@@ -208,9 +256,7 @@ def _merge_keys(pod: Pod, term: PodAffinityTerm) -> PodAffinityTerm:
     ]
     if not added:
         return term
-    expressions = [*(selector.match_expressions or ()), *added]
-    merged = LabelSelector(match_labels=selector.match_labels, match_expressions=expressions)
-    return msgspec.structs.replace(term, label_selector=merged)
+    return msgspec.structs.replace(term, label_selector=_with_requirements(selector, added))
 
 
 def _merge_group(pod: Pod, group: PodAffinity | None) -> PodAffinity | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hostaffinity.affinity.engine import AffinityEngine, FilterResult
+from hostaffinity.affinity.headroom import host_headroom
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.spread_standing import SpreadStanding, spread_standings
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
@@ -160,6 +161,7 @@ def explain_pod(
     history = pod_history(events, identity, {r.name for r in drs})
     spreads = [_spread_view(s) for s in spread_standings(engine, pod)]
     host_level = any(t.host_level for t in terms) or any(s.host_level for s in spreads)
+    headroom = [tight.sentence() for tight in host_headroom(engine, pod)]
     return PodExplanation(
         pod=pod.key,
         phase=_phase(facts),
@@ -172,6 +174,7 @@ def explain_pod(
         drs_rules=drs,
         history=history,
         spreads=spreads,
+        host_headroom=headroom,
     )
 
 
@@ -278,6 +281,7 @@ def render_pod(report: PodExplanation) -> str:
         parts.append("rules:\n" + _terms(report.terms, report.pod))
     if report.spreads:
         parts.append("topology spreads:\n" + _spreads(report.spreads))
+    parts.extend(f"no host to spare: {sentence}" for sentence in report.host_headroom)
     if report.summary:
         rows = [[r.host or "(unknown)", ", ".join(r.nodes), r.message] for r in report.refusals]
         refused = _indented(table(["ESXI HOST", "NODES", "WHY NOT"], rows)) if rows else ""

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import msgspec
 
+from hostaffinity.affinity.headroom import tight_workloads
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.cli.connections import CommandFailed, kubernetes_settings, open_bus
 from hostaffinity.cli.event_log import events_of, last_of_each_type
@@ -220,10 +221,12 @@ async def _explain_node(args: argparse.Namespace) -> int:
 async def _status(args: argparse.Namespace) -> int:
     leases = await _within(args, "the Leases", read_leases(_kubernetes(args), args.namespace))
     snapshot = await _snapshot(args)
-    exposure = exposure_report(snapshot, build_engine(snapshot, _options(args)).index)
+    engine = build_engine(snapshot, _options(args))
+    exposure = exposure_report(snapshot, engine.index)
+    tight = tight_workloads(engine, snapshot.pods)
     async with open_bus(nats_settings(args)) as bus:
         last = await _within(args, "the events stream", last_of_each_type(bus))
         streams = await _within(args, "the streams' state", stream_views(bus))
-    report = status_report(datetime.now(UTC), leases, last, len(exposure.workloads), streams)
+    report = status_report(datetime.now(UTC), leases, last, len(exposure.workloads), streams, tight)
     _print(args, report, render_status(report))
     return 1 if report.problems else 0

@@ -14,6 +14,7 @@ from typing import Final
 
 import msgspec
 
+from hostaffinity.affinity.headroom import HostHeadroom
 from hostaffinity.cli.leases import LEADER_ELECTED, Lease, leadership, parse_time
 from hostaffinity.cli.tables import table
 from hostaffinity.schema import DLQ_STREAM, TopologyEvent, utc_timestamp
@@ -70,6 +71,7 @@ def status_report(
     last_events: Sequence[TopologyEvent],
     exposed_workloads: int,
     streams: Sequence[StreamView],
+    no_host_to_spare: Sequence[HostHeadroom] = (),
 ) -> StatusReport:
     """The report at `now`, with a sentence for everything that needs attention."""
     last = _last_events(last_events)
@@ -93,6 +95,12 @@ def status_report(
             f"{exposed_workloads} workload(s) with replicas sharing an ESXi host "
             "(see `hostaffinity exposure`)"
         )
+    if no_host_to_spare:
+        problems.append(
+            f"{len(no_host_to_spare)} required host-level anti-affinity rule(s) with as many "
+            "replicas as usable ESXi hosts: a rollout's extra pod has nowhere to go (see "
+            "`hostaffinity explain pod` on the pods below)"
+        )
     return StatusReport(
         at=utc_timestamp(now),
         services=services,
@@ -100,6 +108,7 @@ def status_report(
         dlq_depth=dlq,
         streams=list(streams),
         problems=problems,
+        no_host_to_spare=[f"{tight.pod}: {tight.sentence()}" for tight in no_host_to_spare],
     )
 
 
@@ -136,6 +145,8 @@ def render_status(report: StatusReport) -> str:
     ]
     if report.problems:
         parts.append("needs attention:\n" + "\n".join(f"  - {p}" for p in report.problems))
+    if report.no_host_to_spare:
+        parts.append("no host to spare:\n" + "\n".join(f"  - {t}" for t in report.no_host_to_spare))
     else:
         parts.append("all well")
     return "\n\n".join(parts)

@@ -69,3 +69,9 @@ def _key_safe(part: str) -> str:
 
 # Pod annotation asking for a topology spread over ESXi hosts; the value is the maxSkew.
 POD_SPREAD_ACROSS_HOSTS = "hostaffinity.io/spread-across-hosts"
+
+# KubeVirt's label on every virt-launcher pod, the first one and each migration target alike: the
+# uid of the VMI it runs (kubevirt/kubevirt pkg/virt-controller/services/template.go,
+# podLabels[v1.CreatedByLabel] = string(vmi.UID)). A host-key term read or added by us leaves out
+# pods with the same value, so a VM's own source pod never counts against its migration target.
+LABEL_KUBEVIRT_VMI_UID = "kubevirt.io/created-by"

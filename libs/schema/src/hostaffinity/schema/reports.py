@@ -237,7 +237,10 @@ class PodExplanation(_Report, frozen=True):
     pods' required anti-affinity terms selecting it. For a pod on no node, `feasible_nodes`
     (sorted) and `refusals` (by host, then reason) are the engine's filter now and `summary`
     kube-scheduler's one-line summary of it. `history` is oldest first. `spreads`: its topology
-    spread constraints, each with the matching pods and skew per domain.
+    spread constraints, each with the matching pods and skew per domain. `host_headroom`: one
+    sentence per required host-level anti-affinity rule whose selected pods (this one included)
+    fill every ESXi host the pod may use, so that one more replica -- a rollout's surge pod --
+    has nowhere to go.
     """
 
     pod: str
@@ -251,6 +254,7 @@ class PodExplanation(_Report, frozen=True):
     drs_rules: list[DrsRuleView]
     history: list[HistoryEntry]
     spreads: list[SpreadView] = msgspec.field(default_factory=list)
+    host_headroom: list[str] = msgspec.field(default_factory=list)
 
 
 class NodeExplanation(_Report, frozen=True):
@@ -301,8 +305,10 @@ class StreamView(_Report, frozen=True):
 
 class StatusReport(_Report, frozen=True):
     """`hostaffinity status -o json`. `problems` names what needs attention, one sentence each
-    (a service with no live leader, dead letters, a replica not current, exposed workloads); the
-    command exits 1 when it is not empty. `at` is when the report was made."""
+    (a service with no live leader, dead letters, a replica not current, exposed workloads, rules
+    with no host to spare); the command exits 1 when it is not empty. `at` is when the report was
+    made. `no_host_to_spare`: per required host-level anti-affinity rule whose replicas fill every
+    usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock)."""
 
     at: str
     services: list[ServiceView]
@@ -310,3 +316,4 @@ class StatusReport(_Report, frozen=True):
     dlq_depth: int
     streams: list[StreamView]
     problems: list[str]
+    no_host_to_spare: list[str] = msgspec.field(default_factory=list)

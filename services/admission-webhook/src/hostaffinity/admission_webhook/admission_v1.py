@@ -10,6 +10,7 @@ review's apiVersion and kind.
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -62,17 +63,23 @@ def decode_review(body: bytes) -> AdmissionReview:
     return _decoder.decode(body)
 
 
+def created_pod(review: AdmissionReview) -> dict[str, Any] | None:
+    """The pod a CREATE review carries; None for any other review."""
+    request = review.request
+    if (request.kind.group, request.kind.kind) != POD or request.operation != "CREATE":
+        return None
+    return request.object
+
+
 def mutation_for(review: AdmissionReview, settings: MutationSettings) -> Mutation:
     """Only a pod CREATE is ever mutated; anything else the API server sends is let through."""
-    request = review.request
-    kind = (request.kind.group, request.kind.kind)
-    if kind != POD or request.operation != "CREATE" or request.object is None:
-        return Mutation()
-    return plan_pod(request.object, settings)
+    pod = created_pod(review)
+    return Mutation() if pod is None else plan_pod(pod, settings)
 
 
-def encode_answer(review: AdmissionReview, mutation: Mutation) -> bytes:
-    """The allowed answer, with the patch when there is one and the warnings when any."""
+def encode_answer(review: AdmissionReview, mutation: Mutation, advice: Sequence[str] = ()) -> bytes:
+    """The allowed answer, with the patch when there is one and the warnings (the planner's,
+    then `advice`) when any."""
     patch = patch_type = None
     if mutation.operations:
         patch = base64.b64encode(_encoder.encode(mutation.operations)).decode("ascii")
@@ -82,6 +89,6 @@ def encode_answer(review: AdmissionReview, mutation: Mutation) -> bytes:
         allowed=True,
         patch_type=patch_type,
         patch=patch,
-        warnings=mutation.warnings or None,
+        warnings=[*mutation.warnings, *advice] or None,
     )
     return _encoder.encode(AdmissionReviewAnswer(review.api_version, review.kind, response))

@@ -33,6 +33,21 @@ us once admitted. For a pod that opts in (the annotation, or the cluster-wide se
   own revision through `matchLabelKeys`, unless the pod already spreads over hosts (moved or
   written).
 
+A KubeVirt migration target never conflicts with its own source. virt-controller renders the
+target virt-launcher pod from the same VMI, with the same labels, while the source pod still
+runs; natively the source only takes its own node out (KubeVirt even adds a hostname term on the
+VMI's uid for that). Read on the host key, the same term would take the source's whole ESXi host
+out, and with as many replicas as usable hosts the migration -- and a drain -- would find no
+node. So every host-key term we write for a virt-launcher pod (a required twin, a preferred term
+moved to the host key) gets `mismatchLabelKeys: [kubevirt.io/created-by]`: the label holds the
+VMI's uid on the source and every target alike (template.go podLabels) and differs between any
+two VMs. The API server merges it into the selector as `NotIn [<this VMI's uid>]` after mutating
+admission (pkg/registry/core/pod/strategy.go), so kube-scheduler reads a plain selector that
+leaves the VM's own pods out, in both directions: the target's twin does not count the source,
+and the source's twin does not select the target. The engine's physical reading does the same
+(interpod.without_own_vm). A pod without that label, or a term with no labelSelector, is left as
+it is; the hostname term itself is never touched.
+
 Everything is idempotent under reinvocation: a twin, a host requirement or a spread that is
 already there is not added again, and a moved spread is no longer on the hostname key. Nothing
 else in the pod changes.
@@ -54,6 +69,7 @@ from typing import Any, Final, Literal
 
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
+    LABEL_KUBEVIRT_VMI_UID,
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
@@ -150,18 +166,36 @@ def opted_in(annotations: Mapping[str, Any], settings: MutationSettings) -> bool
     return settings.cluster_wide or annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
 
 
-def _without_key(term: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in term.items() if k != "topologyKey"}
+def own_vm_excluded(term: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """Whether a host-key term of this pod must leave out its own VM's pods (a virt-launcher
+    pod's term with a selector that does not already do so): see the module docstring."""
+    if LABEL_KUBEVIRT_VMI_UID not in labels or term.get("labelSelector") is None:
+        return False
+    keys = [*_sequence(term.get("mismatchLabelKeys"), "mismatchLabelKeys"),
+            *_sequence(term.get("matchLabelKeys"), "matchLabelKeys")]  # fmt: skip
+    return LABEL_KUBEVIRT_VMI_UID not in keys
 
 
-def host_twin(term: Mapping[str, Any]) -> dict[str, Any]:
-    """The same pod (anti-)affinity term on the ESXi-host key, every other field as written."""
-    return {**term, "topologyKey": LABEL_ESXI_HOST}
+def host_twin(term: Mapping[str, Any], labels: Mapping[str, Any]) -> dict[str, Any]:
+    """The same pod (anti-)affinity term on the ESXi-host key, every other field as written,
+    leaving out the pod's own VM (a virt-launcher pod's source or target)."""
+    twin = {**term, "topologyKey": LABEL_ESXI_HOST}
+    if own_vm_excluded(twin, labels):
+        mismatch = _sequence(term.get("mismatchLabelKeys"), "mismatchLabelKeys")
+        twin["mismatchLabelKeys"] = [*mismatch, LABEL_KUBEVIRT_VMI_UID]
+    return twin
 
 
-def _twin_operations(anti: Mapping[str, Any]) -> list[Operation]:
-    """A twin for each required hostname term that has none yet (a twin: a host-key term whose
-    other fields are equal); each preferred hostname term moved to the host key."""
+def _own_vm_operation(path: str, term: Mapping[str, Any]) -> Operation:
+    """Append the VMI identity to a term's mismatchLabelKeys (at `path`, the term)."""
+    if "mismatchLabelKeys" in term:
+        return {"op": "add", "path": f"{path}/mismatchLabelKeys/-", "value": LABEL_KUBEVIRT_VMI_UID}
+    return {"op": "add", "path": f"{path}/mismatchLabelKeys", "value": [LABEL_KUBEVIRT_VMI_UID]}
+
+
+def _twin_operations(anti: Mapping[str, Any], labels: Mapping[str, Any]) -> list[Operation]:
+    """A twin for each required hostname term that has none yet (a twin: a host-key term equal
+    to host_twin of it); each preferred hostname term moved to the host key."""
     operations: list[Operation] = []
     required = [
         _mapping(term, f"podAntiAffinity.{REQUIRED}[{position}]")
@@ -169,19 +203,22 @@ def _twin_operations(anti: Mapping[str, Any]) -> list[Operation]:
             _sequence(anti.get(REQUIRED), f"podAntiAffinity.{REQUIRED}")
         )
     ]
-    host_terms = [_without_key(t) for t in required if t.get("topologyKey") == LABEL_ESXI_HOST]
+    host_terms = [t for t in required if t.get("topologyKey") == LABEL_ESXI_HOST]
     for term in required:
-        if term.get("topologyKey") == HOSTNAME_KEY and _without_key(term) not in host_terms:
+        if term.get("topologyKey") == HOSTNAME_KEY and host_twin(term, labels) not in host_terms:
             path = f"{ANTI_AFFINITY_PATH}/{REQUIRED}/-"
-            operations.append({"op": "add", "path": path, "value": host_twin(term)})
+            operations.append({"op": "add", "path": path, "value": host_twin(term, labels)})
     preferred = _sequence(anti.get(PREFERRED), f"podAntiAffinity.{PREFERRED}")
     for position, weighted in enumerate(preferred):
         where = f"podAntiAffinity.{PREFERRED}[{position}]"
         inner = _mapping(weighted, where).get("podAffinityTerm")
         term = _mapping(inner, f"{where}.podAffinityTerm")
         if term.get("topologyKey") == HOSTNAME_KEY:
-            path = f"{ANTI_AFFINITY_PATH}/{PREFERRED}/{position}/podAffinityTerm/topologyKey"
-            operations.append({"op": "replace", "path": path, "value": LABEL_ESXI_HOST})
+            path = f"{ANTI_AFFINITY_PATH}/{PREFERRED}/{position}/podAffinityTerm"
+            operations.append({"op": "replace", "path": f"{path}/topologyKey",
+                               "value": LABEL_ESXI_HOST})  # fmt: skip
+            if own_vm_excluded(term, labels):
+                operations.append(_own_vm_operation(path, term))
     return operations
 
 
@@ -351,8 +388,8 @@ def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
     spread: list[Operation] = []
     if opted_in(annotations, settings):
         anti = _mapping(affinity.get("podAntiAffinity"), "podAntiAffinity")
-        twins = _twin_operations(anti)
-        required_twin = any(op["op"] == "add" for op in twins)
+        twins = _twin_operations(anti, labels)
+        required_twin = any(op["path"] == f"{ANTI_AFFINITY_PATH}/{REQUIRED}/-" for op in twins)
         if settings.require_host_label and _has_required_host_term(affinity, required_twin):
             host_label = _host_label_operations(affinity)
         moved = _moved_spread_operations(constraints, labels)
@@ -363,7 +400,7 @@ def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
         spread = _annotated_spread_operations(spec, after_move, labels, max_skew, when)
     return Mutation(
         operations=[*twins, *host_label, *moved, *spread],
-        twins=len(twins),
+        twins=sum("mismatchLabelKeys" not in op["path"] for op in twins),
         host_label_required=bool(host_label),
         spread_added=bool(spread),
         spreads_moved=len(moved),

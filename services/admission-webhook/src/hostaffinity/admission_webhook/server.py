@@ -19,6 +19,7 @@ from aiohttp import web
 
 from hostaffinity.admission_webhook.admission_v1 import (
     AdmissionReview,
+    created_pod,
     decode_review,
     encode_answer,
     mutation_for,
@@ -31,6 +32,8 @@ _log = logging.getLogger(__name__)
 SOURCE = "admission-webhook"
 MUTATE_PATH = "/mutate"
 OfferEvent = Callable[[str, Callable[[], Event]], None]
+# Warnings about the pod under review beyond the patch's own (headroom.HostHeadroomAdvisor).
+Advise = Callable[[dict[str, Any]], list[str]]
 # The API server gives up on a review after the configuration's timeoutSeconds (2 s as shipped):
 # on stop, waiting longer for a review in flight helps nobody.
 SHUTDOWN_SECONDS = 3.0
@@ -88,8 +91,10 @@ class AdmissionWebhook:
         offer_event: OfferEvent,
         *,
         max_body_bytes: int,
+        advise: Advise | None = None,
     ) -> None:
         self._settings = settings
+        self._advise = advise
         self._metrics = metrics
         self._offer_event = offer_event
         self._max_body_bytes = max_body_bytes
@@ -130,10 +135,16 @@ class AdmissionWebhook:
             reason = "JSON nested too deeply" if isinstance(error, RecursionError) else error
             return web.Response(status=400, text=f"not an AdmissionReview: {reason}\n")
         mutation = mutation_for(review, self._settings)
-        body = encode_answer(review, mutation)
+        advice = self._advice(review)
+        body = encode_answer(review, mutation, advice)
         self._metrics.reviewed(mutation.outcome, time.perf_counter() - started)
         if mutation.warnings:
             _log.warning("review %s: %s", review.request.uid, "; ".join(mutation.warnings))
         if mutation.operations and not review.request.dry_run:
             self._offer_event(review.request.uid, lambda: mutated_event(review, mutation))
         return web.Response(body=body, content_type="application/json")
+
+    def _advice(self, review: AdmissionReview) -> list[str]:
+        """The advisor's warnings for a pod being created (it is never asked about others)."""
+        pod = created_pod(review)
+        return [] if self._advise is None or pod is None else self._advise(pod)

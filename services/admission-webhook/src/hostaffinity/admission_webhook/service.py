@@ -1,5 +1,6 @@
 """The admission-webhook's work (the runner does the rest): TLS, the server, the caBundle, the
-`pod.mutated` publisher and the twinless-pod reporter.
+`pod.mutated` publisher, the twinless-pod reporter and the host-headroom advisor (one pod watch
+feeds both; a node watch feeds the advisor).
 
 The certificate (a Secret cert-manager has not issued yet, RBAC not applied, the namespace
 missing), the port and the caBundle (the MutatingWebhookConfiguration may be applied after the
@@ -20,15 +21,22 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from hostaffinity.admission_webhook.config import AdmissionWebhookSettings, WebhookSettings
+from hostaffinity.admission_webhook.headroom import HostHeadroomAdvisor
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.admission_webhook.registration import RegistrationError, WebhookRegistration
 from hostaffinity.admission_webhook.server import SOURCE, AdmissionWebhook
-from hostaffinity.admission_webhook.twinless import TwinlessPods, pod_admission_decoder
+from hostaffinity.admission_webhook.twinless import (
+    PodAdmission,
+    TwinlessPods,
+    pod_admission_decoder,
+)
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.model import Pod, decode_node, decode_pod
 from hostaffinity.runtime.certificates import server_context, service_hostnames
 from hostaffinity.runtime.config import SharedSettings
-from hostaffinity.runtime.informer import Informer
-from hostaffinity.runtime.kube import CALL_ERRORS, PODS
+from hostaffinity.runtime.informer import Informer, InformerEvent, upsert_or_remove
+from hostaffinity.runtime.kube import CALL_ERRORS, NODES, PODS, KubeClient
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.runtime.sampled import SampledPublisher
@@ -46,6 +54,24 @@ def mutation_settings(shared: SharedSettings, webhook: WebhookSettings) -> Mutat
         require_host_label=shared.fails_unplaced,
         spread_when_unsatisfiable=webhook.spread_when_unsatisfiable,
     )
+
+
+def _watched_pods(
+    client: KubeClient, settings: MutationSettings, reporter: TwinlessPods, index: ClusterIndex
+) -> Informer[tuple[PodAdmission, Pod]]:
+    """One pod watch for both readers: the twinless-pod reporter and the headroom index."""
+    admission = pod_admission_decoder(settings)
+    indexed = upsert_or_remove(index.upsert_pod, index.remove_pod)
+
+    def decode(raw: bytes) -> tuple[PodAdmission, Pod]:
+        return admission(raw), decode_pod(raw)
+
+    async def handle(event: InformerEvent[tuple[PodAdmission, Pod]]) -> None:
+        record, pod = event.obj
+        await reporter.handle(InformerEvent(event.type, event.key, record))
+        await indexed(InformerEvent(event.type, event.key, pod))
+
+    return Informer(client, PODS, handle, decode)
 
 
 def _file_context(settings: WebhookSettings) -> ssl.SSLContext:
@@ -120,14 +146,23 @@ class Webhook:
             ratio=settings.event_sample_ratio,
             capacity=settings.event_queue_size,
         )
+        advisor = HostHeadroomAdvisor(mutation)
         server = self.server = AdmissionWebhook(
-            mutation, metrics, publisher.offer, max_body_bytes=settings.max_body_bytes
+            mutation,
+            metrics,
+            publisher.offer,
+            max_body_bytes=settings.max_body_bytes,
+            advise=advisor.warnings,
         )
         ctx.add_readiness("webhook listening", lambda: server.serving)
         registration = _registration(ctx) if settings.certificates == "self-signed" else None
-        pods = Informer(client, PODS, reporter.handle, pod_admission_decoder(mutation))
+        pods = _watched_pods(client, mutation, reporter, advisor.index)
+        index = advisor.index
+        nodes = Informer(client, NODES, upsert_or_remove(index.upsert_node, index.remove_node),
+                         decode_node)  # fmt: skip
         ctx.start(publisher.run(), name="pod-mutated-publisher")
-        ctx.start(pods.run(), name="twinless-pods")
+        ctx.start(pods.run(), name="watched-pods")
+        ctx.start(nodes.run(), name="watched-nodes")
         try:
             await _serve(server, settings, registration)
             await asyncio.Event().wait()  # serve until cancelled

@@ -25,8 +25,9 @@ class DeschedulerSettings(Settings, frozen=True):
     kubevirt: bool = True
     # The VMI evictionStrategy assumed when a VMI names none (KubeVirt's cluster-wide setting).
     kubevirt_default_eviction_strategy: str = "None"
-    # KubeVirt's parallel migration limits (per_cluster, outbound_per_node), kept here as well.
-    migrations: MigrationLimits = MigrationLimits()
+    # Parallel migration limits (per_cluster, outbound_per_node) overriding the KubeVirt CR's
+    # (spec.configuration.migrations; KubeVirt's defaults 5 and 2 where it names none).
+    migrations: MigrationLimits | None = None
     # How evictions are sent (parallelism, retries, grace period).
     eviction: ExecutorSettings = ExecutorSettings()
 

@@ -26,13 +26,21 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.descheduler.kubevirt import MigrationLimits, MoveKind, how_to_move, launcher_vmi
+from hostaffinity.descheduler.kubevirt import (
+    MigrationLimits,
+    MoveKind,
+    how_to_move,
+    launcher_vmi,
+    migration_limits,
+    pins_targets,
+)
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.protections import Protections, node_selected
-from hostaffinity.descheduler.state import ClusterState, workload_of
+from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import Violation
 from hostaffinity.descheduler.strategies.changes import Change
 
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 # Node fit's own triggers: changes that may give a pod somewhere to go, whatever the strategy.
 NODE_FIT_TRIGGERS: Final = (
     Change.NODE_ADDED
@@ -64,7 +72,8 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     dry_run: bool = False
     # The VMI evictionStrategy assumed when a VMI names none (KubeVirt's cluster-wide setting).
     kubevirt_default_eviction_strategy: str = "None"
-    migrations: MigrationLimits = MigrationLimits()
+    # Overrides the KubeVirt CR's migration limits when set.
+    migrations: MigrationLimits | None = None
 
 
 class Outcome(enum.Enum):
@@ -87,6 +96,10 @@ class Action:
     why: str
     target: str
     vmi: str = ""
+    # For a migration: the target's hostname label, pinned through addedNodeSelector where the
+    # cluster's KubeVirt takes it; empty where kube-scheduler picks the target.
+    pinned_hostname: str = ""
+    kubevirt_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -265,7 +278,7 @@ class PlanDraft:
         refusal = protections.refuse(self.state, pod, self.now)
         if refusal is not None:
             return refusal
-        workload = workload_of(pod)
+        workload = self.state.workload_of(pod)
         cooling = self._cooling.get(workload)
         if cooling is None:
             cooling = self._cooling[workload] = planner.cooling(workload)
@@ -287,12 +300,15 @@ class PlanDraft:
         self, pod: DeschedulerPod, violation: Violation, protections: Protections
     ) -> tuple[Action | None, str | None]:
         vmi = launcher_vmi(pod)
-        outcome = Outcome.EVICT
+        outcome, why = Outcome.EVICT, violation.why
         if vmi is not None:
-            refusal = self._migration_refusal(pod, vmi, violation)
+            how, reason, refusal = self._vm_move(pod, vmi, violation)
             if refusal is not None:
                 return None, refusal
-            outcome = Outcome.MIGRATE
+            if how is MoveKind.MIGRATE:
+                outcome = Outcome.MIGRATE
+            else:  # a consented restart: the launcher pod is evicted like any pod
+                why = f"{why}; VMI {vmi}: {reason}"
         target, refusal = self._target(pod, violation, protections)
         if target is None:
             return None, refusal
@@ -302,16 +318,33 @@ class PlanDraft:
             uid=pod.metadata.uid,
             namespace=pod.metadata.namespace,
             node=pod.spec.node_name,
-            workload=workload_of(pod),
+            workload=self.state.workload_of(pod),
             strategy=violation.strategy,
             rule=violation.rule,
-            why=violation.why,
+            why=why,
             target=target,
             vmi=vmi or "",
         )
+        if outcome is Outcome.MIGRATE:
+            action = self._pinned(action)
         return action, None
 
-    def _migration_refusal(self, pod: DeschedulerPod, vmi: str, violation: Violation) -> str | None:
+    def _pinned(self, action: Action) -> Action:
+        """The migration pinned to its target where the cluster's KubeVirt allows it."""
+        kubevirt = self.state.kubevirt
+        version = kubevirt.status.observed_kube_virt_version if kubevirt else ""
+        if not pins_targets(kubevirt):
+            return dataclasses.replace(action, kubevirt_version=version)
+        node = self.state.nodes.get(action.target)
+        labels = node.metadata.labels if node is not None else {}
+        hostname = labels.get(HOSTNAME_LABEL, action.target)
+        return dataclasses.replace(action, pinned_hostname=hostname, kubevirt_version=version)
+
+    def _vm_move(
+        self, pod: DeschedulerPod, vmi: str, violation: Violation
+    ) -> tuple[MoveKind, str, str | None]:
+        """How the VM moves, why it cannot migrate (if so), and a refusal when it may not move
+        this cycle: a VM that stays is reported; a migration keeps KubeVirt's limits."""
         settings = self.planner.settings
         how, reason = how_to_move(
             self.state.vmis.get(vmi), settings.kubevirt_default_eviction_strategy
@@ -320,16 +353,20 @@ class PlanDraft:
             self.plan.stays.append(
                 VmiStays(vmi, pod.key, violation.strategy, violation.rule, reason)
             )
-            return f"VMI {vmi} cannot live-migrate: {reason}"
+            return how, reason, f"VMI {vmi} cannot live-migrate: {reason}"
+        if how is MoveKind.RESTART:
+            return how, reason, None
         if vmi in self._migrating_vmis:
-            return f"VMI {vmi} is already migrating"
-        limits = settings.migrations
+            return how, reason, f"VMI {vmi} is already migrating"
+        limits = migration_limits(self.state.kubevirt, settings.migrations)
         if self._migrations_total >= limits.per_cluster:
-            return f"limit of {limits.per_cluster} parallel migrations per cluster reached"
+            refusal = f"limit of {limits.per_cluster} parallel migrations per cluster reached"
+            return how, reason, refusal
         node = pod.spec.node_name
         if self._migrations_out.get(node, 0) >= limits.outbound_per_node:
-            return f"limit of {limits.outbound_per_node} outbound migrations reached on {node}"
-        return None
+            refusal = f"limit of {limits.outbound_per_node} outbound migrations reached on {node}"
+            return how, reason, refusal
+        return how, reason, None
 
     def _target(
         self, pod: DeschedulerPod, violation: Violation, protections: Protections

@@ -16,12 +16,13 @@ import json
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.descheduler.eviction_planner import (
+    HOSTNAME_LABEL,
     Action,
     EvictionPlanner,
     Outcome,
@@ -193,6 +194,9 @@ class Executor:
     async def _migrate(self, action: Action) -> str:
         namespace, vmi_name = action.vmi.split("/", 1)
         name = migration_name(vmi_name, action.uid)
+        spec: dict[str, Any] = {"vmiName": vmi_name}
+        if action.pinned_hostname:  # KubeVirt >= 1.5: the target pod must be on this node
+            spec["addedNodeSelector"] = {HOSTNAME_LABEL: action.pinned_hostname}
         body = {
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachineInstanceMigration",
@@ -202,7 +206,7 @@ class Executor:
                 "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
                 "annotations": {"hostaffinity.io/descheduler-strategy": action.strategy},
             },
-            "spec": {"vmiName": vmi_name},
+            "spec": spec,
         }
         path = ResourceRef(MIGRATIONS.group, MIGRATIONS.version, MIGRATIONS.plural, namespace)
         try:

@@ -15,8 +15,11 @@ from typing import Any, Final, TypeVar
 
 from hostaffinity.affinity.model import decode_namespace
 from hostaffinity.descheduler.kubevirt import (
+    VirtualMachine,
     VirtualMachineInstanceMigration,
+    decode_kubevirt,
     decode_migration,
+    decode_vm,
     decode_vmi,
 )
 from hostaffinity.descheduler.model import (
@@ -46,6 +49,8 @@ NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 PDBS: Final = ResourceRef("policy", "v1", "poddisruptionbudgets")
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
+KUBEVIRTS: Final = ResourceRef("kubevirt.io", "v1", "kubevirts")
+VMS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachines")
 Handler = Callable[[InformerEvent[T]], Awaitable[None]]
 
 
@@ -61,6 +66,7 @@ class Feeds:
         *,
         kubevirt: bool,
         on_migration: Callable[[VirtualMachineInstanceMigration], Awaitable[None]],
+        on_vm: Callable[[VirtualMachine], Awaitable[None]],
         link: Link,
         settings: InformerSettings | None = None,
     ) -> None:
@@ -110,6 +116,14 @@ class Feeds:
                         then=on_migration,
                     ),
                     decode_migration,
+                ),
+                informer(
+                    VMS, handle(_unknown, state.upsert_vm, state.remove_vm, then=on_vm), decode_vm
+                ),
+                informer(
+                    KUBEVIRTS,
+                    handle(_unknown, state.upsert_kubevirt, state.remove_kubevirt),
+                    decode_kubevirt,
                 ),
             ]
 

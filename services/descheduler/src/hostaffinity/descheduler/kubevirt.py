@@ -2,12 +2,23 @@
 
 A virt-launcher pod is never evicted by the descheduler: evicting it kills the VM. When its
 VMI's `evictionStrategy` is LiveMigrate, or LiveMigrateIfPossible and the VMI reports the
-LiveMigratable condition, the descheduler creates a VirtualMachineInstanceMigration instead;
-otherwise it records an Event on the VMI saying why the VM was left in place.
+LiveMigratable condition, the descheduler creates a VirtualMachineInstanceMigration instead.
+A VM that cannot migrate is left in place with an Event on the VMI saying why -- unless its
+owner consented to a restart by annotating the VMI `descheduler.alpha.kubernetes.io/evict`
+(the descheduler's own opt-in, seed 003): then its virt-launcher pod is evicted through the
+Eviction API like any pod (PodDisruptionBudgets hold), the VM stops, and its VirtualMachine
+(or pool, or VMIRS) starts it again where it may run.
 
-Limits are KubeVirt's own defaults (kubevirt pkg/virt-config/virt-config.go:
-ParallelMigrationsPerClusterDefault = 5, ParallelOutboundMigrationsPerNodeDefault = 2); the
-migrations already in flight count against them.
+Limits are the cluster's own, read from the KubeVirt CR (`spec.configuration.migrations.
+parallelMigrationsPerCluster` / `parallelOutboundMigrationsPerNode`, KubeVirt's defaults where it
+names none: pkg/virt-config/virt-config.go, 5 and 2); `descheduler.migrations` in our config
+overrides them. The migrations already in flight count against them.
+
+The target: KubeVirt >= 1.5 takes `spec.addedNodeSelector` on a migration (a map of node labels
+the target pod must also match, api/core/v1 VirtualMachineInstanceMigrationSpec), so where the
+CR's `status.observedKubeVirtVersion` says so the migration is pinned, by hostname label, to the
+node the descheduler checked; an older KubeVirt lets kube-scheduler choose, and the Event says
+so.
 """
 
 from __future__ import annotations
@@ -27,11 +38,23 @@ LIVE_MIGRATE_IF_POSSIBLE: Final = "LiveMigrateIfPossible"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 PARALLEL_MIGRATIONS_PER_CLUSTER: Final = 5
 PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: Final = 2
+# The upstream descheduler's annotation, read on the VMI as the owner's consent to a restart.
+RESTART_CONSENT: Final = "descheduler.alpha.kubernetes.io/evict"
 P = TypeVar("P", bound=Pod)
 
 
 class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """camelCase JSON names; unknown fields ignored."""
+
+
+class _Object(_ApiStruct, frozen=True):
+    """A namespaced KubeVirt object: its metadata, known by `namespace/name`."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
 class VmiCondition(_ApiStruct, frozen=True):
@@ -52,14 +75,9 @@ class VmiStatus(_ApiStruct, frozen=True):
     conditions: list[VmiCondition] = msgspec.field(default_factory=list)
 
 
-class VirtualMachineInstance(_ApiStruct, frozen=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+class VirtualMachineInstance(_Object, frozen=True):
     spec: VmiSpec = msgspec.field(default_factory=VmiSpec)
     status: VmiStatus = msgspec.field(default_factory=VmiStatus)
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     def live_migratable(self) -> tuple[bool, str]:
         """The LiveMigratable condition, and its message when it is not True."""
@@ -67,6 +85,50 @@ class VirtualMachineInstance(_ApiStruct, frozen=True):
             if condition.type == "LiveMigratable":
                 return condition.status == "True", condition.message
         return False, "the VMI does not report the LiveMigratable condition"
+
+
+class VmTemplate(_ApiStruct, frozen=True):
+    spec: VmiSpec = msgspec.field(default_factory=VmiSpec)
+
+
+class VmSpec(_ApiStruct, frozen=True):
+    template: VmTemplate = msgspec.field(default_factory=VmTemplate)
+
+
+class VmStatus(_ApiStruct, frozen=True):
+    conditions: list[VmiCondition] = msgspec.field(default_factory=list)
+
+
+class VirtualMachine(_Object, frozen=True):
+    """A VirtualMachine: its owner (a VirtualMachinePool's VMs are one workload), the placement
+    its template asks for, and whether KubeVirt says it needs a restart."""
+
+    spec: VmSpec = msgspec.field(default_factory=VmSpec)
+    status: VmStatus = msgspec.field(default_factory=VmStatus)
+
+
+def placement_awaiting_restart(vm: VirtualMachine, vmi: VirtualMachineInstance | None) -> str:
+    """The placement fields the VM's template changed and its running VMI does not have, when
+    KubeVirt holds them for a restart (RestartRequired: the default Stage rollout strategy
+    applies such changes only at the next start); empty otherwise."""
+    if vmi is None or not any(
+        c.type == "RestartRequired" and c.status == "True" for c in vm.status.conditions
+    ):
+        return ""
+    wanted, running = vm.spec.template.spec, vmi.spec
+    pairs = (
+        ("affinity", wanted.affinity, running.affinity),
+        ("nodeSelector", wanted.node_selector or {}, running.node_selector or {}),
+    )
+    return ", ".join(name for name, template, live in pairs if template != live)
+
+
+def vm_owner(obj: _Object) -> tuple[str, str] | None:
+    """(kind, name) of a KubeVirt object's controller ownerReference, if any."""
+    for ref in obj.metadata.owner_references:
+        if ref.controller:
+            return ref.kind, ref.name
+    return None
 
 
 class MigrationSpec(_ApiStruct, frozen=True):
@@ -83,14 +145,9 @@ class MigrationStatus(_ApiStruct, frozen=True):
     migration_state: MigrationState | None = None
 
 
-class VirtualMachineInstanceMigration(_ApiStruct, frozen=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+class VirtualMachineInstanceMigration(_Object, frozen=True):
     spec: MigrationSpec = msgspec.field(default_factory=MigrationSpec)
     status: MigrationStatus = msgspec.field(default_factory=MigrationStatus)
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     @property
     def in_flight(self) -> bool:
@@ -98,11 +155,16 @@ class VirtualMachineInstanceMigration(_ApiStruct, frozen=True):
 
 
 _VMI: Final = msgspec.json.Decoder(VirtualMachineInstance)
+_VM: Final = msgspec.json.Decoder(VirtualMachine)
 _VMIM: Final = msgspec.json.Decoder(VirtualMachineInstanceMigration)
 
 
 def decode_vmi(data: bytes | str) -> VirtualMachineInstance:
     return _VMI.decode(data)
+
+
+def decode_vm(data: bytes | str) -> VirtualMachine:
+    return _VM.decode(data)
 
 
 def decode_migration(data: bytes | str) -> VirtualMachineInstanceMigration:
@@ -142,13 +204,27 @@ class MoveKind(enum.Enum):
     """How a virt-launcher pod's VM may be moved."""
 
     MIGRATE = "migrate"
+    RESTART = "restart"
     STAY = "stay"
 
 
+def restart_consented(vmi: VirtualMachineInstance) -> bool:
+    """The VMI's owner lets the descheduler stop it to start it elsewhere."""
+    return RESTART_CONSENT in vmi.metadata.annotations
+
+
 def how_to_move(vmi: VirtualMachineInstance | None, default_strategy: str) -> tuple[MoveKind, str]:
-    """Migrate, or stay with the reason in words (for the Event on the VMI)."""
+    """Migrate; restart where the owner consented; else stay. With the reason the VM cannot
+    migrate, in words (for the Event on the VMI, or the eviction's reason)."""
     if vmi is None:
         return MoveKind.STAY, "its VirtualMachineInstance is not known (yet)"
+    how, why = _live_migration(vmi, default_strategy)
+    if how is MoveKind.STAY and restart_consented(vmi):
+        return MoveKind.RESTART, f"{why}; restarted elsewhere, as {RESTART_CONSENT} allows"
+    return how, why
+
+
+def _live_migration(vmi: VirtualMachineInstance, default_strategy: str) -> tuple[MoveKind, str]:
     strategy = vmi.spec.eviction_strategy or default_strategy
     migratable, why = vmi.live_migratable()
     if strategy == LIVE_MIGRATE:
@@ -168,3 +244,67 @@ class MigrationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # 0 stops the descheduler from asking for migrations at all.
     per_cluster: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_MIGRATIONS_PER_CLUSTER
     outbound_per_node: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE
+
+
+class MigrationConfiguration(_ApiStruct, frozen=True):
+    parallel_migrations_per_cluster: int | None = None
+    parallel_outbound_migrations_per_node: int | None = None
+
+
+class KubeVirtConfiguration(_ApiStruct, frozen=True):
+    migrations: MigrationConfiguration = msgspec.field(default_factory=MigrationConfiguration)
+
+
+class KubeVirtSpec(_ApiStruct, frozen=True):
+    configuration: KubeVirtConfiguration = msgspec.field(default_factory=KubeVirtConfiguration)
+
+
+class KubeVirtStatus(_ApiStruct, frozen=True):
+    observed_kube_virt_version: str = ""
+
+
+class KubeVirt(_Object, frozen=True):
+    """The KubeVirt CR: the cluster's KubeVirt configuration and the version it runs."""
+
+    spec: KubeVirtSpec = msgspec.field(default_factory=KubeVirtSpec)
+    status: KubeVirtStatus = msgspec.field(default_factory=KubeVirtStatus)
+
+
+_KUBEVIRT: Final = msgspec.json.Decoder(KubeVirt)
+# The first release whose VirtualMachineInstanceMigration takes spec.addedNodeSelector.
+ADDED_NODE_SELECTOR_SINCE: Final = (1, 5)
+
+
+def decode_kubevirt(data: bytes | str) -> KubeVirt:
+    return _KUBEVIRT.decode(data)
+
+
+def migration_limits(
+    kubevirt: KubeVirt | None, override: MigrationLimits | None
+) -> MigrationLimits:
+    """Our config's limits when set, else the KubeVirt CR's (KubeVirt's defaults for what it
+    leaves out, or without a CR)."""
+    if override is not None:
+        return override
+    configured = kubevirt.spec.configuration.migrations if kubevirt else MigrationConfiguration()
+    return MigrationLimits(
+        per_cluster=configured.parallel_migrations_per_cluster or PARALLEL_MIGRATIONS_PER_CLUSTER,
+        outbound_per_node=configured.parallel_outbound_migrations_per_node
+        or PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
+    )
+
+
+def kubevirt_version(kubevirt: KubeVirt | None) -> tuple[int, int] | None:
+    """(major, minor) of `status.observedKubeVirtVersion` ("v1.5.2", "v1.6.0-rc.1"), if known."""
+    if kubevirt is None:
+        return None
+    parts = kubevirt.status.observed_kube_virt_version.lstrip("v").split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def pins_targets(kubevirt: KubeVirt | None) -> bool:
+    """Whether the cluster's KubeVirt takes a migration's addedNodeSelector."""
+    version = kubevirt_version(kubevirt)
+    return version is not None and version >= ADDED_NODE_SELECTOR_SINCE

@@ -1,7 +1,8 @@
 """The descheduler's instruments, served on /metrics by the runtime's Prometheus exporter as
 `hostaffinity_descheduler_pods_evicted_total{strategy,result}`,
 `hostaffinity_descheduler_cycle_duration_seconds` and
-`hostaffinity_descheduler_migrations_finished_total{result}`; bus events dropped while NATS was
+`hostaffinity_descheduler_migrations_finished_total{result}` (and, from restart_required.py,
+`hostaffinity_descheduler_vms_awaiting_restart`); bus events dropped while NATS was
 away are the runtime outbox's `hostaffinity_bus_outbox_dropped_total{outbox="descheduler"}`.
 
 `result` is evicted, migrated, dry-run, blocked (a PodDisruptionBudget said 429, retried later),

@@ -21,7 +21,7 @@ import msgspec
 from hostaffinity.affinity.model import LabelSelector
 from hostaffinity.affinity.selectors import compile_label_selector
 from hostaffinity.descheduler.model import DeschedulerPod, parse_time
-from hostaffinity.descheduler.state import ClusterState, workload_of
+from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import PREFER_NO_EVICTION
 
 EVICT_ANNOTATION: Final = "descheduler.alpha.kubernetes.io/evict"
@@ -302,7 +302,7 @@ class Protections:
         if minimum > 1:
 
             def replicated(state: ClusterState, pod: DeschedulerPod, _now: datetime) -> str | None:
-                if len(state.workloads.get(workload_of(pod), ())) >= minimum:
+                if len(state.workloads.get(state.workload_of(pod), ())) >= minimum:
                     return None
                 return f"pod's owner has fewer than minReplicas {minimum} pods"
 

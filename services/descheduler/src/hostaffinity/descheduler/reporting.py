@@ -61,7 +61,7 @@ class Reporter:
             await self._events.record(
                 ObjectRef("VirtualMachineInstance", vmi_name, "", vmi_ns, "kubevirt.io/v1"),
                 "Migrating",
-                f"Live migration {migration} requested by {what}",
+                f"Live migration {migration} requested by {what}; {_target(action)}",
                 "Normal",
             )
         if result in (EVICTED, DRY_RUN) and action.outcome is Outcome.EVICT:
@@ -133,3 +133,14 @@ class Reporter:
                 f"Live migration {migration.metadata.name} ({action.strategy}) failed; "
                 "the next cycle decides again",
             )
+
+
+def _target(action: Action) -> str:
+    """Where the VM goes: pinned, or KubeVirt's choice on a KubeVirt without addedNodeSelector."""
+    if action.pinned_hostname:
+        return f"target node {action.target} (addedNodeSelector)"
+    version = action.kubevirt_version or "of unknown version"
+    return (
+        f"target chosen by kube-scheduler: KubeVirt {version} has no addedNodeSelector "
+        f"(1.5 and later), node {action.target} was checked"
+    )

@@ -31,6 +31,7 @@ from hostaffinity.descheduler.policy import (
     parse_policy,
 )
 from hostaffinity.descheduler.reporting import SOURCE, Reporter
+from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
 from hostaffinity.runtime.config import ConfigError
@@ -156,6 +157,9 @@ class Descheduling:
         executor = self.executor = Executor(
             ctx.kube, state, planner, eviction, reporter.action, reporter.stay, trigger.poke
         )
+        awaiting_restart = PlacementsAwaitingRestart(
+            state, EventRecorder(ctx.kube, ctx.program, ctx.identity)
+        )
         feeds = self.feeds = Feeds(
             ctx.kube,
             topology,
@@ -163,6 +167,7 @@ class Descheduling:
             trigger,
             kubevirt=settings.kubevirt,
             on_migration=reporter.migration_changed,
+            on_vm=awaiting_restart.vm_changed,
             link=ctx.bus.link_epoch,
         )
         consumer = DurableConsumer(

@@ -19,9 +19,12 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace
 from hostaffinity.descheduler.kubevirt import (
+    KubeVirt,
+    VirtualMachine,
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
     launcher_vmi,
+    vm_owner,
     with_vmi_rules,
 )
 from hostaffinity.descheduler.model import (
@@ -49,8 +52,8 @@ def controller_of(pod: DeschedulerPod) -> str | None:
     return f"{refs[0].kind}/{refs[0].name}" if refs else None
 
 
-def workload_of(pod: DeschedulerPod) -> str:
-    """The key a cooldown and the duplicates strategy group replicas by."""
+def _own_workload(pod: DeschedulerPod) -> str:
+    """The workload read from the pod alone: its controller, or the pod itself."""
     owner = controller_of(pod)
     return f"{pod.metadata.namespace}/{owner}" if owner else pod.key
 
@@ -75,6 +78,11 @@ class ClusterState:
         self.pdbs: dict[str, PodDisruptionBudget] = {}
         self.vmis: dict[str, VirtualMachineInstance] = {}
         self.migrations: dict[str, VirtualMachineInstanceMigration] = {}
+        self.vms: dict[str, VirtualMachine] = {}
+        # The workload each placed pod was counted under (a VM's may change with its owners).
+        self._workload: dict[str, str] = {}
+        # The cluster's KubeVirt CR (its migration limits and version), by key: there is one.
+        self.kubevirts: dict[str, KubeVirt] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
         # Raised whenever a node's domains may have changed (added, removed, relabelled,
@@ -115,7 +123,25 @@ class ClusterState:
         self._note(key)
         self.requests[key] = requests
         _add(self.usage.setdefault(pod.spec.node_name, {}), requests, 1)
-        self.workloads.setdefault(workload_of(pod), set()).add(key)
+        workload = self._workload[key] = self.workload_of(pod)
+        self.workloads.setdefault(workload, set()).add(key)
+
+    def workload_of(self, pod: DeschedulerPod) -> str:
+        """The key a cooldown and the duplicates strategy group replicas by.
+
+        A virt-launcher pod belongs to its VM's workload along the owner chain: VMI -> VMIRS,
+        VMI -> VirtualMachine -> VirtualMachinePool (a pool's or a VMIRS's replicas are one
+        workload, as a ReplicaSet's pods are); a VM of its own is its workload."""
+        vmi_key = launcher_vmi(pod)
+        vmi = None if vmi_key is None else self.vmis.get(vmi_key)
+        owner = None if vmi is None else vm_owner(vmi)
+        if vmi is None or owner is None:
+            return _own_workload(pod)
+        namespace = vmi.metadata.namespace
+        if owner[0] == "VirtualMachine":
+            vm = self.vms.get(f"{namespace}/{owner[1]}")
+            owner = (vm_owner(vm) if vm is not None else None) or owner
+        return f"{namespace}/{owner[0]}/{owner[1]}"
 
     def remove_pod(self, key: str) -> None:
         pod = self._forget(key)
@@ -131,7 +157,7 @@ class ClusterState:
         self._note(key)
         self.index.remove_pod(key)
         _add(self.usage.setdefault(pod.spec.node_name, {}), self.requests.pop(key), -1)
-        workload = workload_of(pod)
+        workload = self._workload.pop(key)
         replicas = self.workloads.get(workload)
         if replicas is not None:
             replicas.discard(key)
@@ -210,10 +236,29 @@ class ClusterState:
         self.vmis.pop(key, None)
         self._rederive(key)
 
+    def upsert_vm(self, vm: VirtualMachine) -> None:
+        self.vms[vm.key] = vm
+        self._rederive(vm.key)  # a VM's VMI has the VM's name
+
+    def remove_vm(self, key: str) -> None:
+        self.vms.pop(key, None)
+        self._rederive(key)
+
     def _rederive(self, vmi: str) -> None:
         launcher = self._launchers.get(vmi)
         if launcher is not None and launcher.key in self.pods:
             self.place(with_vmi_rules(launcher, self.vmis.get(vmi)))
+
+    @property
+    def kubevirt(self) -> KubeVirt | None:
+        """The KubeVirt CR, when KubeVirt is installed (the first by key, should there be more)."""
+        return self.kubevirts[min(self.kubevirts)] if self.kubevirts else None
+
+    def upsert_kubevirt(self, kubevirt: KubeVirt) -> None:
+        self.kubevirts[kubevirt.key] = kubevirt
+
+    def remove_kubevirt(self, key: str) -> None:
+        self.kubevirts.pop(key, None)
 
     def upsert_migration(self, migration: VirtualMachineInstanceMigration) -> None:
         self.migrations[migration.key] = migration

@@ -1,0 +1,74 @@
+"""VirtualMachines whose new placement waits for a restart: said, since nothing else says it.
+
+Under KubeVirt's default `Stage` rollout strategy a change to a VM's template reaches its
+running VMI only when the VM restarts; KubeVirt marks the VM RestartRequired and moves on. A
+new affinity or nodeSelector -- say, one that keeps two replicas on different ESXi hosts -- then
+stays unapplied while the VM runs where the old rules put it, and the descheduler, which judges
+the VMI, sees nothing to repair. So each such VM gets one Warning Event per change naming the
+fields, and `hostaffinity_descheduler_vms_awaiting_restart` counts them (for an alert).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from hostaffinity.descheduler.kubevirt import VirtualMachine, placement_awaiting_restart
+from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
+
+REASON = "PlacementAwaitsRestart"
+_current: PlacementsAwaitingRestart | None = None
+
+
+def _observe(_options: CallbackOptions) -> Iterable[Observation]:
+    """Reads the newest reporter: OpenTelemetry keeps only the first callback registered under
+    a name, and a descheduler that leads again (in tests, the same process) builds a new one."""
+    return [Observation(len(_current.waiting()))] if _current is not None else []
+
+
+metrics.get_meter("hostaffinity.descheduler").create_observable_gauge(
+    "hostaffinity_descheduler_vms_awaiting_restart",
+    callbacks=[_observe],
+    description="VirtualMachines whose new placement waits for a restart (RestartRequired)",
+)
+
+
+class PlacementsAwaitingRestart:
+    """Reports each VM whose template's placement its running VMI does not have yet."""
+
+    def __init__(self, state: ClusterState, events: EventRecorder) -> None:
+        self._state = state
+        self._events = events
+        self._reported: dict[str, str] = {}
+        global _current
+        _current = self
+
+    def waiting(self) -> dict[str, str]:
+        """`namespace/name` of each such VM -> the fields waiting."""
+        state = self._state
+        found = {
+            key: placement_awaiting_restart(vm, state.vmis.get(key))
+            for key, vm in state.vms.items()
+        }
+        return {key: fields for key, fields in found.items() if fields}
+
+    async def vm_changed(self, vm: VirtualMachine) -> None:
+        """One Event per VM and set of waiting fields."""
+        fields = placement_awaiting_restart(vm, self._state.vmis.get(vm.key))
+        if not fields:
+            self._reported.pop(vm.key, None)
+            return
+        if self._reported.get(vm.key) == fields:
+            return
+        self._reported[vm.key] = fields
+        meta = vm.metadata
+        await self._events.record(
+            ObjectRef("VirtualMachine", meta.name, meta.uid, meta.namespace, "kubevirt.io/v1"),
+            REASON,
+            f"The template's {fields} differs from the running VMI's and KubeVirt applies it "
+            "only at the next start (RestartRequired): until then the VM runs where the old "
+            "rules put it. Restart the VM, or use the LiveUpdate rollout strategy.",
+        )
