@@ -15,7 +15,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
@@ -33,6 +32,8 @@ from hostaffinity.schema import (
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
+from tests.platform.helm_chart import render_variant
+from tests.platform.kustomize import render
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.34.0"  # newest schema kubernetes-validate ships; our target is v1.36
@@ -47,6 +48,10 @@ NEWER_THAN_SCHEMAS = {
 # Custom resources of cert-manager and the Prometheus operator: no schema here;
 # test_cert_manager_component and test_monitoring_component_* check them.
 CUSTOM_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
+# k8s/ as kustomize renders it, and the Helm chart with the values of the same variant: the
+# checks of pods, budgets and bus credentials hold for both (tests/test_helm_chart.py holds the
+# two to the same objects).
+RENDERERS = {"kustomize": render, "helm": render_variant}
 COMPONENTS = sorted(p.name for p in (ROOT / "k8s" / "components").iterdir() if p.is_dir())
 # The config record each service loads, by its compose service and Deployment name.
 SERVICE_CONFIGS: dict[str, type[Settings]] = {
@@ -130,74 +135,6 @@ def test_every_kustomization_lists_existing_files() -> None:
         ]
         missing = [name for name in listed if not (kustomization.parent / name).exists()]
         assert not missing, f"{kustomization}: {missing}"
-
-
-def _load_all(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-
-
-def _matches(document: dict[str, Any], target: dict[str, str]) -> bool:
-    return all(
-        (document["kind"] if key == "kind" else document["metadata"].get(key)) == value
-        for key, value in target.items()
-    )
-
-
-def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ConfigMaps of a kustomization's configMapGenerator, in the `files` form it uses."""
-    documents = []
-    for generator in kustomization.get("configMapGenerator", []):
-        data: dict[str, str] = {}
-        for entry in generator.get("files", []):
-            key, _, path = entry.rpartition("=")
-            data[key or Path(path).name] = (where / path).read_text(encoding="utf-8")
-        metadata: dict[str, Any] = {"name": generator["name"]}
-        if labels := generator.get("options", {}).get("labels"):
-            metadata["labels"] = labels
-        documents.append(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
-        )
-    return documents
-
-
-NAMESPACE = "hostaffinity"
-
-
-def render(*components: str | None) -> list[dict[str, Any]]:
-    """k8s/base, with each component's resources added and its patches applied, in order."""
-    base = ROOT / "k8s" / "base"
-    base_kustomization = yaml.safe_load((base / "kustomization.yaml").read_text())
-    documents = [d for name in base_kustomization["resources"] for d in _load_all(base / name)]
-    documents += generated_configmaps(base, base_kustomization)
-    for document in documents:
-        document["metadata"].setdefault("namespace", base_kustomization["namespace"])
-    for component in dict.fromkeys(c for c in components if c is not None):
-        documents = _with_component(documents, component)
-    return documents
-
-
-def _with_component(documents: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
-    where = ROOT / "k8s" / "components" / component
-    kustomization = yaml.safe_load((where / "kustomization.yaml").read_text())
-    documents += [d for name in kustomization.get("resources", []) for d in _load_all(where / name)]
-    documents += generated_configmaps(where, kustomization)
-    for document in documents:
-        document["metadata"].setdefault("namespace", NAMESPACE)
-    for patch in kustomization.get("patches", []):
-        content = yaml.safe_load((where / patch["path"]).read_text())
-        if isinstance(content, dict) and content.get("$patch") == "delete":
-            target = {"kind": content["kind"], "name": content["metadata"]["name"]}
-            doomed = [d for d in documents if _matches(d, target)]
-            assert doomed, f"{component}: {patch['path']} deletes nothing"
-            documents = [d for d in documents if not _matches(d, target)]
-            continue
-        targets = [d for d in documents if _matches(d, patch["target"])]
-        assert targets, f"{component}: {patch['path']} matches no object"
-        for document in targets:
-            patched = jsonpatch.apply_patch(document, content)
-            document.clear()
-            document.update(patched)
-    return documents
 
 
 def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -488,9 +425,12 @@ def assert_nats_credentials(pod: dict[str, Any], identity: str) -> None:
 
 
 @pytest.mark.parametrize("component", [None, *COMPONENTS])
-def test_every_pod_meets_the_restricted_pod_security_standard(component: str | None) -> None:
+@pytest.mark.parametrize("renderer", sorted(RENDERERS))
+def test_every_pod_meets_the_restricted_pod_security_standard(
+    component: str | None, renderer: str
+) -> None:
     """And runs with a read-only root, as every service does (with any component too)."""
-    for where, pod in pod_specs(render("scheduler-extender", component)).items():
+    for where, pod in pod_specs(RENDERERS[renderer]("scheduler-extender", component)).items():
         assert pod["securityContext"]["runAsNonRoot"] is True, where
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
         assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod), where
@@ -679,9 +619,13 @@ def test_shared_config_reaches_the_bundled_nats_over_tls() -> None:
         if service not in REMOVED_BY.get(component or "", set())
     ],
 )
-def test_each_service_connects_to_nats_as_itself(service: str, component: str | None) -> None:
+@pytest.mark.parametrize("renderer", sorted(RENDERERS))
+def test_each_service_connects_to_nats_as_itself(
+    service: str, component: str | None, renderer: str
+) -> None:
     """Its own identity and seed, the CA, no other secret of the bus (with any component too)."""
-    deployment = one(render(SHIPPED_IN.get(service), component), "Deployment", service)
+    documents = RENDERERS[renderer](SHIPPED_IN.get(service), component)
+    deployment = one(documents, "Deployment", service)
     assert_nats_credentials(deployment["spec"]["template"]["spec"], service)
 
 
@@ -916,12 +860,13 @@ def test_the_extender_has_no_webhook_rights() -> None:
 
 
 @pytest.mark.parametrize("component", [None, *COMPONENTS])
+@pytest.mark.parametrize("renderer", sorted(RENDERERS))
 def test_every_deployment_has_a_disruption_budget_and_spreads_over_hosts(
-    component: str | None,
+    component: str | None, renderer: str
 ) -> None:
     """Preferred anti-affinity on the ESXi host and on the node, never required on the host
     label: nodes get it from the node-labeller, whose own replicas would then never schedule."""
-    documents = render(component)
+    documents = RENDERERS[renderer](component)
     budgets = [d["spec"] for d in documents if d["kind"] == "PodDisruptionBudget"]
     for deployment in (d for d in documents if d["kind"] == "Deployment"):
         name = deployment["metadata"]["name"]
