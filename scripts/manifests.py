@@ -23,8 +23,6 @@ import jsonpatch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "k8s" / "base"
-COMPONENTS = ROOT / "k8s" / "components"
 SUPPORTED = {"apiVersion", "kind", "namespace", "resources", "configMapGenerator", "patches"}
 # kustomize's default output order (api/resid/gvk.go, orderFirst and orderLast): what others
 # refer to is applied first, the webhooks that would intercept the rest last.
@@ -79,21 +77,23 @@ def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dic
     return documents
 
 
-def render(*components: str | None) -> list[dict[str, Any]]:
-    """k8s/base, with each component's resources added and its patches applied, in order."""
-    base = _kustomization(BASE)
-    documents = [d for name in base["resources"] for d in load_all(BASE / name)]
-    documents += generated_configmaps(BASE, base)
+def render(*components: str | None, k8s: Path = ROOT / "k8s") -> list[dict[str, Any]]:
+    """k8s/base, with each component's resources added and its patches applied, in order
+    (`k8s`: another copy of the folder, e.g. one a test changed)."""
+    base_dir = k8s / "base"
+    base = _kustomization(base_dir)
+    documents = [d for name in base["resources"] for d in load_all(base_dir / name)]
+    documents += generated_configmaps(base_dir, base)
     for component in dict.fromkeys(c for c in components if c is not None):
-        documents = _with_component(documents, component)
+        documents = _with_component(documents, k8s / "components" / component)
     for document in documents:
         if document["kind"] not in CLUSTER_SCOPED:
             document["metadata"].setdefault("namespace", base["namespace"])
     return documents
 
 
-def _with_component(documents: list[dict[str, Any]], component: str) -> list[dict[str, Any]]:
-    where = COMPONENTS / component
+def _with_component(documents: list[dict[str, Any]], where: Path) -> list[dict[str, Any]]:
+    component = where.name
     kustomization = _kustomization(where)
     documents += [d for name in kustomization.get("resources", []) for d in load_all(where / name)]
     documents += generated_configmaps(where, kustomization)

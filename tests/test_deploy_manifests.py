@@ -31,6 +31,7 @@ from hostaffinity.schema import (
     POD_SPREAD_ACROSS_HOSTS,
 )
 from scripts.manifests import matches, render
+from tests.platform.helm_chart import render_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.34.0"  # newest schema kubernetes-validate ships; our target is v1.36
@@ -45,6 +46,10 @@ NEWER_THAN_SCHEMAS = {
 # Custom resources of cert-manager and the Prometheus operator: no schema here;
 # test_cert_manager_component and test_monitoring_component_* check them.
 CUSTOM_GROUPS = {"cert-manager.io", "monitoring.coreos.com"}
+# k8s/ as kustomize renders it, and the Helm chart with the values of the same variant: the
+# checks of pods, budgets and bus credentials hold for both (tests/test_helm_chart.py holds the
+# two to the same objects).
+RENDERERS = {"kustomize": render, "helm": render_variant}
 COMPONENTS = sorted(p.name for p in (ROOT / "k8s" / "components").iterdir() if p.is_dir())
 # The config record each service loads, by its compose service and Deployment name.
 SERVICE_CONFIGS: dict[str, type[Settings]] = {
@@ -570,9 +575,12 @@ def assert_nats_credentials(pod: dict[str, Any], identity: str) -> None:
 
 
 @pytest.mark.parametrize("component", [None, *COMPONENTS])
-def test_every_pod_meets_the_restricted_pod_security_standard(component: str | None) -> None:
+@pytest.mark.parametrize("renderer", sorted(RENDERERS))
+def test_every_pod_meets_the_restricted_pod_security_standard(
+    component: str | None, renderer: str
+) -> None:
     """And runs with a read-only root, as every service does (with any component too)."""
-    for where, pod in pod_specs(render("scheduler-extender", component)).items():
+    for where, pod in pod_specs(RENDERERS[renderer]("scheduler-extender", component)).items():
         assert pod["securityContext"]["runAsNonRoot"] is True, where
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
         assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod), where
@@ -782,9 +790,13 @@ def test_shared_config_reaches_the_bundled_nats_over_tls() -> None:
         if service not in REMOVED_BY.get(component or "", set())
     ],
 )
-def test_each_service_connects_to_nats_as_itself(service: str, component: str | None) -> None:
+@pytest.mark.parametrize("renderer", sorted(RENDERERS))
+def test_each_service_connects_to_nats_as_itself(
+    service: str, component: str | None, renderer: str
+) -> None:
     """Its own identity and seed, the CA, no other secret of the bus (with any component too)."""
-    deployment = one(render(SHIPPED_IN.get(service), component), "Deployment", service)
+    documents = RENDERERS[renderer](SHIPPED_IN.get(service), component)
+    deployment = one(documents, "Deployment", service)
     assert_nats_credentials(deployment["spec"]["template"]["spec"], service)
 
 
@@ -1028,12 +1040,13 @@ def test_the_extender_has_no_webhook_rights() -> None:
 
 
 @pytest.mark.parametrize("component", [None, *COMPONENTS])
+@pytest.mark.parametrize("renderer", sorted(RENDERERS))
 def test_every_deployment_has_a_disruption_budget_and_spreads_over_hosts(
-    component: str | None,
+    component: str | None, renderer: str
 ) -> None:
     """Preferred anti-affinity on the ESXi host and on the node, never required on the host
     label: nodes get it from the node-labeller, whose own replicas would then never schedule."""
-    documents = render(component)
+    documents = RENDERERS[renderer](component)
     budgets = [d["spec"] for d in documents if d["kind"] == "PodDisruptionBudget"]
     for deployment in (d for d in documents if d["kind"] == "Deployment"):
         name = deployment["metadata"]["name"]
