@@ -35,7 +35,7 @@ from hostaffinity.drs_translator.applier import DrsApplier  # noqa: E402
 from hostaffinity.drs_translator.metrics import DrsMetrics  # noqa: E402
 from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan  # noqa: E402
 from hostaffinity.drs_translator.records import OwnershipRecords  # noqa: E402
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig  # noqa: E402
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules  # noqa: E402
 from hostaffinity.runtime.bus import Bus  # noqa: E402
 from hostaffinity.runtime.vcenter import VCenterSession  # noqa: E402
 from hostaffinity.schema import (  # noqa: E402
@@ -173,7 +173,7 @@ async def main(groups: int, replicas: int, vms: int, runs: int) -> None:
         events: list[Event] = []
 
         async with VCenterSession(vc.settings()) as session:
-            config = ClusterConfig(session)
+            config = ClusterRules(session)
             applier = DrsApplier(
                 config, records, kept, events.append, DrsMetrics(), vcenter="bench"
             )

@@ -13,7 +13,7 @@ from pyVmomi import vim
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.service import translate
 from hostaffinity.drs_translator.translator import DrsTranslator
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec, running_service
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
@@ -32,7 +32,7 @@ def drs_config(
 @dataclass
 class RunningTranslator:
     runner: ServiceRunner[DrsTranslatorConfig]
-    parts: list[tuple[DrsTranslator, ClusterConfig]] = field(default_factory=list)
+    parts: list[tuple[DrsTranslator, ClusterRules]] = field(default_factory=list)
 
     @property
     def translator(self) -> DrsTranslator:
@@ -47,7 +47,7 @@ class RunningTranslator:
 @contextlib.asynccontextmanager
 async def running_translator(config: DrsTranslatorConfig) -> AsyncIterator[RunningTranslator]:
     """The service as main() runs it, until the first DRS cycle is done; stopped as by SIGTERM."""
-    observed: list[tuple[DrsTranslator, ClusterConfig]] = []
+    observed: list[tuple[DrsTranslator, ClusterRules]] = []
     spec = ServiceSpec(
         name="drs-translator",
         config_type=DrsTranslatorConfig,

@@ -18,7 +18,7 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import ResourceRef
 from hostaffinity.runtime.kube_events import EventRecorder
@@ -33,7 +33,7 @@ PODS: Final = ResourceRef("", "v1", "pods")
 NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 _SYNC_POLL_SECONDS: Final = 0.05
 
-Observer = Callable[[DrsTranslator, ClusterConfig], None]
+Observer = Callable[[DrsTranslator, ClusterRules], None]
 
 
 async def translate(
@@ -54,7 +54,7 @@ async def translate(
     ctx.add_readiness("vcenter connected", session.connected)
     try:
         await session.start_when_reachable()
-        cluster_config = ClusterConfig(session)
+        cluster_config = ClusterRules(session)
         applier = DrsApplier(
             cluster_config,
             records,
