@@ -45,8 +45,8 @@ from tests.e2e.labeller_harness import (
 from tests.e2e.test_descheduler import terminating, web_pod
 from tests.e2e.test_drs_translator import anti_rules, records, vm
 from tests.e2e.test_labeller_faults import HOSTS, NODES, converges, vcenter_truth
-from tests.integration.test_extender import ANTI, call, extender, filter_args
-from tests.integration.test_extender import pod_object as pending_pod
+from tests.integration.extender_harness import ANTI, call, extender, filter_args
+from tests.integration.extender_harness import pod_object as pending_pod
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster, ServerProcess
 from tests.platform.vcsim import VcsimFactory

@@ -33,7 +33,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     wait_ready,
 )
-from tests.integration.test_extender import placement
+from tests.integration.extender_harness import placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
