@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.test_extender import extender
-from tests.integration.test_webhook import (
+from tests.integration.extender_harness import extender
+from tests.integration.webhook_harness import (
     FIXTURE,
     ready,
     service,

@@ -48,8 +48,8 @@ from tests.e2e.labeller_harness import (
     wait_ready,
 )
 from tests.e2e.test_descheduler import terminating, web_pod
-from tests.integration.test_extender import RunningExtender, extender, filter_args
-from tests.integration.test_webhook import (
+from tests.integration.extender_harness import RunningExtender, extender, filter_args
+from tests.integration.webhook_harness import (
     FIXTURE,
     RunningWebhook,
     eventually_true,
