@@ -21,7 +21,7 @@ from figures import peak_rss_mib, percentile  # noqa: E402
 
 from hostaffinity.runtime.bus import Bus  # noqa: E402
 from hostaffinity.runtime.kv import Bootstrapped, TopologyStore  # noqa: E402
-from tests.integration.test_bus_topology import placement  # noqa: E402
+from tests.platform.bus_values import node_placement as placement  # noqa: E402
 from tests.platform.nats import NatsServer  # noqa: E402
 
 

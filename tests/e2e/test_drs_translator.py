@@ -59,8 +59,8 @@ from tests.e2e.labeller_harness import (
     vm_by_name,
     wait_ready,
 )
-from tests.integration.test_bus_topology import ESXI_HOST, placement
-from tests.integration.test_topology_feed import OTHER_HOST
+from tests.platform.bus_values import ESXI_HOST, OTHER_HOST
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.tcp_proxy import TcpProxy
