@@ -33,7 +33,13 @@ from hostaffinity.schema import (
     decode_event,
     event_subject,
 )
-from tests.e2e.descheduler_harness import descheduler_config, node_object, running_descheduler
+from tests.e2e.descheduler_harness import (
+    descheduler_config,
+    node_object,
+    running_descheduler,
+    terminating,
+    web_pod,
+)
 from tests.e2e.drs_harness import drs_config, running_translator
 from tests.e2e.labeller_harness import (
     LabellerParts,
@@ -42,7 +48,6 @@ from tests.e2e.labeller_harness import (
     relocate,
     stream_events,
 )
-from tests.e2e.test_descheduler import terminating, web_pod
 from tests.e2e.test_drs_translator import anti_rules, records, vm
 from tests.e2e.test_labeller_faults import HOSTS, NODES, converges, vcenter_truth
 from tests.integration.extender_harness import ANTI, call, extender, filter_args

@@ -24,6 +24,8 @@ from tests.e2e.descheduler_harness import (
     node_object,
     pod_object,
     running_descheduler,
+    terminating,
+    web_pod,
 )
 from tests.e2e.harness import bus_rebuilt_with
 from tests.e2e.labeller_harness import (
@@ -285,25 +287,6 @@ async def test_kubevirt_vmis_are_migrated_never_evicted_within_kubevirts_limits(
     finally:
         await bus.close()
     assert len(requested) == 6
-
-
-def web_pod(name: str, node: str) -> dict[str, Any]:
-    apart = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": LABEL_ESXI_HOST}
-            ]
-        }
-    }
-    return pod_object(name, "web", node, owner="web-rs", affinity=apart)
-
-
-def terminating(kube: KubeDouble) -> list[str]:
-    return sorted(
-        p["metadata"]["name"]
-        for p in kube.store.objects("pods", "default")
-        if p["metadata"].get("deletionTimestamp")
-    )
 
 
 @pytest.mark.parametrize("hosts", [3, 2], ids=["another-host-fits", "no-other-host"])
