@@ -40,7 +40,7 @@ from tests.e2e.descheduler_harness import (
     terminating,
     web_pod,
 )
-from tests.e2e.drs_harness import drs_config, running_translator
+from tests.e2e.drs_harness import anti_rules, drs_config, records, running_translator, vm
 from tests.e2e.labeller_harness import (
     LabellerParts,
     eventually,
@@ -48,7 +48,6 @@ from tests.e2e.labeller_harness import (
     relocate,
     stream_events,
 )
-from tests.e2e.test_drs_translator import anti_rules, records, vm
 from tests.e2e.test_labeller_faults import HOSTS, NODES, converges, vcenter_truth
 from tests.integration.extender_harness import ANTI, call, extender, filter_args
 from tests.integration.extender_harness import pod_object as pending_pod
