@@ -42,13 +42,16 @@ from tests.e2e.descheduler_harness import (
 )
 from tests.e2e.drs_harness import anti_rules, drs_config, records, running_translator, vm
 from tests.e2e.labeller_harness import (
+    HOSTS,
+    NODES,
     LabellerParts,
+    converges,
     eventually,
     node_labels,
     relocate,
     stream_events,
+    vcenter_truth,
 )
-from tests.e2e.test_labeller_faults import HOSTS, NODES, converges, vcenter_truth
 from tests.integration.extender_harness import ANTI, call, extender, filter_args
 from tests.integration.extender_harness import pod_object as pending_pod
 from tests.platform.kube_double import KubeDouble
