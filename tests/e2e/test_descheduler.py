@@ -35,7 +35,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     wait_ready,
 )
-from tests.integration.extender_harness import placement
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory

@@ -20,7 +20,7 @@ from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.main import service_spec
 from hostaffinity.scheduler_extender.service import Extender
-from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement
+from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.harness import BusPlatform
 from tests.e2e.labeller_harness import node_object
 from tests.platform.kube_double import KubeDouble
@@ -100,14 +100,6 @@ def pod_object(
 def filter_args(kube: KubeDouble, name: str, nodes: list[str]) -> dict[str, Any]:
     """What kube-scheduler posts with nodeCacheCapable: the stored pod and node names."""
     return {"Pod": kube.read("v1", "pods", name, "default"), "Nodes": None, "NodeNames": nodes}
-
-
-def placement(node: str, host: str) -> NodePlacement:
-    return NodePlacement(
-        node=node, vm_moid=f"vm-{node}", bios_uuid="", instance_uuid="", host_moid=f"m-{host}",
-        host_name=host, host_label=host, cluster_moid="c", cluster_name="C0", datacenter="DC0",
-        vcenter="vc", observed_at="2026-11-22T08:00:00Z", version=1,
-    )  # fmt: skip
 
 
 def seed_004(vcsim: VcsimFactory, kube: KubeDouble) -> Vcsim:

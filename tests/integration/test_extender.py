@@ -23,10 +23,10 @@ from tests.integration.extender_harness import (
     call,
     extender,
     filter_args,
-    placement,
     pod_object,
     seed_004,
 )
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory

@@ -8,16 +8,19 @@ import msgspec
 from hostaffinity.schema import EsxiHost, NodePlaced, NodePlacement, event_id
 
 
-def node_placement(node: str, host_moid: str = "host-11", version: int = 1) -> NodePlacement:
-    """`node` on the ESXi host `host_moid` (named `<moid>.esx.example.com`) of cluster-a."""
+def node_placement(
+    node: str, host_moid: str = "host-11", version: int = 1, *, host_label: str = ""
+) -> NodePlacement:
+    """`node` (VM `vm-<node>`) on the ESXi host `host_moid` (named `<moid>.esx.example.com`,
+    labelled `host_label`, by default its moid) of cluster-a."""
     return NodePlacement(
         node=node,
-        vm_moid="vm-42",
+        vm_moid=f"vm-{node}",
         bios_uuid="4230c1d2-0000-0000-0000-000000000001",
         instance_uuid="5030c1d2-0000-0000-0000-000000000001",
         host_moid=host_moid,
         host_name=f"{host_moid}.esx.example.com",
-        host_label=host_moid,
+        host_label=host_label or host_moid,
         cluster_moid="domain-c7",
         cluster_name="cluster-a",
         datacenter="dc-1",
