@@ -18,6 +18,7 @@ from typing import Annotated, Final, TypeVar
 import msgspec
 
 from hostaffinity.affinity.model import Affinity, ObjectMeta, Pod
+from hostaffinity.affinity.model import ApiStruct as _ApiStruct
 
 VIRT_LAUNCHER_LABEL: Final = "kubevirt.io"
 VIRT_LAUNCHER_VALUE: Final = "virt-launcher"
@@ -28,10 +29,6 @@ FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 PARALLEL_MIGRATIONS_PER_CLUSTER: Final = 5
 PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: Final = 2
 P = TypeVar("P", bound=Pod)
-
-
-class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """camelCase JSON names; unknown fields ignored."""
 
 
 class VmiCondition(_ApiStruct, frozen=True):
