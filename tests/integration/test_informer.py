@@ -19,10 +19,9 @@ from hostaffinity.runtime.informer import (
     dict_decoder,
     msgspec_decoder,
 )
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NODES, KubeClient
 from tests.platform.kube_double import KubeDouble
 
-NODES = ResourceRef("", "v1", "nodes")
 FAST = InformerSettings(page_size=2, worker_idle_s=0.2)
 
 

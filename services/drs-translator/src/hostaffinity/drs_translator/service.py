@@ -20,7 +20,7 @@ from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.informer import Informer, upsert_or_remove
-from hostaffinity.runtime.kube import ResourceRef
+from hostaffinity.runtime.kube import NAMESPACES, PODS
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.outbox import Outbox
@@ -29,8 +29,6 @@ from hostaffinity.runtime.topology_feed import follow_topology
 from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
 
-PODS: Final = ResourceRef("", "v1", "pods")
-NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 _SYNC_POLL_SECONDS: Final = 0.05
 
 Observer = Callable[[DrsTranslator, ClusterRules], None]
