@@ -172,3 +172,25 @@ async def test_informer_skips_an_object_it_cannot_decode(
         assert set(informer.cache) == {"good"}
     finally:
         await _stop(task)
+
+
+async def test_informer_is_caught_up_only_once_its_handlers_ran_the_first_list(
+    kube_double: KubeDouble, client: KubeClient
+) -> None:
+    """`synced` says the list is cached; `caught_up` waits for the handlers too, including an
+    event a worker has taken off its queue but not yet handed to the handler."""
+    kube_double.seed(_node("worker-1"))
+    release = asyncio.Event()
+
+    async def held(_event: InformerEvent[Node]) -> None:
+        await release.wait()
+
+    informer = Informer(client, NODES, held, msgspec_decoder(Node), settings=FAST)
+    assert not informer.caught_up()
+    task = await _running(informer)
+    try:
+        assert not informer.caught_up()  # listed, but the handler holds the event
+        release.set()
+        await _eventually(informer.caught_up)
+    finally:
+        await _stop(task)

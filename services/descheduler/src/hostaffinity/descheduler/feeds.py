@@ -115,7 +115,7 @@ class Feeds:
 
         KubeVirt's informers are not required: a cluster without KubeVirt has no VMIs, and a
         virt-launcher pod whose VMI is unknown is left in place anyway."""
-        informers_done = all(i.synced.is_set() and i.pending() == 0 for i in self.required)
+        informers_done = all(i.caught_up() for i in self.required)
         return informers_done and self.placements_synced
 
     async def run(self) -> None:

@@ -110,13 +110,7 @@ async def translate(
             observe(translator, cluster_config)
         # Informers hand their first list to workers: wait until those have run too.
         while True:
-            if (
-                pods.synced.is_set()
-                and pods.pending() == 0
-                and namespaces.synced.is_set()
-                and namespaces.pending() == 0
-                and translator.topology_synced
-            ):
+            if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:
                 break
             await asyncio.sleep(_SYNC_POLL_SECONDS)
         await translator.run()
