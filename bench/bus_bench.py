@@ -14,6 +14,10 @@ what R3 adds at p50/p99, and the load average at start and end.
     uv run --frozen python bench/bus_bench.py [--samples 1000] [--warmup 100] [--chunk 50]
 """
 
+import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
+
+# isort: split
+
 import argparse
 import asyncio
 import contextlib
@@ -21,7 +25,6 @@ import itertools
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -30,27 +33,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-# The Inventory builder the labeller's tests use (a folder on pytest's pythonpath).
-sys.path.insert(0, str(REPO / "services" / "node-labeller" / "tests"))
+from figures import percentile
+from node_labeller_bench import kube_double, running_labeller, time_moves
+from node_labeller_builders import inventory_with
 
-from figures import percentile  # noqa: E402
-from node_labeller_bench import kube_double, running_labeller, time_moves  # noqa: E402
-from node_labeller_builders import inventory_with  # noqa: E402
-
-from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, write_local_credentials  # noqa: E402
-from hostaffinity.node_labeller.inventory import ObjectUpdate  # noqa: E402
-from hostaffinity.node_labeller.nodes import Node, NodeMeta  # noqa: E402
-from hostaffinity.node_labeller.reconcile import NodeActions, Settings, reconcile_node  # noqa: E402
-from hostaffinity.runtime.bus import Bus  # noqa: E402
-from hostaffinity.runtime.config import NatsSettings  # noqa: E402
-from hostaffinity.runtime.consumer import DurableConsumer  # noqa: E402
-from hostaffinity.runtime.kv import NodeChange, TopologyStore  # noqa: E402
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER  # noqa: E402
-from hostaffinity.schema import TopologyEvent, VmMoved, decode_event, utc_timestamp  # noqa: E402
-from tests.platform.nats import nats_server_binary  # noqa: E402
-from tests.platform.nats_cluster import (  # noqa: E402
+from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, write_local_credentials
+from hostaffinity.node_labeller.inventory import ObjectUpdate
+from hostaffinity.node_labeller.nodes import Node, NodeMeta
+from hostaffinity.node_labeller.reconcile import NodeActions, Settings, reconcile_node
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.consumer import DurableConsumer
+from hostaffinity.runtime.kv import NodeChange, TopologyStore
+from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER
+from hostaffinity.schema import TopologyEvent, VmMoved, decode_event, utc_timestamp
+from tests.platform.nats import nats_server_binary
+from tests.platform.nats_cluster import (
     NatsCluster,
     Ports,
     ServerProcess,
@@ -58,7 +56,7 @@ from tests.platform.nats_cluster import (  # noqa: E402
     default_sync,
     shipped,
 )
-from tests.platform.vcsim import build_vcsim, start_vcsim  # noqa: E402
+from tests.platform.vcsim import build_vcsim, start_vcsim
 
 WAIT_SECONDS: Final = 10.0
 TARGET_P99_MS: Final = 5.0

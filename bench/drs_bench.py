@@ -9,11 +9,14 @@ follow, and the peak RSS of this process (nats-server and vcsim run apart).
     uv run --frozen python bench/drs_bench.py [--groups 1000] [--replicas 10] [--vms 500]
 """
 
+import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
+
+# isort: split
+
 import argparse
 import asyncio
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -21,24 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from figures import peak_rss_mib, percentile
 from pyVmomi import vim
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from figures import peak_rss_mib, percentile  # noqa: E402
-
-from hostaffinity.affinity.index import ClusterIndex  # noqa: E402
-from hostaffinity.affinity.model import Pod  # noqa: E402
-from hostaffinity.drs_translator.announcements import KeptAnnouncements  # noqa: E402
-from hostaffinity.drs_translator.applier import DrsApplier  # noqa: E402
-from hostaffinity.drs_translator.metrics import DrsMetrics  # noqa: E402
-from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan  # noqa: E402
-from hostaffinity.drs_translator.records import OwnershipRecords  # noqa: E402
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig  # noqa: E402
-from hostaffinity.runtime.bus import Bus  # noqa: E402
-from hostaffinity.runtime.vcenter import VCenterSession  # noqa: E402
-from hostaffinity.schema import (  # noqa: E402
+from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.model import Pod
+from hostaffinity.drs_translator.announcements import KeptAnnouncements
+from hostaffinity.drs_translator.applier import DrsApplier
+from hostaffinity.drs_translator.metrics import DrsMetrics
+from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
+from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.schema import (
     DRS_BUCKET,
     LABEL_ESXI_HOST,
     DrsRulesApplied,
@@ -46,8 +45,8 @@ from hostaffinity.schema import (  # noqa: E402
     Event,
     NodePlacement,
 )
-from tests.platform.nats import NatsServer  # noqa: E402
-from tests.platform.vcsim import build_vcsim, start_vcsim  # noqa: E402
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import build_vcsim, start_vcsim
 
 CLUSTERS, HOSTS_PER_CLUSTER = 5, 20
 SETTINGS = PlannerSettings(vcenter="bench")
@@ -173,7 +172,7 @@ async def main(groups: int, replicas: int, vms: int, runs: int) -> None:
         events: list[Event] = []
 
         async with VCenterSession(vc.settings()) as session:
-            config = ClusterConfig(session)
+            config = ClusterRules(session)
             applier = DrsApplier(
                 config, records, kept, events.append, DrsMetrics(), vcenter="bench"
             )

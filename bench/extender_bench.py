@@ -22,18 +22,20 @@ Prints the extender's CPU per pod, median and p99 per verb, and peak RSS. Never 
 
 from __future__ import annotations
 
+import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
+
+# isort: split
+
 import argparse
 import asyncio
 import json
 import multiprocessing
 import random
 import statistics
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -45,8 +47,6 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Pod

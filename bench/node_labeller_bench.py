@@ -8,6 +8,10 @@ process (the labeller runs in it; the Kubernetes double, vcsim and nats-server r
     uv run --frozen python bench/node_labeller_bench.py [--hosts 50] [--vms 2000] [--moves 100]
 """
 
+import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
+
+# isort: split
+
 import argparse
 import asyncio
 import contextlib
@@ -21,26 +25,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from figures import peak_rss_mib, percentile
 from pyVmomi import vim, vmodl
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from figures import peak_rss_mib, percentile  # noqa: E402
-
-from hostaffinity.node_labeller.config import NodeLabellerConfig  # noqa: E402
-from hostaffinity.node_labeller.main import service_spec  # noqa: E402
-from hostaffinity.node_labeller.service import NodeLabelling  # noqa: E402
-from hostaffinity.runtime.config import (  # noqa: E402
+from hostaffinity.node_labeller.config import NodeLabellerConfig
+from hostaffinity.node_labeller.main import service_spec
+from hostaffinity.node_labeller.service import NodeLabelling
+from hostaffinity.runtime.config import (
     HealthSettings,
     KubernetesSettings,
     LeaseSettings,
     NatsSettings,
 )
-from hostaffinity.runtime.runner import running_service  # noqa: E402
-from tests.e2e.labeller_harness import host_by_name, vm_by_name  # noqa: E402
-from tests.platform.nats import NatsServer  # noqa: E402
-from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim  # noqa: E402
+from hostaffinity.runtime.runner import running_service
+from tests.e2e.labeller_harness import host_by_name, vm_by_name
+from tests.platform.nats import NatsServer
+from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager

@@ -6,23 +6,23 @@
     uv run --frozen python bench/topology_watch_bench.py [--nodes 5000] [--rounds 20]
 """
 
+import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
+
+# isort: split
+
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from figures import peak_rss_mib, percentile
 
-from figures import peak_rss_mib, percentile  # noqa: E402
-
-from hostaffinity.runtime.bus import Bus  # noqa: E402
-from hostaffinity.runtime.kv import Bootstrapped, TopologyStore  # noqa: E402
-from tests.integration.test_bus_topology import placement  # noqa: E402
-from tests.platform.nats import NatsServer  # noqa: E402
+from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.kv import Bootstrapped, TopologyStore
+from tests.platform.bus_values import node_placement as placement
+from tests.platform.nats import NatsServer
 
 
 async def time_bootstrap(store: TopologyStore) -> tuple[float, int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-import sys
 from pathlib import Path
 
 import nkeys
@@ -33,11 +32,11 @@ from hostaffinity.cli.bus_subscribers import (
     render_subscribers_conf,
 )
 from hostaffinity.runtime.config import NatsSettings
+from tests.platform.console import SCRIPTS
 from tests.platform.nats import nats_server_binary
 from tests.platform.nats_cluster import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = Path(sys.executable).parent
 
 
 def test_shipped_auth_conf_is_the_rendering_of_the_permission_table() -> None:

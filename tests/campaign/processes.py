@@ -21,7 +21,7 @@ import msgspec
 from hostaffinity.runtime.config import Settings
 from tests.campaign.history import Clock, History, Instance, ProcessExit
 from tests.campaign.recording import AttributedProxy
-from tests.e2e.test_service_process import SCRIPTS
+from tests.platform.console import SCRIPTS
 
 # How the runner says a replica ended because it lost its Lease: stepping down, or, when the
 # work did not unwind within duration - renew_deadline, the fence ending the process at once.

@@ -41,7 +41,8 @@ from tests.containers.podman import (
 )
 from tests.e2e.drs_harness import drs_state, pod_manifest
 from tests.e2e.labeller_harness import node_object, vm_by_name
-from tests.integration.test_extender import placement, pod_object
+from tests.integration.extender_harness import pod_object
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer, free_port
 from tests.platform.vcsim import Vcsim, VcsimFactory

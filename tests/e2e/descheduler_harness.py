@@ -25,6 +25,7 @@ from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.main import service_spec
 from hostaffinity.descheduler.service import Descheduling
 from hostaffinity.runtime.runner import running_service
+from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.harness import BusPlatform, eventually, runner_sections
 from tests.platform.kube_double import KubeDouble
 
@@ -293,3 +294,15 @@ def _preferred_weight(spec: dict[str, Any], labels: dict[str, str]) -> int:
         if all(labels.get(e["key"]) in e.get("values", []) for e in expressions):
             total += int(term["weight"])
     return total
+
+
+def web_pod(name: str, node: str) -> dict[str, Any]:
+    """A replica of web-rs on `node` that requires its siblings on other ESXi hosts."""
+    apart = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": LABEL_ESXI_HOST}
+            ]
+        }
+    }
+    return pod_object(name, "web", node, owner="web-rs", affinity=apart)

@@ -8,15 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.service import translate
 from hostaffinity.drs_translator.translator import DrsTranslator
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
+from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec, running_service
-from hostaffinity.schema import LABEL_ESXI_HOST
+from hostaffinity.schema import DRS_BUCKET, LABEL_ESXI_HOST, DrsOwnership
+from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
+from tests.e2e.labeller_harness import vm_by_name
 from tests.platform.vcsim import Vcsim
 
 
@@ -32,7 +36,7 @@ def drs_config(
 @dataclass
 class RunningTranslator:
     runner: ServiceRunner[DrsTranslatorConfig]
-    parts: list[tuple[DrsTranslator, ClusterConfig]] = field(default_factory=list)
+    parts: list[tuple[DrsTranslator, ClusterRules]] = field(default_factory=list)
 
     @property
     def translator(self) -> DrsTranslator:
@@ -47,7 +51,7 @@ class RunningTranslator:
 @contextlib.asynccontextmanager
 async def running_translator(config: DrsTranslatorConfig) -> AsyncIterator[RunningTranslator]:
     """The service as main() runs it, until the first DRS cycle is done; stopped as by SIGTERM."""
-    observed: list[tuple[DrsTranslator, ClusterConfig]] = []
+    observed: list[tuple[DrsTranslator, ClusterRules]] = []
     spec = ServiceSpec(
         name="drs-translator",
         config_type=DrsTranslatorConfig,
@@ -133,3 +137,46 @@ def drs_state(si: vim.ServiceInstance) -> dict[str, dict[str, Any]]:
 def reconfigure(si: vim.ServiceInstance, spec: Any) -> None:
     """One ReconfigureComputeResource_Task as an administrator, waited for."""
     finished(cluster_of(si).ReconfigureComputeResource_Task(spec=spec, modify=True))
+
+
+STRAY = "hostaffinity-anti-0123456789ab"  # our prefix, made by hand, no record
+
+
+def vm(si: vim.ServiceInstance, node: str) -> str:
+    return str(vm_by_name(si, node)._moId)
+
+
+def foreign(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Everything not created by the translator: the admin's objects and the stray one."""
+    return {k: v for k, v in state.items() if not _ours(v["name"])}
+
+
+def _ours(name: str) -> bool:
+    return name.startswith("hostaffinity-") and name != STRAY
+
+
+def anti_rules(si: vim.ServiceInstance) -> dict[str, list[str]]:
+    """Our anti-affinity rules: name → sorted VM moids."""
+    return {
+        v["name"]: sorted(v["vm"])
+        for v in drs_state(si).values()
+        if _ours(v["name"]) and v["_type"].endswith("AntiAffinityRuleSpec")
+    }
+
+
+async def drs_keys(bus: Bus, prefix: str) -> list[str]:
+    kv = await bus.js.key_value(DRS_BUCKET)
+    try:
+        keys = await kv.keys()
+    except Exception:  # nats-py raises NoKeysError for an empty bucket
+        return []
+    return [key for key in keys if key.startswith(prefix)]
+
+
+async def records(bus: Bus) -> dict[str, DrsOwnership]:
+    kv = await bus.js.key_value(DRS_BUCKET)
+    found = {}
+    for key in await drs_keys(bus, DRS_RULE_KEY_PREFIX):
+        entry = await kv.get(key)
+        found[key] = msgspec.json.decode(entry.value or b"", type=DrsOwnership)
+    return found

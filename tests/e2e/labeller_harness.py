@@ -1,7 +1,9 @@
 """Runs node-labeller replicas in-process against vcsim, nats-server and the Kubernetes double."""
 
+import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +19,11 @@ from hostaffinity.node_labeller.service import NodeLabelling
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
-from hostaffinity.schema import EVENTS_STREAM, TopologyEvent, decode_event
+from hostaffinity.schema import EVENTS_STREAM, LABEL_ESXI_HOST, TopologyEvent, decode_event
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
 from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 
@@ -153,3 +157,44 @@ def relocate(si: vim.ServiceInstance, vm_name: str, host_name: str) -> Any:
 
 def as_json(obj: Any) -> Any:
     return json.loads(msgspec.json.encode(obj))
+
+
+# The world of the fault tests: six node VMs on three ESXi hosts, and how long they may take
+# to agree with vCenter again.
+NODES = [f"node-{i}" for i in range(1, 7)]
+HOSTS = ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
+RECOVERY_SECONDS = 30.0
+
+
+def vcenter_truth(si: vim.ServiceInstance) -> dict[str, str]:
+    """Each node VM's ESXi host name, as vCenter has it now."""
+    return {name: vm_by_name(si, name).runtime.host.name for name in NODES}
+
+
+async def truth_everywhere(
+    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer | NatsCluster
+) -> dict[str, tuple[str, str | None]]:
+    """Per node where the label and the KV entry disagree with vCenter: {node: (label, kv)}.
+    The KV is read as the read-only `cli` identity (a connection name on a `NatsServer`)."""
+    truth = await asyncio.to_thread(vcenter_truth, admin)
+    async with nats.connection("cli") as bus:
+        store = await bus.topology()
+        wrong = {}
+        for node in NODES:
+            placement = await store.get_node(node)
+            label = node_labels(kube, node).get(LABEL_ESXI_HOST, "")
+            stored = placement.host_name if placement is not None else None
+            if (label, stored) != (truth[node], truth[node]):
+                wrong[node] = (label, stored)
+        return wrong
+
+
+async def converges(
+    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer | NatsCluster
+) -> float:
+    """Seconds until every label and KV entry equals vCenter's truth; fails after 30 s."""
+    started = time.monotonic()
+    while wrong := await truth_everywhere(kube, admin, nats):
+        assert time.monotonic() - started < RECOVERY_SECONDS, f"not converged: {wrong}"
+        await asyncio.sleep(0.2)
+    return time.monotonic() - started

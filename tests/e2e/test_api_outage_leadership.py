@@ -25,8 +25,14 @@ from hostaffinity.scheduler_extender.service import Extender
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.descheduler_harness import descheduler_config
 from tests.e2e.drs_harness import cycles_after, drs_config, running_translator
-from tests.e2e.labeller_harness import LabellerParts, eventually, node_labels, relocate
-from tests.e2e.test_labeller_faults import NODES, converges
+from tests.e2e.labeller_harness import (
+    NODES,
+    LabellerParts,
+    converges,
+    eventually,
+    node_labels,
+    relocate,
+)
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory

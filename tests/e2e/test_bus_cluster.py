@@ -33,20 +33,27 @@ from hostaffinity.schema import (
     decode_event,
     event_subject,
 )
-from tests.e2e.descheduler_harness import descheduler_config, node_object, running_descheduler
-from tests.e2e.drs_harness import drs_config, running_translator
+from tests.e2e.descheduler_harness import (
+    descheduler_config,
+    node_object,
+    running_descheduler,
+    terminating,
+    web_pod,
+)
+from tests.e2e.drs_harness import anti_rules, drs_config, records, running_translator, vm
 from tests.e2e.labeller_harness import (
+    HOSTS,
+    NODES,
     LabellerParts,
+    converges,
     eventually,
     node_labels,
     relocate,
     stream_events,
+    vcenter_truth,
 )
-from tests.e2e.test_descheduler import terminating, web_pod
-from tests.e2e.test_drs_translator import anti_rules, records, vm
-from tests.e2e.test_labeller_faults import HOSTS, NODES, converges, vcenter_truth
-from tests.integration.test_extender import ANTI, call, extender, filter_args
-from tests.integration.test_extender import pod_object as pending_pod
+from tests.integration.extender_harness import ANTI, call, extender, filter_args
+from tests.integration.extender_harness import pod_object as pending_pod
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster, ServerProcess, client_limit, connections
 from tests.platform.vcsim import VcsimFactory

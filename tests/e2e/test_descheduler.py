@@ -25,6 +25,7 @@ from tests.e2e.descheduler_harness import (
     pod_object,
     running_descheduler,
     terminating,
+    web_pod,
 )
 from tests.e2e.harness import bus_rebuilt_with
 from tests.e2e.labeller_harness import (
@@ -34,7 +35,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     wait_ready,
 )
-from tests.integration.test_extender import placement
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
@@ -424,17 +425,6 @@ async def test_a_vm_whose_new_placement_waits_for_a_restart_is_reported(
         assert metric(gauge) == 1
         kube.write({**running, "spec": {**running["spec"], "affinity": apart}})
         await eventually(lambda: metric(gauge) == 0, "the gauge cleared after the restart")
-
-
-def web_pod(name: str, node: str) -> dict[str, Any]:
-    apart = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": LABEL_ESXI_HOST}
-            ]
-        }
-    }
-    return pod_object(name, "web", node, owner="web-rs", affinity=apart)
 
 
 @pytest.mark.parametrize("hosts", [3, 2], ids=["another-host-fits", "no-other-host"])

@@ -21,7 +21,6 @@ import re
 import shlex
 import shutil
 import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +30,13 @@ from nats.errors import Error as NatsError
 
 from hostaffinity.runtime.bus import Bus
 from tests.platform.bus_values import node_placed, node_placement
+from tests.platform.console import SCRIPTS
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import LocalBus, NatsCluster
 
 pytestmark = pytest.mark.timeout(180)
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = Path(sys.executable).parent
 DOCUMENTED_PORT = "4222"
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`([^`]+)`")

@@ -30,23 +30,27 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.runtime.runner import ServiceSpec, running_service
 from hostaffinity.schema import (
-    DRS_BUCKET,
-    DrsOwnership,
     DrsRuleConflict,
     DrsRuleDrift,
     DrsRulesApplied,
     TopologyEvent,
 )
-from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX, DRS_RULE_KEY_PREFIX
+from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX
 from tests.e2e.drs_harness import (
+    STRAY,
     RunningTranslator,
+    anti_rules,
     cluster_of,
     cycles_after,
     drs_config,
+    drs_keys,
     drs_state,
+    foreign,
     pod_manifest,
     reconfigure,
+    records,
     running_translator,
+    vm,
 )
 from tests.e2e.harness import bus_rebuilt_with, default_events
 from tests.e2e.labeller_harness import (
@@ -59,8 +63,8 @@ from tests.e2e.labeller_harness import (
     vm_by_name,
     wait_ready,
 )
-from tests.integration.test_bus_topology import ESXI_HOST, placement
-from tests.integration.test_topology_feed import OTHER_HOST
+from tests.platform.bus_values import ESXI_HOST, OTHER_HOST
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.tcp_proxy import TcpProxy
@@ -68,7 +72,6 @@ from tests.platform.vcsim import Vcsim, VcsimFactory
 
 NODES = [f"node{i}" for i in range(1, 7)]
 WEB = {"app": "web"}
-STRAY = "hostaffinity-anti-0123456789ab"  # our prefix, made by hand, no record
 _vim: Any = vim
 
 
@@ -85,10 +88,6 @@ async def labeller(vc: Vcsim, nats: NatsServer, kubeconfig: Path) -> AsyncIterat
     async with running(labeller_config(vc, nats, kubeconfig)) as service:
         await wait_ready(service)
         yield
-
-
-def vm(si: vim.ServiceInstance, node: str) -> str:
-    return str(vm_by_name(si, node)._moId)
 
 
 def admin_objects(si: vim.ServiceInstance) -> None:
@@ -130,42 +129,6 @@ def admin_objects(si: vim.ServiceInstance) -> None:
         ],
     )
     reconfigure(si, spec)
-
-
-def foreign(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Everything not created by the translator: the admin's objects and the stray one."""
-    return {k: v for k, v in state.items() if not _ours(v["name"])}
-
-
-def _ours(name: str) -> bool:
-    return name.startswith("hostaffinity-") and name != STRAY
-
-
-def anti_rules(si: vim.ServiceInstance) -> dict[str, list[str]]:
-    """Our anti-affinity rules: name → sorted VM moids."""
-    return {
-        v["name"]: sorted(v["vm"])
-        for v in drs_state(si).values()
-        if _ours(v["name"]) and v["_type"].endswith("AntiAffinityRuleSpec")
-    }
-
-
-async def drs_keys(bus: Bus, prefix: str) -> list[str]:
-    kv = await bus.js.key_value(DRS_BUCKET)
-    try:
-        keys = await kv.keys()
-    except Exception:  # nats-py raises NoKeysError for an empty bucket
-        return []
-    return [key for key in keys if key.startswith(prefix)]
-
-
-async def records(bus: Bus) -> dict[str, DrsOwnership]:
-    kv = await bus.js.key_value(DRS_BUCKET)
-    found = {}
-    for key in await drs_keys(bus, DRS_RULE_KEY_PREFIX):
-        entry = await kv.get(key)
-        found[key] = msgspec.json.decode(entry.value or b"", type=DrsOwnership)
-    return found
 
 
 async def kept_announcements(bus: Bus) -> list[str]:

@@ -20,21 +20,21 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, LeaseSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
 from tests.e2e.labeller_harness import (
+    HOSTS,
+    NODES,
     LabellerParts,
+    converges,
     eventually,
     node_labels,
     relocate,
     session_keys,
     stream_events,
-    vm_by_name,
+    vcenter_truth,
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
-from tests.platform.nats_cluster import NatsCluster
 from tests.platform.tcp_proxy import TcpProxy
 
-NODES = [f"node-{i}" for i in range(1, 7)]
-HOSTS = ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
 # Moves made during an outage, spaced over it; node-1 moves twice, so a retry that applied the
 # first desired state after the second would show.
 OUTAGE_MOVES = [
@@ -43,7 +43,6 @@ OUTAGE_MOVES = [
     ("node-1", "DC0_C0_H2"),
     ("node-4", "DC0_C0_H1"),
 ]
-RECOVERY_SECONDS = 30.0
 # No periodic resync during the outage tests: retries alone must converge.
 NO_RESYNC = 3600.0
 # A Lease that outlives an 8 s API outage (the labeller keeps leading through it).
@@ -53,11 +52,6 @@ OUTAGE_LEASE = LeaseSettings(
     renew_deadline_seconds=15.0,
     retry_period_seconds=1.0,
 )
-
-
-def vcenter_truth(si: vim.ServiceInstance) -> dict[str, str]:
-    """Each node VM's ESXi host name, as vCenter has it now."""
-    return {name: vm_by_name(si, name).runtime.host.name for name in NODES}
 
 
 @contextmanager
@@ -149,35 +143,6 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
     assert len(await asyncio.to_thread(session_keys, admin)) == 1, "the labeller logged out"
     moved = [(e.node, e.to_host_name) for e in await stream_events(bus) if isinstance(e, VmMoved)]
     assert moved == moves
-
-
-async def truth_everywhere(
-    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer | NatsCluster
-) -> dict[str, tuple[str, str | None]]:
-    """Per node where the label and the KV entry disagree with vCenter: {node: (label, kv)}.
-    The KV is read as the read-only `cli` identity (a connection name on a `NatsServer`)."""
-    truth = await asyncio.to_thread(vcenter_truth, admin)
-    async with nats.connection("cli") as bus:
-        store = await bus.topology()
-        wrong = {}
-        for node in NODES:
-            placement = await store.get_node(node)
-            label = node_labels(kube, node).get(LABEL_ESXI_HOST, "")
-            stored = placement.host_name if placement is not None else None
-            if (label, stored) != (truth[node], truth[node]):
-                wrong[node] = (label, stored)
-        return wrong
-
-
-async def converges(
-    kube: KubeDouble, admin: vim.ServiceInstance, nats: NatsServer | NatsCluster
-) -> float:
-    """Seconds until every label and KV entry equals vCenter's truth; fails after 30 s."""
-    started = time.monotonic()
-    while wrong := await truth_everywhere(kube, admin, nats):
-        assert time.monotonic() - started < RECOVERY_SECONDS, f"not converged: {wrong}"
-        await asyncio.sleep(0.2)
-    return time.monotonic() - started
 
 
 async def moves_during(

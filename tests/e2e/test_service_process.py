@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -22,12 +21,12 @@ import yaml
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import utc_timestamp
+from tests.platform.console import SCRIPTS
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer, free_port
 from tests.platform.vcsim import VcsimFactory
 from tests.recorded_fixtures import fixture_dir
 
-SCRIPTS = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK_CONFIGURATION = (
     ROOT / "k8s" / "base" / "admission-webhook" / "mutatingwebhookconfiguration.yaml"

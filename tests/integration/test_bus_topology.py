@@ -18,24 +18,13 @@ from hostaffinity.runtime.kv import (
     Undecodable,
 )
 from hostaffinity.runtime.layout import BusLayout
-from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, EsxiHost, NodePlacement, node_key
+from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, NodePlacement, node_key
+from tests.platform.bus_values import ESXI_HOST
 from tests.platform.bus_values import node_placement as placement
-from tests.platform.nats import NatsServer
+from tests.platform.nats import NatsServer, message_tasks
 from tests.platform.nats_delivery_lag import DeliveryLagProxy
 
 WAIT_SECONDS = 5.0
-
-
-ESXI_HOST = EsxiHost(
-    moid="host-11",
-    name="esx-11.example.com",
-    label="esx-11.example.com",
-    cluster_moid="domain-c7",
-    cluster_name="cluster-a",
-    datacenter="dc-1",
-    connection_state="connected",
-    in_maintenance_mode=False,
-)
 
 
 @pytest.fixture
@@ -224,15 +213,6 @@ async def test_watch_started_during_writes_has_every_earlier_value_when_bootstra
     finally:
         stop.set()
         await writer
-
-
-def message_tasks() -> set[asyncio.Task[object]]:
-    """nats-py's per-subscription message tasks (the one left pending in the reported leak)."""
-    return {
-        task
-        for task in asyncio.all_tasks()
-        if getattr(task.get_coro(), "__qualname__", "") == "Subscription._wait_for_msgs"
-    }
 
 
 async def test_watches_cancelled_while_starting_or_stopped_at_once_leave_no_task(

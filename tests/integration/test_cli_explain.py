@@ -26,6 +26,7 @@ from tests.e2e.descheduler_harness import (
     node_object,
     pod_object,
     running_descheduler,
+    terminating,
 )
 from tests.e2e.labeller_harness import labeller_config, node_labels, running, wait_ready
 from tests.integration.cli_runner import Cli, exit_code
@@ -45,14 +46,6 @@ def apart(app: str) -> dict[str, Any]:
 
 def replica(name: str, app: str, node: str) -> dict[str, Any]:
     return pod_object(name, app, node, owner=f"{app}-rs", affinity=apart(app))
-
-
-def terminating(kube: KubeDouble) -> list[str]:
-    return [
-        p["metadata"]["name"]
-        for p in kube.store.objects("pods", "default")
-        if p["metadata"].get("deletionTimestamp")
-    ]
 
 
 Scenario = Callable[[], contextlib.AbstractAsyncContextManager[str]]

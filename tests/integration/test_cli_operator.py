@@ -33,6 +33,7 @@ from tests.e2e.labeller_harness import (
     wait_ready,
 )
 from tests.integration.cli_runner import Cli, exit_code
+from tests.platform.bus_values import node_placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
@@ -80,12 +81,7 @@ def deployment_pod(
 
 
 def placement(node: str, host: str) -> NodePlacement:
-    return NodePlacement(
-        node=node, vm_moid=f"vm-{node}", bios_uuid="", instance_uuid="", host_moid=f"host-{host}",
-        host_name=f"{host}.example.com", host_label=host, cluster_moid="domain-c7",
-        cluster_name="C0", datacenter="DC0", vcenter="vc", observed_at="2026-11-22T08:00:00Z",
-        version=1,
-    )  # fmt: skip
+    return node_placement(node, f"host-{host}", host_label=host)
 
 
 def esxi_host(host: str) -> EsxiHost:

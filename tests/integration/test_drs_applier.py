@@ -12,7 +12,7 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import DrsObject
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, DrsRuleConflict, DrsRulesApplied, Event
@@ -50,7 +50,7 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
     kept = KeptAnnouncements(drs_bucket, "vcsim")
     first = DrsObject("hostaffinity-vmgroup-aaaa", "vm-group", cluster, vms=(vms[0],))
     async with VCenterSession(vc.settings()) as session:
-        config = ClusterConfig(session)
+        config = ClusterRules(session)
         applier = DrsApplier(
             config,
             records,
@@ -111,7 +111,7 @@ async def test_dry_run_plans_and_publishes_but_writes_nothing(
     published: list[Event] = []
 
     async with VCenterSession(vc.settings()) as session:
-        config = ClusterConfig(session)
+        config = ClusterRules(session)
         applier = DrsApplier(
             config, records, kept, published.append, DrsMetrics(), vcenter="vcsim", dry_run=True
         )

@@ -12,7 +12,7 @@ from pyVmomi import vim
 
 from hostaffinity.drs_translator.diff import Change
 from hostaffinity.drs_translator.rules import DrsObject
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig, ReconfigureRefused
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules, ReconfigureRefused
 from hostaffinity.runtime.vcenter import VCenterSession
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
@@ -48,7 +48,7 @@ async def test_rules_and_groups_round_trip_and_an_edit_keeps_the_key(vcsim: Vcsi
         "hostaffinity-vmhost-1", "vm-host", moid, vm_group=vm_group.name, host_group=host_group.name
     )
     async with VCenterSession(vc.settings()) as session:
-        config = ClusterConfig(session)
+        config = ClusterRules(session)
         await config.reconfigure(
             moid, [Change("add", o) for o in (anti, vm_group, host_group, vm_host)]
         )
@@ -91,7 +91,7 @@ async def test_a_refused_batch_raises_with_vcenters_reason(vcsim: VcsimFactory) 
     moid = cluster_moid(vc)
     rule = DrsObject("hostaffinity-anti-x", "vm-anti-affinity", moid, vms=("vm-1", "vm-2"))
     async with VCenterSession(vc.settings()) as session:
-        config = ClusterConfig(session)
+        config = ClusterRules(session)
         await config.reconfigure(moid, [Change("add", rule)])
         with pytest.raises(ReconfigureRefused, match="InvalidArgument"):
             await config.reconfigure(moid, [Change("add", rule)])

@@ -15,7 +15,7 @@ from hostaffinity.runtime.runner import running_service
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderSettings
 from hostaffinity.scheduler_extender.main import service_spec
 from hostaffinity.scheduler_extender.service import Extender
-from tests.integration.test_bus_topology import placement
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.nats_delivery_lag import DeliveryLagProxy

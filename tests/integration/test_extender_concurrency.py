@@ -27,7 +27,8 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.kv import TopologyStore
 from hostaffinity.schema import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
 from tests.e2e.labeller_harness import eventually, node_object
-from tests.integration.test_extender import RunningExtender, extender, placement
+from tests.integration.extender_harness import RunningExtender, extender
+from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.kube_scheduler import Binding, Call, ExtenderConfig, KubeScheduler, Outcome
 from tests.platform.nats import NatsServer

@@ -26,7 +26,7 @@ from tests.e2e.labeller_harness import (
     running,
     wait_ready,
 )
-from tests.integration.test_extender import RunningExtender, extender, filter_args, seed_004
+from tests.integration.extender_harness import RunningExtender, extender, filter_args, seed_004
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory

@@ -23,8 +23,8 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from tests.integration.test_extender import extender
-from tests.integration.test_webhook import (
+from tests.integration.extender_harness import extender
+from tests.integration.webhook_harness import (
     FIXTURE,
     ready,
     service,

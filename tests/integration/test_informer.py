@@ -19,10 +19,9 @@ from hostaffinity.runtime.informer import (
     dict_decoder,
     msgspec_decoder,
 )
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NODES, KubeClient
 from tests.platform.kube_double import KubeDouble
 
-NODES = ResourceRef("", "v1", "nodes")
 FAST = InformerSettings(page_size=2, worker_idle_s=0.2)
 
 
@@ -171,5 +170,27 @@ async def test_informer_skips_an_object_it_cannot_decode(
     task = await _running(informer)
     try:
         assert set(informer.cache) == {"good"}
+    finally:
+        await _stop(task)
+
+
+async def test_informer_is_caught_up_only_once_its_handlers_ran_the_first_list(
+    kube_double: KubeDouble, client: KubeClient
+) -> None:
+    """`synced` says the list is cached; `caught_up` waits for the handlers too, including an
+    event a worker has taken off its queue but not yet handed to the handler."""
+    kube_double.seed(_node("worker-1"))
+    release = asyncio.Event()
+
+    async def held(_event: InformerEvent[Node]) -> None:
+        await release.wait()
+
+    informer = Informer(client, NODES, held, msgspec_decoder(Node), settings=FAST)
+    assert not informer.caught_up()
+    task = await _running(informer)
+    try:
+        assert not informer.caught_up()  # listed, but the handler holds the event
+        release.set()
+        await _eventually(informer.caught_up)
     finally:
         await _stop(task)

@@ -7,19 +7,17 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import msgspec
-
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
 from hostaffinity.runtime.topology_feed import INFERRED_REVISION, follow_topology
 from hostaffinity.schema import NodePlacement
 from tests.e2e.harness import bus_rebuilt_with, eventually
-from tests.integration.test_bus_topology import ESXI_HOST, message_tasks, placement
-from tests.platform.nats import NatsServer
+from tests.platform.bus_values import ESXI_HOST, OTHER_HOST
+from tests.platform.bus_values import node_placement as placement
+from tests.platform.nats import NatsServer, message_tasks
 from tests.platform.tcp_proxy import TcpProxy
 
-OTHER_HOST = msgspec.structs.replace(ESXI_HOST, moid="host-12", name="esx-12.example.com")
 RECOVERY_SECONDS = 10.0
 
 

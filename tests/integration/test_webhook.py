@@ -11,29 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
-import ssl
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from hostaffinity.admission_webhook.config import AdmissionWebhookSettings, WebhookSettings
-from hostaffinity.admission_webhook.main import service_spec
 from hostaffinity.admission_webhook.registration import WebhookRegistration
-from hostaffinity.admission_webhook.server import AdmissionWebhook
-from hostaffinity.admission_webhook.service import Webhook
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.certificates import service_hostnames
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.kube import KubeClient, api_client
-from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import (
     EVENTS_STREAM,
@@ -43,86 +33,22 @@ from hostaffinity.schema import (
     decode_event,
     event_subject,
 )
+from tests.integration.webhook_harness import (
+    FIXTURE,
+    RunningWebhook,
+    eventually_true,
+    post,
+    ready,
+    service,
+    shipped_configuration,  # noqa: F401 (the fixture, used by name)
+    written_ca,
+)
 from tests.platform.kube_double import KubeDouble
 from tests.platform.kube_double.webhooks import WebhookCall
 from tests.platform.nats import NatsServer
-from tests.recorded_fixtures import fixture_dir
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIGURATION = ROOT / "k8s" / "base" / "admission-webhook" / "mutatingwebhookconfiguration.yaml"
-FIXTURE = fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
-WEBHOOKS = "admissionregistration.k8s.io/v1"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-
-
-def settings(nats: NatsServer, kubeconfig: Path) -> AdmissionWebhookSettings:
-    return AdmissionWebhookSettings(
-        nats=nats.settings(),
-        health=HealthSettings(host="127.0.0.1", port=0),
-        kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
-        webhook=WebhookSettings(
-            host="127.0.0.1", port=0, extra_hostnames=["127.0.0.1"], event_sample_ratio=1.0
-        ),
-    )
-
-
-async def eventually_true(check: Any, what: str) -> None:
-    for _ in range(250):
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(what)
-
-
-@dataclass(frozen=True)
-class RunningWebhook:
-    """The parts of the started service these tests look at."""
-
-    health_port: int
-    webhook: AdmissionWebhook
-
-
-async def ready(health_port: int) -> bool:
-    url = f"http://127.0.0.1:{health_port}/readyz"
-    async with aiohttp.ClientSession() as http, http.get(url) as response:
-        return response.status == 200
-
-
-@contextlib.asynccontextmanager
-async def service(
-    nats: NatsServer, kubeconfig: Path, kube: KubeDouble
-) -> AsyncIterator[RunningWebhook]:
-    """The service, ready, with its webhook listening and the caBundle written."""
-    work = Webhook()
-    async with running_service(service_spec(work), settings(nats, kubeconfig)) as runner:
-        await eventually_true(lambda: ready(runner.health.port), "the service never became ready")
-
-        async def webhook_up() -> bool:
-            return work.server is not None and work.server.serving and written_ca(kube) is not None
-
-        await eventually_true(webhook_up, "the webhook never listened with its caBundle written")
-        assert work.server is not None
-        yield RunningWebhook(runner.health.port, work.server)
-
-
-def written_ca(kube: KubeDouble) -> bytes | None:
-    stored = kube.read(WEBHOOKS, "mutatingwebhookconfigurations", "hostaffinity-pod-host-terms")
-    assert stored is not None
-    bundle = stored["webhooks"][0]["clientConfig"].get("caBundle")
-    return None if bundle is None else base64.b64decode(bundle)
-
-
-async def post(service: RunningWebhook, body: bytes, ca: bytes) -> tuple[int, bytes]:
-    """POST /mutate trusting only `ca`, with the host name checked, as kube-apiserver does."""
-    trust = ssl.create_default_context(cadata=ca.decode())
-    url = f"https://127.0.0.1:{service.webhook.port}/mutate?timeout=2s"
-    headers = {"Content-Type": "application/json", "User-Agent": "kube-apiserver-admission"}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(url, data=body, headers=headers, ssl=trust) as response,
-    ):
-        return response.status, await response.read()
 
 
 @pytest.fixture(autouse=True)
@@ -143,16 +69,6 @@ async def refused_reviews(service: RunningWebhook) -> float:
             ):
                 return sample.value
     return 0.0
-
-
-@pytest.fixture
-def shipped_configuration(kube_double: KubeDouble) -> dict[str, Any]:
-    """Our namespace and the webhook configuration as k8s/base ships it (no caBundle)."""
-    kube_double.seed(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
-    )
-    configuration: dict[str, Any] = yaml.safe_load(CONFIGURATION.read_text())
-    return kube_double.seed(configuration)
 
 
 @pytest.mark.usefixtures("shipped_configuration")

@@ -37,7 +37,13 @@ from hostaffinity.descheduler.service import Descheduling
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import setup_telemetry
 from hostaffinity.schema import event_subject
-from tests.e2e.descheduler_harness import descheduler_config, node_object, pod_object
+from tests.e2e.descheduler_harness import (
+    descheduler_config,
+    node_object,
+    pod_object,
+    terminating,
+    web_pod,
+)
 from tests.e2e.drs_harness import (
     cluster_of,
     drs_config,
@@ -53,9 +59,8 @@ from tests.e2e.labeller_harness import (
     running,
     wait_ready,
 )
-from tests.e2e.test_descheduler import terminating, web_pod
-from tests.integration.test_extender import RunningExtender, extender, filter_args
-from tests.integration.test_webhook import (
+from tests.integration.extender_harness import RunningExtender, extender, filter_args
+from tests.integration.webhook_harness import (
     FIXTURE,
     RunningWebhook,
     eventually_true,

@@ -1,21 +1,26 @@
 """Values as the node-labeller writes them to the bus, for tests that need some on it: a node's
-placement (topology KV) and its `node.placed` event."""
+placement (topology KV), its `node.placed` event and the ESXi hosts."""
 
 from __future__ import annotations
 
-from hostaffinity.schema import NodePlaced, NodePlacement, event_id
+import msgspec
+
+from hostaffinity.schema import EsxiHost, NodePlaced, NodePlacement, event_id
 
 
-def node_placement(node: str, host_moid: str = "host-11", version: int = 1) -> NodePlacement:
-    """`node` on the ESXi host `host_moid` (named `<moid>.esx.example.com`) of cluster-a."""
+def node_placement(
+    node: str, host_moid: str = "host-11", version: int = 1, *, host_label: str = ""
+) -> NodePlacement:
+    """`node` (VM `vm-<node>`) on the ESXi host `host_moid` (named `<moid>.esx.example.com`,
+    labelled `host_label`, by default its moid) of cluster-a."""
     return NodePlacement(
         node=node,
-        vm_moid="vm-42",
+        vm_moid=f"vm-{node}",
         bios_uuid="4230c1d2-0000-0000-0000-000000000001",
         instance_uuid="5030c1d2-0000-0000-0000-000000000001",
         host_moid=host_moid,
         host_name=f"{host_moid}.esx.example.com",
-        host_label=host_moid,
+        host_label=host_label or host_moid,
         cluster_moid="domain-c7",
         cluster_name="cluster-a",
         datacenter="dc-1",
@@ -40,3 +45,18 @@ def node_placed(node: str) -> NodePlaced:
         matched_by="provider-id",
         version=1,
     )
+
+
+# An ESXi host of cluster-a as the topology KV holds it.
+ESXI_HOST = EsxiHost(
+    moid="host-11",
+    name="esx-11.example.com",
+    label="esx-11.example.com",
+    cluster_moid="domain-c7",
+    cluster_name="cluster-a",
+    datacenter="dc-1",
+    connection_state="connected",
+    in_maintenance_mode=False,
+)
+# Its neighbour in the same cluster.
+OTHER_HOST = msgspec.structs.replace(ESXI_HOST, moid="host-12", name="esx-12.example.com")

@@ -5,7 +5,9 @@ environment the test sets."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +32,7 @@ def clear_hostaffinity_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only what the test sets: a developer's HOSTAFFINITY_* would change the outcome."""
     for name in [n for n in os.environ if n.startswith(ENV_PREFIX)]:
         monkeypatch.delenv(name)
+
+
+# Where the environment installs the console scripts (hostaffinity-*), to run them as a process.
+SCRIPTS = Path(sys.executable).parent

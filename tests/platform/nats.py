@@ -169,3 +169,12 @@ async def bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
     """A bus connected to `nats_server`, whose streams and buckets are in place."""
     async with nats_server.connection("test") as connected:
         yield connected
+
+
+def message_tasks() -> set[asyncio.Task[object]]:
+    """nats-py's per-subscription message tasks (the one left pending in the reported leak)."""
+    return {
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "") == "Subscription._wait_for_msgs"
+    }

@@ -124,3 +124,38 @@ def engine(
     for item in pods:
         index.upsert_pod(item)
     return AffinityEngine(index, fail_unplaced=fail_unplaced)
+
+
+def replica(
+    name: str,
+    node_name: str = "",
+    *,
+    owner: tuple[str, str] | None = ("ReplicaSet", "web-5d8f7"),
+    labels: Mapping[str, str] | None = None,
+    affinity: Mapping[str, Any] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    namespace: str = "shop",
+    spreads: list[dict[str, Any]] | None = None,
+) -> Pod:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(
+            labels if labels is not None else {"app": "web", "pod-template-hash": "5d8f7"}
+        ),
+        "annotations": dict(annotations or {}),
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner[0],
+                "name": owner[1],
+                "uid": "u",
+                "controller": True,
+            }
+        ]
+    spec: dict[str, Any] = {"nodeName": node_name, "topologySpreadConstraints": spreads or []}
+    if affinity is not None:
+        spec["affinity"] = dict(affinity)
+    return msgspec.convert({"metadata": metadata, "spec": spec}, Pod)

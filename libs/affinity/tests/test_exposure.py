@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
 import pytest
 
 from hostaffinity.affinity.exposure import (
@@ -18,44 +17,9 @@ from hostaffinity.affinity.exposure import (
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.workloads import WorkloadRef, stays_with_node, workload_of
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from libs.affinity.tests.builders import engine, node, preferred, required, spread, term
+from libs.affinity.tests.builders import engine, node, preferred, replica, required, spread, term
 
 HOSTNAME = "kubernetes.io/hostname"
-
-
-def replica(
-    name: str,
-    node_name: str = "",
-    *,
-    owner: tuple[str, str] | None = ("ReplicaSet", "web-5d8f7"),
-    labels: Mapping[str, str] | None = None,
-    affinity: Mapping[str, Any] | None = None,
-    annotations: Mapping[str, str] | None = None,
-    namespace: str = "shop",
-    spreads: list[dict[str, Any]] | None = None,
-) -> Pod:
-    metadata: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "labels": dict(
-            labels if labels is not None else {"app": "web", "pod-template-hash": "5d8f7"}
-        ),
-        "annotations": dict(annotations or {}),
-    }
-    if owner is not None:
-        metadata["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": owner[0],
-                "name": owner[1],
-                "uid": "u",
-                "controller": True,
-            }
-        ]
-    spec: dict[str, Any] = {"nodeName": node_name, "topologySpreadConstraints": spreads or []}
-    if affinity is not None:
-        spec["affinity"] = dict(affinity)
-    return msgspec.convert({"metadata": metadata, "spec": spec}, Pod)
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,7 @@ from hostaffinity.affinity.resources import (
 )
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 from hostaffinity.schema.reports import MaintenanceReport
-from libs.affinity.tests.builders import engine, node, pod, required, spread, term
-from libs.affinity.tests.test_exposure import replica
+from libs.affinity.tests.builders import engine, node, pod, replica, required, spread, term
 
 
 @pytest.mark.parametrize(

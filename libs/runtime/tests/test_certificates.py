@@ -1,11 +1,9 @@
-"""The self-signed identity: what it names, how long it is kept, and the caBundle patch."""
+"""The self-signed identity: what it names and how long it is kept."""
 
 from __future__ import annotations
 
-import base64
 import datetime
 
-from hostaffinity.admission_webhook.registration import ca_bundle_patch
 from hostaffinity.runtime.certificates import (
     RENEW_BEFORE,
     SERVING_VALIDITY,
@@ -49,18 +47,3 @@ def test_a_damaged_identity_is_not_kept() -> None:
 
 def test_the_identity_loads_into_a_server_context() -> None:
     assert server_context(issue(NAMES, NOW)).get_ca_certs() == []
-
-
-def test_ca_bundle_patch_guards_each_webhook_by_name_and_skips_those_already_set() -> None:
-    ca = b"-----BEGIN CERTIFICATE-----\n...\n"
-    bundle = base64.b64encode(ca).decode()
-    configuration = {
-        "webhooks": [
-            {"name": "a.hostaffinity.io", "clientConfig": {"caBundle": bundle}},
-            {"name": "b.hostaffinity.io", "clientConfig": {"service": {"name": "x"}}},
-        ]
-    }
-    assert ca_bundle_patch(configuration, ca) == [
-        {"op": "test", "path": "/webhooks/1/name", "value": "b.hostaffinity.io"},
-        {"op": "add", "path": "/webhooks/1/clientConfig/caBundle", "value": bundle},
-    ]

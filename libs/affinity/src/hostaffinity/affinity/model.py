@@ -11,22 +11,23 @@ from __future__ import annotations
 import msgspec
 
 
-class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """Base for API shapes: camelCase JSON names, unknown fields ignored."""
+class ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Base for Kubernetes API shapes (ours and the services'): camelCase JSON names, unknown
+    fields ignored."""
 
 
-class LabelSelectorRequirement(_ApiStruct, frozen=True):
+class LabelSelectorRequirement(ApiStruct, frozen=True):
     key: str
     operator: str
     values: list[str] | None = None
 
 
-class LabelSelector(_ApiStruct, frozen=True):
+class LabelSelector(ApiStruct, frozen=True):
     match_labels: dict[str, str] | None = None
     match_expressions: list[LabelSelectorRequirement] | None = None
 
 
-class PodAffinityTerm(_ApiStruct, frozen=True):
+class PodAffinityTerm(ApiStruct, frozen=True):
     topology_key: str = ""
     label_selector: LabelSelector | None = None
     namespaces: list[str] | None = None
@@ -35,52 +36,52 @@ class PodAffinityTerm(_ApiStruct, frozen=True):
     mismatch_label_keys: list[str] | None = None
 
 
-class WeightedPodAffinityTerm(_ApiStruct, frozen=True):
+class WeightedPodAffinityTerm(ApiStruct, frozen=True):
     weight: int
     pod_affinity_term: PodAffinityTerm
 
 
-class PodAffinity(_ApiStruct, frozen=True):
+class PodAffinity(ApiStruct, frozen=True):
     required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] | None = None
     preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] | None = (
         None
     )
 
 
-class NodeSelectorRequirement(_ApiStruct, frozen=True):
+class NodeSelectorRequirement(ApiStruct, frozen=True):
     key: str
     operator: str
     values: list[str] | None = None
 
 
-class NodeSelectorTerm(_ApiStruct, frozen=True):
+class NodeSelectorTerm(ApiStruct, frozen=True):
     match_expressions: list[NodeSelectorRequirement] | None = None
     match_fields: list[NodeSelectorRequirement] | None = None
 
 
-class NodeSelector(_ApiStruct, frozen=True):
+class NodeSelector(ApiStruct, frozen=True):
     node_selector_terms: list[NodeSelectorTerm] = msgspec.field(default_factory=list)
 
 
-class PreferredSchedulingTerm(_ApiStruct, frozen=True):
+class PreferredSchedulingTerm(ApiStruct, frozen=True):
     weight: int
     preference: NodeSelectorTerm
 
 
-class NodeAffinity(_ApiStruct, frozen=True):
+class NodeAffinity(ApiStruct, frozen=True):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
     preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = (
         None
     )
 
 
-class Affinity(_ApiStruct, frozen=True):
+class Affinity(ApiStruct, frozen=True):
     node_affinity: NodeAffinity | None = None
     pod_affinity: PodAffinity | None = None
     pod_anti_affinity: PodAffinity | None = None
 
 
-class Toleration(_ApiStruct, frozen=True):
+class Toleration(ApiStruct, frozen=True):
     key: str = ""
     operator: str = ""
     value: str = ""
@@ -88,20 +89,20 @@ class Toleration(_ApiStruct, frozen=True):
     toleration_seconds: int | None = None
 
 
-class Taint(_ApiStruct, frozen=True):
+class Taint(ApiStruct, frozen=True):
     key: str
     effect: str
     value: str = ""
 
 
-class OwnerReference(_ApiStruct, frozen=True):
+class OwnerReference(ApiStruct, frozen=True):
     kind: str = ""
     name: str = ""
     uid: str = ""
     controller: bool | None = None
 
 
-class ObjectMeta(_ApiStruct, frozen=True):
+class ObjectMeta(ApiStruct, frozen=True):
     name: str = ""
     namespace: str = ""
     uid: str = ""
@@ -112,7 +113,7 @@ class ObjectMeta(_ApiStruct, frozen=True):
     deletion_timestamp: str | None = None
 
 
-class TopologySpreadConstraint(_ApiStruct, frozen=True):
+class TopologySpreadConstraint(ApiStruct, frozen=True):
     """core/v1 TopologySpreadConstraint; absent optional fields stay None (their defaults are
     the scheduler's, applied in topology_spread.compile_spread_constraints)."""
 
@@ -126,7 +127,7 @@ class TopologySpreadConstraint(_ApiStruct, frozen=True):
     match_label_keys: list[str] | None = None
 
 
-class PodSpec(_ApiStruct, frozen=True):
+class PodSpec(ApiStruct, frozen=True):
     node_name: str = ""
     node_selector: dict[str, str] | None = None
     affinity: Affinity | None = None
@@ -136,11 +137,11 @@ class PodSpec(_ApiStruct, frozen=True):
     )
 
 
-class PodStatus(_ApiStruct, frozen=True):
+class PodStatus(ApiStruct, frozen=True):
     phase: str = ""
 
 
-class Pod(_ApiStruct, frozen=True):
+class Pod(ApiStruct, frozen=True):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus = msgspec.field(default_factory=PodStatus)
@@ -151,17 +152,17 @@ class Pod(_ApiStruct, frozen=True):
         return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
-class NodeSpec(_ApiStruct, frozen=True):
+class NodeSpec(ApiStruct, frozen=True):
     taints: list[Taint] = msgspec.field(default_factory=list)
     unschedulable: bool = False
 
 
-class Node(_ApiStruct, frozen=True):
+class Node(ApiStruct, frozen=True):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
 
 
-class Namespace(_ApiStruct, frozen=True):
+class Namespace(ApiStruct, frozen=True):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
 
 

@@ -25,6 +25,7 @@ from hostaffinity.schema import (
     TopologyEvent,
     VmiMigrationRequested,
     VmMoved,
+    event_type_of,
 )
 from hostaffinity.schema.reports import HistoryEntry
 
@@ -35,14 +36,16 @@ POD_EVENT_TYPES: Final = (
     "pod.evicted",
     "vmi.migration.requested",
 )
-NODE_EVENT_TYPES: Final = (
-    "node.placed",
-    "node.labelled",
-    "vm.moved",
-    "node.unmatched",
-    "pod.evicted",
-    "vmi.migration.requested",
+# The events about a node: the classes pick them, their types read them from the stream.
+NODE_EVENTS: Final = (
+    VmMoved,
+    NodePlaced,
+    NodeLabelled,
+    NodeUnmatched,
+    PodEvicted,
+    VmiMigrationRequested,
 )
+NODE_EVENT_TYPES: Final = tuple(event_type_of(message) for message in NODE_EVENTS)
 ADMISSION_WINDOW: Final = (timedelta(seconds=-30), timedelta(seconds=2))
 
 
@@ -71,8 +74,7 @@ def pod_history(
 
 def node_history(events: Sequence[TopologyEvent], node: str) -> list[HistoryEntry]:
     """The events about the node and the pods moved off it, oldest first."""
-    about = (VmMoved, NodePlaced, NodeLabelled, NodeUnmatched, PodEvicted, VmiMigrationRequested)
-    return _entries([e for e in events if isinstance(e, about) and e.node == node])
+    return _entries([e for e in events if isinstance(e, NODE_EVENTS) and e.node == node])
 
 
 def _about_pod(event: TopologyEvent, pod: PodIdentity, drs_rules: Collection[str]) -> bool:

@@ -32,7 +32,7 @@ from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.informer import Informer, InformerEvent
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import DRS_BUCKET, DrsOwnership, EsxiHost, NodePlacement
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
@@ -41,9 +41,6 @@ T = TypeVar("T")
 A = TypeVar("A")
 B = TypeVar("B")
 S = TypeVar("S", bound=Sized)
-NODES: Final = ResourceRef("", "v1", "nodes")
-PODS: Final = ResourceRef("", "v1", "pods")
-NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 _DRS_DECODER: Final = msgspec.json.Decoder(DrsOwnership)
 

@@ -107,11 +107,14 @@ class KeyedDispatcher(Generic[T]):
             asyncio.Queue() for _ in range(shards)
         ]
         self._workers: dict[int, asyncio.Task[None]] = {}
-        self._in_flight = 0
+        # Submitted and not yet handled: counted from submit to the handler's end, so an event a
+        # worker has taken off its queue but not yet started still counts.
+        self._unfinished = 0
 
     def submit(self, event: InformerEvent[T]) -> None:
         shard = zlib.crc32(event.key.encode()) % len(self._queues)
         self._queues[shard].put_nowait(event)
+        self._unfinished += 1
         if shard not in self._workers:
             self._workers[shard] = asyncio.create_task(self._work(shard))
 
@@ -125,18 +128,17 @@ class KeyedDispatcher(Generic[T]):
                     del self._workers[shard]
                     return
                 continue
-            self._in_flight += 1
             try:
                 await self._handler(event)
             except Exception:
                 log.exception("handler failed for %s %s", event.type, event.key)
             finally:
-                self._in_flight -= 1
+                self._unfinished -= 1
             raise_if_cancel_requested()  # a handler's NATS call may have swallowed it
 
     def pending(self) -> int:
         """Events queued or being handled (for readiness, tests and metrics)."""
-        return self._in_flight + sum(queue.qsize() for queue in self._queues)
+        return self._unfinished
 
     async def close(self) -> None:
         workers = list(self._workers.values())
@@ -182,6 +184,10 @@ class Informer(Generic[T]):
 
     def pending(self) -> int:
         return self._dispatcher.pending()
+
+    def caught_up(self) -> bool:
+        """The first list is in the cache and every event so far went through the handlers."""
+        return self.synced.is_set() and self.pending() == 0
 
     async def run(self) -> None:
         """List and watch until cancelled, surviving expiries and transient failures."""

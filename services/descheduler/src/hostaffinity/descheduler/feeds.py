@@ -36,16 +36,13 @@ from hostaffinity.descheduler.triggers import (
     vmi_trigger,
 )
 from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
 from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
 from hostaffinity.runtime.topology_feed import Link, follow_topology
 from hostaffinity.schema import LABEL_ESXI_HOST, TopologyEvent, VmMoved
 
 T = TypeVar("T")
 
-PODS: Final = ResourceRef("", "v1", "pods")
-NODES: Final = ResourceRef("", "v1", "nodes")
-NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 PDBS: Final = ResourceRef("policy", "v1", "poddisruptionbudgets")
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
@@ -132,7 +129,7 @@ class Feeds:
 
         KubeVirt's informers are not required: a cluster without KubeVirt has no VMIs, and a
         virt-launcher pod whose VMI is unknown is left in place anyway."""
-        informers_done = all(i.synced.is_set() and i.pending() == 0 for i in self.required)
+        informers_done = all(i.caught_up() for i in self.required)
         return informers_done and self.placements_synced
 
     async def run(self) -> None:

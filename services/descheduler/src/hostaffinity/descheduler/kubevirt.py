@@ -29,6 +29,7 @@ from typing import Annotated, Final, TypeVar
 import msgspec
 
 from hostaffinity.affinity.model import Affinity, ObjectMeta, Pod
+from hostaffinity.affinity.model import ApiStruct as _ApiStruct
 
 VIRT_LAUNCHER_LABEL: Final = "kubevirt.io"
 VIRT_LAUNCHER_VALUE: Final = "virt-launcher"
@@ -41,10 +42,6 @@ PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: Final = 2
 # The upstream descheduler's annotation, read on the VMI as the owner's consent to a restart.
 RESTART_CONSENT: Final = "descheduler.alpha.kubernetes.io/evict"
 P = TypeVar("P", bound=Pod)
-
-
-class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """camelCase JSON names; unknown fields ignored."""
 
 
 class _Object(_ApiStruct, frozen=True):

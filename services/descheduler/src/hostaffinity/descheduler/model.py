@@ -14,6 +14,7 @@ from typing import Final
 
 import msgspec
 
+from hostaffinity.affinity.model import ApiStruct as _ApiStruct
 from hostaffinity.affinity.model import (
     LabelSelector,
     Node,
@@ -23,10 +24,6 @@ from hostaffinity.affinity.model import (
     PodSpec,
     PodStatus,
 )
-
-
-class _ApiStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """camelCase JSON names; unknown fields ignored."""
 
 
 class ResourceRequirements(_ApiStruct, frozen=True):

@@ -33,7 +33,7 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import ConflictReason, DrsObject
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig, ReconfigureRefused
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules, ReconfigureRefused
 from hostaffinity.schema import (
     DrsOwnership,
     DrsRecordState,
@@ -69,7 +69,7 @@ class DrsApplier:
 
     def __init__(
         self,
-        config: ClusterConfig,
+        config: ClusterRules,
         records: OwnershipRecords,
         kept: KeptAnnouncements,
         send: Send,

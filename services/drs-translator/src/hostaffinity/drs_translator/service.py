@@ -18,9 +18,9 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
-from hostaffinity.drs_translator.vcenter_cluster import ClusterConfig
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.informer import Informer, upsert_or_remove
-from hostaffinity.runtime.kube import ResourceRef
+from hostaffinity.runtime.kube import NAMESPACES, PODS
 from hostaffinity.runtime.kube_events import EventRecorder
 from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.outbox import Outbox
@@ -29,11 +29,9 @@ from hostaffinity.runtime.topology_feed import follow_topology
 from hostaffinity.runtime.vcenter import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
 
-PODS: Final = ResourceRef("", "v1", "pods")
-NAMESPACES: Final = ResourceRef("", "v1", "namespaces")
 _SYNC_POLL_SECONDS: Final = 0.05
 
-Observer = Callable[[DrsTranslator, ClusterConfig], None]
+Observer = Callable[[DrsTranslator, ClusterRules], None]
 
 
 async def translate(
@@ -54,7 +52,7 @@ async def translate(
     ctx.add_readiness("vcenter connected", session.connected)
     try:
         await session.start_when_reachable()
-        cluster_config = ClusterConfig(session)
+        cluster_config = ClusterRules(session)
         applier = DrsApplier(
             cluster_config,
             records,
@@ -112,13 +110,7 @@ async def translate(
             observe(translator, cluster_config)
         # Informers hand their first list to workers: wait until those have run too.
         while True:
-            if (
-                pods.synced.is_set()
-                and pods.pending() == 0
-                and namespaces.synced.is_set()
-                and namespaces.pending() == 0
-                and translator.topology_synced
-            ):
+            if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:
                 break
             await asyncio.sleep(_SYNC_POLL_SECONDS)
         await translator.run()

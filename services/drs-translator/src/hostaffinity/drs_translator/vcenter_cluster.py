@@ -46,7 +46,7 @@ class ReconfigureRefused(Exception):
     """vCenter rejected a reconfigure; the message is vCenter's fault."""
 
 
-class ClusterConfig:
+class ClusterRules:
     """DRS rules and groups of the clusters of one vCenter, through one session."""
 
     def __init__(self, session: VCenterSession) -> None:

@@ -120,7 +120,7 @@ class CacheFeeds:
 
         def synced() -> bool:
             nonlocal done
-            done = done or (informer.synced.is_set() and informer.pending() == 0)
+            done = done or informer.caught_up()
             return done
 
         return synced
