@@ -329,12 +329,12 @@ async def test_a_vm_that_cannot_migrate_is_restarted_elsewhere_only_with_consent
     config = descheduler_config(
         nats_server, kubeconfig, write_policy(tmp_path, TAINT_POLICY), debounce_seconds=0.2
     )
-    blocked_before = metric(EVICTED_METRIC, namespace="default", result="blocked")
+    blocked_before = metric(EVICTED_METRIC, result="blocked")
     helpers = asyncio.create_task(controllers.run())
     try:
         async with running_descheduler(config):
             await eventually(
-                lambda: metric(EVICTED_METRIC, namespace="default", result="blocked")
+                lambda: metric(EVICTED_METRIC, result="blocked")
                 > blocked_before,
                 "the PDB refusing the restart",
             )
