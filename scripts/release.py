@@ -6,10 +6,11 @@
 - the wheels of the CLI and of the three libraries it depends on, and `constraints.txt`, which
   pins them to this version and every other dependency to what uv.lock tested, so
   `uv tool install --find-links dist -c dist/constraints.txt dist/hostaffinity_cli-*.whl` (or
-  pipx with the same pip arguments) installs the `hostaffinity` that was released.
+  pipx with the same pip arguments) installs the `hostaffinity` that was released;
+- `hostaffinity-<version>.tgz`: the Helm chart (charts/hostaffinity), for `helm install`.
 
-The version is the workspace's (pyproject.toml); the release stops if any member or any image
-in k8s/ says another.
+The version is the workspace's (pyproject.toml); the release stops if any member, any image in
+k8s/ or the chart (version, appVersion) says another.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import yaml
 from scripts.manifests import ROOT, kustomize_order, render
 
 DIST = ROOT / "dist"
+CHART = ROOT / "charts" / "hostaffinity"
 IMAGE_PREFIX = "ghcr.io/hostaffinity/"
 # The variant's name in the file name -> the components rendered onto k8s/base.
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -72,9 +74,16 @@ def our_images(documents: list[dict[str, Any]]) -> set[str]:
     return images
 
 
+def chart_versions() -> dict[str, str]:
+    """The Helm chart's version and appVersion (both are the release's)."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    return {"chart version": str(chart["version"]), "chart appVersion": str(chart["appVersion"])}
+
+
 def disagreements(version: str) -> list[str]:
     """Every place that names a release version other than `version`."""
-    wrong = [f"{name} {v}" for name, v in member_versions().items() if v != version]
+    named = {**member_versions(), **chart_versions()}
+    wrong = [f"{name} {v}" for name, v in named.items() if v != version]
     for variant, components in VARIANTS.items():
         wrong += [
             f"{variant}: {image}"
@@ -117,6 +126,15 @@ def build_wheels(version: str) -> list[Path]:
     return [*sorted(DIST.glob("*.whl")), DIST / "constraints.txt"]
 
 
+def package_chart() -> Path:
+    """charts/hostaffinity as `helm package` makes it, by Helm's own engine (its files/ links
+    into k8s/ are packaged as the files they point at)."""
+    import helm_python as helm  # a dev dependency, loaded only to package the chart
+
+    helm.disable_logging()  # Helm notes each followed link at INFO
+    return Path(helm.package(CHART, destination=DIST))
+
+
 def main() -> int:
     version = workspace_version()
     if wrong := disagreements(version):
@@ -124,7 +142,7 @@ def main() -> int:
         return 1
     shutil.rmtree(DIST, ignore_errors=True)
     DIST.mkdir()
-    for path in write_manifests(version) + build_wheels(version):
+    for path in [*write_manifests(version), *build_wheels(version), package_chart()]:
         print(f"release: {path.relative_to(ROOT)}")
     return 0
 

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import helm_python as helm
 import pytest
 import yaml
 
@@ -82,6 +83,11 @@ def test_a_fresh_checkout_releases_manifests_and_an_installable_cli(tmp_path: Pa
         assert {i.rpartition(":")[2] for i in our_images(documents)} == {VERSION}, variant
     wheels = sorted(p.name for p in dist.glob("*.whl"))
     assert wheels == sorted(f"{w.replace('-', '_')}-{VERSION}-py3-none-any.whl" for w in WHEELS)
+    chart = helm.Chart.load_archive((dist / f"hostaffinity-{VERSION}.tgz").read_bytes())
+    assert (chart.version, chart.metadata["appVersion"]) == (VERSION, VERSION)
+    rendered = chart.render({}, name="hostaffinity", namespace="hostaffinity", is_install=True)
+    # files/ links into k8s/ are packed as the files: the NATS config is in its ConfigMap.
+    assert any("include auth.conf" in text for text in rendered.values())
     assert (
         "dist/"
         in subprocess.run(
