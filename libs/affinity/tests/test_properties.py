@@ -2,7 +2,9 @@
 
 1. The indexed engine gives the same per-node answer as a direct evaluation of the same rules,
    written the way kube-scheduler's plugins do it (count maps over every pod, then node by node).
-2. Feeding the index the same objects through any order of adds, updates and removes gives an
+2. The engine's one-node-at-a-time first_fit picks the node a full filter would: the first of
+   the asked order that is feasible and accepted.
+3. Feeding the index the same objects through any order of adds, updates and removes gives an
    index equal to a fresh build from the final objects.
 """
 
@@ -236,6 +238,27 @@ def test_indexed_filter_equals_direct_evaluation(
     indexed = engine(node_list, pod_list, NAMESPACES, placement, physical).filter(incoming)
     got = {n: None for n in indexed.feasible} | {n: r.reason for n, r in indexed.rejected.items()}
     assert got == reference_filter(node_list, pod_list, placement, physical, incoming)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    clusters(),
+    pods("incoming", False),
+    st.permutations(NODE_NAMES),
+    st.sets(st.sampled_from(NODE_NAMES)),
+)
+def test_first_fit_is_the_first_feasible_node_accepted(
+    cluster: tuple[list[Node], list[Pod], dict[str, str], bool],
+    incoming: Pod,
+    order: list[str],
+    refused: set[str],
+) -> None:
+    node_list, pod_list, placement, physical = cluster
+    built = engine(node_list, pod_list, NAMESPACES, placement, physical)
+    known = [n for n in order if built.index.has_node(n)]
+    feasible = set(built.filter(incoming).feasible)
+    expected = next((n for n in known if n in feasible and n not in refused), None)
+    assert built.first_fit(incoming, known, lambda n: n not in refused) == expected
 
 
 Event = Callable[[ClusterIndex], None]

@@ -15,7 +15,7 @@ first rejecting stage wins per node as in kube-scheduler.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator, Set
 
 import msgspec
 
@@ -209,12 +209,47 @@ class AffinityEngine:
             return FilterResult(index.feasible_in_order(rejected), rejected)
         return FilterResult([n for n in order if n not in rejected], rejected)
 
+    def first_fit(
+        self, pod: Pod, order: Iterable[str], accept: Callable[[str], bool]
+    ) -> str | None:
+        """The first node of `order` that `filter` (kube-scheduler mode) would pass and `accept`
+        takes, or None.
+
+        Decided one node at a time, for a caller that needs one node and not the reasons: each
+        candidate is looked up in the stages' failing sets and its own labels are matched
+        against the pod's node affinity, so no set over every node is built and the cost is the
+        candidates tried, not the cluster. `order` must hold indexed nodes only.
+        """
+        required = required_node_affinity(pod)
+        names = required.prefilter_names
+        failing = [nodes for nodes, _ in self._taint_stages(pod)]
+        failing += [nodes for nodes, _ in self._pod_stages(pod, FilterMode.KUBE_SCHEDULER)]
+        failing = [nodes for nodes in failing if nodes]
+        for node in order:
+            if names is not None and node not in names:
+                continue
+            if any(node in nodes for nodes in failing):
+                continue
+            record = self.index.node(node)
+            if record is None or not required.matches(node, record.labels):
+                continue
+            if accept(node):
+                return node
+        return None
+
     def _node_stages(self, pod: Pod) -> Iterator[Stage]:
         index = self.index
         everyone = index.all_nodes()
         required = required_node_affinity(pod)
         if required.prefilter_names is not None:
             yield everyone - required.prefilter_names, explain.node_names(required.prefilter_names)
+        yield from self._taint_stages(pod)
+        if not required.is_empty:
+            yield everyone - required_nodes(required, index), explain.node_affinity(required)
+
+    def _taint_stages(self, pod: Pod) -> Iterator[Stage]:
+        """NodeUnschedulable then TaintToleration: each failing set is one the index keeps."""
+        index = self.index
         tolerations = pod.spec.tolerations
         if index.cordoned() and not tolerated(tolerations, UNSCHEDULABLE_TAINT):
             yield index.cordoned(), explain.cordoned()
@@ -225,8 +260,6 @@ class AffinityEngine:
                 if taint not in by_taint:
                     by_taint[taint] = explain.untolerated_taint(taint)
                 yield group, by_taint[taint]
-        if not required.is_empty:
-            yield everyone - required_nodes(required, index), explain.node_affinity(required)
 
     def _pod_stages(self, pod: Pod, mode: FilterMode) -> Iterator[Stage]:
         """PodTopologySpread then InterPodAffinity, the default profile's order."""
