@@ -398,10 +398,10 @@ class PlanDraft:
         node; the node list is read once per cycle (planned moves change pods, not nodes)."""
         if self._nodes is None:
             self._nodes = self.state.engine.index.node_names
-        nodes = self._nodes
+        nodes, start = self._nodes, self._cursor
         count = len(nodes)
         for step in range(count):
-            yield nodes[(self._cursor + step) % count]
+            yield nodes[(start + step) % count]
 
     def _commit(self, action: Action) -> None:
         self._chosen.add(action.pod)
