@@ -9,7 +9,9 @@ kube-scheduler already enforces every other rule (ARCHITECTURE.md "Services").
 
 Each stage yields (nodes, rejection) pairs with one Rejection object per cause (a taint list, a
 domain, a term), so a filter over N nodes costs set operations plus the matching pods, and the
-first rejecting stage wins per node as in kube-scheduler.
+first rejecting stage wins per node as in kube-scheduler. Where a stage is "every node but
+these", a filter asked about a few nodes tests just those, and `first_fit` tests candidates one
+at a time, so neither costs the whole cluster.
 """
 
 from __future__ import annotations
