@@ -1,6 +1,6 @@
 """Descheduler benchmark: one decision cycle at Kubernetes' limits, and the evictions it plans.
 
-    uv run --frozen python bench/descheduler_bench.py [--scale 1.0] [--cycles 3] [--latency 0.1]
+    uv run --frozen python bench/descheduler_bench.py [--scales 1.0] [--cycles 3] [--latency 0.1]
 
 The cluster (bench/cluster.py's shape: 5,000 nodes on 500 ESXi hosts in 3 zones, 150,000 pods in
 workloads of 10, 10% of pods with pod anti-affinity; the plain workloads' pods, about 85% of all,
@@ -17,7 +17,10 @@ Prints: the cycle over the warm cache (median and p99 over `--cycles`, per strat
 the node fit of what it found; the first cycle apart, since it also compiles every pod's spread
 constraints once; and the spread strategy's own pass alone), peak RSS
 of this process (the decoded Pods and Nodes, the index and the descheduler's state included),
-whether the decisions equal the planted set, then all planned evictions through the Kubernetes
+whether the decisions equal the planted set; with several `--scales` (e.g. 0.5,1.0,2.0: 2,500 to
+10,000 nodes, the violations planted in proportion), each scale in turn and then, per strategy,
+the median per scale and the growth exponent log(t2/t1)/log(n2/n1) between consecutive scales
+(1.0: linear in the cluster). Then all planned evictions of the largest scale through the Kubernetes
 double (its own process) with `--latency` seconds added to each eviction call, by the executor
 with its default parallelism. Upstream (descheduler v0.36 on a real apiserver, same cluster):
 45.5 s per dry-run cycle, 4.85 GB peak, 103 s for the evictions. Never fails on timing.
@@ -28,6 +31,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
+import math
 import os
 import random
 import re
@@ -484,19 +489,23 @@ class SlowEvictions(KubeClient):
         return await super().request(method, path, **kwargs)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--cycles", type=int, default=3)
-    parser.add_argument("--latency", type=float, default=0.1)
-    args = parser.parse_args()
+@dataclass
+class Measured:
+    """One scale's cycles: what the growth between scales is computed from."""
+
+    nodes: int
+    seconds: list[float]
+    cpu: list[float]  # the process's CPU time per cycle: what other load on the machine moves least
+    per_strategy: dict[str, list[float]]
+
+
+def measure(scale: float, cycles: int) -> tuple[Measured, Plan, ClusterState]:
+    """Build the cluster at `scale`, load the warm cache, run `cycles` decision cycles."""
     began = time.perf_counter()
-    cluster = build(args.scale)
+    cluster = build(scale)
     built = time.perf_counter() - began
     print(
-        f"scale {args.scale}: {len(cluster.nodes):,} nodes, {len(cluster.pods):,} pods, "
+        f"scale {scale}: {len(cluster.nodes):,} nodes, {len(cluster.pods):,} pods, "
         f"{sum(1 for p in cluster.pods if p.spec.affinity is not None):,} with anti-affinity, "
         f"{sum(1 for p in cluster.pods if p.spec.topology_spread_constraints):,} with a host "
         f"spread; planted {len(cluster.planted.pairs)} pairs, "
@@ -512,30 +521,33 @@ def main() -> None:
     policy = dataclasses.replace(
         affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
     )
-    seconds, plans = [], []
-    per_strategy: dict[str, list[float]] = {}
+    measured = Measured(len(cluster.nodes), [], [], {})
+    plans = []
     first = decide(
         state, policy, EvictionPlanner(PlannerSettings(), policy.limits), datetime.now(UTC)
     )
     print(f"first cycle (compiles every pod's spreads): {first.seconds:.3f} s")
-    for _ in range(args.cycles):
+    for _ in range(cycles):
         planner = EvictionPlanner(PlannerSettings(), policy.limits)
+        cpu = time.process_time()
         report = decide(state, policy, planner, datetime.now(UTC))
-        seconds.append(report.seconds)
+        measured.cpu.append(time.process_time() - cpu)
+        measured.seconds.append(report.seconds)
         plans.append(report.plan)
         for name, spent in report.per_strategy.items():
-            per_strategy.setdefault(name, []).append(spent)
+            measured.per_strategy.setdefault(name, []).append(spent)
+    seconds = measured.seconds
     print(
-        f"decision cycle over {args.cycles} runs after it: median "
-        f"{statistics.median(seconds):.3f} s, p99 {percentile(seconds, 0.99):.3f} s "
-        "(upstream: 45.5 s, without the spread strategy)"
+        f"decision cycle over {cycles} runs after it: median {statistics.median(seconds):.3f} s, "
+        f"p99 {percentile(seconds, 0.99):.3f} s, CPU median "
+        f"{statistics.median(measured.cpu):.3f} s (upstream: 45.5 s, without the spread strategy)"
     )
-    for name, spent in per_strategy.items():
+    for name, spent in measured.per_strategy.items():
         print(f"  {name:<60} median {statistics.median(spent):.3f} s")
     # The spread strategy's own pass (finding what to move), without the planner's node fit.
     (spread,) = policy.profiles[-1].strategies
     passes = []
-    for _ in range(args.cycles):
+    for _ in range(cycles):
         began = time.perf_counter()
         spread.violations(state)
         passes.append(time.perf_counter() - began)
@@ -548,12 +560,57 @@ def main() -> None:
     )
     for problem in problems[:20]:
         print(f"  {problem}")
-    print(f"peak RSS: {peak_rss_mib():.0f} MiB (upstream: 4.85 GB)")
+    print(f"peak RSS so far: {peak_rss_mib():.0f} MiB (upstream: 4.85 GB)")
+    return measured, plan, state
+
+
+def print_growth(runs: list[Measured]) -> None:
+    """Per strategy and for the cycle: the median per scale and the growth exponent
+    log(t2/t1) / log(n2/n1) between consecutive scales (1: linear in the cluster, 2: square),
+    of the medians and of the fastest cycles (the figure a loaded machine disturbs least)."""
+    rows = {"cycle": [r.seconds for r in runs], "cycle, CPU time": [r.cpu for r in runs]}
+    for name in runs[0].per_strategy:
+        rows[name] = [r.per_strategy[name] for r in runs]
+    nodes = [r.nodes for r in runs]
+
+    def exponents(times: list[float]) -> str:
+        return ", ".join(
+            f"{math.log(t2 / t1) / math.log(n2 / n1):.2f}"
+            for (n1, t1), (n2, t2) in itertools.pairwise(zip(nodes, times, strict=True))
+        )
+
+    print("growth: median per scale (nodes); exponent between consecutive scales")
+    for name, samples in rows.items():
+        medians = [statistics.median(s) for s in samples]
+        cells = "; ".join(f"{n:,}: {t:.3f} s" for n, t in zip(nodes, medians, strict=True))
+        fastest = exponents([min(s) for s in samples])
+        print(f"  {name:<55} {cells}; exponent {exponents(medians)} (fastest: {fastest})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--scales", default="1.0", help="comma-separated, ascending: e.g. 0.5,1.0,2.0"
+    )
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--latency", type=float, default=0.1)
+    args = parser.parse_args()
+    scales = sorted(float(s) for s in args.scales.split(","))
+    runs = []
+    for position, scale in enumerate(scales):
+        measured, plan, state = measure(scale, args.cycles)
+        runs.append(measured)
+        if position < len(scales) - 1:
+            del plan, state  # the next scale is built without this one's cache in memory
+    if len(runs) > 1:
+        print_growth(runs)
     settings = ExecutorSettings()
     spent, evicted = asyncio.run(evict_through_double(plan, state, args.latency, settings))
     print(
-        f"evictions through the double, {args.latency * 1000:.0f} ms added per call, "
-        f"parallelism {settings.parallelism}: {evicted}/{len(plan.actions)} evicted in "
+        f"evictions at scale {scales[-1]} through the double, {args.latency * 1000:.0f} ms added "
+        f"per call, parallelism {settings.parallelism}: {evicted}/{len(plan.actions)} evicted in "
         f"{spent:.2f} s, {evicted / spent:.0f}/s (upstream: 103 s)"
     )
 

@@ -2,7 +2,10 @@
 
 1. The indexed engine gives the same per-node answer as a direct evaluation of the same rules,
    written the way kube-scheduler's plugins do it (count maps over every pod, then node by node).
-2. Feeding the index the same objects through any order of adds, updates and removes gives an
+   So does a filter asked about one node (the path that tests a few nodes one by one).
+2. The engine's one-node-at-a-time first_fit picks the node a full filter would: the first of
+   the asked order that is feasible and accepted.
+3. Feeding the index the same objects through any order of adds, updates and removes gives an
    index equal to a fresh build from the final objects.
 """
 
@@ -17,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostaffinity.affinity import explain
+from hostaffinity.affinity.engine import FilterResult
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import HOST_KEYS, compile_pod_terms, incoming_scope
 from hostaffinity.affinity.model import Node, Pod
@@ -200,9 +204,36 @@ def test_indexed_filter_equals_direct_evaluation(
     cluster: tuple[list[Node], list[Pod], dict[str, str], bool], incoming: Pod
 ) -> None:
     node_list, pod_list, placement, physical = cluster
-    indexed = engine(node_list, pod_list, NAMESPACES, placement, physical).filter(incoming)
-    got = {n: None for n in indexed.feasible} | {n: r.reason for n, r in indexed.rejected.items()}
-    assert got == reference_filter(node_list, pod_list, placement, physical, incoming)
+    built = engine(node_list, pod_list, NAMESPACES, placement, physical)
+    expected = reference_filter(node_list, pod_list, placement, physical, incoming)
+    assert _answers(built.filter(incoming)) == expected
+    for name, reason in expected.items():  # asked one node at a time: tested one by one
+        assert _answers(built.filter(incoming, [name])) == {name: reason}
+
+
+def _answers(result: FilterResult) -> dict[str, str | None]:
+    return {n: None for n in result.feasible} | {n: r.reason for n, r in result.rejected.items()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    clusters(),
+    pods("incoming", False),
+    st.permutations(NODE_NAMES),
+    st.sets(st.sampled_from(NODE_NAMES)),
+)
+def test_first_fit_is_the_first_feasible_node_accepted(
+    cluster: tuple[list[Node], list[Pod], dict[str, str], bool],
+    incoming: Pod,
+    order: list[str],
+    refused: set[str],
+) -> None:
+    node_list, pod_list, placement, physical = cluster
+    built = engine(node_list, pod_list, NAMESPACES, placement, physical)
+    known = [n for n in order if built.index.has_node(n)]
+    feasible = set(built.filter(incoming).feasible)
+    expected = next((n for n in known if n in feasible and n not in refused), None)
+    assert built.first_fit(incoming, known, lambda n: n not in refused) == expected
 
 
 Event = Callable[[ClusterIndex], None]

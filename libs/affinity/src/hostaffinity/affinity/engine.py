@@ -9,13 +9,15 @@ kube-scheduler already enforces every other rule (ARCHITECTURE.md "Services").
 
 Each stage yields (nodes, rejection) pairs with one Rejection object per cause (a taint list, a
 domain, a term), so a filter over N nodes costs set operations plus the matching pods, and the
-first rejecting stage wins per node as in kube-scheduler.
+first rejecting stage wins per node as in kube-scheduler. Where a stage is "every node but
+these", a filter asked about a few nodes tests just those, and `first_fit` tests candidates one
+at a time, so neither costs the whole cluster.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator, Set
 
 import msgspec
 
@@ -32,6 +34,7 @@ from hostaffinity.affinity.interpod import (
 )
 from hostaffinity.affinity.model import Pod, Taint
 from hostaffinity.affinity.nodeaffinity import (
+    RequiredNodeAffinity,
     preferred_node_terms,
     required_node_affinity,
     required_nodes,
@@ -66,6 +69,9 @@ from hostaffinity.affinity.topology_spread import (
 
 Stage = tuple[Set[str], Rejection]
 _NONE: frozenset[str] = frozenset()
+# Up to this many asked nodes, a filter tests them one by one where a stage would otherwise build
+# a set over every node (a set difference is cheaper per node, a Python test cheaper in total).
+FEW_NODES = 16
 # kube-scheduler's default InterPodAffinity arg: existing pods' required affinity terms add this
 # to the score of nodes in their domain when the incoming pod matches them (scoring.go).
 HARD_POD_AFFINITY_WEIGHT = 1
@@ -198,9 +204,10 @@ class AffinityEngine:
         stages: list[Stage] = []
         if asked is not None:
             stages.append((asked - index.all_nodes(), explain.unknown_node()))
+        few = asked if asked is not None and len(asked) <= FEW_NODES else None
         if mode is FilterMode.KUBE_SCHEDULER:
-            stages.extend(self._node_stages(pod))
-        stages.extend(self._pod_stages(pod, mode))
+            stages.extend(self._node_stages(pod, few))
+        stages.extend(self._pod_stages(pod, mode, few))
         rejected: dict[str, Rejection] = {}
         for failing, why in reversed(stages):
             if failing:
@@ -209,12 +216,55 @@ class AffinityEngine:
             return FilterResult(index.feasible_in_order(rejected), rejected)
         return FilterResult([n for n in order if n not in rejected], rejected)
 
-    def _node_stages(self, pod: Pod) -> Iterator[Stage]:
+    def first_fit(
+        self, pod: Pod, order: Iterable[str], accept: Callable[[str], bool]
+    ) -> str | None:
+        """The first node of `order` that `filter` (kube-scheduler mode) would pass and `accept`
+        takes, or None.
+
+        Decided one node at a time, for a caller that needs one node and not the reasons: each
+        candidate is looked up in the stages' failing sets and its own labels are matched
+        against the pod's node affinity, so no set over every node is built and the cost is the
+        candidates tried, not the cluster. `order` must hold indexed nodes only.
+        """
+        required = required_node_affinity(pod)
+        names = required.prefilter_names
+        failing = [nodes for nodes, _ in self._taint_stages(pod)]
+        failing += [nodes for nodes, _ in self._pod_stages(pod, FilterMode.KUBE_SCHEDULER)]
+        failing = [nodes for nodes in failing if nodes]
+        for node in order:
+            if names is not None and node not in names:
+                continue
+            if any(node in nodes for nodes in failing) or not self._selects(required, node):
+                continue
+            if accept(node):
+                return node
+        return None
+
+    def _node_stages(self, pod: Pod, few: Set[str] | None) -> Iterator[Stage]:
+        """`few`: the (few) nodes asked, tested one by one instead of every node by set algebra."""
         index = self.index
-        everyone = index.all_nodes()
+        everyone = index.all_nodes() if few is None else few
         required = required_node_affinity(pod)
         if required.prefilter_names is not None:
             yield everyone - required.prefilter_names, explain.node_names(required.prefilter_names)
+        yield from self._taint_stages(pod)
+        if required.is_empty:
+            return
+        if few is None:
+            failing = everyone - required_nodes(required, index)
+        else:
+            failing = {name for name in few if not self._selects(required, name)}
+        yield failing, explain.node_affinity(required)
+
+    def _selects(self, required: RequiredNodeAffinity, name: str) -> bool:
+        """The pod's nodeSelector and required node affinity match this indexed node's labels."""
+        record = self.index.node(name)
+        return record is not None and required.matches(name, record.labels)
+
+    def _taint_stages(self, pod: Pod) -> Iterator[Stage]:
+        """NodeUnschedulable then TaintToleration: each failing set is one the index keeps."""
+        index = self.index
         tolerations = pod.spec.tolerations
         if index.cordoned() and not tolerated(tolerations, UNSCHEDULABLE_TAINT):
             yield index.cordoned(), explain.cordoned()
@@ -225,10 +275,10 @@ class AffinityEngine:
                 if taint not in by_taint:
                     by_taint[taint] = explain.untolerated_taint(taint)
                 yield group, by_taint[taint]
-        if not required.is_empty:
-            yield everyone - required_nodes(required, index), explain.node_affinity(required)
 
-    def _pod_stages(self, pod: Pod, mode: FilterMode) -> Iterator[Stage]:
+    def _pod_stages(
+        self, pod: Pod, mode: FilterMode, few: Set[str] | None = None
+    ) -> Iterator[Stage]:
         """PodTopologySpread then InterPodAffinity, the default profile's order."""
         terms = self.terms(pod, mode)
         forbidding = [
@@ -242,7 +292,7 @@ class AffinityEngine:
         yield from spread_filtering.filter_stages(
             self.index, pod, hard_spreads, NodeInclusion(self.index, pod)
         )
-        yield from self._affinity_stages(pod, terms.required_affinity)
+        yield from self._affinity_stages(pod, terms.required_affinity, few)
         yield from self._anti_affinity_stages(pod, terms.required_anti)
         yield from self._existing_anti_affinity_stages(forbidding)
 
@@ -259,7 +309,9 @@ class AffinityEngine:
         for key in sorted(keys & HOST_KEYS):
             yield self.index.nodes_without(key), explain.unplaced(key)
 
-    def _affinity_stages(self, pod: Pod, terms: tuple[AffinityTerm, ...]) -> Iterator[Stage]:
+    def _affinity_stages(
+        self, pod: Pod, terms: tuple[AffinityTerm, ...], few: Set[str] | None
+    ) -> Iterator[Stage]:
         """The pod's required affinity (filtering.go satisfyPodAffinity).
 
         An existing pod counts only if it matches every term; a node must carry every term's
@@ -285,10 +337,19 @@ class AffinityEngine:
         for term, values in zip(terms, domains, strict=True):
             with_key = index.nodes_with(term.topology_key)
             yield index.nodes_without(term.topology_key), explain.affinity_missing_key(term)
-            if not first_pod:
+            if first_pod:
+                continue
+            if few is None:
                 by_value = index.domains(term.topology_key)
                 allowed = _union(by_value[v] for v in values if v in by_value)
-                yield with_key - allowed, explain.affinity_unmatched(term)
+                failing = with_key - allowed
+            else:
+                failing = {
+                    n
+                    for n in few
+                    if n in with_key and index.domain(n, term.topology_key) not in values
+                }
+            yield failing, explain.affinity_unmatched(term)
 
     def _anti_affinity_stages(self, pod: Pod, terms: tuple[AffinityTerm, ...]) -> Iterator[Stage]:
         """The pod's required anti-affinity (satisfyPodAntiAffinity): each term on its own."""

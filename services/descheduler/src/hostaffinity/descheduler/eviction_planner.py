@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -225,6 +225,7 @@ class PlanDraft:
             self._migrations_out[source] = self._migrations_out.get(source, 0) + 1
         self._migrations_total = len(self._migrating_vmis)
         self._cursor = 0
+        self._nodes: list[str] | None = None
         self._clock_now = planner.now()
 
     def resolve(self, violation: Violation, protections: Protections) -> Action | None:
@@ -371,35 +372,58 @@ class PlanDraft:
     def _target(
         self, pod: DeschedulerPod, violation: Violation, protections: Protections
     ) -> tuple[str | None, str | None]:
-        state, key, own = self.state, pod.key, pod.spec.node_name
+        """The first node from the rotating cursor that the engine, the node's state and the
+        violation accept; asked one node at a time, so a cycle's cost stays linear in the
+        cluster. Only when none fits is every node filtered, to say why."""
+        state, own = self.state, pod.spec.node_name
+
+        def fits(node: str) -> bool:
+            return node != own and self._shortage(pod, node, violation, protections) is None
+
+        target = state.engine.first_fit(pod, self._rotation(), fits)
+        if target is not None:
+            self._cursor += 1
+            return target, None
         result = state.engine.filter(pod)
         feasible = result.feasible
         if not feasible or feasible == [own]:
             return None, f"{NO_PLACE} can take it ({result.summary()})"
         shortages: dict[str, int] = {}
-        for node in _rotated(feasible, self._cursor):
-            if node == own:
-                continue
-            record = state.nodes.get(node)
-            if record is None or not record.ready:
-                shortages["not Ready"] = shortages.get("not Ready", 0) + 1
-                continue
-            if protections.node_selector and not node_selected(
-                protections.node_selector, record.metadata.labels
-            ):
-                shortages["outside nodeSelector"] = shortages.get("outside nodeSelector", 0) + 1
-                continue
-            short = state.fits_resources(key, node)
+        for node in feasible:
+            short = None if node == own else self._shortage(pod, node, violation, protections)
             if short is not None:
-                shortages[f"insufficient {short}"] = shortages.get(f"insufficient {short}", 0) + 1
-                continue
-            if violation.improves is not None and not violation.improves(key, node):
-                shortages["would violate again"] = shortages.get("would violate again", 0) + 1
-                continue
-            self._cursor += 1
-            return node, None
+                shortages[short] = shortages.get(short, 0) + 1
         detail = ", ".join(f"{count} {why}" for why, count in sorted(shortages.items()))
         return None, f"{NO_PLACE} fits: {detail}"
+
+    def _shortage(
+        self, pod: DeschedulerPod, node: str, violation: Violation, protections: Protections
+    ) -> str | None:
+        """Why a node the engine accepts still cannot take the pod, or None when it can."""
+        state = self.state
+        record = state.nodes.get(node)
+        if record is None or not record.ready:
+            return "not Ready"
+        if protections.node_selector and not node_selected(
+            protections.node_selector, record.metadata.labels
+        ):
+            return "outside nodeSelector"
+        short = state.fits_resources(pod.key, node)
+        if short is not None:
+            return f"insufficient {short}"
+        if violation.improves is not None and not violation.improves(pod.key, node):
+            return "would violate again"
+        return None
+
+    def _rotation(self) -> Iterator[str]:
+        """Every node once, from a moving start, so planned moves spread instead of filling one
+        node; the node list is read once per cycle (planned moves change pods, not nodes)."""
+        if self._nodes is None:
+            self._nodes = self.state.engine.index.node_names
+        nodes, start = self._nodes, self._cursor
+        count = len(nodes)
+        for step in range(count):
+            yield nodes[(start + step) % count]
 
     def _commit(self, action: Action) -> None:
         self._chosen.add(action.pod)
@@ -411,11 +435,3 @@ class PlanDraft:
             self._migrations_total += 1
             self._migrations_out[action.node] = self._migrations_out.get(action.node, 0) + 1
         self._moved.append(self.state.move_pod(action.pod, action.target))
-
-
-def _rotated(nodes: list[str], start: int) -> Iterable[str]:
-    """The nodes from a moving start, so planned moves spread instead of filling one node."""
-    if not nodes:
-        return []
-    offset = start % len(nodes)
-    return nodes[offset:] + nodes[:offset]
