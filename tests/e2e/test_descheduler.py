@@ -334,8 +334,7 @@ async def test_a_vm_that_cannot_migrate_is_restarted_elsewhere_only_with_consent
     try:
         async with running_descheduler(config):
             await eventually(
-                lambda: metric(EVICTED_METRIC, result="blocked")
-                > blocked_before,
+                lambda: metric(EVICTED_METRIC, result="blocked") > blocked_before,
                 "the PDB refusing the restart",
             )
             assert controllers.evicted == []

@@ -2,7 +2,7 @@
 
 Commands are read from the pages themselves (fenced blocks, `$ ` prompts and `\\` continuations
 included, and inline code spans; usage brackets `[--all]` are taken as given), then run as the
-installed `hostaffinity` against the bus they address: `tls://127.0.0.1:4222` is the shipped
+installed `hostaffinity` against the bus they address: `tls://127.0.0.1:4222` (or `localhost`) is the shipped
 three-server TLS cluster through `kubectl port-forward` (its certificate from `hostaffinity bus
 secrets`), `nats://127.0.0.1:4222` the one server of `make dev` (local.conf). Only the port is
 changed, to the one the test's server listens on; the files a command names (`cli.nk`,
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCUMENTED_PORT = "4222"
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`([^`]+)`")
-URL = re.compile(r"\b(tls|nats)://127\.0\.0\.1:" + DOCUMENTED_PORT + r"\b")
+URL = re.compile(r"\b(tls|nats)://(127\.0\.0\.1|localhost):" + DOCUMENTED_PORT + r"\b")
 RUN_SECONDS = 60.0
 SEED_SECONDS = 30.0
 # A command that printed and then says nothing for this long while still running is following.
@@ -57,7 +57,9 @@ class DocumentedCommand:
     def argv(self, port: int) -> list[str]:
         """The command as a shell would split it, the documented port replaced by `port`."""
         unbracketed = re.sub(r"\[([^\]]*)\]", r"\1", self.text)
-        words = shlex.split(URL.sub(lambda url: f"{url.group(1)}://127.0.0.1:{port}", unbracketed))
+        # The host as written (the bus certificate must name it), the port the test's.
+        at_port = URL.sub(lambda url: f"{url.group(1)}://{url.group(2)}:{port}", unbracketed)
+        words = shlex.split(at_port)
         return [str(SCRIPTS / words[0]), *words[1:]]
 
     @property
@@ -68,7 +70,15 @@ class DocumentedCommand:
 
 
 def _is_bus_command(text: str) -> bool:
-    return text.startswith("hostaffinity ") and "--nats" in text and "..." not in text
+    """A runnable command that names the bus: not a usage line (`--nats URL`), not elided
+    (`...`), and not one that also needs a vCenter (demo, uninstall: their own tests run them
+    against vcsim)."""
+    return (
+        text.startswith("hostaffinity ")
+        and re.search(r"--nats[= ]\S*://", text) is not None
+        and "..." not in text
+        and "--vcenter" not in text
+    )
 
 
 def documented_bus_commands() -> list[DocumentedCommand]:

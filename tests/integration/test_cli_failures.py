@@ -57,8 +57,8 @@ KUBE = {
 BUS = {
     "no NATS": Failure("cannot reach NATS at nats://127.0.0.1:", "--nats URL"),
     "unprovisioned bus": Failure(
-        "the bus is not provisioned: stream HOSTAFFINITY_EVENTS, stream HOSTAFFINITY_DLQ, "
-        "stream KV_hostaffinity-topology, stream KV_hostaffinity-drs missing",
+        "the bus is not provisioned: stream HOSTAFFINITY_EVENTS missing; stream HOSTAFFINITY_DLQ "
+        "missing; stream KV_hostaffinity-topology missing; stream KV_hostaffinity-drs missing",
         "run `hostaffinity bus provision`",
     ),
 }

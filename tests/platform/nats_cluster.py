@@ -279,6 +279,9 @@ class LocalBus:
         folder.mkdir(parents=True)
         for name in ("local.conf", "auth.conf"):
             (folder / name).write_text(shipped(name))
+        # local.conf includes the subscribers `hostaffinity bus credentials` wrote beside the
+        # seeds, as make dev's copy does.
+        (folder / SUBSCRIBERS_CONF).symlink_to(credentials_dir / SUBSCRIBERS_CONF)
         options = (
             "-a", "127.0.0.1", "-p", str(self.ports.client), "-m", str(self.ports.monitor),
             "-sd", str(folder / "jetstream"),
