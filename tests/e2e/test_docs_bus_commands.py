@@ -6,8 +6,8 @@ installed `hostaffinity` against the bus they address: `tls://127.0.0.1:4222` (o
 is the shipped three-server TLS cluster through `kubectl port-forward` (its certificate from
 `hostaffinity bus secrets`), `nats://127.0.0.1:4222` the one server of `make dev` (local.conf).
 Only the port is changed, to the one the test's server listens on; the files a command names
-(`cli.nk`, `nats-ca.crt`, `.cache/dev/nats/cli.nk`) are where the docs' steps put them. A command elided
-with `...` cannot be run as written and is not collected.
+(`cli.nk`, `nats-ca.crt`, `.cache/dev/nats/cli.nk`) are where the docs' steps put them. A command
+elided with `...` cannot be run as written and is not collected.
 
 Each must exit 0, or, for one that follows the stream (`events`), print what the bus holds and
 keep following until interrupted; what it prints must show the bus's content.

@@ -55,7 +55,9 @@ MAX_CONSUMERS: Final = {
     EVENTS_STREAM: 64,
     DLQ_STREAM: 16,
     TOPOLOGY_STREAM: 256,
-    DRS_STREAM: 32,
+    # Each drs-translator start reads the records through ordered consumers that outlive a
+    # killed process until the server expires them: a crash loop must not use the cap up.
+    DRS_STREAM: 256,
 }
 # The descheduler reads vm.moved through this durable consumer; provisioning creates it, the
 # descheduler's identity may only read from it (k8s/base/nats/auth.conf names it).
