@@ -224,9 +224,10 @@ async def test_the_webhook_alone_serves_mutate_and_holds_no_extender_state(
         ):
             assert answer.status == 200
             assert (await answer.json())["response"]["patchType"] == "JSONPatch"
-        # Its own two ports; of the API only the pods (the twinless-pod reporter); no topology.
+        # Its own two ports; of the API the pods (the twinless-pod reporter, the host headroom)
+        # and the nodes (the hosts a pod may use, for the headroom warning); no topology.
         assert listening(webhook.process) == {webhook.health_port, webhook.port}
-        assert kube_double.store.watched() == {"pods"}
+        assert kube_double.store.watched() == {"pods", "nodes"}
         assert await topology_watchers(bus) == watchers
         rss_mib(webhook.process, "admission-webhook")
 
