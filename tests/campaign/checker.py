@@ -153,13 +153,14 @@ def host_anti_affinity_held(history: History) -> Result:
 def admission_as_the_webhook_plans(history: History) -> Result:
     """Every pod the double sent to the webhook was admitted exactly as the webhook's planner
     mutates it, or, when the call failed, as sent (failurePolicy Ignore); a call fails only
-    while a webhook replica is being killed (its endpoint may still be listed for a moment)."""
+    while the system is starting (no webhook replica ready yet) or a webhook replica is being
+    killed (its endpoint may still be listed for a moment)."""
     result = Result("admission-as-the-webhook-plans")
     settings = MutationSettings()
     for call in history.admissions:
         result.checked += 1
         if call.outcome.startswith("failed"):
-            if not _webhook_disturbed(history, call.t):
+            if call.t >= history.ready_at and not _webhook_disturbed(history, call.t):
                 result.breach(call.t, f"{call.pod}: the webhook call {call.outcome}")
             if call.admitted != call.sent:
                 result.breach(call.t, f"{call.pod}: admitted changed after a failed call")
@@ -195,10 +196,12 @@ def twinless_pods_reported(history: History) -> Result:
 
 
 def extender_agrees_with_engine(history: History) -> Result:
-    """Every node the extender passed or refused, the engine's physical filter over what the
-    scheduler knew at that call (node labels, bound pods) passes or refuses too, wherever that
-    knowledge had been still for STABLE_S: no fault the extender suffers or that stalls its
-    sources, no label change on the node's host, no pod bound to or leaving that host."""
+    """Every node the extender passed, the engine's physical filter over what the scheduler knew
+    at that call (node labels, bound pods) passes too, wherever that knowledge had been still for
+    STABLE_S: no fault the extender suffers or that stalls its sources, no label change on the
+    node's host, no pod bound to or leaving that host. (A node the extender refuses and the
+    engine passes is not a breach: the extender also holds hosts for pods it passed that are not
+    bound yet, which the scheduler's snapshot cannot show.)"""
     result = Result("extender-agrees-with-engine")
     disturbed = [
         (f.start, f.end + STABLE_S)
@@ -216,8 +219,8 @@ def extender_agrees_with_engine(history: History) -> Result:
             n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_ESXI_HOST)
             for n in call.nodes
         }
-        for node in call.offered:
-            if (node in call.passed) == (node in expected):
+        for node in call.passed:
+            if node in expected:
                 continue
             host = host_of.get(node)
             neighbours = {n for n, h in host_of.items() if host is not None and h == host} | {node}
@@ -225,9 +228,10 @@ def extender_agrees_with_engine(history: History) -> Result:
                 call.t - STABLE_S <= t <= call.t for n in neighbours for t in moves.get(n, ())
             )
             if not recent:
-                verdict = "passed" if node in call.passed else "refused"
                 result.breach(
-                    call.t, f"{_pod_name(call.pod)}: the extender {verdict} {node} (host {host})"
+                    call.t,
+                    f"{_pod_name(call.pod)}: the extender passed {node} (host {host}), "
+                    "which the engine refuses",
                 )
     return result
 

@@ -158,6 +158,8 @@ class History:
     """Everything recorded during one campaign."""
 
     seed: int = 0
+    # When every replica first answered ready: before it the system is still starting.
+    ready_at: float = 0.0
     lease_duration_s: float = 2.0
     cooldown_s: float = 0.0
     requests: list[ApiRequest] = field(default_factory=list)

@@ -43,7 +43,7 @@ async def campaign(seed: int, minutes: float, workdir: Path) -> int:
         controllers = asyncio.create_task(workload.controllers.run())
         try:
             await _until(lambda: _all_ready(system), "every replica ready", STARTUP_S)
-            go = clock.now()
+            go = history.ready_at = clock.now()
             agreement: list[tuple[float, bool]] = []
             prober = asyncio.create_task(_probe(system, clock, agreement))
             shifted = [PlannedFault(f.at + go, f.duration, f.kind, f.target) for f in planned]
