@@ -15,11 +15,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Final
 
 from tests.recorded_fixtures import fixture_dir
+
+if TYPE_CHECKING:
+    import jsonschema
 
 FIXTURES: Final = "kubevirt-crds"
 # The schema file of each kind the double serves from KubeVirt.
@@ -69,6 +70,10 @@ def published_schema(kind: str) -> dict[str, Any]:
 
 @functools.cache
 def _validator(kind: str) -> jsonschema.Draft7Validator:
+    # Imported here: the double also runs in a service image (compose's API server), which has
+    # no jsonschema and never stores a KubeVirt object.
+    import jsonschema
+
     return jsonschema.Draft7Validator(_as_json_schema(published_schema(kind)))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from aiohttp import web
@@ -17,7 +17,9 @@ from .auth import User
 from .resources import RESOURCES, Resource, for_kind, lookup
 from .server import KubeApiServer, ObjectFault, PatchHold
 from .store import Store, key_of
-from .webhooks import Endpoints, MutatingWebhooks, WebhookCall
+
+if TYPE_CHECKING:
+    from .webhooks import Endpoints, WebhookCall
 
 _SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 
@@ -145,6 +147,10 @@ class KubeDouble:
     ) -> None:
         """From now on, creates go through the stored MutatingWebhookConfigurations, a
         `clientConfig.service` reached at `endpoints(namespace, name)` (webhooks.py)."""
+        # Imported here: the double also runs in a service image (compose's API server), which
+        # lacks the CEL runtime the webhooks' matchConditions need.
+        from .webhooks import MutatingWebhooks
+
         self.server.mutating = MutatingWebhooks(self.store, endpoints, on_call)
 
     def disconnect_watches(self) -> None:

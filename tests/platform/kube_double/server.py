@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from aiohttp import web
@@ -24,7 +24,9 @@ from .auth import User, allowed, authenticate, forbidden, verb_of
 from .resources import Resource, Route, lookup
 from .selectors import Matcher, field_matcher, label_matcher
 from .store import Change, Key, Store, TooOld
-from .webhooks import MutatingWebhooks
+
+if TYPE_CHECKING:
+    from .webhooks import MutatingWebhooks
 
 _TRUE = frozenset({"1", "t", "T", "true", "True", "TRUE"})
 _BUILTIN_PATCH_TYPES = (
