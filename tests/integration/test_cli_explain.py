@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 
 from hostaffinity.runtime.bus import Bus
-from hostaffinity.schema import LABEL_ESXI_HOST, ExtenderDecision, event_id, utc_timestamp
+from hostaffinity.schema import (
+    EVENTS_STREAM,
+    LABEL_ESXI_HOST,
+    ExtenderDecision,
+    event_id,
+    event_subject,
+    utc_timestamp,
+)
 from tests.e2e.descheduler_harness import (
     descheduler_config,
     eventually,
@@ -32,6 +39,7 @@ from tests.e2e.labeller_harness import labeller_config, node_labels, running, wa
 from tests.integration.cli_runner import Cli, exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
+from tests.platform.nats_cluster import connected
 from tests.platform.vcsim import VcsimFactory
 
 NODES = ("node1", "node2", "node3", "node4")
@@ -49,6 +57,9 @@ def replica(name: str, app: str, node: str) -> dict[str, Any]:
 
 
 Scenario = Callable[[], contextlib.AbstractAsyncContextManager[str]]
+
+
+EVICTED = event_subject("pod.evicted")
 
 
 @pytest.fixture
@@ -79,6 +90,14 @@ async def _scenario(
         )
         async with running_descheduler(descheduler_config(nats, kubeconfig)):
             await eventually(lambda: bool(terminating(kube)), "an api replica evicted")
+            # pod.evicted leaves the descheduler's outbox a moment after the eviction: stop the
+            # descheduler only once the stream has it.
+            async with connected(nats.settings()) as bus:
+                for _ in range(100):
+                    info = await bus.js.stream_info(EVENTS_STREAM, subjects_filter=EVICTED)
+                    if info.state.subjects:
+                        break
+                    await asyncio.sleep(0.1)
         [evicted] = terminating(kube)
         yield evicted
 
