@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import pytest
 
 from hostaffinity.runtime.bus import Bus
@@ -72,10 +73,19 @@ OWN_EVENTS = {NodePlaced, ExtenderDecision, DrsRulesApplied, PodEvicted}
 async def until(check: Callable[[], Awaitable[bool]], what: str, within: float) -> None:
     """Poll server-side state (nothing to await on) until `check` holds, at most `within` s."""
     deadline = time.monotonic() + within
-    while not await check():
+    while not await _answered(check):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+async def _answered(check: Callable[[], Awaitable[bool]]) -> bool:
+    """The check's answer; a JetStream request that timed out (a stream's leader being elected
+    after a server was killed) is asked again, as any client retries."""
+    try:
+        return await check()
+    except nats.errors.TimeoutError:
+        return False
 
 
 def permission_violations(cluster: NatsCluster) -> list[str]:

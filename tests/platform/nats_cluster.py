@@ -30,7 +30,7 @@ from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, tls_secret, write_
 from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
-from tests.platform.nats import free_port, nats_server_binary, stop_process
+from tests.platform.nats import free_listen_port, nats_server_binary, stop_process
 
 SHIPPED: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "nats"
 CLUSTER_SIZE: Final = 3
@@ -77,7 +77,9 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        return cls(free_port(), free_port(), free_port())
+        """Chosen outside the ephemeral range: a server binds them a while later, and again on
+        a restart, when an outgoing connection's local end may have taken a probed port."""
+        return cls(free_listen_port(), free_listen_port(), free_listen_port())
 
 
 def default_sync(text: str) -> str:
