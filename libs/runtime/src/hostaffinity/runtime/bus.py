@@ -11,11 +11,12 @@ service never creates the layout: it waits until provisioning made what it uses.
 import asyncio
 import logging
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
@@ -43,6 +44,7 @@ _log = logging.getLogger(__name__)
 UNLIMITED_RECONNECTS: Final = -1
 FIRST_CONNECT_ATTEMPTS: Final = 1  # nats-py tries each server this many times more
 LAYOUT_RETRY_SECONDS: Final = 2.0
+PROVISION_ATTEMPTS: Final = 5
 
 
 def event_type(event: Event) -> str:
@@ -131,7 +133,7 @@ class Bus:
         return int(self.nc.stats["reconnects"])
 
     async def provision(
-        self, layout: BusLayout | None = None, consumers: Iterable[ConsumerSettings] | None = None
+        self, layout: BusLayout | None = None, consumers: Sequence[ConsumerSettings] | None = None
     ) -> TopologyStore:
         """Create or update the streams, buckets and durable consumers (the provisioning step's
         job, with the `provision` identity); returns the topology bucket, typed.
@@ -139,9 +141,25 @@ class Bus:
         Without a layout, the one `NatsSettings` describes applies.
         """
         chosen = layout or BusLayout.of(self.settings)
-        if consumers is None:
-            return TopologyStore(await provision_layout(self.js, chosen))
-        return TopologyStore(await provision_layout(self.js, chosen, consumers))
+        attempt = 1
+        while True:
+            try:
+                if consumers is None:
+                    return TopologyStore(await provision_layout(self.js, chosen))
+                return TopologyStore(await provision_layout(self.js, chosen, consumers))
+            except NatsTimeoutError:
+                # A cluster that has just formed may leave a request unanswered while its
+                # stream leaders are elected; every step is create-or-update, so ask again.
+                if attempt == PROVISION_ATTEMPTS:
+                    raise
+                _log.warning(
+                    "the bus did not answer a provisioning request (attempt %d of %d); "
+                    "asking again",
+                    attempt,
+                    PROVISION_ATTEMPTS,
+                )
+                attempt += 1
+                await asyncio.sleep(LAYOUT_RETRY_SECONDS)
 
     async def wait_for_layout(
         self,
