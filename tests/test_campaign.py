@@ -321,6 +321,27 @@ def test_an_extender_pass_the_engine_refuses_on_a_still_cluster_is_caught() -> N
     assert first_breach(check(history)) is None
 
 
+def test_an_extender_refusal_the_engine_passes_is_caught_but_its_one_host_hold_is_not() -> None:
+    history = healthy()
+    call = history.extender_filters[0]
+    nodes = [*call.nodes, _node("node-3", "H2")]
+    offered = (*call.offered, "node-3")
+
+    def answered(passed: tuple[str, ...]) -> History:
+        history.extender_filters[0] = ExtenderFilter(
+            call.t, call.pod, offered, passed, nodes, call.pods
+        )
+        return history
+
+    # The engine passes node-2 and node-3 (host H2): held on H2, both must pass.
+    assert first_breach(check(answered(("node-2", "node-3")))) is None
+    assert _broken(answered(("node-2",))) == "extender-agrees-with-engine"
+    assert _broken(answered(())) == "extender-agrees-with-engine"
+    # With db1-0 gone, the engine passes all three: holding H1 (node-1 alone) refuses H2's nodes.
+    history.extender_filters[0] = ExtenderFilter(call.t, call.pod, offered, ("node-1",), nodes, [])
+    assert first_breach(check(history)) is None
+
+
 def test_a_second_eviction_for_one_violation_is_caught() -> None:
     history = healthy()
     again = EVICT.replace("web1-a", "web1-b")
@@ -332,6 +353,22 @@ def test_a_second_eviction_for_one_violation_is_caught() -> None:
         StoredChange(4.0, LEADER, 20, "leases", "MODIFIED", _lease(LEADER), None)
     )
     assert _broken(history) == "one-eviction-per-violation"
+
+
+def test_a_statefulset_pod_evicted_again_is_caught_but_its_successor_of_the_same_name_is_not() -> (
+    None
+):
+    history = healthy()
+    later = history.cooldown_s + 5.0  # past the workload's cooldown
+    history.changes.append(
+        StoredChange(later, LEADER, 20, "leases", "MODIFIED", _lease(LEADER), None)
+    )
+    history.requests.append(ApiRequest(later, LEADER, "POST", EVICT, 201))
+    assert _broken(history) == "one-eviction-per-violation"  # the same pod (uid) again
+    successor = _pod("web1-a", "node-1")
+    successor["metadata"]["uid"] = "uid-web1-a-2"
+    history.changes.append(StoredChange(later - 1, CAMPAIGN, 19, "pods", "ADDED", successor, None))
+    assert first_breach(check(history)) is None
 
 
 def test_an_eviction_past_an_exhausted_pdb_is_caught() -> None:

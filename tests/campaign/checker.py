@@ -196,12 +196,17 @@ def twinless_pods_reported(history: History) -> Result:
 
 
 def extender_agrees_with_engine(history: History) -> Result:
-    """Every node the extender passed, the engine's physical filter over what the scheduler knew
-    at that call (node labels, bound pods) passes too, wherever that knowledge had been still for
-    STABLE_S: no fault the extender suffers or that stalls its sources, no label change on the
-    node's host, no pod bound to or leaving that host. (A node the extender refuses and the
-    engine passes is not a breach: the extender also holds hosts for pods it passed that are not
-    bound yet, which the scheduler's snapshot cannot show.)"""
+    """Where what the scheduler knew at a /filter call had been still for STABLE_S (no fault the
+    extender suffers or that stalls its sources, no label change on the node's host, no pod bound
+    to or leaving that host), the extender's answer is the engine's physical filter over that
+    knowledge, in both directions:
+    - every node the extender passed, the engine passes;
+    - every node the engine passes, the extender passed, but for its one-host hold: a concerned
+      pod is held on one ESXi host, so that pods scheduled after it see it before it is bound
+      (scheduler_extender/answers.py, `reserved_host`); then the passed nodes are every node the
+      engine passes on that one host, and only the other hosts' nodes are refused.
+    A refusal on a host something moved on recently is excused, as a pass is: the extender's
+    in-flight pods (passed, not yet bound) are not in the scheduler's snapshot."""
     result = Result("extender-agrees-with-engine")
     disturbed = [
         (f.start, f.end + STABLE_S)
@@ -219,21 +224,44 @@ def extender_agrees_with_engine(history: History) -> Result:
             n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_ESXI_HOST)
             for n in call.nodes
         }
-        for node in call.passed:
-            if node in expected:
-                continue
-            host = host_of.get(node)
-            neighbours = {n for n, h in host_of.items() if host is not None and h == host} | {node}
-            recent = any(
-                call.t - STABLE_S <= t <= call.t for n in neighbours for t in moves.get(n, ())
-            )
-            if not recent:
+        for node in sorted(set(call.passed) - expected):
+            if _host_still(node, call.t, host_of, moves):
                 result.breach(
                     call.t,
-                    f"{_pod_name(call.pod)}: the extender passed {node} (host {host}), "
-                    "which the engine refuses",
+                    f"{_pod_name(call.pod)}: the extender passed {node} "
+                    f"(host {host_of.get(node)}), which the engine refuses",
+                )
+        for node in sorted(_refused_beyond_the_hold(call.passed, expected, host_of)):
+            if _host_still(node, call.t, host_of, moves):
+                result.breach(
+                    call.t,
+                    f"{_pod_name(call.pod)}: the extender refused {node} "
+                    f"(host {host_of.get(node)}), which the engine passes",
                 )
     return result
+
+
+def _host_still(
+    node: str, t: float, host_of: dict[str, str | None], moves: dict[str, list[float]]
+) -> bool:
+    """Nothing moved on the node's host (a label change, a pod bound or leaving) in the
+    STABLE_S before `t`."""
+    host = host_of.get(node)
+    neighbours = {n for n, h in host_of.items() if host is not None and h == host} | {node}
+    return not any(t - STABLE_S <= when <= t for n in neighbours for when in moves.get(n, ()))
+
+
+def _refused_beyond_the_hold(
+    passed: tuple[str, ...], expected: set[str], host_of: dict[str, str | None]
+) -> set[str]:
+    """The nodes the engine passes that the extender refused, less the other hosts' nodes when
+    the answer is a one-host hold (every node it passed on one host, each the engine passes)."""
+    refused = expected - set(passed)
+    hosts = {host_of.get(node) for node in passed}
+    if len(hosts) != 1 or None in hosts:
+        return refused
+    (held,) = hosts
+    return {node for node in refused if host_of.get(node) == held}
 
 
 def one_eviction_per_violation(history: History) -> Result:
@@ -241,14 +269,17 @@ def one_eviction_per_violation(history: History) -> Result:
     descheduler's cooldown (one violation, one eviction)."""
     result = Result("one-eviction-per-violation")
     owners = _pod_owners(history.changes)
-    per_pod: Counter[str] = Counter()
+    incarnations = _pod_incarnations(history.changes)
+    per_pod: Counter[tuple[str, str]] = Counter()
     last_of_owner: dict[str, float] = {}
     for request in _evictions(history):
         result.checked += 1
         pod = _evicted_pod(request.path)
-        per_pod[pod] += 1
-        if per_pod[pod] > 1:
-            result.breach(request.t, f"{pod} evicted again by {request.actor}")
+        # A StatefulSet's replacement pod has its predecessor's name: count per uid.
+        uid = _uid_at(incarnations.get(pod, []), request.t)
+        per_pod[pod, uid] += 1
+        if per_pod[pod, uid] > 1:
+            result.breach(request.t, f"{pod} (uid {uid}) evicted again by {request.actor}")
         owner = owners.get(pod, pod)
         if request.t - last_of_owner.get(owner, -END) < history.cooldown_s:
             result.breach(request.t, f"{owner} lost {pod} within its cooldown ({request.actor})")
@@ -504,6 +535,22 @@ def _evicted_pod(path: str) -> str:
 
 def _pod_name(obj: dict[str, Any]) -> str:
     return f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+
+
+def _pod_incarnations(changes: Iterable[StoredChange]) -> dict[str, list[tuple[float, str]]]:
+    """`namespace/name` -> (when it was stored, its uid), in order: a name a StatefulSet reuses
+    names several pods over time."""
+    found: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for change in changes:
+        if change.obj.get("kind") == "Pod":
+            found[_pod_name(change.obj)].append((change.t, str(change.obj["metadata"].get("uid"))))
+    return {name: sorted(held) for name, held in found.items()}
+
+
+def _uid_at(incarnations: list[tuple[float, str]], t: float) -> str:
+    """The uid the name held at `t` (the last one stored by then)."""
+    held = [uid for when, uid in incarnations if when <= t]
+    return held[-1] if held else "?"
 
 
 def _pod_owners(changes: Iterable[StoredChange]) -> dict[str, str]:

@@ -28,6 +28,7 @@ STARTUP_S: Final = 120.0
 SETTLE_S: Final = 20.0  # after agreement: a DRS resync and descheduler cycles, every fault over
 QUIET_MAX_S: Final = 120.0
 PROBE_EVERY_S: Final = 1.0
+BREACHES_SHOWN: Final = 5  # per broken invariant, besides the first one's history
 
 
 async def campaign(seed: int, minutes: float, workdir: Path) -> int:
@@ -77,6 +78,9 @@ def report(
     for result in results:
         verdict = "held" if not result.breaches else f"BROKEN {len(result.breaches)}x"
         print(f"  {result.name}: {result.checked} checked, {verdict}")
+        for breach in result.breaches[:BREACHES_SHOWN]:
+            when = "final state" if breach.t == END else f"{breach.t:.2f} s"
+            print(f"    {when}: {breach.message}")
     kinds = Counter(f.kind for f in history.faults)
     operations = Counter(o.kind for o in history.operations if o.ok)
     evictions = sum(1 for r in history.requests if r.path.endswith("/eviction") and r.status == 201)
