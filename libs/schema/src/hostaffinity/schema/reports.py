@@ -138,6 +138,52 @@ class MaintenanceReport(_Report, frozen=True):
     ok: bool
 
 
+class HaView(_Report, frozen=True):
+    """vSphere HA of a vSphere cluster as the drs-translator last read it (`known` false: no
+    record of it in the `hostaffinity-drs` bucket). `admission_control_policy` is
+    "host-failures", "resource-percentage", "dedicated-hosts", "other" or ""; `failover_level`
+    the host failures it plans for; `respects_vm_anti_affinity`: HA does not restart a VM where
+    that breaks a VM-VM anti-affinity rule (das.respectVmVmAntiAffinityRules)."""
+
+    cluster_moid: str
+    known: bool
+    enabled: bool = False
+    admission_control_enabled: bool = False
+    admission_control_policy: str = ""
+    failover_level: int = 0
+    respects_vm_anti_affinity: bool = False
+    observed_at: str = ""
+
+
+class UnrestartableVm(_Report, frozen=True):
+    """A node VM on the failed host that vSphere HA could not restart: every usable host left in
+    its cluster (`hosts_left`, sorted) already runs a VM of the DRS anti-affinity rule `rule`,
+    and HA respects VM-VM anti-affinity rules. `pods` asked for the rule (sorted)."""
+
+    vm_moid: str
+    node: str
+    host: str
+    cluster_moid: str
+    rule: str
+    pods: list[str]
+    hosts_left: list[str]
+
+
+class HostFailureReport(_Report, frozen=True):
+    """`hostaffinity what-if host-failure HOST -o json`. `host` as resolved (its label value);
+    `exposed`: the pods on its nodes and where they could be rescheduled if their node VMs do
+    not come back (what-if maintenance's report of that host); `ha`: vSphere HA of each cluster
+    holding our anti-affinity rules over its VMs (by cluster moid); `unrestartable`: its node VMs
+    HA could not restart, by VM moid. `ok` is false when a pod has nowhere to go or a VM could
+    not restart (the command then exits 1)."""
+
+    host: str
+    exposed: MaintenanceReport
+    ha: list[HaView]
+    unrestartable: list[UnrestartableVm]
+    ok: bool
+
+
 class Location(_Report, frozen=True):
     """Where a node's VM runs, from the topology KV; only `node` is set when the KV has no
     placement for it (or, for a pod, when the pod is on no node: all empty)."""
@@ -240,7 +286,8 @@ class PodExplanation(_Report, frozen=True):
     spread constraints, each with the matching pods and skew per domain. `host_headroom`: one
     sentence per required host-level anti-affinity rule whose selected pods (this one included)
     fill every ESXi host the pod may use, so that one more replica -- a rollout's surge pod --
-    has nowhere to go.
+    has nowhere to go. `ha_failover`: one sentence per DRS anti-affinity rule of the pod's that
+    leaves a node VM unrestartable by vSphere HA after one host failure.
     """
 
     pod: str
@@ -255,6 +302,7 @@ class PodExplanation(_Report, frozen=True):
     history: list[HistoryEntry]
     spreads: list[SpreadView] = msgspec.field(default_factory=list)
     host_headroom: list[str] = msgspec.field(default_factory=list)
+    ha_failover: list[str] = msgspec.field(default_factory=list)
 
 
 class NodeExplanation(_Report, frozen=True):
@@ -308,7 +356,9 @@ class StatusReport(_Report, frozen=True):
     (a service with no live leader, dead letters, a replica not current, exposed workloads, rules
     with no host to spare); the command exits 1 when it is not empty. `at` is when the report was
     made. `no_host_to_spare`: per required host-level anti-affinity rule whose replicas fill every
-    usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock)."""
+    usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock).
+    `ha_unrestartable`: per DRS anti-affinity rule of ours that leaves a node VM unrestartable by
+    vSphere HA after one host failure, one sentence (by rule name)."""
 
     at: str
     services: list[ServiceView]
@@ -317,3 +367,4 @@ class StatusReport(_Report, frozen=True):
     streams: list[StreamView]
     problems: list[str]
     no_host_to_spare: list[str] = msgspec.field(default_factory=list)
+    ha_unrestartable: list[str] = msgspec.field(default_factory=list)
