@@ -90,7 +90,7 @@ class ClusterRules:
     async def ha_config(self, cluster_moid: str) -> Any:
         """The cluster's vSphere HA settings (`configurationEx.dasConfig`) as vCenter has them."""
         cluster = await self._cluster(cluster_moid)
-        self.calls["read-configurationEx"] += 1
+        self.calls["read-ha-config"] += 1
         config: Any = await self._call(lambda: cluster.configurationEx)
         return config.dasConfig
 
