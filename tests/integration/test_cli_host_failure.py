@@ -150,7 +150,7 @@ async def test_what_if_host_failure_names_the_vm_ha_could_not_restart(
         assert report["exposed"]["nodes"] == ["node-1"]
         assert [m["pod"] for m in report["exposed"]["moves"]] == ["default/web-1"]
         [ha] = report["ha"]
-        assert (ha["cluster_moid"], ha["known"], ha["enabled"]) == (cluster, True, enabled)
+        assert (ha["cluster_moid"], ha["enabled"], report["ha_unknown"]) == (cluster, enabled, [])
         expected = [
             {
                 "vm_moid": vm(si, "node-1"),

@@ -7,9 +7,10 @@ import pytest
 
 from hostaffinity.cli.ha_audit import rules_without_failover_room, unrestartable_after
 from hostaffinity.cli.snapshot import ClusterSnapshot
-from hostaffinity.schema import ClusterHaSettings, DrsOwnership, EsxiHost, NodePlacement
+from hostaffinity.schema import ClusterHaSettings, DrsOwnership, EsxiHost
+from tests.platform.bus_values import node_placement
 
-VCENTER = "vc.example.com"
+VCENTER = "vcenter.example.com"  # bus_values' placements: this vCenter, cluster domain-c7
 CLUSTER = "domain-c7"
 RULE = "hostaffinity-anti-web"
 
@@ -17,31 +18,13 @@ RULE = "hostaffinity-anti-web"
 def _host(moid: str, state: str) -> EsxiHost:
     return EsxiHost(
         moid=moid,
-        name=f"{moid}.example.com",
+        name=f"{moid}.esx.example.com",
         label=moid,
         cluster_moid=CLUSTER,
         cluster_name="C0",
         datacenter="DC0",
         connection_state="notResponding" if state == "down" else "connected",
         in_maintenance_mode=state == "maintenance",
-    )
-
-
-def _placement(node: str, host: str) -> NodePlacement:
-    return NodePlacement(
-        node=node,
-        vm_moid=f"vm-{node}",
-        bios_uuid="",
-        instance_uuid="",
-        host_moid=host,
-        host_name=f"{host}.example.com",
-        host_label=host,
-        cluster_moid=CLUSTER,
-        cluster_name="C0",
-        datacenter="DC0",
-        vcenter=VCENTER,
-        observed_at="",
-        version=1,
     )
 
 
@@ -67,7 +50,7 @@ def snapshot(
         vcenter=VCENTER, cluster_moid=CLUSTER, enabled=ha, respects_vm_anti_affinity=respect
     )
     return ClusterSnapshot(
-        placements={node: _placement(node, host) for node, host in vms.items()},
+        placements={node: node_placement(node, host) for node, host in vms.items()},
         hosts={moid: _host(moid, s) for moid, s in hosts.items()},
         drs_records=[rule],
         ha_settings={(VCENTER, CLUSTER): settings},
@@ -97,7 +80,7 @@ def test_vms_that_could_not_restart_after_h0_fails(
 ) -> None:
     found = unrestartable_after(snapshot(hosts, vms, **options), ["h0"])  # type: ignore[arg-type]
     assert [vm.vm_moid for vm in found] == stranded
-    assert all(vm.rule == RULE and "h0.example.com" not in vm.hosts_left for vm in found)
+    assert all(vm.rule == RULE and "h0.esx.example.com" not in vm.hosts_left for vm in found)
 
 
 def test_the_hosts_left_are_named_and_every_host_of_the_rule_counts_for_status() -> None:
@@ -105,8 +88,8 @@ def test_the_hosts_left_are_named_and_every_host_of_the_rule_counts_for_status()
     [vm] = unrestartable_after(taken, ["h0"])
     assert (vm.node, vm.host, vm.hosts_left) == (
         "n0",
-        "h0.example.com",
-        ["h1.example.com", "h2.example.com"],
+        "h0.esx.example.com",
+        ["h1.esx.example.com", "h2.esx.example.com"],
     )
     assert vm.pods == ["default/n0-pod", "default/n1-pod", "default/n2-pod"]
     by_rule = rules_without_failover_room(taken)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from hostaffinity.cli.snapshot import ClusterSnapshot
-from hostaffinity.schema import ClusterHaSettings, DrsOwnership, NodePlacement
-from hostaffinity.schema.reports import HaView, UnrestartableVm
+from hostaffinity.schema import DrsOwnership, NodePlacement
+from hostaffinity.schema.reports import UnrestartableVm
 
 
 def _anti_affinity_rules(snapshot: ClusterSnapshot) -> list[DrsOwnership]:
@@ -123,25 +123,8 @@ def failover_sentence(rule: str, stranded: Sequence[UnrestartableVm]) -> str:
     )
 
 
-def ha_view(snapshot: ClusterSnapshot, vcenter: str, cluster_moid: str) -> HaView:
-    """The cluster's HA settings as the report shows them (`known` false without a record)."""
-    ha: ClusterHaSettings | None = snapshot.ha_settings.get((vcenter, cluster_moid))
-    if ha is None:
-        return HaView(cluster_moid=cluster_moid, known=False)
-    return HaView(
-        cluster_moid=cluster_moid,
-        known=True,
-        enabled=ha.enabled,
-        admission_control_enabled=ha.admission_control_enabled,
-        admission_control_policy=ha.admission_control_policy,
-        failover_level=ha.failover_level,
-        respects_vm_anti_affinity=ha.respects_vm_anti_affinity,
-        observed_at=ha.observed_at,
-    )
-
-
-def clusters_of_rules_on(snapshot: ClusterSnapshot, failed: Iterable[str]) -> list[HaView]:
-    """HA of each cluster where one of our anti-affinity rules has a VM on the failed host."""
+def clusters_of_rules_on(snapshot: ClusterSnapshot, failed: Iterable[str]) -> list[tuple[str, str]]:
+    """(vCenter, cluster moid) of each of our anti-affinity rules with a VM on the failed host."""
     failed_hosts = set(failed)
     by_vm = _placements_by_vm(snapshot)
     clusters = {
@@ -150,4 +133,4 @@ def clusters_of_rules_on(snapshot: ClusterSnapshot, failed: Iterable[str]) -> li
         for vm in rule.vms
         if (p := by_vm.get((rule.vcenter, vm))) is not None and p.host_moid in failed_hosts
     }
-    return [ha_view(snapshot, vcenter, moid) for vcenter, moid in sorted(clusters)]
+    return sorted(clusters)

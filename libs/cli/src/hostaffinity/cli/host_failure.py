@@ -12,7 +12,8 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.cli.ha_audit import clusters_of_rules_on, unrestartable_after
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
 from hostaffinity.cli.snapshot import ClusterSnapshot
-from hostaffinity.schema.reports import HaView, HostFailureReport
+from hostaffinity.schema import ClusterHaSettings
+from hostaffinity.schema.reports import HostFailureReport
 
 _POLICY_WORDS = {
     "host-failures": "host failures the cluster tolerates",
@@ -31,21 +32,26 @@ def host_failure_report(
     moids = {h.moid for h in snapshot.hosts.values() if h.label == label}
     moids |= {p.host_moid for p in snapshot.placements.values() if p.host_label == label}
     stranded = unrestartable_after(snapshot, moids)
+    clusters = clusters_of_rules_on(snapshot, moids)
     return HostFailureReport(
         host=label,
         exposed=exposed,
-        ha=clusters_of_rules_on(snapshot, moids),
+        ha=[snapshot.ha_settings[c] for c in clusters if c in snapshot.ha_settings],
+        ha_unknown=[moid for (vc, moid) in clusters if (vc, moid) not in snapshot.ha_settings],
         unrestartable=stranded,
         ok=exposed.ok and not stranded,
     )
 
 
-def _ha(view: HaView) -> str:
-    if not view.known:
-        return (
-            f"vSphere HA of cluster {view.cluster_moid}: not known (the drs-translator records "
-            "it; is it running, with ha_audit enabled?)"
-        )
+def _unknown(cluster_moid: str) -> str:
+    return (
+        f"vSphere HA of cluster {cluster_moid}: not known (the drs-translator records it; is it "
+        "running, with ha_audit enabled?)"
+    )
+
+
+def _ha(view: ClusterHaSettings) -> str:
+    """HA's settings in one line; `view` is the drs-translator's record."""
     if not view.enabled:
         return f"vSphere HA of cluster {view.cluster_moid}: off (no node VM restarts by itself)"
     control = (
@@ -67,6 +73,7 @@ def _ha(view: HaView) -> str:
 def render_host_failure(report: HostFailureReport) -> str:
     parts = [f"if ESXi host {report.host} fails:", render_maintenance(report.exposed)]
     parts.extend(_ha(view) for view in report.ha)
+    parts.extend(_unknown(moid) for moid in report.ha_unknown)
     if report.unrestartable:
         lines = [
             f"  VM {vm.vm_moid} (node {vm.node}): DRS rule {vm.rule} keeps it from every usable "

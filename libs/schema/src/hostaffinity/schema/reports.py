@@ -10,6 +10,8 @@ from typing import Literal
 
 import msgspec
 
+from hostaffinity.schema.drs import ClusterHaSettings
+
 Coverage = Literal["required", "preferred", "none"]
 Verdict = Literal["moves", "unsatisfiable", "no-node", "no-room"]
 TermState = Literal["holds", "violated", "unknown", "not-placed"]
@@ -138,23 +140,6 @@ class MaintenanceReport(_Report, frozen=True):
     ok: bool
 
 
-class HaView(_Report, frozen=True):
-    """vSphere HA of a vSphere cluster as the drs-translator last read it (`known` false: no
-    record of it in the `hostaffinity-drs` bucket). `admission_control_policy` is
-    "host-failures", "resource-percentage", "dedicated-hosts", "other" or ""; `failover_level`
-    the host failures it plans for; `respects_vm_anti_affinity`: HA does not restart a VM where
-    that breaks a VM-VM anti-affinity rule (das.respectVmVmAntiAffinityRules)."""
-
-    cluster_moid: str
-    known: bool
-    enabled: bool = False
-    admission_control_enabled: bool = False
-    admission_control_policy: str = ""
-    failover_level: int = 0
-    respects_vm_anti_affinity: bool = False
-    observed_at: str = ""
-
-
 class UnrestartableVm(_Report, frozen=True):
     """A node VM on the failed host that vSphere HA could not restart: every usable host left in
     its cluster (`hosts_left`, sorted) already runs a VM of the DRS anti-affinity rule `rule`,
@@ -173,13 +158,15 @@ class HostFailureReport(_Report, frozen=True):
     """`hostaffinity what-if host-failure HOST -o json`. `host` as resolved (its label value);
     `exposed`: the pods on its nodes and where they could be rescheduled if their node VMs do
     not come back (what-if maintenance's report of that host); `ha`: vSphere HA of each cluster
-    holding our anti-affinity rules over its VMs (by cluster moid); `unrestartable`: its node VMs
-    HA could not restart, by VM moid. `ok` is false when a pod has nowhere to go or a VM could
-    not restart (the command then exits 1)."""
+    holding our anti-affinity rules over its VMs, as the drs-translator last recorded it (by
+    vCenter, then cluster moid), and `ha_unknown` the moids of such clusters it has no record of;
+    `unrestartable`: its node VMs HA could not restart, by rule then VM moid. `ok` is false when a
+    pod has nowhere to go or a VM could not restart (the command then exits 1)."""
 
     host: str
     exposed: MaintenanceReport
-    ha: list[HaView]
+    ha: list[ClusterHaSettings]
+    ha_unknown: list[str]
     unrestartable: list[UnrestartableVm]
     ok: bool
 
