@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostaffinity.cli.ha_audit import rules_without_failover_room, unrestartable_after
+from hostaffinity.cli.ha_audit import HaAudit
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.schema import ClusterHaSettings, DrsOwnership, EsxiHost
 from tests.platform.bus_values import node_placement
@@ -78,20 +78,20 @@ ONE_EACH = {"n0": "h0", "n1": "h1", "n2": "h2"}
 def test_vms_that_could_not_restart_after_h0_fails(
     hosts: dict[str, str], vms: dict[str, str], options: dict[str, bool], stranded: list[str]
 ) -> None:
-    found = unrestartable_after(snapshot(hosts, vms, **options), ["h0"])  # type: ignore[arg-type]
+    found = HaAudit(snapshot(hosts, vms, **options)).unrestartable_after(["h0"])  # type: ignore[arg-type]
     assert [vm.vm_moid for vm in found] == stranded
     assert all(vm.rule == RULE and "h0.esx.example.com" not in vm.hosts_left for vm in found)
 
 
 def test_the_hosts_left_are_named_and_every_host_of_the_rule_counts_for_status() -> None:
     taken = snapshot(UP3, ONE_EACH)
-    [vm] = unrestartable_after(taken, ["h0"])
+    [vm] = HaAudit(taken).unrestartable_after(["h0"])
     assert (vm.node, vm.host, vm.hosts_left) == (
         "n0",
         "h0.esx.example.com",
         ["h1.esx.example.com", "h2.esx.example.com"],
     )
     assert vm.pods == ["default/n0-pod", "default/n1-pod", "default/n2-pod"]
-    by_rule = rules_without_failover_room(taken)
+    by_rule = HaAudit(taken).rules_without_failover_room()
     assert [v.vm_moid for v in by_rule[RULE]] == ["vm-n0", "vm-n1", "vm-n2"]
-    assert rules_without_failover_room(snapshot(UP3 | {"h3": "up"}, ONE_EACH)) == {}
+    assert HaAudit(snapshot(UP3 | {"h3": "up"}, ONE_EACH)).rules_without_failover_room() == {}

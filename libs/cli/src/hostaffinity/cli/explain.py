@@ -17,7 +17,7 @@ from hostaffinity.affinity.headroom import host_headroom
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.spread_standing import SpreadStanding, spread_standings
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
-from hostaffinity.cli.ha_audit import failover_sentence, rules_without_failover_room
+from hostaffinity.cli.ha_audit import HaAudit, failover_sentence
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
 from hostaffinity.cli.pod_lookup import NodeNotFoundError, PodFacts, PodNotFoundError
 from hostaffinity.cli.snapshot import ClusterSnapshot
@@ -164,7 +164,7 @@ def explain_pod(
     spreads = [_spread_view(s) for s in spread_standings(engine, pod)]
     host_level = any(t.host_level for t in terms) or any(s.host_level for s in spreads)
     headroom = [tight.sentence() for tight in host_headroom(engine, pod)]
-    stranded = rules_without_failover_room(snapshot)
+    stranded = HaAudit(snapshot).rules_without_failover_room()
     failover = [failover_sentence(r.name, stranded[r.name]) for r in drs if r.name in stranded]
     return PodExplanation(
         pod=pod.key,

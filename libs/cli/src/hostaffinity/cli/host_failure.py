@@ -9,7 +9,7 @@ Which VMs do not come back is the HA audit's (ha_audit.py).
 from __future__ import annotations
 
 from hostaffinity.affinity.engine import AffinityEngine
-from hostaffinity.cli.ha_audit import clusters_of_rules_on, unrestartable_after
+from hostaffinity.cli.ha_audit import HaAudit
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.schema import ClusterHaSettings
@@ -31,8 +31,9 @@ def host_failure_report(
     (label,) = exposed.hosts
     moids = {h.moid for h in snapshot.hosts.values() if h.label == label}
     moids |= {p.host_moid for p in snapshot.placements.values() if p.host_label == label}
-    stranded = unrestartable_after(snapshot, moids)
-    clusters = clusters_of_rules_on(snapshot, moids)
+    audit = HaAudit(snapshot)
+    stranded = audit.unrestartable_after(moids)
+    clusters = audit.clusters_of_rules_on(moids)
     return HostFailureReport(
         host=label,
         exposed=exposed,

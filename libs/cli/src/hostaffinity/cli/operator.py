@@ -28,7 +28,7 @@ from hostaffinity.cli.connections import CommandFailed, kubernetes_settings, ope
 from hostaffinity.cli.event_log import events_of, last_of_each_type
 from hostaffinity.cli.explain import explain_node, explain_pod, render_node, render_pod
 from hostaffinity.cli.exposure import exposure_report, render_exposure
-from hostaffinity.cli.ha_audit import rules_without_failover_room
+from hostaffinity.cli.ha_audit import HaAudit
 from hostaffinity.cli.history import NODE_EVENT_TYPES, POD_EVENT_TYPES
 from hostaffinity.cli.host_failure import host_failure_report, render_host_failure
 from hostaffinity.cli.leases import read_leases
@@ -250,7 +250,7 @@ async def _status(args: argparse.Namespace) -> int:
         len(exposure.workloads),
         streams,
         tight,
-        rules_without_failover_room(snapshot),
+        HaAudit(snapshot).rules_without_failover_room(),
     )
     _print(args, report, render_status(report))
     return 1 if report.problems else 0
