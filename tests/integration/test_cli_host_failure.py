@@ -87,6 +87,14 @@ async def recorded_ha(bus: Bus, cluster: str, within: float = 20.0) -> ClusterHa
         await asyncio.sleep(0.1)
 
 
+async def ha_record_exists(kv: Any, cluster: str) -> bool:
+    try:
+        await kv.get(drs_ha_key("vcsim", cluster))
+    except KeyNotFoundError:
+        return False
+    return True
+
+
 @contextlib.asynccontextmanager
 async def anti_affine_web(
     vc: Vcsim, kube: KubeDouble, nats: NatsServer, kubeconfig: Path
@@ -184,3 +192,27 @@ async def test_what_if_host_failure_of_an_unknown_host_is_an_error(cli: Cli) -> 
     code, _, err = await cli("what-if", "host-failure", "no-such-host")
     assert code == 1
     assert "no ESXi host named no-such-host" in err
+
+
+async def test_the_ha_record_goes_when_the_cluster_holds_no_rule_of_ours(
+    vcsim: VcsimFactory,
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    bus: Bus,
+) -> None:
+    vc = vcsim(hosts=3, vm_names=NODES)
+    si = vc.connect()
+    cluster = str(cluster_of(si)._moId)
+    reconfigure(si, ha_spec(enabled=True, respect=None))
+    async with anti_affine_web(vc, kube_double, nats_server, kubeconfig):
+        recorded = await recorded_ha(bus, cluster)
+        assert (recorded.respect_option, recorded.respects_vm_anti_affinity) == ("", True)
+        for index in range(1, len(NODES) + 1):
+            kube_double.delete("v1", "pods", f"web-{index}", "default")
+        await eventually(lambda: not anti_rules(si), "our rule removed", 20)
+        kv = await bus.js.key_value(DRS_BUCKET)
+        deadline = time.monotonic() + 10
+        while await ha_record_exists(kv, cluster):
+            assert time.monotonic() < deadline, "the HA record outlived the cluster's last rule"
+            await asyncio.sleep(0.1)
