@@ -24,6 +24,7 @@ REPORTS = {
     ("topology",): "TopologyReport",
     ("exposure",): "ExposureReport",
     ("what-if",): "MaintenanceReport",
+    ("what-if", "host-failure"): "HostFailureReport",
     ("explain", "pod"): "PodExplanation",
     ("explain", "node"): "NodeExplanation",
     ("status",): "StatusReport",

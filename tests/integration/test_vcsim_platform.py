@@ -16,6 +16,8 @@ from pyVmomi import vim, vmodl
 
 from tests.platform.vcsim import VcsimError, VcsimFactory
 
+_vim: Any = vim
+
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 PC = vmodl.query.PropertyCollector
 
@@ -240,3 +242,41 @@ def test_vcsim_checks_the_password(vcsim: VcsimFactory) -> None:
 def test_a_bad_inventory_request_fails_with_vcsims_own_message(vcsim: VcsimFactory) -> None:
     with pytest.raises(VcsimError, match=r"(?s)exited with 1.*no host \"no-such-host\""):
         vcsim(maintenance=["no-such-host"])
+
+
+def test_reconfigure_applies_das_config_merging_options_by_key(
+    small: vim.ServiceInstance,
+) -> None:
+    """Our vcsim applies ClusterConfigSpecEx.dasConfig (govmomi 0.24's ignores it): with modify
+    set fields replace and advanced options merge by key, without it the whole dasConfig goes."""
+    cluster = next(iter(by_name(small, vim.ClusterComputeResource).values()))
+    assert cluster.configurationEx.dasConfig.enabled is None  # HA never configured
+
+    def reconfigure(modify: bool, **das: Any) -> Any:
+        spec = _vim.cluster.ConfigSpecEx(dasConfig=_vim.cluster.DasConfigInfo(**das))
+        task_result(cluster.ReconfigureComputeResource_Task(spec=spec, modify=modify))
+        return cluster.configurationEx.dasConfig
+
+    def option(key: str, value: str) -> Any:
+        return _vim.option.OptionValue(key=key, value=value)
+
+    das = reconfigure(
+        True,
+        enabled=True,
+        admissionControlEnabled=True,
+        admissionControlPolicy=_vim.cluster.FailoverLevelAdmissionControlPolicy(failoverLevel=1),
+        option=[option("das.respectVmVmAntiAffinityRules", "true"), option("das.x", "1")],
+    )
+    assert (das.enabled, das.admissionControlEnabled, das.admissionControlPolicy.failoverLevel) == (
+        True,
+        True,
+        1,
+    )
+    das = reconfigure(True, option=[option("das.respectVmVmAntiAffinityRules", "false")])
+    assert das.enabled is True
+    assert [(o.key, o.value) for o in das.option] == [
+        ("das.respectVmVmAntiAffinityRules", "false"),
+        ("das.x", "1"),
+    ]
+    das = reconfigure(False, enabled=False)
+    assert (das.enabled, das.admissionControlPolicy, list(das.option)) == (False, None, [])

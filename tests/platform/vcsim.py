@@ -15,7 +15,9 @@ there.
 a CA of the test's own signs vcsim's certificate, as a site's VMCA signs vCenter's; `settings()`
 then trusts that CA (`vcenter.ca_file`) unless told otherwise.
 
-Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order.
+Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order. Beyond govmomi
+0.24's simulator, `ReconfigureComputeResource_Task` applies the spec's `dasConfig` (vSphere HA),
+as tools/vcsim/main.go says.
 """
 
 import contextlib

@@ -4,6 +4,9 @@
 // Optional flags add the awkward cases a node-labeller must handle: VMs sharing a BIOS UUID, host
 // names that are not valid label values, and hosts in maintenance mode.
 //
+// ReconfigureComputeResource_Task also applies the spec's dasConfig (vSphere HA), which govmomi
+// 0.24's simulator ignores, so tests can set HA as an administrator would (see withDasConfig).
+//
 // With -tls-cert and -tls-key it serves https with that certificate (a test's own CA signs it, as a
 // site's VMCA signs vCenter's), else plain http.
 //
@@ -11,11 +14,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -84,6 +90,8 @@ func main() {
 	}
 	server := model.Service.NewServer()
 	defer server.Close()
+	// No request has been served yet: the handler can still be wrapped without a race.
+	server.Config.Handler = withDasConfig(server.Config.Handler)
 
 	if err := shapeInventory(server.URL, nodeNames(*names, *prefix, *vms), dupUUID, maintenance); err != nil {
 		log.Fatalf("shape inventory: %v", err)
@@ -276,4 +284,105 @@ func renameHost(arg string) error {
 		}
 	}
 	return fmt.Errorf("no host %q", key)
+}
+
+// withDasConfig applies the dasConfig of every ReconfigureComputeResource_Task that vcsim answered
+// with success. govmomi 0.24's ClusterComputeResource.ReconfigureComputeResourceTask updates the
+// rules, groups and VM overrides only (simulator/cluster_compute_resource.go), so without this a
+// test could not turn vSphere HA on, or set its advanced options, the way an administrator does.
+func withDasConfig(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		status := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(status, r)
+		if status.status != http.StatusOK || !bytes.Contains(body, []byte("ReconfigureComputeResource_Task")) {
+			return
+		}
+		method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
+		if err != nil {
+			return
+		}
+		if req, ok := method.Body.(*types.ReconfigureComputeResource_Task); ok {
+			applyDasConfig(req)
+		}
+	})
+}
+
+// statusRecorder remembers the status code written, so only an accepted request is applied.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// applyDasConfig merges the spec's dasConfig into the cluster's configurationEx as vCenter does
+// with modify=true (set fields replace, advanced options merge by key), or replaces it whole.
+func applyDasConfig(req *types.ReconfigureComputeResource_Task) {
+	spec, ok := req.Spec.(*types.ClusterConfigSpecEx)
+	if !ok || spec.DasConfig == nil {
+		return
+	}
+	cluster, ok := simulator.Map.Get(req.This).(*simulator.ClusterComputeResource)
+	if !ok {
+		return
+	}
+	simulator.Map.WithLock(cluster, func() {
+		config := *cluster.ConfigurationEx.(*types.ClusterConfigInfoEx)
+		das, in := config.DasConfig, spec.DasConfig
+		if !req.Modify {
+			das = types.ClusterDasConfigInfo{}
+		}
+		if in.Enabled != nil {
+			das.Enabled = in.Enabled
+		}
+		if in.AdmissionControlEnabled != nil {
+			das.AdmissionControlEnabled = in.AdmissionControlEnabled
+		}
+		if in.AdmissionControlPolicy != nil {
+			das.AdmissionControlPolicy = in.AdmissionControlPolicy
+		}
+		if in.FailoverLevel != 0 {
+			das.FailoverLevel = in.FailoverLevel
+		}
+		if in.HostMonitoring != "" {
+			das.HostMonitoring = in.HostMonitoring
+		}
+		if in.VmMonitoring != "" {
+			das.VmMonitoring = in.VmMonitoring
+		}
+		das.Option = mergeOptions(das.Option, in.Option)
+		config.DasConfig = das
+		simulator.Map.Update(cluster, []types.PropertyChange{{Name: "configurationEx", Val: &config}})
+	})
+}
+
+// mergeOptions sets each of `in` in `have` by key, keeping the order options were first set in.
+func mergeOptions(have, in []types.BaseOptionValue) []types.BaseOptionValue {
+	out := append([]types.BaseOptionValue(nil), have...)
+	for _, option := range in {
+		key := option.GetOptionValue().Key
+		replaced := false
+		for i := range out {
+			if out[i].GetOptionValue().Key == key {
+				out[i], replaced = option, true
+			}
+		}
+		if !replaced {
+			out = append(out, option)
+		}
+	}
+	return out
 }

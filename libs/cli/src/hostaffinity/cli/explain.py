@@ -4,7 +4,8 @@ hold, why a Pending pod is refused, and what hostaffinity did to it.
 Every judgement is the affinity engine's: the filter (engine.py) for a pod on no node, the term
 standings (standing.py) for a placed one, both worded by explain.py, as the extender and the
 descheduler word them, and the topology spreads' skew per domain (spread_standing.py). The
-history is the event stream's (history.py).
+history is the event stream's (history.py); the HA audit (ha_audit.py) says when a DRS rule of
+the pod's leaves a node VM unrestartable after one host failure.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hostaffinity.affinity.headroom import host_headroom
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.spread_standing import SpreadStanding, spread_standings
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
+from hostaffinity.cli.ha_audit import HaAudit, failover_sentence
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
 from hostaffinity.cli.pod_lookup import NodeNotFoundError, PodFacts, PodNotFoundError
 from hostaffinity.cli.snapshot import ClusterSnapshot
@@ -162,6 +164,8 @@ def explain_pod(
     spreads = [_spread_view(s) for s in spread_standings(engine, pod)]
     host_level = any(t.host_level for t in terms) or any(s.host_level for s in spreads)
     headroom = [tight.sentence() for tight in host_headroom(engine, pod)]
+    stranded = HaAudit(snapshot).rules_without_failover_room()
+    failover = [failover_sentence(r.name, stranded[r.name]) for r in drs if r.name in stranded]
     return PodExplanation(
         pod=pod.key,
         phase=_phase(facts),
@@ -175,6 +179,7 @@ def explain_pod(
         history=history,
         spreads=spreads,
         host_headroom=headroom,
+        ha_failover=failover,
     )
 
 
@@ -282,6 +287,7 @@ def render_pod(report: PodExplanation) -> str:
     if report.spreads:
         parts.append("topology spreads:\n" + _spreads(report.spreads))
     parts.extend(f"no host to spare: {sentence}" for sentence in report.host_headroom)
+    parts.extend(f"no host to fail over to: {sentence}" for sentence in report.ha_failover)
     if report.summary:
         rows = [[r.host or "(unknown)", ", ".join(r.nodes), r.message] for r in report.refusals]
         refused = _indented(table(["ESXI HOST", "NODES", "WHY NOT"], rows)) if rows else ""

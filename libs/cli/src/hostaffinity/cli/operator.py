@@ -1,10 +1,13 @@
-"""The operator's commands: `topology`, `exposure`, `what-if maintenance`, `explain`, `status`.
+"""The operator's commands: `topology`, `exposure`, `what-if maintenance|host-failure`,
+`explain`, `status`.
 
 Each reads one snapshot (progress on stderr), answers from the affinity engine, and prints a
 table or, with `-o json`, a document whose JSON Schema is in proto/schemas/ (TopologyReport,
-ExposureReport, MaintenanceReport, PodExplanation, NodeExplanation, StatusReport). `explain` and
+ExposureReport, MaintenanceReport, HostFailureReport, PodExplanation, NodeExplanation,
+StatusReport). `explain` and
 `status` read the event stream too, `status` the services' Leases. Exit status: 0, or 1 when
 `exposure --fail-on-exposed` finds a workload, `what-if maintenance` leaves a pod nowhere to go,
+`what-if host-failure` leaves a pod nowhere to go or a node VM that vSphere HA could not restart,
 `status` finds something that needs attention, or what was asked about does not exist; 2 for bad
 arguments.
 """
@@ -25,7 +28,9 @@ from hostaffinity.cli.connections import CommandFailed, kubernetes_settings, ope
 from hostaffinity.cli.event_log import events_of, last_of_each_type
 from hostaffinity.cli.explain import explain_node, explain_pod, render_node, render_pod
 from hostaffinity.cli.exposure import exposure_report, render_exposure
+from hostaffinity.cli.ha_audit import HaAudit
 from hostaffinity.cli.history import NODE_EVENT_TYPES, POD_EVENT_TYPES
+from hostaffinity.cli.host_failure import host_failure_report, render_host_failure
 from hostaffinity.cli.leases import read_leases
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
@@ -96,6 +101,12 @@ def add_operator_commands(commands: argparse._SubParsersAction[argparse.Argument
     maintenance.add_argument("hosts", nargs="+", metavar="HOST", help="label value, name or moid")
     _common(maintenance)
     maintenance.set_defaults(run=run(_maintenance))
+    failure = changes.add_parser(
+        "host-failure", help="an ESXi host failing: what is exposed, which VMs HA cannot restart"
+    )
+    failure.add_argument("host", metavar="HOST", help="label value, name or moid")
+    _common(failure)
+    failure.set_defaults(run=run(_host_failure))
 
     explain = commands.add_parser("explain", help="why a pod or node is where it is")
     subjects = explain.add_subparsers(dest="subject", required=True)
@@ -142,6 +153,11 @@ def _exposure(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
 def _maintenance(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
     report = maintenance_report(snapshot, build_engine(snapshot, _options(args)), args.hosts)
     return report, render_maintenance(report), 0 if report.ok else 1
+
+
+def _host_failure(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
+    report = host_failure_report(snapshot, build_engine(snapshot, _options(args)), args.host)
+    return report, render_host_failure(report), 0 if report.ok else 1
 
 
 def _kubernetes(args: argparse.Namespace) -> KubernetesSettings:
@@ -227,6 +243,14 @@ async def _status(args: argparse.Namespace) -> int:
     async with open_bus(nats_settings(args)) as bus:
         last = await _within(args, "the events stream", last_of_each_type(bus))
         streams = await _within(args, "the streams' state", stream_views(bus))
-    report = status_report(datetime.now(UTC), leases, last, len(exposure.workloads), streams, tight)
+    report = status_report(
+        datetime.now(UTC),
+        leases,
+        last,
+        len(exposure.workloads),
+        streams,
+        tight,
+        HaAudit(snapshot).rules_without_failover_room(),
+    )
     _print(args, report, render_status(report))
     return 1 if report.problems else 0

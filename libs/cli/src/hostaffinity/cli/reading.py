@@ -1,5 +1,6 @@
 """Reading a ClusterSnapshot: the API through the runtime's informer (paged lists of raw JSON
-into msgspec structs), the topology KV through its watch, the drs-translator's ownership records.
+into msgspec structs), the topology KV through its watch, the drs-translator's ownership records
+and the vSphere HA settings it keeps beside them.
 
 Progress goes to stderr, one line per source, because a 150,000-pod list takes a while on a real
 API server. Nothing is written anywhere.
@@ -34,8 +35,14 @@ from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.informer import Informer, InformerEvent
 from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
 from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
-from hostaffinity.schema import DRS_BUCKET, DrsOwnership, EsxiHost, NodePlacement
-from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
+from hostaffinity.schema import (
+    DRS_BUCKET,
+    ClusterHaSettings,
+    DrsOwnership,
+    EsxiHost,
+    NodePlacement,
+)
+from hostaffinity.schema.names import DRS_HA_KEY_PREFIX, DRS_RULE_KEY_PREFIX
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -43,6 +50,7 @@ B = TypeVar("B")
 S = TypeVar("S", bound=Sized)
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 _DRS_DECODER: Final = msgspec.json.Decoder(DrsOwnership)
+_HA_DECODER: Final = msgspec.json.Decoder(ClusterHaSettings)
 
 
 class Progress:
@@ -132,6 +140,7 @@ async def read_bus(bus: Bus, snapshot: ClusterSnapshot, progress: Progress) -> N
     """Placements and hosts from the topology KV; DRS ownership records when the bucket exists."""
     snapshot.placements, snapshot.hosts = await progress.counted("topology KV", _topology(bus))
     snapshot.drs_records = await progress.counted("DRS ownership records", drs_records(bus))
+    snapshot.ha_settings = await progress.counted("vSphere HA settings", ha_settings(bus))
 
 
 class _Topology(NamedTuple):
@@ -157,26 +166,36 @@ async def _topology(bus: Bus) -> _Topology:
 
 async def drs_records(bus: Bus) -> list[DrsOwnership]:
     """The drs-translator's ownership records; one that does not decode is reported and skipped."""
+    return await _drs_bucket_values(bus, DRS_RULE_KEY_PREFIX, _DRS_DECODER, "DRS record")
+
+
+async def ha_settings(bus: Bus) -> dict[tuple[str, str], ClusterHaSettings]:
+    """vSphere HA settings by (vCenter, cluster moid), as the drs-translator last read them."""
+    found = await _drs_bucket_values(bus, DRS_HA_KEY_PREFIX, _HA_DECODER, "HA settings")
+    return {(settings.vcenter, settings.cluster_moid): settings for settings in found}
+
+
+async def _drs_bucket_values(
+    bus: Bus, prefix: str, decoder: msgspec.json.Decoder[T], what: str
+) -> list[T]:
+    """The values of one key family of `hostaffinity-drs` (none when the bucket is missing)."""
     try:
         kv = await bus.js.key_value(DRS_BUCKET)
     except BucketNotFoundError:
         return []
-    records: list[DrsOwnership] = []
+    values: list[T] = []
     watcher = await kv.watchall()
     try:
         while (entry := await anext(watcher)) is not None:
-            if not entry.key.startswith(DRS_RULE_KEY_PREFIX) or entry.operation in (
-                KV_DEL,
-                KV_PURGE,
-            ):
+            if not entry.key.startswith(prefix) or entry.operation in (KV_DEL, KV_PURGE):
                 continue
             try:
-                records.append(_DRS_DECODER.decode(entry.value or b""))
+                values.append(decoder.decode(entry.value or b""))
             except msgspec.DecodeError as error:
-                print(f"DRS record {entry.key} skipped: {error}", file=sys.stderr)
+                print(f"{what} {entry.key} skipped: {error}", file=sys.stderr)
     finally:
         await watcher.stop()  # type: ignore[no-untyped-call]
-    return records
+    return values
 
 
 async def read_snapshot(

@@ -16,7 +16,13 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Node, Pod
 from hostaffinity.affinity.resources import Resources
 from hostaffinity.affinity.workloads import WorkloadRef
-from hostaffinity.schema import LABEL_ESXI_HOST, DrsOwnership, EsxiHost, NodePlacement
+from hostaffinity.schema import (
+    LABEL_ESXI_HOST,
+    ClusterHaSettings,
+    DrsOwnership,
+    EsxiHost,
+    NodePlacement,
+)
 
 
 @dataclass
@@ -25,7 +31,8 @@ class ClusterSnapshot:
 
     `requests` (per pod key) and `allocatable` (per node) are the resource figures the API
     objects carry; `vmi_owners` maps (namespace, VMI name) to the VMI's controller;
-    `drs_records` are the drs-translator's ownership records.
+    `drs_records` are the drs-translator's ownership records, `ha_settings` the vSphere HA
+    settings it read of their clusters, by (vCenter, cluster moid).
     """
 
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -37,6 +44,7 @@ class ClusterSnapshot:
     hosts: dict[str, EsxiHost] = field(default_factory=dict)
     vmi_owners: dict[tuple[str, str], WorkloadRef] = field(default_factory=dict)
     drs_records: list[DrsOwnership] = field(default_factory=list)
+    ha_settings: dict[tuple[str, str], ClusterHaSettings] = field(default_factory=dict)
 
     @cached_property
     def drs_pods(self) -> frozenset[str]:

@@ -2,7 +2,8 @@
 attention when it is not.
 
 Each leader-elected service's Lease (leases.py), the last event each service published, the
-exposure count (the exposure report's), the dead letters waiting, and each stream's replicas.
+exposure count (the exposure report's), the dead letters waiting, each stream's replicas, and the
+HA audit's rules that leave a node VM unrestartable after one host failure (ha_audit.py).
 Anything that needs a person becomes one sentence in `problems`, and the command exits 1.
 """
 
@@ -15,10 +16,11 @@ from typing import Final
 import msgspec
 
 from hostaffinity.affinity.headroom import HostHeadroom
+from hostaffinity.cli.ha_audit import failover_sentence
 from hostaffinity.cli.leases import LEADER_ELECTED, Lease, leadership, parse_time
 from hostaffinity.cli.tables import table
 from hostaffinity.schema import DLQ_STREAM, TopologyEvent, utc_timestamp
-from hostaffinity.schema.reports import ServiceView, StatusReport, StreamView
+from hostaffinity.schema.reports import ServiceView, StatusReport, StreamView, UnrestartableVm
 
 # Every service, in the order the pipeline runs; the extender holds no Lease.
 SERVICES: Final = (
@@ -72,6 +74,7 @@ def status_report(
     exposed_workloads: int,
     streams: Sequence[StreamView],
     no_host_to_spare: Sequence[HostHeadroom] = (),
+    ha_unrestartable: Mapping[str, Sequence[UnrestartableVm]] | None = None,
 ) -> StatusReport:
     """The report at `now`, with a sentence for everything that needs attention."""
     last = _last_events(last_events)
@@ -101,6 +104,13 @@ def status_report(
             "replicas as usable ESXi hosts: a rollout's extra pod has nowhere to go (see "
             "`hostaffinity explain pod` on the pods below)"
         )
+    stranded = ha_unrestartable or {}
+    if stranded:
+        problems.append(
+            f"{len(stranded)} DRS anti-affinity rule(s) of ours leave a node VM that vSphere HA "
+            "could not restart after one ESXi host failure (see `hostaffinity what-if "
+            "host-failure HOST` on the hosts below)"
+        )
     return StatusReport(
         at=utc_timestamp(now),
         services=services,
@@ -109,6 +119,7 @@ def status_report(
         streams=list(streams),
         problems=problems,
         no_host_to_spare=[f"{tight.pod}: {tight.sentence()}" for tight in no_host_to_spare],
+        ha_unrestartable=[failover_sentence(rule, vms) for rule, vms in sorted(stranded.items())],
     )
 
 
@@ -147,6 +158,10 @@ def render_status(report: StatusReport) -> str:
         parts.append("needs attention:\n" + "\n".join(f"  - {p}" for p in report.problems))
     if report.no_host_to_spare:
         parts.append("no host to spare:\n" + "\n".join(f"  - {t}" for t in report.no_host_to_spare))
-    else:
+    if report.ha_unrestartable:
+        parts.append(
+            "no host to fail over to:\n" + "\n".join(f"  - {t}" for t in report.ha_unrestartable)
+        )
+    if not report.no_host_to_spare and not report.ha_unrestartable:
         parts.append("all well")
     return "\n\n".join(parts)

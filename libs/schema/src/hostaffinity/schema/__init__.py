@@ -3,7 +3,14 @@
 Services and outside subscribers import names from here so that they always agree.
 """
 
-from hostaffinity.schema.drs import DRS_NAME_PREFIX, DrsObjectKind, DrsOwnership, DrsRecordState
+from hostaffinity.schema.drs import (
+    DRS_NAME_PREFIX,
+    HA_RESPECT_VM_ANTI_AFFINITY_OPTION,
+    ClusterHaSettings,
+    DrsObjectKind,
+    DrsOwnership,
+    DrsRecordState,
+)
 from hostaffinity.schema.events import (
     EVENT_MESSAGES,
     EVENT_TYPES,
@@ -43,6 +50,7 @@ from hostaffinity.schema.names import (
     POD_SPREAD_ACROSS_HOSTS,
     TOPOLOGY_BUCKET,
     dlq_subject,
+    drs_ha_key,
     drs_outbox_key,
     drs_rule_key,
     event_subject,
@@ -64,6 +72,7 @@ __all__ = [
     "EVENTS_SUBJECT_PREFIX",
     "EVENT_MESSAGES",
     "EVENT_TYPES",
+    "HA_RESPECT_VM_ANTI_AFFINITY_OPTION",
     "LABEL_DATACENTER",
     "LABEL_ESXI_HOST",
     "LABEL_LEGACY_HOST",
@@ -73,6 +82,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TOPOLOGY_BUCKET",
     "UNDECODABLE",
+    "ClusterHaSettings",
     "DeadLetter",
     "DrsObjectKind",
     "DrsOwnership",
@@ -94,6 +104,7 @@ __all__ = [
     "VmiMigrationRequested",
     "decode_event",
     "dlq_subject",
+    "drs_ha_key",
     "drs_outbox_key",
     "drs_rule_key",
     "encode_event",

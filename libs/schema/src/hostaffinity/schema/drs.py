@@ -40,3 +40,41 @@ class DrsOwnership(msgspec.Struct, frozen=True, kw_only=True):
     state: DrsRecordState = "pending"
     recorded_at: str = ""
     applied_at: str = ""
+
+
+# vSphere HA's advanced option behind "VM anti-affinity rules must be respected during failover":
+# with it, HA does not restart a VM where that would break a VM-VM anti-affinity rule, and reports
+# insufficient resources instead (VMware vSphere 6.5 Availability, "vSphere HA and DRS Affinity
+# Rules"; "true" by default since 6.5, even without DRS).
+HA_RESPECT_VM_ANTI_AFFINITY_OPTION: Final = "das.respectVmVmAntiAffinityRules"
+
+HaAdmissionPolicy = Literal["", "host-failures", "resource-percentage", "dedicated-hosts", "other"]
+
+
+class ClusterHaSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """vSphere HA as a cluster with rules of ours has it (`ClusterConfigInfoEx.dasConfig`): the
+    value of `ha.<vcenter>.<cluster-moid>`, written by the drs-translator.
+
+    `admission_control_policy`: host failures the cluster tolerates
+    (ClusterFailoverLevelAdmissionControlPolicy), a percentage of resources
+    (ClusterFailoverResourcesAdmissionControlPolicy), dedicated failover hosts
+    (ClusterFailoverHostAdmissionControlPolicy), "" when none is set; `failover_level` is how
+    many host failures it plans for. `respect_option` is the raw value of
+    das.respectVmVmAntiAffinityRules ("" when not set); `respects_vm_anti_affinity` what HA does
+    with it (not set counts as "true", vSphere's default).
+    """
+
+    vcenter: str
+    cluster_moid: str
+    enabled: bool = False
+    admission_control_enabled: bool = False
+    admission_control_policy: HaAdmissionPolicy = ""
+    failover_level: int = 0
+    respect_option: str = ""
+    respects_vm_anti_affinity: bool = True
+    observed_at: str = ""
+
+    @property
+    def restarts_respect_anti_affinity(self) -> bool:
+        """HA restarts VMs after a host failure, and never against a VM-VM anti-affinity rule."""
+        return self.enabled and self.respects_vm_anti_affinity

@@ -27,6 +27,8 @@ HOST_KEY_PREFIX = "host."
 DRS_RULE_KEY_PREFIX = "rule."
 # `drs.rules.applied` events kept until NATS acknowledged them (the translator's durable outbox).
 DRS_OUTBOX_KEY_PREFIX = "outbox."
+# vSphere HA settings of each cluster holding rules of ours (ClusterHaSettings): the HA audit.
+DRS_HA_KEY_PREFIX = "ha."
 
 
 def node_key(node_name: str) -> str:
@@ -61,6 +63,11 @@ def drs_rule_key(vcenter: str, cluster_moid: str, name: str) -> str:
 def drs_outbox_key(vcenter: str, event_id: str) -> str:
     """KV key of a `drs.rules.applied` event the drs-translator keeps until it is published."""
     return f"{DRS_OUTBOX_KEY_PREFIX}{_key_safe(vcenter)}.{_key_safe(event_id)}"
+
+
+def drs_ha_key(vcenter: str, cluster_moid: str) -> str:
+    """KV key of a cluster's vSphere HA settings in `hostaffinity-drs`."""
+    return f"{DRS_HA_KEY_PREFIX}{_key_safe(vcenter)}.{_key_safe(cluster_moid)}"
 
 
 def _key_safe(part: str) -> str:

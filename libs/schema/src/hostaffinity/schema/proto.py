@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from hostaffinity.schema.drs import DrsOwnership
+from hostaffinity.schema.drs import ClusterHaSettings, DrsOwnership
 from hostaffinity.schema.events import EVENT_MESSAGES, event_type_of
 from hostaffinity.schema.names import (
     DLQ_STREAM,
@@ -23,6 +23,7 @@ from hostaffinity.schema.names import (
 )
 from hostaffinity.schema.reports import (
     ExposureReport,
+    HostFailureReport,
     MaintenanceReport,
     NodeExplanation,
     PodExplanation,
@@ -37,12 +38,14 @@ VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     EsxiHost,
     DeadLetter,
     DrsOwnership,
+    ClusterHaSettings,
 )
 # What the `hostaffinity` command prints with `-o json`.
 CLI_REPORTS: tuple[type[msgspec.Struct], ...] = (
     TopologyReport,
     ExposureReport,
     MaintenanceReport,
+    HostFailureReport,
     PodExplanation,
     NodeExplanation,
     StatusReport,
@@ -127,7 +130,8 @@ def _asyncapi() -> dict[str, Any]:
                 "an EsxiHost (schemas/NodePlacement.json, schemas/EsxiHost.json). The KV "
                 f"bucket {DRS_BUCKET} holds rule.<vcenter>.<cluster-moid>.<name> → a "
                 "DrsOwnership (schemas/DrsOwnership.json) for every DRS rule or group the "
-                "drs-translator created."
+                "drs-translator created, and ha.<vcenter>.<cluster-moid> → a ClusterHaSettings "
+                "(schemas/ClusterHaSettings.json): vSphere HA of each cluster holding such rules."
             ),
         },
         "channels": channels,

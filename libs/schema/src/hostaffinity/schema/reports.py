@@ -10,6 +10,8 @@ from typing import Literal
 
 import msgspec
 
+from hostaffinity.schema.drs import ClusterHaSettings
+
 Coverage = Literal["required", "preferred", "none"]
 Verdict = Literal["moves", "unsatisfiable", "no-node", "no-room"]
 TermState = Literal["holds", "violated", "unknown", "not-placed"]
@@ -138,6 +140,37 @@ class MaintenanceReport(_Report, frozen=True):
     ok: bool
 
 
+class UnrestartableVm(_Report, frozen=True):
+    """A node VM on the failed host that vSphere HA could not restart: every usable host left in
+    its cluster (`hosts_left`, sorted) already runs a VM of the DRS anti-affinity rule `rule`,
+    and HA respects VM-VM anti-affinity rules. `pods` asked for the rule (sorted)."""
+
+    vm_moid: str
+    node: str
+    host: str
+    cluster_moid: str
+    rule: str
+    pods: list[str]
+    hosts_left: list[str]
+
+
+class HostFailureReport(_Report, frozen=True):
+    """`hostaffinity what-if host-failure HOST -o json`. `host` as resolved (its label value);
+    `exposed`: the pods on its nodes and where they could be rescheduled if their node VMs do
+    not come back (what-if maintenance's report of that host); `ha`: vSphere HA of each cluster
+    holding our anti-affinity rules over its VMs, as the drs-translator last recorded it (by
+    vCenter, then cluster moid), and `ha_unknown` the moids of such clusters it has no record of;
+    `unrestartable`: its node VMs HA could not restart, by rule then VM moid. `ok` is false when a
+    pod has nowhere to go or a VM could not restart (the command then exits 1)."""
+
+    host: str
+    exposed: MaintenanceReport
+    ha: list[ClusterHaSettings]
+    ha_unknown: list[str]
+    unrestartable: list[UnrestartableVm]
+    ok: bool
+
+
 class Location(_Report, frozen=True):
     """Where a node's VM runs, from the topology KV; only `node` is set when the KV has no
     placement for it (or, for a pod, when the pod is on no node: all empty)."""
@@ -240,7 +273,8 @@ class PodExplanation(_Report, frozen=True):
     spread constraints, each with the matching pods and skew per domain. `host_headroom`: one
     sentence per required host-level anti-affinity rule whose selected pods (this one included)
     fill every ESXi host the pod may use, so that one more replica -- a rollout's surge pod --
-    has nowhere to go.
+    has nowhere to go. `ha_failover`: one sentence per DRS anti-affinity rule of the pod's that
+    leaves a node VM unrestartable by vSphere HA after one host failure.
     """
 
     pod: str
@@ -255,6 +289,7 @@ class PodExplanation(_Report, frozen=True):
     history: list[HistoryEntry]
     spreads: list[SpreadView] = msgspec.field(default_factory=list)
     host_headroom: list[str] = msgspec.field(default_factory=list)
+    ha_failover: list[str] = msgspec.field(default_factory=list)
 
 
 class NodeExplanation(_Report, frozen=True):
@@ -308,7 +343,9 @@ class StatusReport(_Report, frozen=True):
     (a service with no live leader, dead letters, a replica not current, exposed workloads, rules
     with no host to spare); the command exits 1 when it is not empty. `at` is when the report was
     made. `no_host_to_spare`: per required host-level anti-affinity rule whose replicas fill every
-    usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock)."""
+    usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock).
+    `ha_unrestartable`: per DRS anti-affinity rule of ours that leaves a node VM unrestartable by
+    vSphere HA after one host failure, one sentence (by rule name)."""
 
     at: str
     services: list[ServiceView]
@@ -317,3 +354,4 @@ class StatusReport(_Report, frozen=True):
     streams: list[StreamView]
     problems: list[str]
     no_host_to_spare: list[str] = msgspec.field(default_factory=list)
+    ha_unrestartable: list[str] = msgspec.field(default_factory=list)

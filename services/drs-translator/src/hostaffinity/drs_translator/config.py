@@ -1,7 +1,17 @@
 """The drs-translator's configuration record (YAML + HOSTAFFINITY_* environment)."""
 
-from hostaffinity.runtime.config import Delay, LeaderElectedSettings, Seconds
+from hostaffinity.runtime.config import Delay, LeaderElectedSettings, Seconds, Settings
 from hostaffinity.runtime.vcenter import VCenterSettings
+
+
+class HaAuditSettings(Settings, frozen=True):
+    """Reading vSphere HA's settings of the clusters holding our rules, for the CLI's HA audit
+    (`hostaffinity status`, `explain`, `what-if host-failure`)."""
+
+    # Read the HA settings (dasConfig) of each cluster holding our rules into hostaffinity-drs.
+    enabled: bool = True
+    # How often: an administrator's change to HA is seen within this.
+    refresh_seconds: Seconds = 60.0
 
 
 class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
@@ -29,6 +39,7 @@ class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     retry_max_seconds: Seconds = 300.0
     # Pause after a failed cycle (vCenter or NATS unreachable) before the next.
     error_retry_seconds: Seconds = 5.0
+    ha_audit: HaAuditSettings = HaAuditSettings()
 
     @property
     def vcenter_label(self) -> str:

@@ -14,6 +14,7 @@ from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
+from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
@@ -106,6 +107,15 @@ async def translate(
             follow_topology(topology, translator.on_topology, link=ctx.bus.link_epoch),
             name="topology",
         )
+        if config.ha_audit.enabled and not config.dry_run:
+            ha = HaSettingsRecorder(
+                drs_bucket,
+                cluster_config,
+                records,
+                config.vcenter_label,
+                config.ha_audit.refresh_seconds,
+            )
+            ctx.start(ha.run(), name="ha-settings")
         if observe is not None:
             observe(translator, cluster_config)
         # Informers hand their first list to workers: wait until those have run too.

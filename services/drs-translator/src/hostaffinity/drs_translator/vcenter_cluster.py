@@ -87,6 +87,13 @@ class ClusterRules:
                 objects.setdefault(obj.name, obj)
         return objects
 
+    async def ha_config(self, cluster_moid: str) -> Any:
+        """The cluster's vSphere HA settings (`configurationEx.dasConfig`) as vCenter has them."""
+        cluster = await self._cluster(cluster_moid)
+        self.calls["read-ha-config"] += 1
+        config: Any = await self._call(lambda: cluster.configurationEx)
+        return config.dasConfig
+
     async def reconfigure(self, cluster_moid: str, changes: Sequence[Change]) -> None:
         """Apply `changes` in one reconfigure; raises `ReconfigureRefused` if vCenter says no."""
         spec = _vim.cluster.ConfigSpecEx(
