@@ -25,11 +25,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from hostaffinity.node_labeller.failure_domains import TagIndex
 from hostaffinity.node_labeller.inventory import HOST, Inventory
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import (
+    NO_TAGS,
     NodeActions,
     Settings,
+    Tags,
     forget_node,
     reconcile_host,
     reconcile_node,
@@ -133,6 +136,8 @@ class LabellerState:
     hosts: dict[str, EsxiHost] = field(default_factory=dict)
     node_of_vm: dict[str, str] = field(default_factory=dict)
     version: int = 0
+    # vCenter's tags, for failure domains (read apart from the inventory: see tag_refresh.py).
+    tags: Tags = NO_TAGS
 
 
 class Labeller:
@@ -171,6 +176,11 @@ class Labeller:
         self._unmatched: dict[str, str] = {}
         self._working = False
         self.inventory_synced = asyncio.Event()
+        # Set once vCenter's tags were read, or could not be (or are not needed): the first
+        # labelling waits for it, so that zones come with the first patch.
+        self.tags_tried = asyncio.Event()
+        if not settings.failure_domains.enabled:
+            self.tags_tried.set()
         self.timings: dict[str, Timing] = {}
         self.resyncs = 0
         # Complete vCenter inventories applied: the first, one per re-login and per resync.
@@ -212,6 +222,7 @@ class Labeller:
         (before that, a Node missing from a partial cache would look deleted)."""
         await self.inventory_synced.wait()
         await self._nodes.synced.wait()
+        await self.tags_tried.wait()
         self._queue_everything()
         self._working = True
         await self.queue.run(self._reconcile_key, self._workers)
@@ -280,6 +291,16 @@ class Labeller:
             self.timings[name] = Timing(seen=batch.received_at)
         self.inventory_synced.set()
 
+    def on_tags(self, index: TagIndex | None) -> None:
+        """vCenter's tags were read (None: they could not be, the last read stands); a change
+        re-examines every node and host, since any host's domains may have changed."""
+        self.tags_tried.set()
+        if index is None or index == self.state.tags.index:
+            return
+        self.state.tags = Tags(index)
+        if self._working:
+            self._queue_everything()
+
     def on_node(self, name: str) -> None:
         """A Node was added, changed (perhaps a hand-edited label) or deleted."""
         self.queue.add(node_key(name))
@@ -328,12 +349,15 @@ class Labeller:
                 now=utc_timestamp(),
                 version=self.state.version + 1,
                 kv_stale=kv_stale,
+                tags=self.state.tags,
             )
         await self._apply(node, actions)
 
     async def _reconcile_host(self, moid: str, kv_stale: bool) -> None:
         previous = self.state.hosts.get(moid)
-        actions = reconcile_host(moid, self.state.inventory, previous, kv_stale=kv_stale)
+        inventory = self.state.inventory
+        domains = self.state.tags.domains(moid, inventory, self.settings)
+        actions = reconcile_host(moid, inventory, previous, kv_stale=kv_stale, domains=domains)
         if actions.put is not None:
             await self._store.put_host(actions.put)
             self.state.hosts[moid] = actions.put
