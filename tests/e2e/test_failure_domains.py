@@ -111,9 +111,13 @@ async def test_zone_region_and_rack_follow_a_vmotion_and_a_cloud_provider_value_
             "eu-west",
             "rack-2",
         )
-        placement = await (await bus.topology()).get_node("node-1")
+        topology = await bus.topology()
+        placement = await topology.get_node("node-1")
         assert isinstance(placement, NodePlacement)
         assert (placement.zone, placement.region, placement.rack) == ("zone-b", "eu-west", "rack-2")
+        record = await topology.get_host(host["DC0_C0_H0"])
+        assert record is not None
+        assert (record.zone, record.region, record.rack) == ("zone-a", "eu-west", "rack-1")
         # node-2's conflicting value is still left as it is.
         assert node_labels(kube_double, "node-2")[LABEL_ZONE] == "cloud-zone"
 

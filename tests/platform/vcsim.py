@@ -15,7 +15,8 @@ there.
 a CA of the test's own signs vcsim's certificate, as a site's VMCA signs vCenter's; `settings()`
 then trusts that CA (`vcenter.ca_file`) unless told otherwise.
 
-Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order.
+Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order. The vSphere
+Automation (REST) API is served too, under /rest: tests make tags there (vcenter_tags.py).
 """
 
 import contextlib
