@@ -3,6 +3,8 @@ a real nats-server and the Kubernetes double."""
 
 from pathlib import Path
 
+from pyVmomi import vim
+
 from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.schema import (
@@ -13,6 +15,7 @@ from hostaffinity.schema import (
     LABEL_ZONE,
     NodePlacement,
 )
+from tests.e2e.drs_harness import reconfigure
 from tests.e2e.harness import default_events
 from tests.e2e.labeller_harness import (
     eventually,
@@ -133,3 +136,22 @@ async def test_zone_region_and_rack_follow_a_vmotion_and_a_cloud_provider_value_
             "nodes on the retagged host relabelled",
         )
         assert node_labels(kube_double, "node-5")[LABEL_ZONE] == "zone-b"
+
+
+async def test_racks_from_drs_host_groups(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    vc = vcsim(hosts=3, vms=3)
+    si = vc.connect()
+    group = vim.cluster.HostGroup(name="rack-r7", host=[host_by_name(si, "DC0_C0_H0")])
+    spec = vim.cluster.ConfigSpecEx(groupSpec=[vim.cluster.GroupSpec(operation="add", info=group)])
+    reconfigure(si, spec)
+    seed_nodes(kube_double, si, NODES[:3])
+    domains = FailureDomainSettings(rack_host_group_prefix="rack-")
+    config = labeller_config(vc, nats_server, kubeconfig, failure_domains=domains)
+    async with running(config) as service:
+        await wait_ready(service)
+        assert node_labels(kube_double, "node-1")[LABEL_RACK] == "r7"
+        assert LABEL_RACK not in node_labels(kube_double, "node-2")
+        # No zone or region category: those keys are not touched.
+        assert LABEL_ZONE not in node_labels(kube_double, "node-1")

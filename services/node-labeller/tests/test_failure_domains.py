@@ -171,3 +171,13 @@ def test_unread_tags_leave_the_failure_domain_labels_alone() -> None:
     assert untagged.label_patch is not None
     assert untagged.label_patch["labels"][LABEL_ZONE] is None
     assert untagged.label_patch["labels"][LABEL_RACK] is None
+
+
+def test_a_rack_host_group_names_the_rack_where_no_rack_tag_does() -> None:
+    by_group = FailureDomainSettings(rack_category="rack", rack_host_group_prefix="rack-")
+    assert host_failure_domains("host-1", INVENTORY, {}, by_group, ("r7",)).rack == "r7"
+    tagged = {"domain-c7": {"rack": ["r1"]}}
+    assert host_failure_domains("host-1", INVENTORY, tagged, by_group, ("r7",)).rack == "r1"
+    two = host_failure_domains("host-1", INVENTORY, {}, by_group, ("r7", "r8"))
+    assert two.rack == ""
+    assert two.ambiguities == ("host-1 is in 2 rack host groups (rack-r7, rack-r8)",)

@@ -1,5 +1,5 @@
 """The `failure_domains:` section of the node-labeller's config: which vSphere tag categories
-name zones, regions and racks.
+name zones, regions and racks, or which DRS host groups name racks.
 
 The names are those of the vSphere cloud provider's `[Labels] zone = ... / region = ...`
 (kubernetes/cloud-provider-vsphere pkg/cloudprovider/vsphere/config/types_ini_legacy.go, LabelsINI;
@@ -12,7 +12,8 @@ from hostaffinity.runtime.config import Seconds, Settings
 
 
 class FailureDomainSettings(Settings, frozen=True):
-    """Tag categories of zones, regions and racks; every empty name turns its label off."""
+    """Tag categories of zones, regions and racks (or host groups for racks); every empty
+    setting turns its label off."""
 
     # The tag category whose tags name zones (`topology.kubernetes.io/zone`), e.g. "k8s-zone".
     zone_category: str = ""
@@ -22,11 +23,19 @@ class FailureDomainSettings(Settings, frozen=True):
     # host and the zone. The nearest tagged object wins: the host, then its cluster, folders and
     # datacenter.
     rack_category: str = ""
+    # Or racks from DRS host groups: a host in a group named <prefix><rack> is in that rack (with
+    # "rack-", the group rack-r12 makes r12). A rack tag, where one is found, comes first.
+    rack_host_group_prefix: str = ""
     # Tags change rarely and a vMotion changes only the host, whose domains are known already:
-    # vCenter's tags and tag associations are read again this often.
+    # vCenter's tags and tag associations (and host groups) are read again this often.
     refresh_seconds: Seconds = 120.0
 
     @property
     def enabled(self) -> bool:
         """Some category is configured, so vCenter's tags are read."""
-        return bool(self.zone_category or self.region_category or self.rack_category)
+        return bool(self.categories or self.rack_host_group_prefix)
+
+    @property
+    def categories(self) -> list[str]:
+        """The tag categories to read, in zone, region, rack order."""
+        return [c for c in (self.zone_category, self.region_category, self.rack_category) if c]

@@ -6,7 +6,8 @@ host's own tags first, then those of each ancestor (cluster, folders, datacenter
 tag of the zone or region category sets that value, a farther object's tag replacing a nearer
 one's, until both a zone and a region are known. Where the cloud provider would take whichever of
 several tags of one category on one object vCenter lists last, this module gives no value and says
-so. The rack is the nearest object's tag of the rack category.
+so. The rack is the nearest object's tag of the rack category, else the DRS host group the host
+is in whose name has the configured prefix.
 
 The zone and region keys are Kubernetes' well-known ones, which the cloud provider may have set
 already: the labeller only writes a key it set itself (listed in the node's
@@ -64,13 +65,26 @@ class SharedLabelPlan:
 
 
 def host_failure_domains(
-    host_moid: str, inventory: Inventory, tags: TagIndex, settings: FailureDomainSettings
+    host_moid: str,
+    inventory: Inventory,
+    tags: TagIndex,
+    settings: FailureDomainSettings,
+    group_racks: Sequence[str] = (),
 ) -> FailureDomains:
-    """The zone, region and rack vCenter's tags give `host_moid`."""
+    """The zone, region and rack vCenter's tags give `host_moid`; `group_racks` are the racks
+    its host groups name."""
     chain = inventory.ancestry(host_moid)
     ambiguities: list[str] = []
     values = _cloud_provider_walk(chain, tags, settings, ambiguities)
-    rack = _nearest(chain, tags, settings.rack_category, ambiguities)
+    rack_unclear: list[str] = []
+    rack = _nearest(chain, tags, settings.rack_category, rack_unclear)
+    if not rack and not rack_unclear and group_racks:
+        if len(group_racks) == 1:
+            rack = group_racks[0]
+        else:
+            names = ", ".join(f"{settings.rack_host_group_prefix}{r}" for r in sorted(group_racks))
+            rack_unclear.append(f"{host_moid} is in {len(group_racks)} rack host groups ({names})")
+    ambiguities.extend(rack_unclear)
     return FailureDomains(
         zone=label_value(values.get(settings.zone_category, "")),
         region=label_value(values.get(settings.region_category, "")),

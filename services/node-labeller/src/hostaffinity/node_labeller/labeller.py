@@ -25,7 +25,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from hostaffinity.node_labeller.failure_domains import TagIndex
 from hostaffinity.node_labeller.inventory import HOST, Inventory
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import (
@@ -291,13 +290,13 @@ class Labeller:
             self.timings[name] = Timing(seen=batch.received_at)
         self.inventory_synced.set()
 
-    def on_tags(self, index: TagIndex | None) -> None:
+    def on_tags(self, tags: Tags | None) -> None:
         """vCenter's tags were read (None: they could not be, the last read stands); a change
         re-examines every node and host, since any host's domains may have changed."""
         self.tags_tried.set()
-        if index is None or index == self.state.tags.index:
+        if tags is None or tags == self.state.tags:
             return
-        self.state.tags = Tags(index)
+        self.state.tags = tags
         if self._working:
             self._queue_everything()
 

@@ -7,7 +7,7 @@ state that is already stored. `stale_keys` is the resync's comparison of the KV 
 what the labeller last wrote there.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -60,10 +60,12 @@ class Settings:
 
 @dataclass(frozen=True, slots=True)
 class Tags:
-    """vCenter's tags as last read; None while unread (or unreadable): the failure-domain labels
-    are then left as they are, never removed for want of a read."""
+    """vCenter's tags (and rack host groups) as last read; None while unread (or unreadable):
+    the failure-domain labels are then left as they are, never removed for want of a read."""
 
     index: TagIndex | None = None
+    # host moid -> the racks its DRS host groups name (with `rack_host_group_prefix`)
+    group_racks: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def domains(self, host: str, inventory: Inventory, settings: Settings) -> FailureDomains | None:
         """The host's domains; None when they cannot be known now."""
@@ -71,7 +73,13 @@ class Tags:
             return FailureDomains()
         if self.index is None:
             return None
-        return host_failure_domains(host, inventory, self.index, settings.failure_domains)
+        return host_failure_domains(
+            host,
+            inventory,
+            self.index,
+            settings.failure_domains,
+            self.group_racks.get(host, ()),
+        )
 
 
 NO_TAGS = Tags()

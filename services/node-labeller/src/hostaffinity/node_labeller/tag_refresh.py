@@ -1,4 +1,5 @@
-"""Reads vCenter's tags for the failure-domain labels, again every `refresh_seconds`.
+"""Reads vCenter's tags (and rack host groups) for the failure-domain labels, again every
+`refresh_seconds`.
 
 Apart from the inventory watch: tags are in the Automation API (runtime vcenter_tags.py), which
 has no change feed PropertyCollector could follow, and they change rarely. What moves often is a
@@ -12,9 +13,11 @@ import logging
 from opentelemetry import metrics
 
 from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.host_groups import read_host_group_racks
 from hostaffinity.node_labeller.labeller import Labeller
-from hostaffinity.runtime.vcenter import VCenterSettings
-from hostaffinity.runtime.vcenter_tags import TagReadError, read_tags
+from hostaffinity.node_labeller.reconcile import Tags
+from hostaffinity.runtime.vcenter import VCenterError, VCenterSettings
+from hostaffinity.runtime.vcenter_tags import TagRead, read_tags
 
 log = logging.getLogger(__name__)
 _reads = metrics.get_meter("hostaffinity.node_labeller").create_counter(
@@ -28,15 +31,13 @@ RETRY_SECONDS = 10.0
 async def refresh_tags_forever(
     vcenter: VCenterSettings, settings: FailureDomainSettings, labeller: Labeller
 ) -> None:
-    """Read the configured categories' tags until cancelled and hand each read to `labeller`;
-    a failed read is logged and counted, and the labels stay as the last read made them."""
-    categories = [
-        c for c in (settings.zone_category, settings.region_category, settings.rack_category) if c
-    ]
+    """Read the configured categories' tags (and host groups) until cancelled and hand each read
+    to `labeller`; a failed read is logged and counted, and the labels stay as the last read
+    made them."""
     while True:
         try:
-            read = await read_tags(vcenter, categories)
-        except TagReadError as error:
+            read = await _read(vcenter, settings)
+        except VCenterError as error:
             _reads.add(1, {"outcome": "failed"})
             delay = min(settings.refresh_seconds, RETRY_SECONDS)
             log.warning(
@@ -46,9 +47,18 @@ async def refresh_tags_forever(
             await asyncio.sleep(delay)
             continue
         _reads.add(1, {"outcome": "ok"})
-        for category in read.missing_categories:
-            log.warning(
-                "vCenter has no tag category %r (failure_domains); its label is not set", category
-            )
-        labeller.on_tags(read.tags)
+        labeller.on_tags(read)
         await asyncio.sleep(settings.refresh_seconds)
+
+
+async def _read(vcenter: VCenterSettings, settings: FailureDomainSettings) -> Tags:
+    tags = TagRead({}, ())
+    if settings.categories:
+        tags = await read_tags(vcenter, settings.categories)
+    for category in tags.missing_categories:
+        log.warning(
+            "vCenter has no tag category %r (failure_domains); its label is not set", category
+        )
+    prefix = settings.rack_host_group_prefix
+    racks = await asyncio.to_thread(read_host_group_racks, vcenter, prefix) if prefix else {}
+    return Tags(tags.tags, racks)
