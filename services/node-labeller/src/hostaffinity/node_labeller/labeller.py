@@ -14,6 +14,7 @@ written (garbage, a false placement, a deleted node's key) for rewriting, and qu
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -94,6 +95,9 @@ _meter.create_observable_gauge(
 )
 
 Publish = Callable[[Event], Awaitable[object]]
+# How long the first labelling waits for vCenter's tags before it labels without zones (they
+# follow with the read).
+FIRST_TAG_READ_WAIT_SECONDS: Final = 10.0
 
 
 class NodeSource(Protocol):
@@ -221,7 +225,8 @@ class Labeller:
         (before that, a Node missing from a partial cache would look deleted)."""
         await self.inventory_synced.wait()
         await self._nodes.synced.wait()
-        await self.tags_tried.wait()
+        with contextlib.suppress(TimeoutError):  # a slow tag API never holds host labels back
+            await asyncio.wait_for(self.tags_tried.wait(), FIRST_TAG_READ_WAIT_SECONDS)
         self._queue_everything()
         self._working = True
         await self.queue.run(self._reconcile_key, self._workers)
