@@ -1,5 +1,6 @@
 """Failure domains from tags: the cloud provider's precedence, racks, and who owns a zone label."""
 
+import msgspec
 import pytest
 from node_labeller_builders import inventory_with
 
@@ -181,3 +182,20 @@ def test_a_rack_host_group_names_the_rack_where_no_rack_tag_does() -> None:
     two = host_failure_domains("host-1", INVENTORY, {}, by_group, ("r7", "r8"))
     assert two.rack == ""
     assert two.ambiguities == ("host-1 is in 2 rack host groups (rack-r7, rack-r8)",)
+
+
+def test_unread_tags_keep_the_stored_domains_of_the_same_host() -> None:
+    settings = Settings(vcenter="vc-1", failure_domains=DOMAINS)
+    subject = Node(metadata=NodeMeta(name="node-1"))
+    known = reconcile_node(
+        subject, INVENTORY, None, settings, now="t", version=1,
+        tags=Tags({"host-1": {"k8s-zone": ["a"]}}),
+    )  # fmt: skip
+    assert known.placement is not None
+    assert known.placement.zone == "a"
+    unread = reconcile_node(subject, INVENTORY, known.placement, settings, now="t", version=2)
+    assert unread.placement is None  # nothing to rewrite: same host, same domains
+    moved = msgspec.structs.replace(known.placement, host_moid="host-2")
+    elsewhere = reconcile_node(subject, INVENTORY, moved, settings, now="t", version=2)
+    assert elsewhere.placement is not None
+    assert elsewhere.placement.zone == ""

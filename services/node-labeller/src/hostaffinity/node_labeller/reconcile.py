@@ -145,7 +145,11 @@ def reconcile_node(
     vm = inventory.vm(match.vm_moid)
     assert vm is not None  # match_node only returns VMs the inventory holds
     domains = tags.domains(host.moid, inventory, settings)
-    observed = _placement(node, vm, host, domains or FailureDomains(), settings, now, version)
+    # Unknown domains keep what was stored for the same host, so an unreadable tag API rewrites
+    # nothing; a VM that moved meanwhile has none known.
+    stored = previous if previous is not None and previous.host_moid == host.moid else None
+    kept = domains if domains is not None else _stored_domains(stored)
+    observed = _placement(node, vm, host, kept, settings, now, version)
     placement = _settle(previous, observed, match, actions, now=now, kv_stale=kv_stale)
     actions.warnings.extend(_placement_warnings(host, vm, placement))
     actions.warnings.extend(
@@ -298,8 +302,8 @@ def reconcile_host(
     domains: FailureDomains | None = None,
 ) -> HostActions:
     """The `host.<moid>` record vCenter's inventory calls for, compared with `previous`;
-    `domains` are its failure domains (None: not known now)."""
-    domains = domains or FailureDomains()
+    `domains` are its failure domains (None: not known now, those of `previous` stay)."""
+    domains = domains if domains is not None else _stored_domains(previous)
     facts = inventory.host(moid)
     if facts is None:
         return HostActions(delete=previous is not None or kv_stale)
@@ -503,3 +507,9 @@ def _shared_keys(settings: Settings) -> tuple[str, ...]:
         )
         if category
     )
+
+
+def _stored_domains(stored: NodePlacement | EsxiHost | None) -> FailureDomains:
+    if stored is None:
+        return FailureDomains()
+    return FailureDomains(zone=stored.zone, region=stored.region, rack=stored.rack)
