@@ -325,3 +325,27 @@ async def test_an_unreachable_bus_is_a_clear_error_after_the_timeout(
     code = await asyncio.to_thread(exit_code, [*argv, "--timeout", "1"])
     assert code == 1
     assert "could not read the cluster and the topology KV within 1 s" in capsys.readouterr().err
+
+
+async def test_topology_shows_the_failure_domains_hosts_have(
+    kube_double: KubeDouble, bus: Bus, cli: Cli
+) -> None:
+    await seed_kv_cluster(kube_double, bus, {"n1": "esx-a", "n2": "esx-b"})
+    code, out, _ = await cli("topology")
+    assert code == 0
+    assert "ZONE" not in out  # no host has one: no column
+    topology = await bus.topology()
+    for host, zone in (("esx-a", "zone-a"), ("esx-b", "zone-b")):
+        await topology.put_host(msgspec.structs.replace(esxi_host(host), zone=zone, region="eu"))
+    code, report = await cli.json("topology")
+    assert code == 0
+    hosts = report["datacenters"][0]["clusters"][0]["hosts"]
+    assert [(h["region"], h["zone"], h["rack"]) for h in hosts] == [
+        ("eu", "zone-a", ""), ("eu", "zone-b", "")
+    ]  # fmt: skip
+    code, out, _ = await cli("topology")
+    assert code == 0
+    header, first = out.splitlines()[:2]
+    assert header.split()[:4] == ["DATACENTER", "REGION", "ZONE", "CLUSTER"]
+    assert "RACK" not in header
+    assert first.split()[:4] == ["DC0", "eu", "zone-a", "C0"]

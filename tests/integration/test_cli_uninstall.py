@@ -17,9 +17,11 @@ from pyVmomi import vim
 
 from hostaffinity.cli.bus_access import OUR_STREAMS
 from hostaffinity.schema import (
+    ANNOTATION_FAILURE_DOMAIN_LABELS,
     DRS_BUCKET,
     LABEL_ESXI_HOST,
     LABEL_LEGACY_HOST,
+    LABEL_ZONE,
     DrsOwnership,
     drs_rule_key,
 )
@@ -114,6 +116,10 @@ def seed_nodes(kube: KubeDouble) -> None:
         node = node_object(name, {LABEL_ESXI_HOST: f"h{index}", LABEL_LEGACY_HOST: f"h{index}"})
         node["metadata"]["labels"]["team"] = "payments"
         node["metadata"]["annotations"] = {"hostaffinity.io/vm": f"vm-{index}", "other.io/x": "y"}
+        # A zone the node-labeller set (listed in its annotation), and one the cloud provider set.
+        node["metadata"]["labels"][LABEL_ZONE] = f"zone-{index}"
+        if index == 0:
+            node["metadata"]["annotations"][ANNOTATION_FAILURE_DOMAIN_LABELS] = LABEL_ZONE
         kube.seed(node)
 
 
@@ -185,6 +191,8 @@ async def test_uninstall_removes_ours_and_nothing_else(
         assert LABEL_LEGACY_HOST not in metadata["labels"]
         assert metadata["labels"]["team"] == "payments"
         assert metadata["annotations"] == {"other.io/x": "y"}
+    assert LABEL_ZONE not in node_metadata(kube_double, NODES[0])["labels"]
+    assert all(node_metadata(kube_double, n)["labels"][LABEL_ZONE] for n in NODES[1:])
     assert await streams_left(nats_cluster) == set()
 
 

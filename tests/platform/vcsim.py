@@ -17,7 +17,8 @@ then trusts that CA (`vcenter.ca_file`) unless told otherwise.
 
 Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order. Beyond govmomi
 0.24's simulator, `ReconfigureComputeResource_Task` applies the spec's `dasConfig` (vSphere HA),
-as tools/vcsim/main.go says.
+as tools/vcsim/main.go says. The vSphere Automation (REST) API is served too, under /rest: tests
+make tags there (vcenter_tags.py).
 """
 
 import contextlib

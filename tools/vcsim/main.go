@@ -6,6 +6,8 @@
 //
 // ReconfigureComputeResource_Task also applies the spec's dasConfig (vSphere HA), which govmomi
 // 0.24's simulator ignores, so tests can set HA as an administrator would (see withDasConfig).
+// Besides the SOAP API under /sdk it serves the vSphere Automation (REST) API under /rest, where
+// tag categories, tags and tag associations live (tests create and attach them there).
 //
 // With -tls-cert and -tls-key it serves https with that certificate (a test's own CA signs it, as a
 // site's VMCA signs vCenter's), else plain http.
@@ -34,6 +36,9 @@ import (
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/simulator"
+	// The vSphere Automation (REST) API under /rest: tag categories, tags and their associations,
+	// which the node-labeller reads for zone and region labels (govmomi vapi/simulator).
+	_ "github.com/vmware/govmomi/vapi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 )
@@ -88,6 +93,8 @@ func main() {
 		}
 		model.Service.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 	}
+	// Serve the endpoints other packages registered: the vAPI (REST) simulator imported above.
+	model.Service.RegisterEndpoints = true
 	server := model.Service.NewServer()
 	defer server.Close()
 	// No request has been served yet: the handler can still be wrapped without a race.

@@ -44,6 +44,7 @@ from hostaffinity.descheduler.strategies.node_affinity import (
     NodeAffinityArgs,
 )
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.schema import LABEL_ZONE
 
 WEB = {"app": "web"}
 ANTI = anti_affinity(WEB)
@@ -512,4 +513,15 @@ def test_duplicates_on_one_esxi_host() -> None:
     assert evicted(decide_once(by_node, Duplicates(DuplicatesArgs()))) == []
     by_host = cluster(nodes, pods, placements=placements)
     plan = decide_once(by_host, Duplicates(DuplicatesArgs(domain="esxi-host")))
+    assert [(a.pod, a.target) for a in plan.actions] == [("default/r1", "n3")]
+
+
+def test_duplicates_in_one_zone() -> None:
+    """A zone is a domain like the host: read from the node label the node-labeller keeps true."""
+    zones = {"n1": "zone-a", "n2": "zone-a", "n3": "zone-b"}
+    nodes = [node(name, {LABEL_ZONE: zone}) for name, zone in zones.items()]
+    pods = [pod("r0", "n1", WEB), pod("r1", "n2", WEB, created_minutes_ago=1)]
+    by_host = cluster(nodes, pods, placements={"n1": "esx-a", "n2": "esx-b", "n3": "esx-c"})
+    assert evicted(decide_once(by_host, Duplicates(DuplicatesArgs(domain="esxi-host")))) == []
+    plan = decide_once(cluster(nodes, pods), Duplicates(DuplicatesArgs(domain="zone")))
     assert [(a.pod, a.target) for a in plan.actions] == [("default/r1", "n3")]

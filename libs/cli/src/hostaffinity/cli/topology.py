@@ -1,4 +1,5 @@
-"""`hostaffinity topology`: datacenter → vSphere cluster → ESXi host → node VMs → pod count.
+"""`hostaffinity topology`: datacenter → vSphere cluster → ESXi host → node VMs → pod count,
+with each host's region, zone and rack where vSphere tags give them.
 
 Placements and host records come from the topology KV (what the node-labeller last saw); pod
 counts are the engine index's assigned, running pods. Nodes the KV places nowhere are listed
@@ -22,6 +23,8 @@ from hostaffinity.schema.reports import (
 )
 
 UNKNOWN_STATE = "unknown"
+# Failure domains above the host, widest first, as HostView fields.
+_DOMAIN_LEVELS = ("region", "zone", "rack")
 
 
 def _in_cluster(placement: NodePlacement, cluster: str | None) -> bool:
@@ -75,6 +78,7 @@ def _hosts(snapshot: ClusterSnapshot, hosts: dict[str, list[NodeView]]) -> list[
         record = snapshot.hosts.get(moid)
         placed = next((snapshot.placements[n.name] for n in nodes), None)
         name = record.name if record else placed.host_name if placed else moid
+        domains = record or placed
         views.append(
             HostView(
                 name=name,
@@ -83,13 +87,19 @@ def _hosts(snapshot: ClusterSnapshot, hosts: dict[str, list[NodeView]]) -> list[
                 connection_state=record.connection_state if record else UNKNOWN_STATE,
                 in_maintenance_mode=record.in_maintenance_mode if record else False,
                 nodes=nodes,
+                zone=domains.zone if domains else "",
+                region=domains.region if domains else "",
+                rack=domains.rack if domains else "",
             )
         )
     return sorted(views, key=lambda view: (view.name, view.moid))
 
 
 def render_topology(report: TopologyReport) -> str:
-    """The tree as an aligned table, one row per node (a host without nodes gets one row)."""
+    """The tree as an aligned table, one row per node (a host without nodes gets one row).
+    REGION, ZONE and RACK columns appear when some host has that failure domain."""
+    all_hosts = [h for d in report.datacenters for c in d.clusters for h in c.hosts]
+    levels = [level for level in _DOMAIN_LEVELS if any(getattr(h, level) for h in all_hosts)]
     rows: list[list[str]] = []
     for datacenter in report.datacenters:
         for cluster in datacenter.clusters:
@@ -97,16 +107,20 @@ def render_topology(report: TopologyReport) -> str:
                 state = host.connection_state + (
                     ", maintenance" if host.in_maintenance_mode else ""
                 )
-                where = [datacenter.name, cluster.name, host.name, state]
+                domains = [getattr(host, level) or "-" for level in levels]
+                where = [datacenter.name, *domains, cluster.name, host.name, state]
                 cells: list[NodeView | None] = list(host.nodes) or [None]
                 rows.extend(where + _node_cells(node) for node in cells)
     for node in report.unplaced_nodes:
-        rows.append(["-", "-", "(no known ESXi host)", "-", *_node_cells(node)])
-    header = ["DATACENTER", "CLUSTER", "ESXI HOST", "STATE", "NODE", "VM", "PODS"]
-    nodes = sum(len(h.nodes) for d in report.datacenters for c in d.clusters for h in c.hosts)
-    hosts = sum(len(c.hosts) for d in report.datacenters for c in d.clusters)
+        rows.append(
+            ["-", *["-"] * len(levels), "-", "(no known ESXi host)", "-", *_node_cells(node)]
+        )
+    header = ["DATACENTER", *(level.upper() for level in levels), "CLUSTER", "ESXI HOST", "STATE"]
+    header += ["NODE", "VM", "PODS"]
+    nodes = sum(len(h.nodes) for h in all_hosts)
     summary = (
-        f"{hosts} ESXi hosts, {nodes} placed nodes, {len(report.unplaced_nodes)} with no known host"
+        f"{len(all_hosts)} ESXi hosts, {nodes} placed nodes, "
+        f"{len(report.unplaced_nodes)} with no known host"
     )
     return f"{table(header, rows)}\n\n{summary}"
 

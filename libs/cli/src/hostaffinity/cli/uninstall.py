@@ -8,7 +8,9 @@ In this order, each step only once the one before it succeeded:
    prefix and no record is reported and left, like everything else in the cluster;
 2. node labels and annotations under `hostaffinity.io/`, and `alpha.cna.vmware.com/host` only
    with `--legacy-host-label` (the archived VMware plugin wrote that key too: it is ours only
-   where the shared setting `legacy_host_label` made the node-labeller write it);
+   where the shared setting `legacy_host_label` made the node-labeller write it), and the zone
+   and region labels the node lists in `hostaffinity.io/failure-domain-labels` (those the
+   node-labeller set; the cloud provider's stay);
 3. the bus state: our streams and buckets, deleted as the `provision` identity (the ownership
    records go with them, so step 1 comes first and a failed step 1 stops here).
 
@@ -41,7 +43,14 @@ from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.kube import NODES, KubeClient, api_client
 from hostaffinity.runtime.vcenter import VCenterSettings, connect
-from hostaffinity.schema import DRS_NAME_PREFIX, LABEL_LEGACY_HOST, DrsOwnership
+from hostaffinity.schema import (
+    ANNOTATION_FAILURE_DOMAIN_LABELS,
+    DRS_NAME_PREFIX,
+    LABEL_LEGACY_HOST,
+    LABEL_REGION,
+    LABEL_ZONE,
+    DrsOwnership,
+)
 
 OUR_KEY_PREFIX: Final = "hostaffinity.io/"
 PASSWORD_VARIABLE: Final = "HOSTAFFINITY_VCENTER__PASSWORD"
@@ -85,10 +94,12 @@ def ours_in_cluster(
 def node_keys(node: Mapping[str, Any], legacy_host_label: bool) -> tuple[list[str], list[str]]:
     """The label and annotation keys of ours on one Node."""
     metadata = node["metadata"]
+    listed = (metadata.get("annotations") or {}).get(ANNOTATION_FAILURE_DOMAIN_LABELS, "")
+    set_by_us = {key for key in listed.split(",") if key in (LABEL_ZONE, LABEL_REGION)}
 
     def ours(key: str, label: bool) -> bool:
         return key.startswith(OUR_KEY_PREFIX) or (
-            label and legacy_host_label and key == LABEL_LEGACY_HOST
+            label and ((legacy_host_label and key == LABEL_LEGACY_HOST) or key in set_by_us)
         )
 
     labels = sorted(k for k in metadata.get("labels") or {} if ours(k, True))

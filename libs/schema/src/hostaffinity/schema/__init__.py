@@ -36,6 +36,7 @@ from hostaffinity.schema.events import (
 from hostaffinity.schema.labels import label_value
 from hostaffinity.schema.names import (
     ANNOTATION_ESXI_HOST_NAME,
+    ANNOTATION_FAILURE_DOMAIN_LABELS,
     ANNOTATION_VM,
     DLQ_STREAM,
     DLQ_SUBJECT_PREFIX,
@@ -45,7 +46,10 @@ from hostaffinity.schema.names import (
     LABEL_DATACENTER,
     LABEL_ESXI_HOST,
     LABEL_LEGACY_HOST,
+    LABEL_RACK,
+    LABEL_REGION,
     LABEL_VSPHERE_CLUSTER,
+    LABEL_ZONE,
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
     TOPOLOGY_BUCKET,
@@ -63,6 +67,7 @@ from hostaffinity.schema.version import SCHEMA_VERSION
 
 __all__ = [
     "ANNOTATION_ESXI_HOST_NAME",
+    "ANNOTATION_FAILURE_DOMAIN_LABELS",
     "ANNOTATION_VM",
     "DLQ_STREAM",
     "DLQ_SUBJECT_PREFIX",
@@ -76,7 +81,10 @@ __all__ = [
     "LABEL_DATACENTER",
     "LABEL_ESXI_HOST",
     "LABEL_LEGACY_HOST",
+    "LABEL_RACK",
+    "LABEL_REGION",
     "LABEL_VSPHERE_CLUSTER",
+    "LABEL_ZONE",
     "POD_PHYSICAL_ANTI_AFFINITY",
     "POD_SPREAD_ACROSS_HOSTS",
     "SCHEMA_VERSION",

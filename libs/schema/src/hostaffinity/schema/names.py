@@ -7,6 +7,17 @@ LABEL_VSPHERE_CLUSTER = "hostaffinity.io/vsphere-cluster"
 LABEL_DATACENTER = "hostaffinity.io/datacenter"
 LABEL_LEGACY_HOST = "alpha.cna.vmware.com/host"
 
+# Failure domains above the host. Zone and region are Kubernetes' well-known keys, which the vSphere
+# cloud provider also sets from vSphere tags (k8s.io/api/core/v1 well_known_labels.go); the rack
+# is ours: a level between the host and the zone, from a tag category of the site's choosing.
+LABEL_ZONE = "topology.kubernetes.io/zone"
+LABEL_REGION = "topology.kubernetes.io/region"
+LABEL_RACK = "hostaffinity.io/rack"
+
+# Node annotation: the well-known failure-domain keys the node-labeller set itself and keeps true
+# (comma-separated). A value it did not set (the cloud provider's) is never overwritten.
+ANNOTATION_FAILURE_DOMAIN_LABELS = "hostaffinity.io/failure-domain-labels"
+
 # Node annotations: the full host name when the label value had to be derived, and the VM moid.
 ANNOTATION_ESXI_HOST_NAME = "hostaffinity.io/esxi-host-name"
 ANNOTATION_VM = "hostaffinity.io/vm"

@@ -40,6 +40,10 @@ class HostView(_Report, frozen=True):
     connection_state: str
     in_maintenance_mode: bool
     nodes: list[NodeView]
+    # Its failure domains from vSphere tags ("" where none is known).
+    zone: str = ""
+    region: str = ""
+    rack: str = ""
 
 
 class ClusterView(_Report, frozen=True):

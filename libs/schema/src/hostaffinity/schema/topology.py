@@ -23,6 +23,11 @@ class NodePlacement(msgspec.Struct, frozen=True, kw_only=True):
     vcenter: str
     observed_at: str
     version: int
+    # Failure domains of the host, as label values, from vSphere tags (empty: none configured,
+    # none tagged, or the tags could not be read).
+    zone: str = ""
+    region: str = ""
+    rack: str = ""
 
 
 class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +41,10 @@ class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
     datacenter: str
     connection_state: str
     in_maintenance_mode: bool
+    # Its failure domains, as in NodePlacement.
+    zone: str = ""
+    region: str = ""
+    rack: str = ""
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

@@ -2,6 +2,7 @@
 
 from typing import Literal
 
+from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
 from hostaffinity.runtime.config import Count, LeaderElectedSettings, Seconds
 from hostaffinity.runtime.vcenter import VCenterSettings
 
@@ -25,3 +26,5 @@ class NodeLabellerConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     # base * 2**failures seconds, at most max, until it succeeds or its desired state changes.
     retry_base_seconds: Seconds = 0.05
     retry_max_seconds: Seconds = 10.0
+    # Zone, region and rack labels from vSphere tags (off until a category is named).
+    failure_domains: FailureDomainSettings = FailureDomainSettings()

@@ -137,6 +137,16 @@ class Inventory:
     def vms_with_guest_hostname(self, hostname: str) -> set[str]:
         return set(self._vms_by_guest_hostname.get(hostname, ()))
 
+    def ancestry(self, moid: str) -> list[str]:
+        """`moid` and its parents, nearest first: host, cluster, folders, datacenter, and the
+        root folder (named by the datacenter's parent, though the view does not hold it)."""
+        chain: list[str] = []
+        while moid and moid not in chain:
+            chain.append(moid)
+            obj = self._objects.get(moid)
+            moid = _text(obj.props.get("parent")) if obj is not None else ""
+        return chain
+
     def _datacenter_name(self, moid: str) -> str:
         """Walk parents (clusters sit in host folders, possibly nested) up to the datacenter."""
         seen: set[str] = set()

@@ -14,6 +14,7 @@ written (garbage, a false placement, a deleted node's key) for rewriting, and qu
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -28,8 +29,10 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from hostaffinity.node_labeller.inventory import HOST, Inventory
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import (
+    NO_TAGS,
     NodeActions,
     Settings,
+    Tags,
     forget_node,
     reconcile_host,
     reconcile_node,
@@ -92,6 +95,9 @@ _meter.create_observable_gauge(
 )
 
 Publish = Callable[[Event], Awaitable[object]]
+# How long the first labelling waits for vCenter's tags before it labels without zones (they
+# follow with the read).
+FIRST_TAG_READ_WAIT_SECONDS: Final = 10.0
 
 
 class NodeSource(Protocol):
@@ -133,6 +139,8 @@ class LabellerState:
     hosts: dict[str, EsxiHost] = field(default_factory=dict)
     node_of_vm: dict[str, str] = field(default_factory=dict)
     version: int = 0
+    # vCenter's tags, for failure domains (read apart from the inventory: see tag_refresh.py).
+    tags: Tags = NO_TAGS
 
 
 class Labeller:
@@ -171,6 +179,11 @@ class Labeller:
         self._unmatched: dict[str, str] = {}
         self._working = False
         self.inventory_synced = asyncio.Event()
+        # Set once vCenter's tags were read, or could not be (or are not needed): the first
+        # labelling waits for it, so that zones come with the first patch.
+        self.tags_tried = asyncio.Event()
+        if not settings.failure_domains.enabled:
+            self.tags_tried.set()
         self.timings: dict[str, Timing] = {}
         self.resyncs = 0
         # Complete vCenter inventories applied: the first, one per re-login and per resync.
@@ -212,6 +225,8 @@ class Labeller:
         (before that, a Node missing from a partial cache would look deleted)."""
         await self.inventory_synced.wait()
         await self._nodes.synced.wait()
+        with contextlib.suppress(TimeoutError):  # a slow tag API never holds host labels back
+            await asyncio.wait_for(self.tags_tried.wait(), FIRST_TAG_READ_WAIT_SECONDS)
         self._queue_everything()
         self._working = True
         await self.queue.run(self._reconcile_key, self._workers)
@@ -280,6 +295,16 @@ class Labeller:
             self.timings[name] = Timing(seen=batch.received_at)
         self.inventory_synced.set()
 
+    def on_tags(self, tags: Tags | None) -> None:
+        """vCenter's tags were read (None: they could not be, the last read stands); a change
+        re-examines every node and host, since any host's domains may have changed."""
+        self.tags_tried.set()
+        if tags is None or tags == self.state.tags:
+            return
+        self.state.tags = tags
+        if self._working:
+            self._queue_everything()
+
     def on_node(self, name: str) -> None:
         """A Node was added, changed (perhaps a hand-edited label) or deleted."""
         self.queue.add(node_key(name))
@@ -328,12 +353,15 @@ class Labeller:
                 now=utc_timestamp(),
                 version=self.state.version + 1,
                 kv_stale=kv_stale,
+                tags=self.state.tags,
             )
         await self._apply(node, actions)
 
     async def _reconcile_host(self, moid: str, kv_stale: bool) -> None:
         previous = self.state.hosts.get(moid)
-        actions = reconcile_host(moid, self.state.inventory, previous, kv_stale=kv_stale)
+        inventory = self.state.inventory
+        domains = self.state.tags.domains(moid, inventory, self.settings)
+        actions = reconcile_host(moid, inventory, previous, kv_stale=kv_stale, domains=domains)
         if actions.put is not None:
             await self._store.put_host(actions.put)
             self.state.hosts[moid] = actions.put

@@ -7,22 +7,33 @@ state that is already stored. `stale_keys` is the resync's comparison of the KV 
 what the labeller last wrote there.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
+from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.failure_domains import (
+    FailureDomains,
+    TagIndex,
+    host_failure_domains,
+    plan_shared_labels,
+)
 from hostaffinity.node_labeller.inventory import HostFacts, Inventory, VmFacts
 from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.runtime.kv import TopologySnapshot
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
+    ANNOTATION_FAILURE_DOMAIN_LABELS,
     ANNOTATION_VM,
     LABEL_DATACENTER,
     LABEL_ESXI_HOST,
     LABEL_LEGACY_HOST,
+    LABEL_RACK,
+    LABEL_REGION,
     LABEL_VSPHERE_CLUSTER,
+    LABEL_ZONE,
     EsxiHost,
     Event,
     NodeLabelled,
@@ -44,6 +55,34 @@ class Settings:
     vcenter: str
     fallback: Fallback = "vm-name"
     legacy_host_label: bool = True
+    failure_domains: FailureDomainSettings = field(default_factory=FailureDomainSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class Tags:
+    """vCenter's tags (and rack host groups) as last read; None while unread (or unreadable):
+    the failure-domain labels are then left as they are, never removed for want of a read."""
+
+    index: TagIndex | None = None
+    # host moid -> the racks its DRS host groups name (with `rack_host_group_prefix`)
+    group_racks: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def domains(self, host: str, inventory: Inventory, settings: Settings) -> FailureDomains | None:
+        """The host's domains; None when they cannot be known now."""
+        if not settings.failure_domains.enabled:
+            return FailureDomains()
+        if self.index is None:
+            return None
+        return host_failure_domains(
+            host,
+            inventory,
+            self.index,
+            settings.failure_domains,
+            self.group_racks.get(host, ()),
+        )
+
+
+NO_TAGS = Tags()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +114,7 @@ class HostActions:
 
 
 def owned_label_keys(settings: Settings) -> tuple[str, ...]:
-    keys = (LABEL_ESXI_HOST, LABEL_VSPHERE_CLUSTER, LABEL_DATACENTER)
+    keys = (LABEL_ESXI_HOST, LABEL_VSPHERE_CLUSTER, LABEL_DATACENTER, LABEL_RACK)
     return (*keys, LABEL_LEGACY_HOST) if settings.legacy_host_label else keys
 
 
@@ -88,13 +127,14 @@ def reconcile_node(
     now: str,
     version: int,
     kv_stale: bool = False,
+    tags: Tags = NO_TAGS,
 ) -> NodeActions:
     """Decide the KV write, label patch, events and warnings that bring `node` up to date.
 
     `version` is the number the new placement gets if it differs from `previous`. `kv_stale`
     says the KV holds something other than `previous` (garbage, a false placement, nothing): the
     key is then rewritten, or deleted, even where `previous` is still true; that repair is no
-    change of placement, so it announces nothing.
+    change of placement, so it announces nothing. `tags` gives the host's failure domains.
     """
     actions = NodeActions(node=node.name)
     match = match_node(node, inventory, settings.fallback)
@@ -104,10 +144,19 @@ def reconcile_node(
         return actions
     vm = inventory.vm(match.vm_moid)
     assert vm is not None  # match_node only returns VMs the inventory holds
-    observed = _placement(node, vm, host, settings, now=now, version=version)
+    domains = tags.domains(host.moid, inventory, settings)
+    # Unknown domains keep what was stored for the same host, so an unreadable tag API rewrites
+    # nothing; a VM that moved meanwhile has none known.
+    stored = previous if previous is not None and previous.host_moid == host.moid else None
+    kept = domains if domains is not None else _stored_domains(stored)
+    observed = _placement(node, vm, host, kept, settings, now, version)
     placement = _settle(previous, observed, match, actions, now=now, kv_stale=kv_stale)
     actions.warnings.extend(_placement_warnings(host, vm, placement))
-    _relabel(node, placement, actions, settings, now=now)
+    actions.warnings.extend(
+        NodeWarning("FailureDomainAmbiguous", f"{why}; label left unset")
+        for why in (domains.ambiguities if domains else ())
+    )
+    _relabel(node, placement, actions, settings, now=now, domains_known=domains is not None)
     return actions
 
 
@@ -125,11 +174,17 @@ def _unplace(
         actions.warnings.append(NodeWarning("NodeUnmatched", match.reason))
         actions.events.append(_unmatched_event(node.name, match, now))
     actions.delete_placement = removes
-    actions.label_patch = _patch(node, {}, settings)
+    actions.label_patch = _patch(node, {}, settings, actions, domains_known=True)
 
 
 def _placement(
-    node: Node, vm: VmFacts, host: HostFacts, settings: Settings, *, now: str, version: int
+    node: Node,
+    vm: VmFacts,
+    host: HostFacts,
+    domains: FailureDomains,
+    settings: Settings,
+    now: str,
+    version: int,
 ) -> NodePlacement:
     """Where vCenter says the node's VM runs now, as the KV value it would get."""
     return NodePlacement(
@@ -146,6 +201,9 @@ def _placement(
         vcenter=settings.vcenter,
         observed_at=now,
         version=version,
+        zone=domains.zone,
+        region=domains.region,
+        rack=domains.rack,
     )
 
 
@@ -198,14 +256,26 @@ def _placement_warnings(
 
 
 def _relabel(
-    node: Node, placement: NodePlacement, actions: NodeActions, settings: Settings, *, now: str
+    node: Node,
+    placement: NodePlacement,
+    actions: NodeActions,
+    settings: Settings,
+    *,
+    now: str,
+    domains_known: bool,
 ) -> None:
     """Patch the node's labels to the placement, announcing the labels when they change."""
     desired = desired_labels(placement, settings)
-    actions.label_patch = _patch(node, desired, settings)
+    actions.label_patch = _patch(node, desired, settings, actions, domains_known=domains_known)
     if actions.label_patch is None:
         return
-    labels = {k: v for k, v in desired.items() if k in owned_label_keys(settings)}
+    patched = actions.label_patch.get("labels", {})
+    labels = {
+        k: v
+        for k, v in desired.items()
+        if k in owned_label_keys(settings)
+        or (k in _shared_keys(settings) and patched.get(k, node.metadata.labels.get(k)) == v)
+    }
     actions.events.append(
         NodeLabelled(
             id=event_id("node.labelled", node.name, placement.version, sorted(labels.items())),
@@ -224,9 +294,16 @@ def forget_node(name: str, previous: NodePlacement | None, *, kv_stale: bool) ->
 
 
 def reconcile_host(
-    moid: str, inventory: Inventory, previous: EsxiHost | None, *, kv_stale: bool
+    moid: str,
+    inventory: Inventory,
+    previous: EsxiHost | None,
+    *,
+    kv_stale: bool,
+    domains: FailureDomains | None = None,
 ) -> HostActions:
-    """The `host.<moid>` record vCenter's inventory calls for, compared with `previous`."""
+    """The `host.<moid>` record vCenter's inventory calls for, compared with `previous`;
+    `domains` are its failure domains (None: not known now, those of `previous` stay)."""
+    domains = domains if domains is not None else _stored_domains(previous)
     facts = inventory.host(moid)
     if facts is None:
         return HostActions(delete=previous is not None or kv_stale)
@@ -239,6 +316,9 @@ def reconcile_host(
         datacenter=facts.datacenter,
         connection_state=facts.connection_state,
         in_maintenance_mode=facts.in_maintenance_mode,
+        zone=domains.zone,
+        region=domains.region,
+        rack=domains.rack,
     )
     return HostActions(put=host) if kv_stale or host != previous else HostActions()
 
@@ -273,6 +353,11 @@ def desired_labels(placement: NodePlacement, settings: Settings) -> dict[str, st
     }
     if settings.legacy_host_label:
         desired[LABEL_LEGACY_HOST] = placement.host_label
+    for key, value in ((LABEL_ZONE, placement.zone), (LABEL_REGION, placement.region)):
+        if value:
+            desired[key] = value
+    if placement.rack:
+        desired[LABEL_RACK] = placement.rack
     if placement.host_label != placement.host_name:
         desired[ANNOTATION_ESXI_HOST_NAME] = placement.host_name
     return desired
@@ -302,7 +387,14 @@ def _same_place(a: NodePlacement, b: NodePlacement) -> bool:
         b.cluster_moid,
         b.cluster_name,
         b.datacenter,
-    ) and (a.bios_uuid, a.instance_uuid, a.vcenter) == (b.bios_uuid, b.instance_uuid, b.vcenter)
+    ) and (a.bios_uuid, a.instance_uuid, a.vcenter, a.zone, a.region, a.rack) == (
+        b.bios_uuid,
+        b.instance_uuid,
+        b.vcenter,
+        b.zone,
+        b.region,
+        b.rack,
+    )
 
 
 def _placement_events(
@@ -361,20 +453,63 @@ def _unmatched_event(node: str, match: Unmatched, now: str) -> NodeUnmatched:
 
 
 def _patch(
-    node: Node, desired: dict[str, str], settings: Settings
+    node: Node,
+    desired: dict[str, str],
+    settings: Settings,
+    actions: NodeActions,
+    *,
+    domains_known: bool,
 ) -> dict[str, dict[str, str | None]] | None:
-    """A merge patch naming only our keys (null removes one), or None when nothing differs."""
+    """A merge patch naming only our keys (null removes one), or None when nothing differs.
+    Failure-domain labels are left alone while the domains are unknown; a zone or region that
+    someone else set to another value is reported on the node, not overwritten."""
     labels: dict[str, str | None] = {}
     annotations: dict[str, str | None] = {}
     for key in owned_label_keys(settings):
+        if key == LABEL_RACK and not domains_known:
+            continue
         if node.metadata.labels.get(key) != desired.get(key):
             labels[key] = desired.get(key)
     for key in (ANNOTATION_VM, ANNOTATION_ESXI_HOST_NAME):
         if node.metadata.annotations.get(key) != desired.get(key):
             annotations[key] = desired.get(key)
+    if domains_known:
+        shared = plan_shared_labels(
+            node.metadata.labels, node.metadata.annotations, desired, _shared_keys(settings)
+        )
+        labels.update(shared.labels)
+        if shared.owned_annotation is not None:
+            annotations[ANNOTATION_FAILURE_DOMAIN_LABELS] = shared.owned_annotation or None
+        actions.warnings.extend(
+            NodeWarning(
+                "FailureDomainConflict",
+                f"label {c.key}={c.node_value} was set by someone else (the vSphere cloud "
+                f"provider?) but vCenter's tags give {c.tagged_value}; left as is",
+            )
+            for c in shared.conflicts
+        )
     patch: dict[str, dict[str, str | None]] = {}
     if labels:
         patch["labels"] = labels
     if annotations:
         patch["annotations"] = annotations
     return patch or None
+
+
+def _shared_keys(settings: Settings) -> tuple[str, ...]:
+    """The well-known failure-domain keys the labeller manages: those with a category."""
+    domains = settings.failure_domains
+    return tuple(
+        key
+        for key, category in (
+            (LABEL_ZONE, domains.zone_category),
+            (LABEL_REGION, domains.region_category),
+        )
+        if category
+    )
+
+
+def _stored_domains(stored: NodePlacement | EsxiHost | None) -> FailureDomains:
+    if stored is None:
+        return FailureDomains()
+    return FailureDomains(zone=stored.zone, region=stored.region, rack=stored.rack)

@@ -1,8 +1,8 @@
 """The node-labeller's work while its replica holds the Lease (the runner does the rest).
 
 Start-up order: the topology KV read whole (so a restart only publishes what changed), then the
-vCenter watch, the batches it delivers, the Node informer, the reconcile workers and the periodic
-resync, side by side until cancelled.
+vCenter watch, the batches it delivers, the Node informer, the reconcile workers, the periodic
+resync and (with `failure_domains` categories) the tag reads, side by side until cancelled.
 """
 
 import logging
@@ -11,6 +11,7 @@ from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.labeller import Labeller, Retry
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import Settings
+from hostaffinity.node_labeller.tag_refresh import refresh_tags_forever
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.informer import Informer, InformerEvent, msgspec_decoder
 from hostaffinity.runtime.kube import NODES
@@ -58,6 +59,7 @@ class NodeLabelling:
                 vcenter=config.vcenter_name or config.vcenter.host,
                 fallback=config.match_fallback,
                 legacy_host_label=config.shared.legacy_host_label,
+                failure_domains=config.failure_domains,
             ),
             ctx.kube,
             store,
@@ -72,6 +74,11 @@ class NodeLabelling:
         ctx.start(watcher.run(), name="vcenter-watch")
         ctx.start(_apply_batches(watcher, labeller), name="inventory-batches")
         ctx.start(labeller.run(), name="reconcile-workers")
+        if config.failure_domains.enabled:
+            ctx.start(
+                refresh_tags_forever(config.vcenter, config.failure_domains, labeller),
+                name="vcenter-tags",
+            )
         ctx.start(
             labeller.resync_forever(config.resync_seconds, watcher.request_full_read),
             name="resync",

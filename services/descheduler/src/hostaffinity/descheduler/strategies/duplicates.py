@@ -1,10 +1,11 @@
-"""RemoveDuplicates: replicas of one owner piled on one node (or, by setting, one ESXi host).
+"""RemoveDuplicates: replicas of one owner piled on one node (or, by setting, one ESXi host, rack
+or zone).
 
 Upstream (pkg/framework/plugins/removeduplicates/removeduplicates.go) counts replicas of each
 owner per node and evicts down to the average over the nodes the pods fit,
 ceil(replicas / feasible nodes). Here the domain can be the ESXi host (placements from the
-topology KV), and a replica is moved only to a domain below that average, so spreading never
-piles pods up somewhere else.
+topology KV) or a failure domain above it (its node label), and a replica is moved only to a
+domain below that average, so spreading never piles pods up somewhere else.
 """
 
 from __future__ import annotations
@@ -25,15 +26,20 @@ from hostaffinity.descheduler.strategies.base import (
     eviction_order,
 )
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.schema.names import LABEL_ESXI_HOST
+from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_RACK, LABEL_ZONE
 
-DOMAIN_KEYS: Final = {"node": HOSTNAME_KEY, "esxi-host": LABEL_ESXI_HOST}
+DOMAIN_KEYS: Final = {
+    "node": HOSTNAME_KEY,
+    "esxi-host": LABEL_ESXI_HOST,
+    "rack": LABEL_RACK,
+    "zone": LABEL_ZONE,
+}
 
 
 class DuplicatesArgs(ScopedArgs, frozen=True):
     exclude_owner_kinds: list[str] = msgspec.field(default_factory=list)
-    # Ours: spread over nodes (upstream) or over ESXi hosts.
-    domain: Literal["node", "esxi-host"] = "node"
+    # Ours: spread over nodes (upstream), ESXi hosts, racks or zones (the node-labeller's labels).
+    domain: Literal["node", "esxi-host", "rack", "zone"] = "node"
 
 
 class Duplicates:

@@ -1,0 +1,64 @@
+"""Reads vCenter's tags (and rack host groups) for the failure-domain labels, again every
+`refresh_seconds`.
+
+Apart from the inventory watch: tags are in the Automation API (runtime vcenter_tags.py), which
+has no change feed PropertyCollector could follow, and they change rarely. What moves often is a
+VM between hosts, and each host's domains are already known then: a vMotion is relabelled from the
+last read, as quickly as the host label.
+"""
+
+import asyncio
+import logging
+
+from opentelemetry import metrics
+
+from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.host_groups import read_host_group_racks
+from hostaffinity.node_labeller.labeller import Labeller
+from hostaffinity.node_labeller.reconcile import Tags
+from hostaffinity.runtime.vcenter import VCenterError, VCenterSettings
+from hostaffinity.runtime.vcenter_tags import TagRead, read_tags
+
+log = logging.getLogger(__name__)
+_reads = metrics.get_meter("hostaffinity.node_labeller").create_counter(
+    "hostaffinity_labeller_tag_reads",
+    description="Reads of vCenter's tags for failure domains, by outcome (ok, failed)",
+)
+# A failed read is tried again sooner than the refresh period, at most this long after.
+RETRY_SECONDS = 10.0
+
+
+async def refresh_tags_forever(
+    vcenter: VCenterSettings, settings: FailureDomainSettings, labeller: Labeller
+) -> None:
+    """Read the configured categories' tags (and host groups) until cancelled and hand each read
+    to `labeller`; a failed read is logged and counted, and the labels stay as the last read
+    made them."""
+    while True:
+        try:
+            read = await _read(vcenter, settings)
+        except VCenterError as error:
+            _reads.add(1, {"outcome": "failed"})
+            delay = min(settings.refresh_seconds, RETRY_SECONDS)
+            log.warning(
+                "%s; failure-domain labels stay as they are; next try in %.0fs", error, delay
+            )
+            labeller.on_tags(None)
+            await asyncio.sleep(delay)
+            continue
+        _reads.add(1, {"outcome": "ok"})
+        labeller.on_tags(read)
+        await asyncio.sleep(settings.refresh_seconds)
+
+
+async def _read(vcenter: VCenterSettings, settings: FailureDomainSettings) -> Tags:
+    tags = TagRead({}, ())
+    if settings.categories:
+        tags = await read_tags(vcenter, settings.categories)
+    for category in tags.missing_categories:
+        log.warning(
+            "vCenter has no tag category %r (failure_domains); its label is not set", category
+        )
+    prefix = settings.rack_host_group_prefix
+    racks = await asyncio.to_thread(read_host_group_racks, vcenter, prefix) if prefix else {}
+    return Tags(tags.tags, racks)
