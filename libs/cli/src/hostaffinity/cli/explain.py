@@ -4,7 +4,8 @@ hold, why a Pending pod is refused, and what hostaffinity did to it.
 Every judgement is the affinity engine's: the filter (engine.py) for a pod on no node, the term
 standings (standing.py) for a placed one, both worded by explain.py, as the extender and the
 descheduler word them, and the topology spreads' skew per domain (spread_standing.py). The
-history is the event stream's (history.py).
+history is the event stream's (history.py); a virt-launcher pod's VirtualMachine placement that
+waits for a restart is vm_lookup.py's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from hostaffinity.schema.reports import (
     SpreadDomain,
     SpreadView,
     TermView,
+    VmRestartView,
 )
 
 
@@ -122,8 +124,10 @@ def explain_pod(
     engine: AffinityEngine,
     facts: PodFacts,
     events: Sequence[TopologyEvent],
+    vm_restart: VmRestartView | None = None,
 ) -> PodExplanation:
-    """The pod's explanation from one snapshot and the events read after it."""
+    """The pod's explanation from one snapshot and the events read after it (and, for a
+    virt-launcher pod, its VirtualMachine's placement waiting for a restart)."""
     pod = snapshot.pods.get(facts.key)
     if pod is None:  # deleted between the lookup and the snapshot
         raise PodNotFoundError(f"pod {facts.key} does not exist (any more)")
@@ -165,7 +169,7 @@ def explain_pod(
     return PodExplanation(
         pod=pod.key,
         phase=_phase(facts),
-        concerned=host_level or bool(drs) or bool(history),
+        concerned=host_level or bool(drs) or bool(history) or vm_restart is not None,
         location=location(snapshot, pod.spec.node_name) if pod.spec.node_name else Location(""),
         terms=terms,
         feasible_nodes=feasible,
@@ -175,6 +179,7 @@ def explain_pod(
         history=history,
         spreads=spreads,
         host_headroom=headroom,
+        vm_restart=vm_restart,
     )
 
 
@@ -260,6 +265,20 @@ def _spreads(spreads: Sequence[SpreadView]) -> str:
     return "\n".join(lines)
 
 
+def _vm_restart(view: VmRestartView) -> str:
+    namespace, _, name = view.vm.partition("/")
+    lines = [f"VirtualMachine {view.vm}: its new placement waits for a restart (RestartRequired)"]
+    for change in view.changes:
+        running = "none" if change.running == "null" else change.running
+        asked = "none" if change.template == "null" else change.template
+        lines.append(f"  {change.field}: the template asks {asked}; the running VMI has {running}")
+    lines.append(
+        "  KubeVirt applies it only when the VM starts again (the Stage rollout strategy): "
+        f"restart it (virtctl restart {name} -n {namespace}), or use the LiveUpdate strategy"
+    )
+    return "\n".join(lines)
+
+
 def _history(history: Sequence[HistoryEntry]) -> str:
     rows = [[h.at, h.type, h.summary] for h in history]
     done = table(["AT", "EVENT", "WHAT"], rows)
@@ -282,6 +301,8 @@ def render_pod(report: PodExplanation) -> str:
     if report.spreads:
         parts.append("topology spreads:\n" + _spreads(report.spreads))
     parts.extend(f"no host to spare: {sentence}" for sentence in report.host_headroom)
+    if report.vm_restart is not None:
+        parts.append(_vm_restart(report.vm_restart))
     if report.summary:
         rows = [[r.host or "(unknown)", ", ".join(r.nodes), r.message] for r in report.refusals]
         refused = _indented(table(["ESXI HOST", "NODES", "WHY NOT"], rows)) if rows else ""
