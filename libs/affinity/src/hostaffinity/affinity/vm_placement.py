@@ -40,6 +40,18 @@ class VmPlacement(ApiStruct, frozen=True):
         }
 
 
+class VmTemplate(ApiStruct, frozen=True):
+    spec: VmPlacement = msgspec.field(default_factory=VmPlacement)
+
+
+class VmSpec(ApiStruct, frozen=True):
+    template: VmTemplate = msgspec.field(default_factory=VmTemplate)
+
+
+class VmStatus(ApiStruct, frozen=True):
+    conditions: list[VmCondition] = msgspec.field(default_factory=list)
+
+
 def awaiting_restart(
     template: VmPlacement, running: VmPlacement, conditions: Iterable[VmCondition]
 ) -> list[str]:

@@ -249,6 +249,13 @@ async def kubevirt_here(demo: Demo) -> None:
         )
 
 
+async def kubevirt_hosts(demo: Demo) -> tuple[dict[str, list[str]], str]:
+    """kubevirt_here, then the nodes per ESXi host and the first host with two node VMs."""
+    await kubevirt_here(demo)
+    hosts = await demo.hosts()
+    return hosts, next(host for host in hosts if len(hosts[host]) >= 2)
+
+
 def vmi(
     name: str,
     app: str,
@@ -308,8 +315,8 @@ async def run_vms(demo: Demo, manifests: list[dict[str, Any]]) -> None:
 
 
 async def migrations_requested(demo: Demo, app: str, count: int) -> list[VmiMigrationRequested]:
-    """Wait for `count` live migrations of the app's VMs, then QUIET_SECONDS for no more; a VM
-    of the app evicted (restarted) instead fails the step."""
+    """Wait for `count` live migrations of the app's VMs, then QUIET_SECONDS for no more; more
+    of them, or a VM of the app evicted (restarted) instead, fails the step."""
     prefix = f"{demo.kube.namespace}/{app}-"
 
     def requested(events: list[TopologyEvent]) -> list[VmiMigrationRequested]:
@@ -326,7 +333,10 @@ async def migrations_requested(demo: Demo, app: str, count: int) -> list[VmiMigr
     evicted = [e.pod for e in demo.events.seen if isinstance(e, PodEvicted) and app in e.pod]
     if evicted:
         raise StepFailed(f"VMs restarted by eviction instead of migrated: {evicted}")
-    return requested(demo.events.seen)
+    moved = requested(demo.events.seen)
+    if len(moved) != count:
+        raise StepFailed(f"expected {count} live migration(s), saw {[e.vmi for e in moved]}")
+    return moved
 
 
 async def checked_targets(demo: Demo, moved: list[VmiMigrationRequested]) -> dict[str, str]:
@@ -350,8 +360,8 @@ async def vm_replicas_migrate_apart(demo: Demo) -> str:
     demo.show(lambda e: isinstance(e, VmiMigrationRequested | PodEvicted))
     await run_vms(demo, [vmi(f"vm-web-{index}", "vm-web", piled) for index in range(3)])
     moved = await migrations_requested(demo, "vm-web", 2)
-    if len(moved) != 2 or {e.strategy for e in moved} != {"RemoveDuplicates"}:
-        raise StepFailed(f"expected 2 migrations by RemoveDuplicates, saw {moved}")
+    if {e.strategy for e in moved} != {"RemoveDuplicates"}:
+        raise StepFailed(f"expected migrations by RemoveDuplicates, saw {moved}")
     objects = {m["spec"]["vmiName"] for m in await demo.kube.migrations()}
     names = sorted(e.vmi.split("/", 1)[1] for e in moved)
     if not set(names) <= objects:
@@ -360,9 +370,7 @@ async def vm_replicas_migrate_apart(demo: Demo) -> str:
 
 
 async def anti_affine_vms_across_a_vmotion(demo: Demo) -> str:
-    await kubevirt_here(demo)
-    hosts = await demo.hosts()
-    shared = next(host for host in hosts if len(hosts[host]) >= 2)
+    hosts, shared = await kubevirt_hosts(demo)
     first = next(host for host in hosts if host != shared)
     nodes = [hosts[first][0], hosts[shared][0]]
     apart = apart_on("kubernetes.io/hostname", "vm-db")
@@ -383,8 +391,6 @@ async def anti_affine_vms_across_a_vmotion(demo: Demo) -> str:
     print(f"   vCenter: VM {nodes[1]} vMotioned onto {first}, next to {nodes[0]}")
     await demo.vcenter.vmotion(nodes[1], first)
     moved = await migrations_requested(demo, "vm-db", 1)
-    if len(moved) != 1:
-        raise StepFailed(f"expected exactly 1 live migration, saw {[e.vmi for e in moved]}")
     ((name, target),) = (await checked_targets(demo, moved)).items()
     on_host = {node: host for host, members in (await demo.hosts()).items() for node in members}
     if on_host.get(target) == first:
@@ -393,9 +399,7 @@ async def anti_affine_vms_across_a_vmotion(demo: Demo) -> str:
 
 
 async def vm_node_selector_and_tolerations(demo: Demo) -> str:
-    await kubevirt_here(demo)
-    hosts = await demo.hosts()
-    host = next(host for host in hosts if len(hosts[host]) >= 2)
+    hosts, host = await kubevirt_hosts(demo)
     piled, others = hosts[host][0], hosts[host][1:]
     taint = {"key": "demo.hostaffinity.io/vms", "value": "only", "effect": "NoSchedule"}
     tolerate = {**taint, "operator": "Equal"}
@@ -418,8 +422,8 @@ async def vm_node_selector_and_tolerations(demo: Demo) -> str:
     finally:
         for node in others:
             await demo.kube.set_taints(node, before[node])
-    if len(moved) != 1 or not set(targets.values()) <= set(others):
-        raise StepFailed(f"expected 1 migration to one of {others}, saw {targets}")
+    if not set(targets.values()) <= set(others):
+        raise StepFailed(f"expected a migration to one of {others}, saw {targets}")
     ((name, target),) = targets.items()
     return f"VM {name} live-migrates to {target}: on {host} as selected, its taint tolerated"
 

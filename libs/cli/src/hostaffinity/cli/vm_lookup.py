@@ -15,7 +15,7 @@ import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.affinity.model import ApiStruct, ObjectMeta, OwnerReference
-from hostaffinity.affinity.vm_placement import VmCondition, VmPlacement, awaiting_restart
+from hostaffinity.affinity.vm_placement import VmPlacement, VmSpec, VmStatus, awaiting_restart
 from hostaffinity.cli.connections import open_api
 from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.kube import KubeClient, ResourceRef
@@ -30,21 +30,9 @@ class _Vmi(ApiStruct, frozen=True):
     spec: VmPlacement = msgspec.field(default_factory=VmPlacement)
 
 
-class _VmTemplate(ApiStruct, frozen=True):
-    spec: VmPlacement = msgspec.field(default_factory=VmPlacement)
-
-
-class _VmSpec(ApiStruct, frozen=True):
-    template: _VmTemplate = msgspec.field(default_factory=_VmTemplate)
-
-
-class _VmStatus(ApiStruct, frozen=True):
-    conditions: list[VmCondition] = msgspec.field(default_factory=list)
-
-
 class _Vm(ApiStruct, frozen=True):
-    spec: _VmSpec = msgspec.field(default_factory=_VmSpec)
-    status: _VmStatus = msgspec.field(default_factory=_VmStatus)
+    spec: VmSpec = msgspec.field(default_factory=VmSpec)
+    status: VmStatus = msgspec.field(default_factory=VmStatus)
 
 
 def _controller(owners: list[OwnerReference], kind: str) -> str | None:

@@ -30,7 +30,13 @@ import msgspec
 
 from hostaffinity.affinity.model import ApiStruct as _ApiStruct
 from hostaffinity.affinity.model import ObjectMeta, Pod
-from hostaffinity.affinity.vm_placement import VmCondition, VmPlacement, awaiting_restart
+from hostaffinity.affinity.vm_placement import (
+    VmCondition,
+    VmPlacement,
+    VmSpec,
+    VmStatus,
+    awaiting_restart,
+)
 
 VIRT_LAUNCHER_LABEL: Final = "kubevirt.io"
 VIRT_LAUNCHER_VALUE: Final = "virt-launcher"
@@ -75,18 +81,6 @@ class VirtualMachineInstance(_Object, frozen=True):
             if condition.type == "LiveMigratable":
                 return condition.status == "True", condition.message
         return False, "the VMI does not report the LiveMigratable condition"
-
-
-class VmTemplate(_ApiStruct, frozen=True):
-    spec: VmiSpec = msgspec.field(default_factory=VmiSpec)
-
-
-class VmSpec(_ApiStruct, frozen=True):
-    template: VmTemplate = msgspec.field(default_factory=VmTemplate)
-
-
-class VmStatus(_ApiStruct, frozen=True):
-    conditions: list[VmCondition] = msgspec.field(default_factory=list)
 
 
 class VirtualMachine(_Object, frozen=True):
