@@ -22,8 +22,14 @@ WEBHOOK_PORT=${WEBHOOK_PORT:-8443}
 # Where the cluster's API server reaches this machine's webhook, e.g. https://172.17.0.1:8443/mutate
 # for kind (the docker bridge); unset: the webhook runs but is not registered.
 DEV_WEBHOOK_URL=${DEV_WEBHOOK_URL:-}
-# Before anything starts: an API server that answers, or one line naming what is missing.
-.venv/bin/hostaffinity check-cluster
+# Before anything starts: an API server that answers, or one line naming what is missing. The
+# descheduler's KubeVirt side (live migrations) runs where the cluster serves KubeVirt's API.
+cluster=$(.venv/bin/hostaffinity check-cluster)
+echo "$cluster"
+kubevirt=false
+case $cluster in
+  *"KubeVirt's API is served"*) kubevirt=true ;;
+esac
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -86,6 +92,7 @@ start drs-translator env "${vcenter[@]}" HOSTAFFINITY_HEALTH__PORT="$DRS_HEALTH_
   .venv/bin/hostaffinity-drs-translator
 echo "dev: drs-translator (health on :$DRS_HEALTH_PORT, log $state/drs-translator.log)"
 start descheduler env HOSTAFFINITY_HEALTH__PORT="$DESCHEDULER_HEALTH_PORT" \
+  HOSTAFFINITY_DESCHEDULER__KUBEVIRT="$kubevirt" \
   .venv/bin/hostaffinity-descheduler --config scripts/dev/descheduler.yaml
 echo "dev: descheduler with every strategy (scripts/dev/descheduler-policy.yaml; health on" \
   ":$DESCHEDULER_HEALTH_PORT, log $state/descheduler.log)"

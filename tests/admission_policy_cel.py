@@ -267,9 +267,13 @@ class Policy:
         variables = [(v["name"], _adapted(v["expression"])) for v in spec.get("variables", [])]
 
         def compiled(expression: str) -> Any:
+            # Only the variables the expression reaches are bound (each one nests the source
+            # once more, and cel-cpp's parser stops at a depth of 32); unused ones are never
+            # evaluated by kube-apiserver either, so leaving them out changes no value.
             source = _adapted(expression)
             for name, value in reversed(variables):
-                source = f"cel.bind(variables_{name}, {value}, {source})"
+                if f"variables_{name}" in source:
+                    source = f"cel.bind(variables_{name}, {value}, {source})"
             return ENV.compile(source)
 
         assert all(m["patchType"] == "JSONPatch" for m in spec["mutations"])

@@ -1,6 +1,7 @@
-"""`hostaffinity topology | exposure | what-if maintenance` against the Kubernetes double and a real
-nats-server; the what-if and topology cases take their placements from the node-labeller
-following vcsim, the exposure cases from placements written to the topology KV."""
+"""`hostaffinity topology | exposure | what-if maintenance` (and `explain` of a KubeVirt VM's pod)
+against the Kubernetes double and a real nats-server; the what-if and topology cases take their
+placements from the node-labeller following vcsim, the others from placements written to the
+topology KV."""
 
 from __future__ import annotations
 
@@ -316,6 +317,52 @@ async def test_kubevirt_vmis_count_as_replicas_of_their_replica_set_and_move_by_
         ("shop/win-pool-a1", "n3"),
         ("shop/win-pool-b2", "n3"),
     ]
+
+
+def kubevirt_object(kind: str, name: str, owner: str | None, spec: dict[str, Any]) -> Any:
+    """A KubeVirt object in `shop`, controlled by the VirtualMachine `owner` if given."""
+    meta: dict[str, Any] = {"name": name, "namespace": "shop", "uid": f"uid-{name}"}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": owner,
+             "uid": f"uid-{owner}", "controller": True, "blockOwnerDeletion": True}
+        ]  # fmt: skip
+    return {"apiVersion": "kubevirt.io/v1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+async def test_explain_shows_a_vm_placement_that_waits_for_a_restart(
+    kube_double: KubeDouble, bus: Bus, cli: Cli
+) -> None:
+    """The VM's template now asks for SSD nodes; the running VMI (started before) has no
+    nodeSelector, and KubeVirt holds the change for a restart (RestartRequired)."""
+    await seed_kv_cluster(kube_double, bus, {"n1": "esx-a", "n2": "esx-b"})
+    template = {"domain": {"devices": {}}, "nodeSelector": {"disk": "ssd"}}
+    vm = kubevirt_object("VirtualMachine", "db", None,
+                         {"runStrategy": "Always", "template": {"spec": template}})  # fmt: skip
+    vm["status"] = {"conditions": [{"type": "RestartRequired", "status": "True"}]}
+    kube_double.seed(vm)
+    kube_double.seed(
+        kubevirt_object("VirtualMachineInstance", "db", "db", {"domain": {"devices": {}}})
+    )
+    kube_double.seed(launcher_pod("db", "n1"))
+    pod = "shop/virt-launcher-db-x7k2p"
+
+    code, out, _ = await cli("explain", "pod", pod)
+    assert code == 0
+    assert "VirtualMachine shop/db: its new placement waits for a restart" in out
+    assert 'nodeSelector: the template asks {"disk":"ssd"}; the running VMI has none' in out
+    assert "virtctl restart db -n shop" in out
+    _, report = await cli.json("explain", "pod", pod)
+    assert report["concerned"] is True
+    assert report["vm_restart"] == {
+        "vm": "shop/db",
+        "changes": [{"field": "nodeSelector", "template": '{"disk":"ssd"}', "running": "null"}],
+    }
+
+    # Restarted: the VMI has it and KubeVirt clears the condition; explain says nothing more.
+    kube_double.seed({**vm, "status": {"conditions": []}})
+    _, report = await cli.json("explain", "pod", pod)
+    assert report["vm_restart"] is None
 
 
 async def test_an_unreachable_bus_is_a_clear_error_after_the_timeout(

@@ -7,16 +7,25 @@ does without hostaffinity: the VM live-migrates, here to the sibling node VM on 
 carries its source's labels, so every host-key reading of the term -- the engine's physical
 reading (the extender's and the descheduler's), and the twin the admission webhook adds for
 kube-scheduler -- must leave the VM's own source pod out.
+
+The same holds for a DoNotSchedule spread over hosts (maxSkew 1): four VM replicas on three
+hosts, two on the drained node's host, whose third node VM is the only one with room. Without
+hostaffinity the hostname spread lets the VM onto that node; counted with its source, the host
+spread would refuse the VM its own host (2 + 1 - 1 > 1) and the drain would hang. With neither
+the source nor the target counted, the host has 1 replica besides this VM and passes.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import msgspec
+import pytest
 from descheduler_builders import NOW, cluster, node_json, vmi
 
+from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.affinity.engine import AffinityEngine, FilterMode
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Node, Pod
@@ -30,8 +39,9 @@ from hostaffinity.descheduler.eviction_planner import (
 from hostaffinity.descheduler.model import decode_node, decode_pod
 from hostaffinity.descheduler.policy import Policy, Profile
 from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
+from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
-from hostaffinity.schema.names import LABEL_ESXI_HOST
+from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_SPREAD_ACROSS_HOSTS
 from tests.platform.kubevirt_pods import (
     HOSTNAME_KEY,
     REQUIRED,
@@ -55,15 +65,20 @@ DB_APART = {
 CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
-def nodes() -> list[dict[str, Any]]:
+def nodes(
+    placement: Mapping[str, str] = PLACEMENT, full: Collection[str] = ()
+) -> list[dict[str, Any]]:
+    """The node VMs, DRAINED cordoned; those in `full` have room for no more VMs (a launcher
+    pod asks 100m CPU)."""
     return [
         node_json(
             name,
             {LABEL_ESXI_HOST: host},
             unschedulable=name == DRAINED,
             taints=[CORDON_TAINT] if name == DRAINED else (),
+            cpu="100m" if name in full else "4",
         )
-        for name, host in PLACEMENT.items()
+        for name, host in placement.items()
     ]
 
 
@@ -75,11 +90,11 @@ def target() -> dict[str, Any]:
     return launcher_pod_json("db-0", "", DB, DB_APART, migration="drain-node-1a")
 
 
-def engine(pods: list[Pod]) -> AffinityEngine:
+def engine(pods: list[Pod], placement: Mapping[str, str] = PLACEMENT) -> AffinityEngine:
     index = ClusterIndex()
-    for item in nodes():
+    for item in nodes(placement):
         index.upsert_node(msgspec.convert(item, Node))
-    for name, host in PLACEMENT.items():
+    for name, host in placement.items():
         index.set_placement(name, host)
     for pod in pods:
         index.upsert_pod(pod)
@@ -110,9 +125,69 @@ def test_drain_with_replicas_equal_to_hosts_migrates_to_the_sibling_node_vm() ->
         placements=PLACEMENT,
         vmis=[vmi(vm, node) for vm, node in REPLICAS.items()],
     )
+    assert drain_plan(state) == [(Outcome.MIGRATE, "default/db-0", "node-1b")]
+
+
+def drain_plan(state: ClusterState) -> list[tuple[Outcome, str | None, str | None]]:
+    """What the descheduler does about the cordoned node's VM: its live migration and target."""
     profile = Profile("drain", Protections(DefaultEvictorArgs()), (NodeTaints(NodeTaintsArgs()),))
     policy = Policy((profile,), EvictionLimits())
     plan = decide(state, policy, EvictionPlanner(PlannerSettings(), policy.limits), NOW).plan
-    assert [(a.outcome, a.vmi, a.target) for a in plan.actions] == [
-        (Outcome.MIGRATE, "default/db-0", "node-1b")
-    ], plan.skipped
+    assert plan.actions, plan.skipped
+    return [(a.outcome, a.vmi, a.target) for a in plan.actions]
+
+
+SPREAD_HOSTS = {"esxi-1": ("node-1a", "node-1b", "node-1c"), "esxi-2": ("node-2a",),
+                "esxi-3": ("node-3a",)}  # fmt: skip
+SPREAD_PLACEMENT = {node: host for host, nodes in SPREAD_HOSTS.items() for node in nodes}
+SPREAD_REPLICAS = {"db-0": "node-1a", "db-1": "node-1b", "db-2": "node-2a", "db-3": "node-3a"}
+# Each node VM holding a replica has room for no other; node-1c is empty.
+FULL = ("node-1b", "node-2a", "node-3a")
+HOSTNAME_SPREAD = {"maxSkew": 1, "topologyKey": HOSTNAME_KEY, "whenUnsatisfiable": "DoNotSchedule",
+                   "labelSelector": {"matchLabels": DB}}  # fmt: skip
+# The two ways a VM spreads over hosts: its hostname spread read physically (opted in), or the
+# spread annotation (a hard one, by the webhook's setting).
+SPREAD_WAYS = {
+    "moved-hostname-spread": ((HOSTNAME_SPREAD,), {}, MutationSettings()),
+    "spread-annotation": (
+        (),
+        {POD_SPREAD_ACROSS_HOSTS: "1"},
+        MutationSettings(spread_when_unsatisfiable="DoNotSchedule"),
+    ),
+}
+
+
+@pytest.mark.parametrize("way", list(SPREAD_WAYS))
+def test_drain_under_a_host_spread_keeps_the_vm_on_its_host(way: str) -> None:
+    spreads, annotations, settings = SPREAD_WAYS[way]
+
+    def launcher(vm: str, node: str, migration: str | None = None) -> dict[str, Any]:
+        return launcher_pod_json(
+            vm, node, DB, {}, spreads=spreads, annotations=annotations, migration=migration
+        )
+
+    sources = [launcher(vm, node) for vm, node in SPREAD_REPLICAS.items()]
+    target = launcher("db-0", "", migration="drain-node-1a")
+    if spreads:
+        # Without hostaffinity: the hostname spread as written lets the VM onto node-1c.
+        native = engine([as_kube_scheduler_reads(p) for p in sources], SPREAD_PLACEMENT)
+        assert "node-1c" in native.filter(as_kube_scheduler_reads(target)).feasible
+        # The extender's and the descheduler's reading: pods as written, read physically.
+        written = engine([as_written(p) for p in sources], SPREAD_PLACEMENT)
+        physical = written.filter(as_written(target), mode=FilterMode.PHYSICAL)
+        assert "node-1c" in physical.feasible, physical.summary()
+
+    # kube-scheduler alone, with the webhook's host spread on every pod.
+    stored = [stored_after_admission(p, settings) for p in sources]
+    scheduler = engine([as_kube_scheduler_reads(p) for p in stored], SPREAD_PLACEMENT)
+    placed = scheduler.filter(as_kube_scheduler_reads(stored_after_admission(target, settings)))
+    assert "node-1c" in placed.feasible, placed.summary()
+
+    # The descheduler plans the migration onto the one node with room, which kube-scheduler takes.
+    state = cluster(
+        [decode_node(json.dumps(n)) for n in nodes(SPREAD_PLACEMENT, FULL)],
+        [decode_pod(json.dumps(p)) for p in stored],
+        placements=SPREAD_PLACEMENT,
+        vmis=[vmi(vm, node) for vm, node in SPREAD_REPLICAS.items()],
+    )
+    assert drain_plan(state) == [(Outcome.MIGRATE, "default/db-0", "node-1c")]

@@ -11,7 +11,7 @@ so it never lands on its source's node (pkg/virt-controller/watch/migration.go c
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jsonpatch
@@ -40,9 +40,12 @@ def launcher_pod_json(
     *,
     migration: str | None = None,
     namespace: str = "default",
+    spreads: Sequence[Mapping[str, Any]] = (),
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The virt-launcher pod of `vmi` (opted in to the physical reading through the VMI's
-    annotation), or with `migration` the target pod of that migration (not yet scheduled)."""
+    annotation, plus `annotations`), with the VMI's topology spread constraints `spreads`, or
+    with `migration` the target pod of that migration (not yet scheduled)."""
     uid = vmi_uid(vmi)
     labels = {**vmi_labels, "kubevirt.io": "virt-launcher", CREATED_BY_LABEL: uid}
     rules = copy.deepcopy(dict(affinity))
@@ -56,11 +59,14 @@ def launcher_pod_json(
     owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": vmi,
              "uid": uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
     metadata = {"name": name, "namespace": namespace, "uid": f"uid-pod-{name}", "labels": labels,
-                "annotations": {POD_PHYSICAL_ANTI_AFFINITY: "true"}, "ownerReferences": [owner],
+                "annotations": {POD_PHYSICAL_ANTI_AFFINITY: "true", **(annotations or {})},
+                "ownerReferences": [owner],
                 "creationTimestamp": "2026-11-22T11:00:00Z"}  # fmt: skip
     compute = {"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.6.0",
                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}  # fmt: skip
     spec = {"nodeName": node, "affinity": rules, "containers": [compute]}
+    if spreads:
+        spec["topologySpreadConstraints"] = copy.deepcopy(list(spreads))
     status = {"phase": "Running" if node else "Pending"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
 

@@ -73,6 +73,21 @@ def test_an_opted_in_hostname_spread_is_read_on_the_host_key() -> None:
     assert "physical reading of kubernetes.io/hostname" in opted[0].describe()
 
 
+def test_a_migration_targets_physical_spread_leaves_its_own_vm_out() -> None:
+    """A KubeVirt migration target's hostname spread read on the host key counts neither its
+    source nor itself; its VM's first start, and the spread read as written, count both."""
+    vm = {"app": "db", "kubevirt.io/created-by": "uid-vmi-a"}
+    target = {**vm, "kubevirt.io/migrationJobUID": "uid-migration-1"}
+    written = _spread("kubernetes.io/hostname", labelSelector={"matchLabels": {"app": "db"}})
+    (moved,) = compile_spread_constraints(_pod(written, labels=target, opted_in=True))
+    assert moved.topology_key == LABEL_ESXI_HOST
+    assert not moved.selector.matches(vm)  # the source, and the target itself
+    assert moved.selector.matches({"app": "db", "kubevirt.io/created-by": "uid-vmi-b"})
+    for labels, opted_in in ((vm, True), (target, False)):
+        (kept,) = compile_spread_constraints(_pod(written, labels=labels, opted_in=opted_in))
+        assert kept.selector.matches(vm)
+
+
 HOST = LABEL_ESXI_HOST
 WEB = {"matchLabels": {"app": "web"}}
 

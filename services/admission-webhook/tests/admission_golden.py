@@ -210,10 +210,17 @@ def virt_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
     return pod, expected
 
 
+MIGRATION_TARGET_VMI = "3f1e2d4c-0000-4000-8000-00000000000b"
+# What a migration target's host-key spread gains: its own VM (source and itself) left out.
+OWN_VM_LEFT_OUT = {"key": "kubevirt.io/created-by", "operator": "NotIn",
+                   "values": [MIGRATION_TARGET_VMI]}  # fmt: skip
+
+
 def migration_target() -> tuple[dict[str, Any], dict[str, Any]]:
     """A live migration's target virt-launcher pod: the source's labels plus the migration's,
-    KubeVirt's hostname term on its own VMI's uid, required and preferred hostname terms."""
-    uid = "3f1e2d4c-0000-4000-8000-00000000000b"
+    KubeVirt's hostname term on its own VMI's uid, required and preferred hostname terms, a
+    hostname spread (moved, its own VM left out) and one with no selector (moved only)."""
+    uid = MIGRATION_TARGET_VMI
     labels = {
         "kubevirt.io": "virt-launcher",
         "kubevirt.io/created-by": uid,
@@ -233,11 +240,20 @@ def migration_target() -> tuple[dict[str, Any], dict[str, Any]]:
                     {"weight": 20, "podAffinityTerm": {"topologyKey": HOSTNAME}},
                 ],
             }
-        }
-    }
+        },
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"workload": "vm-db"}}},
+            {"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway"},
+        ],
+    }  # fmt: skip
     annotations = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
     pod = _pod(labels, annotations, spec, generateName="virt-launcher-vm-db-2-")
     expected = copy.deepcopy(pod)
+    spreads = expected["spec"]["topologySpreadConstraints"]
+    spreads[0] |= {"topologyKey": LABEL_ESXI_HOST, "labelSelector": {
+        "matchLabels": {"workload": "vm-db"}, "matchExpressions": [OWN_VM_LEFT_OUT]}}  # fmt: skip
+    spreads[1] |= {"topologyKey": LABEL_ESXI_HOST}
     anti = expected["spec"]["affinity"]["podAntiAffinity"]
     own_vm = {"topologyKey": LABEL_ESXI_HOST, "mismatchLabelKeys": ["kubevirt.io/created-by"]}
     anti[REQUIRED] += [apart | own_vm, own_node | own_vm]
@@ -250,6 +266,34 @@ def migration_target() -> tuple[dict[str, Any], dict[str, Any]]:
     expected["spec"]["affinity"]["nodeAffinity"] = {
         REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [HOST_EXISTS]}]}
     }
+    return pod, expected
+
+
+def migration_target_spread() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A VirtualMachinePool replica's migration target with the spread annotation (and no
+    physical opt-in): the spread over hosts among its revision leaves its own VM out."""
+    labels = {
+        "kubevirt.io": "virt-launcher",
+        "kubevirt.io/created-by": MIGRATION_TARGET_VMI,
+        "kubevirt.io/migrationJobUID": "9a8b7c6d-0000-4000-8000-00000000000d",
+        "kubevirt.io/vm-pool-revision-name": "vm-db-7f9c",
+        "workload": "vm-db",
+    }
+    pod = _pod(labels, {POD_SPREAD_ACROSS_HOSTS: "1"}, {},
+               generateName="virt-launcher-vm-db-2-")  # fmt: skip
+    expected = copy.deepcopy(pod)
+    expected["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": LABEL_ESXI_HOST,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {
+                "matchLabels": {"workload": "vm-db"},
+                "matchExpressions": [OWN_VM_LEFT_OUT],
+            },
+            "matchLabelKeys": ["kubevirt.io/vm-pool-revision-name"],
+        }
+    ]
     return pod, expected
 
 
@@ -346,6 +390,7 @@ CASES = {
     "statefulset-pod-spread": statefulset,
     "virt-launcher-pod": virt_launcher,
     "migration-target-pod": migration_target,
+    "migration-target-spread-annotation": migration_target_spread,
     "required-and-preferred": required_and_preferred,
     "hostname-spreads": hostname_spreads,
     "already-mutated": already_mutated,

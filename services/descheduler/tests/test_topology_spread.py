@@ -20,13 +20,21 @@ from descheduler_builders import (
     cluster,
     decide_once,
     evicted,
+    launcher,
     node,
     pod,
     spread,
+    vmi,
 )
 
+from hostaffinity.descheduler.eviction_planner import (
+    EvictionLimits,
+    EvictionPlanner,
+    PlannerSettings,
+)
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
 from hostaffinity.descheduler.policy import PolicyError, load_policy
+from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies import StrategyArgsError, build_strategy
 from hostaffinity.descheduler.strategies.topology_spread import (
     TopologySpread,
@@ -365,3 +373,58 @@ def test_a_plugin_kept_between_cycles_decides_as_a_fresh_one() -> None:
     assert same_as_fresh() == []  # nowhere to go
     state.upsert_node(node("n5", {ESXI: "esx-b"}))
     assert len(same_as_fresh()) == 1
+
+
+# -- KubeVirt VM replicas -------------------------------------------------------------------------
+
+
+def _vm_replica(name: str, node_name: str, *, migrated: bool = False) -> DeschedulerPod:
+    """A VMIRS replica's virt-launcher pod with a host spread; `migrated`: it was a live
+    migration's target, whose stored spread leaves its own VM out (the admission webhook's)."""
+    uid = f"uid-vmi-{name}"
+    labels = {"app": "db", "kubevirt.io/created-by": uid}
+    written = spread(ESXI, selector={"app": "db"})
+    if migrated:
+        labels["kubevirt.io/migrationJobUID"] = f"uid-migration-{name}"
+        own = {"key": "kubevirt.io/created-by", "operator": "NotIn", "values": [uid]}
+        written["labelSelector"]["matchExpressions"] = [own]
+    return launcher(name, node_name, labels, topology_spread=[written])
+
+
+def _vm_cluster(on: dict[str, str], migrated: str | None) -> ClusterState:
+    """VMIRS `db`'s replicas on nodes n1..n4 (hosts esx-a, esx-b, esx-c, esx-a)."""
+    placements = {"n1": "esx-a", "n2": "esx-b", "n3": "esx-c", "n4": "esx-a"}
+    pods = [_vm_replica(name, n, migrated=name == migrated) for name, n in on.items()]
+    owner = ("VirtualMachineInstanceReplicaSet", "db")
+    vmis = [vmi(name, n, owner=owner) for name, n in on.items()]
+    nodes = [node(n, {ESXI: host}) for n, host in placements.items()]
+    return cluster(nodes, pods, placements=placements, vmis=vmis)
+
+
+def _vm_plan(on: dict[str, str], migrated: str | None) -> list[tuple[str, str | None]]:
+    plan = decide_once(_vm_cluster(on, migrated), plugin())
+    assert all("NotIn" not in action.rule for action in plan.actions)
+    return [(action.pod, action.target) for action in plan.actions]
+
+
+def test_vm_replicas_declare_one_spread_migrated_or_not() -> None:
+    """Hosts [1, 2, 1] are balanced for maxSkew 1. The migrated replica's own spread leaves it
+    out ([0, 2, 1] would be a skew of 2), but it is read as its siblings': nothing moves. Piled
+    on one host, the replicas are balanced as one spread, as if none had migrated."""
+    balanced = {"db-0": "n1", "db-1": "n2", "db-2": "n2", "db-3": "n3"}
+    assert _vm_plan(balanced, migrated="db-0") == []
+    piled = {"db-0": "n1", "db-1": "n1", "db-2": "n4", "db-3": "n4"}
+    moves = _vm_plan(piled, migrated="db-0")
+    assert len(moves) == 3
+    assert moves == _vm_plan(piled, migrated=None)
+
+
+def test_vm_replicas_moved_for_a_spread_cool_down_as_one_workload() -> None:
+    """The cooldown after one replica of the VMIRS moved holds every replica of it."""
+    piled = {"db-0": "n1", "db-1": "n1", "db-2": "n4", "db-3": "n4"}
+    planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
+    planner.record_evicted("default/VirtualMachineInstanceReplicaSet/db")
+    plan = decide_once(_vm_cluster(piled, migrated="db-0"), plugin(), planner=planner)
+    assert plan.actions == []
+    assert plan.skipped
+    assert all("cooling down" in why for skip in plan.skipped for _, why in skip.reasons)

@@ -38,6 +38,7 @@ from hostaffinity.affinity.selectors import (
 )
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
+    LABEL_KUBEVIRT_MIGRATION_JOB,
     LABEL_KUBEVIRT_VMI_UID,
     LABEL_LEGACY_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
@@ -124,6 +125,11 @@ def physical_opt_in(pod: Pod, cluster_wide: bool) -> bool:
 def runs_a_vm(pod: Pod) -> bool:
     """A KubeVirt virt-launcher pod: it carries its VMI's uid."""
     return LABEL_KUBEVIRT_VMI_UID in pod.metadata.labels
+
+
+def migration_target(pod: Pod) -> bool:
+    """The target virt-launcher pod of a KubeVirt live migration (its source still runs)."""
+    return runs_a_vm(pod) and LABEL_KUBEVIRT_MIGRATION_JOB in pod.metadata.labels
 
 
 def without_own_vm(pod: Pod, selector: LabelSelector | None) -> LabelSelector | None:

@@ -9,6 +9,10 @@ each key the pod carries (a null `labelSelector` stays a selector of nothing).
 The physical reading: with the opt-in (pod annotation or cluster-wide), a `kubernetes.io/hostname`
 spread is compiled as a spread over ESXi hosts, exactly as interpod.py reads a hostname
 anti-affinity term: spreading replicas over VMs that share one host is not what the user asked for.
+A KubeVirt migration target's spread read so leaves its own VM out (`kubevirt.io/created-by NotIn
+[its VMI's uid]`), as the admission webhook writes it: the source pod it replaces is leaving, so it
+does not count against its own host, and the target then does not count itself either
+(filtering.go's selfMatchNum is 0 for a pod its own selector does not match).
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from hostaffinity.affinity.interpod import HOST_KEYS, HOSTNAME_KEY, NamespaceScope, physical_opt_in
+from hostaffinity.affinity.interpod import (
+    HOST_KEYS,
+    HOSTNAME_KEY,
+    NamespaceScope,
+    migration_target,
+    physical_opt_in,
+    without_own_vm,
+)
 from hostaffinity.affinity.model import LabelSelector, Pod, TopologySpreadConstraint
 from hostaffinity.affinity.nodeaffinity import required_node_affinity, required_nodes
 from hostaffinity.affinity.selectors import (
@@ -112,11 +123,13 @@ def compile_constraint(
     pod: Pod, constraint: TopologySpreadConstraint, physical: bool
 ) -> SpreadConstraint:
     """One constraint with the scheduler's defaults; `physical` reads hostname as the host key."""
-    key = constraint.topology_key
+    key, written = constraint.topology_key, constraint.label_selector
     if physical and key == HOSTNAME_KEY:
         key = LABEL_ESXI_HOST
+        if migration_target(pod):
+            written = without_own_vm(pod, written)
     selector = merge_label_keys(
-        compile_label_selector(constraint.label_selector),
+        compile_label_selector(written),
         constraint.match_label_keys,
         pod.metadata.labels,
     )

@@ -8,6 +8,7 @@ every service it would otherwise start.
 from __future__ import annotations
 
 import argparse
+from typing import Final
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -17,7 +18,7 @@ from hostaffinity.cli.connections import (
     kubernetes_settings,
     open_api,
 )
-from hostaffinity.runtime.kube import NODES
+from hostaffinity.runtime.kube import NODES, KubeClient, ResourceRef
 
 GET_A_CLUSTER = (
     "get a local cluster with `kind create cluster` or `k3d cluster create` (then run this "
@@ -25,8 +26,29 @@ GET_A_CLUSTER = (
 )
 
 
-async def check_cluster(kubeconfig: str | None, context: str | None, answer_within: float) -> str:
-    """The API server's address once it has answered a node list; else CommandFailed."""
+# KubeVirt's API, asked for so that `make dev` runs the descheduler's KubeVirt side only where
+# the cluster serves it (kind and k3s clusters have none).
+VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
+KUBEVIRT_SERVED: Final = "KubeVirt's API is served"
+KUBEVIRT_ABSENT: Final = "no KubeVirt API"
+
+
+async def serves_kubevirt(client: KubeClient) -> bool:
+    """Whether the API server serves KubeVirt's VirtualMachineInstances to this user."""
+    try:
+        await client.request("GET", VMIS.path(), query={"limit": "1"})
+    except ApiException as error:
+        if error.status in (403, 404):
+            return False
+        raise
+    return True
+
+
+async def check_cluster(
+    kubeconfig: str | None, context: str | None, answer_within: float
+) -> tuple[str, bool]:
+    """The API server's address once it has answered a node list, and whether it serves
+    KubeVirt's API; else CommandFailed."""
     settings = kubernetes_settings(kubeconfig, context, answer_within=answer_within)
     async with open_api(settings) as client:
         try:
@@ -40,16 +62,17 @@ async def check_cluster(kubeconfig: str | None, context: str | None, answer_with
                     "read nodes and pods"
                 ) from None
             raise
-        return client.server
+        return client.server, await serves_kubevirt(client)
 
 
 async def run_check(args: argparse.Namespace) -> int:
     try:
-        server = await check_cluster(args.kubeconfig, args.context, args.timeout)
+        server, kubevirt = await check_cluster(args.kubeconfig, args.context, args.timeout)
     except CommandFailed as missing:
         raise CommandFailed(missing.problem, GET_A_CLUSTER) from None
     path = kubeconfig_path(args.kubeconfig)
-    print(f"cluster: the API server at {server} answers (kubeconfig {path})")
+    said = KUBEVIRT_SERVED if kubevirt else KUBEVIRT_ABSENT
+    print(f"cluster: the API server at {server} answers (kubeconfig {path}); {said}")
     return 0
 
 

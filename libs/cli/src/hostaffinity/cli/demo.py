@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from hostaffinity.cli.cluster_check import serves_kubevirt
 from hostaffinity.cli.connections import kubernetes_settings, open_api
 from hostaffinity.cli.demo_world import (
     EventTail,
     Kube,
+    NotRun,
     StepFailed,
     VCenter,
     following,
@@ -27,7 +30,7 @@ from hostaffinity.cli.demo_world import (
 )
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.seeding import vcenter_settings
-from hostaffinity.runtime.kube import NODES
+from hostaffinity.runtime.kube import NODES, ResourceRef
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
@@ -35,14 +38,12 @@ from hostaffinity.schema import (
     NodeLabelled,
     PodEvicted,
     TopologyEvent,
+    VmiMigrationRequested,
     VmMoved,
 )
 
 QUIET_SECONDS = 5.0  # after the expected evictions, how long no further one may come
-
-
-class NotRun(Exception):
-    """Why a step cannot run here."""
+KUBEVIRT_CRS: Final = ResourceRef("kubevirt.io", "v1", "kubevirts")
 
 
 @dataclass
@@ -228,6 +229,205 @@ async def shared_host_evicts_one(demo: Demo) -> str:
     return f"exactly one replica evicted ({evicted[0].pod}, {evicted[0].strategy})"
 
 
+# -- KubeVirt ----------------------------------------------------------------------------------
+# KubeVirt's part (virt-controller rendering each VMI's virt-launcher pod, bound to its node) is
+# played by the demo, where the cluster serves KubeVirt's API and no KubeVirt runs to do it.
+
+VMIRS: Final = "VirtualMachineInstanceReplicaSet"
+# The descheduler's `Migrating` Event on a VMI names the node it checked for the VM.
+CHECKED_NODE: Final = re.compile(r"target node (\S+) \(addedNodeSelector\)|node (\S+) was checked")
+
+
+async def kubevirt_here(demo: Demo) -> None:
+    """NotRun unless the KubeVirt steps can run: KubeVirt's API served, its controllers absent."""
+    if not await serves_kubevirt(demo.kube.client):
+        raise NotRun("the cluster serves no KubeVirt API (KubeVirt is not installed)")
+    if (await demo.kube.get(KUBEVIRT_CRS.path()))["items"]:
+        raise NotRun(
+            "KubeVirt runs here: its controllers would start the demo's VMIs themselves (the "
+            "demo plays their part where the KubeVirt API is served without them)"
+        )
+
+
+async def kubevirt_hosts(demo: Demo) -> tuple[dict[str, list[str]], str]:
+    """kubevirt_here, then the nodes per ESXi host and the first host with two node VMs."""
+    await kubevirt_here(demo)
+    hosts = await demo.hosts()
+    return hosts, next(host for host in hosts if len(hosts[host]) >= 2)
+
+
+def vmi(
+    name: str,
+    app: str,
+    node: str,
+    *,
+    affinity: dict[str, Any] | None = None,
+    node_selector: dict[str, str] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A running VMI of the VirtualMachineInstanceReplicaSet `app` on `node`, moved by live
+    migration (evictionStrategy LiveMigrate)."""
+    spec: dict[str, Any] = {
+        "domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}},
+        "evictionStrategy": "LiveMigrate",
+    }
+    for key, value in (
+        ("affinity", affinity),
+        ("nodeSelector", node_selector),
+        ("tolerations", tolerations),
+    ):
+        if value:
+            spec[key] = value
+    owner = {"apiVersion": "kubevirt.io/v1", "kind": VMIRS, "name": app, "uid": f"demo-{app}",
+             "controller": True}  # fmt: skip
+    metadata = {"name": name, "labels": {"app": app}, "annotations": annotations or {},
+                "ownerReferences": [owner]}  # fmt: skip
+    status = {"phase": "Running", "nodeName": node,
+              "conditions": [{"type": "LiveMigratable", "status": "True"}]}  # fmt: skip
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": metadata, "spec": spec, "status": status}  # fmt: skip
+
+
+def launcher_pod(created: dict[str, Any]) -> dict[str, Any]:
+    """The virt-launcher pod virt-controller renders for a VMI: its labels (and KubeVirt's),
+    annotations, affinity, nodeSelector and tolerations, bound to the VMI's node."""
+    meta, spec = created["metadata"], created["spec"]
+    labels = {**meta.get("labels", {}), "kubevirt.io": "virt-launcher",
+              "kubevirt.io/created-by": meta["uid"]}  # fmt: skip
+    owner = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+             "name": meta["name"], "uid": meta["uid"], "controller": True,
+             "blockOwnerDeletion": True}  # fmt: skip
+    manifest = pod(f"virt-launcher-{meta['name']}", "", created["status"]["nodeName"])
+    manifest["metadata"] = {"name": manifest["metadata"]["name"], "labels": labels,
+                            "annotations": meta.get("annotations", {}),
+                            "ownerReferences": [owner]}  # fmt: skip
+    for key in ("affinity", "nodeSelector", "tolerations"):
+        if key in spec:
+            manifest["spec"][key] = spec[key]
+    return manifest
+
+
+async def run_vms(demo: Demo, manifests: list[dict[str, Any]]) -> None:
+    """Create the VMIs and their virt-launcher pods."""
+    for manifest in manifests:
+        await demo.kube.create_pod(launcher_pod(await demo.kube.create_vmi(manifest)))
+
+
+async def migrations_requested(demo: Demo, app: str, count: int) -> list[VmiMigrationRequested]:
+    """Wait for `count` live migrations of the app's VMs, then QUIET_SECONDS for no more; more
+    of them, or a VM of the app evicted (restarted) instead, fails the step."""
+    prefix = f"{demo.kube.namespace}/{app}-"
+
+    def requested(events: list[TopologyEvent]) -> list[VmiMigrationRequested]:
+        return [
+            e for e in events if isinstance(e, VmiMigrationRequested) and e.vmi.startswith(prefix)
+        ]
+
+    await demo.events.until(
+        lambda seen: len(requested(seen)) >= count,
+        demo.within,
+        f"{count} live migration(s) of the {app} VMs",
+    )
+    await asyncio.sleep(QUIET_SECONDS)
+    evicted = [e.pod for e in demo.events.seen if isinstance(e, PodEvicted) and app in e.pod]
+    if evicted:
+        raise StepFailed(f"VMs restarted by eviction instead of migrated: {evicted}")
+    moved = requested(demo.events.seen)
+    if len(moved) != count:
+        raise StepFailed(f"expected {count} live migration(s), saw {[e.vmi for e in moved]}")
+    return moved
+
+
+async def checked_targets(demo: Demo, moved: list[VmiMigrationRequested]) -> dict[str, str]:
+    """VMI name -> the node the descheduler checked for it (its `Migrating` Event)."""
+    messages = await demo.kube.event_messages("VirtualMachineInstance", "Migrating")
+    targets = {}
+    for event in moved:
+        name = event.vmi.split("/", 1)[1]
+        found = CHECKED_NODE.search(messages.get(name, ""))
+        if found is None:
+            raise StepFailed(f"no Migrating Event naming the target of VMI {event.vmi}")
+        targets[name] = found.group(1) or found.group(2)
+    return targets
+
+
+async def vm_replicas_migrate_apart(demo: Demo) -> str:
+    await kubevirt_here(demo)
+    hosts = await demo.hosts()
+    piled = hosts[list(hosts)[-1]][0]
+    print(f"   Kubernetes: a drain left the 3 VMs of {VMIRS} vm-web all on {piled}")
+    demo.show(lambda e: isinstance(e, VmiMigrationRequested | PodEvicted))
+    await run_vms(demo, [vmi(f"vm-web-{index}", "vm-web", piled) for index in range(3)])
+    moved = await migrations_requested(demo, "vm-web", 2)
+    if {e.strategy for e in moved} != {"RemoveDuplicates"}:
+        raise StepFailed(f"expected migrations by RemoveDuplicates, saw {moved}")
+    objects = {m["spec"]["vmiName"] for m in await demo.kube.migrations()}
+    names = sorted(e.vmi.split("/", 1)[1] for e in moved)
+    if not set(names) <= objects:
+        raise StepFailed(f"no VirtualMachineInstanceMigration for {names} (have {objects})")
+    return f"2 of the 3 VMs piled on {piled} live-migrate ({', '.join(names)}); none restarted"
+
+
+async def anti_affine_vms_across_a_vmotion(demo: Demo) -> str:
+    hosts, shared = await kubevirt_hosts(demo)
+    first = next(host for host in hosts if host != shared)
+    nodes = [hosts[first][0], hosts[shared][0]]
+    apart = apart_on("kubernetes.io/hostname", "vm-db")
+    opted_in = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
+    await run_vms(demo, [
+        vmi(f"vm-db-{index}", "vm-db", node, affinity=apart, annotations=opted_in)
+        for index, node in enumerate(nodes)
+    ])  # fmt: skip
+    print(
+        f"   Kubernetes: 2 VMs of vm-db, hostname anti-affinity read on the ESXi host (opt-in),"
+        f" on {nodes[0]} ({first}) and {nodes[1]} ({shared})"
+    )
+    await asyncio.sleep(QUIET_SECONDS)  # the descheduler sees them apart first
+    demo.show(
+        lambda e: isinstance(e, VmiMigrationRequested | PodEvicted)
+        or (isinstance(e, VmMoved) and e.node == nodes[1])
+    )
+    print(f"   vCenter: VM {nodes[1]} vMotioned onto {first}, next to {nodes[0]}")
+    await demo.vcenter.vmotion(nodes[1], first)
+    moved = await migrations_requested(demo, "vm-db", 1)
+    ((name, target),) = (await checked_targets(demo, moved)).items()
+    on_host = {node: host for host, members in (await demo.hosts()).items() for node in members}
+    if on_host.get(target) == first:
+        raise StepFailed(f"VM {name} would migrate to {target}, on {first} with the other VM")
+    return f"VM {name} live-migrates to {target} ({on_host.get(target)}), off the shared host"
+
+
+async def vm_node_selector_and_tolerations(demo: Demo) -> str:
+    hosts, host = await kubevirt_hosts(demo)
+    piled, others = hosts[host][0], hosts[host][1:]
+    taint = {"key": "demo.hostaffinity.io/vms", "value": "only", "effect": "NoSchedule"}
+    tolerate = {**taint, "operator": "Equal"}
+    before = {n["metadata"]["name"]: n["spec"].get("taints", []) for n in await demo.kube.nodes()}
+    print(
+        f"   Kubernetes: 2 VMs of vm-edge (nodeSelector {LABEL_ESXI_HOST}={host}, tolerating"
+        f" {taint['key']}) piled on {piled}; {', '.join(others)} tainted {taint['key']}"
+    )
+    demo.show(lambda e: isinstance(e, VmiMigrationRequested | PodEvicted))
+    try:
+        for node in others:
+            await demo.kube.set_taints(node, [*before[node], taint])
+        await run_vms(demo, [
+            vmi(f"vm-edge-{index}", "vm-edge", piled, node_selector={LABEL_ESXI_HOST: host},
+                tolerations=[tolerate])
+            for index in range(2)
+        ])  # fmt: skip
+        moved = await migrations_requested(demo, "vm-edge", 1)
+        targets = await checked_targets(demo, moved)
+    finally:
+        for node in others:
+            await demo.kube.set_taints(node, before[node])
+    if not set(targets.values()) <= set(others):
+        raise StepFailed(f"expected a migration to one of {others}, saw {targets}")
+    ((name, target),) = targets.items()
+    return f"VM {name} live-migrates to {target}: on {host} as selected, its taint tolerated"
+
+
 @dataclass(frozen=True)
 class Step:
     title: str
@@ -240,6 +440,14 @@ STEPS = (
     Step("their DRS rule keeps the VMs apart", drs_rule_made),
     Step("drain + uncordon: the descheduler spreads the piled replicas", drain_spreads),
     Step("a VM moved onto a shared host: exactly one eviction", shared_host_evicts_one),
+    Step("KubeVirt: VM replicas piled by a drain move apart live", vm_replicas_migrate_apart),
+    Step(
+        "KubeVirt: two anti-affine VMs kept on different ESXi hosts across a vMotion",
+        anti_affine_vms_across_a_vmotion,
+    ),
+    Step(
+        "KubeVirt: a VM's nodeSelector and tolerations honoured", vm_node_selector_and_tolerations
+    ),
 )
 
 

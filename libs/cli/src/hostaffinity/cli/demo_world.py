@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from nats.js.api import DeliverPolicy
@@ -35,11 +35,21 @@ from hostaffinity.schema import (
 )
 
 SOURCE_WIDTH = 15
+VMIS: Final = "virtualmachineinstances"
+MIGRATIONS: Final = "virtualmachineinstancemigrations"
 _VM: Any = vim.vm  # data-object constructors pyVmomi leaves untyped
+
+
+class _NotServed(Exception):
+    """The API server does not serve the resource (KubeVirt is not installed)."""
 
 
 class StepFailed(Exception):
     """A check did not hold: what was expected and what was seen."""
+
+
+class NotRun(Exception):
+    """Why a step cannot run here."""
 
 
 @dataclass
@@ -147,18 +157,59 @@ class Kube:
             created = await self.send("PATCH", path, {"status": status}, patch=True)
         return created
 
+    def kubevirt(self, plural: str) -> ResourceRef:
+        """A KubeVirt resource in the demo's namespace."""
+        return ResourceRef("kubevirt.io", "v1", plural, self.namespace)
+
     async def delete_demo_pods(self) -> None:
-        """What a previous run or step left in the demo's namespace goes at once."""
-        for pod in (await self.get(self.pods.path()))["items"]:
+        """What a previous run or step left in the demo's namespace goes at once: pods, and
+        the KubeVirt VMIs and migrations where the cluster serves KubeVirt's API."""
+        await self._delete_all(self.pods)
+        for plural in (VMIS, MIGRATIONS):
+            with contextlib.suppress(_NotServed):
+                await self._delete_all(self.kubevirt(plural))
+
+    async def _delete_all(self, resource: ResourceRef) -> None:
+        try:
+            listed = await self.get(resource.path())
+        except ApiException as error:
+            if error.status == 404:
+                raise _NotServed from None
+            raise
+        for item in listed["items"]:
             try:
                 await self.client.request(
                     "DELETE",
-                    self.pods.path(pod["metadata"]["name"]),
+                    resource.path(item["metadata"]["name"]),
                     query={"gracePeriodSeconds": "0"},
                 )
             except ApiException as error:
                 if error.status != 404:  # gone already: nothing to do
                     raise
+
+    async def create_vmi(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create a VirtualMachineInstance (its status as the manifest says: a VMI has no
+        status subresource)."""
+        created: dict[str, Any] = await self.send(
+            "POST", self.kubevirt(VMIS).path(), manifest
+        )  # fmt: skip
+        return created
+
+    async def migrations(self) -> list[dict[str, Any]]:
+        """The VirtualMachineInstanceMigrations in the demo's namespace."""
+        return list((await self.get(self.kubevirt(MIGRATIONS).path()))["items"])
+
+    async def event_messages(self, kind: str, reason: str) -> dict[str, str]:
+        """The messages of the namespace's Events with that reason, by the object they are about."""
+        events = ResourceRef("", "v1", "events", self.namespace)
+        return {
+            item["involvedObject"]["name"]: item.get("message", "")
+            for item in (await self.get(events.path()))["items"]
+            if item["involvedObject"].get("kind") == kind and item.get("reason") == reason
+        }
+
+    async def set_taints(self, node: str, taints: list[dict[str, str]]) -> None:
+        await self.send("PATCH", NODES.path(node), {"spec": {"taints": taints}}, patch=True)
 
     async def ensure_namespace(self) -> None:
         namespaces = ResourceRef("", "v1", "namespaces")

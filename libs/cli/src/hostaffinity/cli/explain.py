@@ -5,7 +5,8 @@ Every judgement is the affinity engine's: the filter (engine.py) for a pod on no
 standings (standing.py) for a placed one, both worded by explain.py, as the extender and the
 descheduler word them, and the topology spreads' skew per domain (spread_standing.py). The
 history is the event stream's (history.py); the HA audit (ha_audit.py) says when a DRS rule of
-the pod's leaves a node VM unrestartable after one host failure.
+the pod's leaves a node VM unrestartable after one host failure; a virt-launcher pod's
+VirtualMachine placement that waits for a restart is vm_lookup.py's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from hostaffinity.schema.reports import (
     SpreadDomain,
     SpreadView,
     TermView,
+    VmRestartView,
 )
 
 
@@ -124,8 +126,10 @@ def explain_pod(
     engine: AffinityEngine,
     facts: PodFacts,
     events: Sequence[TopologyEvent],
+    vm_restart: VmRestartView | None = None,
 ) -> PodExplanation:
-    """The pod's explanation from one snapshot and the events read after it."""
+    """The pod's explanation from one snapshot and the events read after it (and, for a
+    virt-launcher pod, its VirtualMachine's placement waiting for a restart)."""
     pod = snapshot.pods.get(facts.key)
     if pod is None:  # deleted between the lookup and the snapshot
         raise PodNotFoundError(f"pod {facts.key} does not exist (any more)")
@@ -169,7 +173,7 @@ def explain_pod(
     return PodExplanation(
         pod=pod.key,
         phase=_phase(facts),
-        concerned=host_level or bool(drs) or bool(history),
+        concerned=host_level or bool(drs) or bool(history) or vm_restart is not None,
         location=location(snapshot, pod.spec.node_name) if pod.spec.node_name else Location(""),
         terms=terms,
         feasible_nodes=feasible,
@@ -180,6 +184,7 @@ def explain_pod(
         spreads=spreads,
         host_headroom=headroom,
         ha_failover=failover,
+        vm_restart=vm_restart,
     )
 
 
@@ -265,6 +270,20 @@ def _spreads(spreads: Sequence[SpreadView]) -> str:
     return "\n".join(lines)
 
 
+def _vm_restart(view: VmRestartView) -> str:
+    namespace, _, name = view.vm.partition("/")
+    lines = [f"VirtualMachine {view.vm}: its new placement waits for a restart (RestartRequired)"]
+    for change in view.changes:
+        running = "none" if change.running == "null" else change.running
+        asked = "none" if change.template == "null" else change.template
+        lines.append(f"  {change.field}: the template asks {asked}; the running VMI has {running}")
+    lines.append(
+        "  KubeVirt applies it only when the VM starts again (the Stage rollout strategy): "
+        f"restart it (virtctl restart {name} -n {namespace}), or use the LiveUpdate strategy"
+    )
+    return "\n".join(lines)
+
+
 def _history(history: Sequence[HistoryEntry]) -> str:
     rows = [[h.at, h.type, h.summary] for h in history]
     done = table(["AT", "EVENT", "WHAT"], rows)
@@ -288,6 +307,8 @@ def render_pod(report: PodExplanation) -> str:
         parts.append("topology spreads:\n" + _spreads(report.spreads))
     parts.extend(f"no host to spare: {sentence}" for sentence in report.host_headroom)
     parts.extend(f"no host to fail over to: {sentence}" for sentence in report.ha_failover)
+    if report.vm_restart is not None:
+        parts.append(_vm_restart(report.vm_restart))
     if report.summary:
         rows = [[r.host or "(unknown)", ", ".join(r.nodes), r.message] for r in report.refusals]
         refused = _indented(table(["ESXI HOST", "NODES", "WHY NOT"], rows)) if rows else ""

@@ -40,6 +40,7 @@ from hostaffinity.cli.snapshot import ClusterSnapshot, EngineOptions, build_engi
 from hostaffinity.cli.status import render_status, status_report
 from hostaffinity.cli.streams import stream_views
 from hostaffinity.cli.topology import render_topology, topology_report
+from hostaffinity.cli.vm_lookup import read_vm_restart
 from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.schema import TopologyEvent
 
@@ -217,9 +218,14 @@ async def _explain_pod(args: argparse.Namespace) -> int:
     """Looks the pod up first: a pod that does not exist is said at once."""
     namespace, name = split_pod_key(args.pod)
     facts = await _within(args, "the pod", read_pod(_kubernetes(args), namespace, name))
+    owners = facts.metadata.owner_references
+    restart = await _within(
+        args, "the pod's VirtualMachine", read_vm_restart(_kubernetes(args), namespace, owners)
+    )
     snapshot = await _snapshot(args)
     events = await _events(args, POD_EVENT_TYPES)
-    report = explain_pod(snapshot, build_engine(snapshot, _options(args)), facts, events)
+    engine = build_engine(snapshot, _options(args))
+    report = explain_pod(snapshot, engine, facts, events, restart)
     _print(args, report, render_pod(report))
     return 0
 

@@ -1,13 +1,14 @@
 """The one pod (or node) `explain` asks about, read on its own before the snapshot: a mistyped
 name costs one request instead of a list of every pod, and the pod's API object carries what the
 snapshot's pods leave out (generateName and creation time, to find the pod's admission;
-deletion)."""
+deletion; its owners, to find a virt-launcher pod's VirtualMachine)."""
 
 from __future__ import annotations
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from hostaffinity.affinity.model import OwnerReference
 from hostaffinity.cli.connections import open_api
 from hostaffinity.runtime.config import KubernetesSettings
 from hostaffinity.runtime.kube import NODES, ResourceRef
@@ -28,6 +29,7 @@ class _Meta(msgspec.Struct, frozen=True, rename="camel"):
     generate_name: str = ""
     creation_timestamp: str = ""
     deletion_timestamp: str = ""
+    owner_references: list[OwnerReference] = msgspec.field(default_factory=list)
 
 
 class _Status(msgspec.Struct, frozen=True):

@@ -93,3 +93,8 @@ POD_SPREAD_ACROSS_HOSTS = "hostaffinity.io/spread-across-hosts"
 # podLabels[v1.CreatedByLabel] = string(vmi.UID)). A host-key term read or added by us leaves out
 # pods with the same value, so a VM's own source pod never counts against its migration target.
 LABEL_KUBEVIRT_VMI_UID = "kubevirt.io/created-by"
+
+# KubeVirt's label on a migration's target virt-launcher pod only: the migration's uid
+# (kubevirt/kubevirt staging/src/kubevirt.io/api/core/v1/types.go MigrationJobLabel). A host-key
+# spread of a target leaves its own VM out of the count: the source it replaces is leaving.
+LABEL_KUBEVIRT_MIGRATION_JOB = "kubevirt.io/migrationJobUID"

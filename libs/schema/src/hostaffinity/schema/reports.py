@@ -266,6 +266,23 @@ class SpreadView(_Report, frozen=True):
     why: str = ""
 
 
+class PlacementChange(_Report, frozen=True):
+    """One placement field of a VirtualMachine (`affinity`, `nodeSelector`): what its template
+    asks and what its running VMI has, each as compact JSON (`null`: not set)."""
+
+    field: str
+    template: str
+    running: str
+
+
+class VmRestartView(_Report, frozen=True):
+    """A virt-launcher pod's VirtualMachine whose template's placement its running VMI does not
+    have yet, KubeVirt holding the change for the VM's next start (RestartRequired)."""
+
+    vm: str
+    changes: list[PlacementChange]
+
+
 class PodExplanation(_Report, frozen=True):
     """`hostaffinity explain pod NAMESPACE/NAME -o json`.
 
@@ -278,7 +295,8 @@ class PodExplanation(_Report, frozen=True):
     sentence per required host-level anti-affinity rule whose selected pods (this one included)
     fill every ESXi host the pod may use, so that one more replica -- a rollout's surge pod --
     has nowhere to go. `ha_failover`: one sentence per DRS anti-affinity rule of the pod's that
-    leaves a node VM unrestartable by vSphere HA after one host failure.
+    leaves a node VM unrestartable by vSphere HA after one host failure. `vm_restart`: for a
+    virt-launcher pod, its VirtualMachine's placement that waits for a restart, if any.
     """
 
     pod: str
@@ -294,6 +312,7 @@ class PodExplanation(_Report, frozen=True):
     spreads: list[SpreadView] = msgspec.field(default_factory=list)
     host_headroom: list[str] = msgspec.field(default_factory=list)
     ha_failover: list[str] = msgspec.field(default_factory=list)
+    vm_restart: VmRestartView | None = None
 
 
 class NodeExplanation(_Report, frozen=True):

@@ -48,6 +48,18 @@ and the source's twin does not select the target. The engine's physical reading 
 (interpod.without_own_vm). A pod without that label, or a term with no labelSelector, is left as
 it is; the hostname term itself is never touched.
 
+Topology spreads have no mismatchLabelKeys, and a spread's selector also decides whether the
+pod counts itself (podtopologyspread/filtering.go: selfMatchNum is 1 only when the pod's own
+labels match). So only a migration *target* (KubeVirt labels it `kubevirt.io/migrationJobUID`,
+the source never) gets, on each host-key spread we write (moved or added), the requirement
+`kubevirt.io/created-by NotIn [<its VMI's uid>]`: its source is then not counted, nor is the
+target itself, and a host passes when its replicas other than this VM are at most the fewest
+elsewhere plus maxSkew. Placed back on its own host the VM restores the spread it had, so the
+host of a source above the minimum stays open (counting the source, the target could not return
+to it); elsewhere the check is one looser than a new replica's, which is as close as a label
+selector gets: it cannot count the source out and the target in. A first start keeps the exact
+check. The engine's physical reading does the same (topology_spread.compile_constraint).
+
 Everything is idempotent under reinvocation: a twin, a host requirement or a spread that is
 already there is not added again, and a moved spread is no longer on the hostname key. Nothing
 else in the pod changes.
@@ -69,6 +81,7 @@ from typing import Any, Final, Literal
 
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
+    LABEL_KUBEVIRT_MIGRATION_JOB,
     LABEL_KUBEVIRT_VMI_UID,
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
@@ -323,6 +336,24 @@ def _revision_scoped(constraint: Mapping[str, Any], labels: Mapping[str, str]) -
     return {**constraint, "matchLabelKeys": [*keys, revision]}
 
 
+def without_own_vm_spread(
+    constraint: Mapping[str, Any], labels: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A migration target's host-key spread with its own VM left out of the selector (see the
+    module docstring); any other pod's, or one with no selector or already keyed on the VMI's
+    identity, as it is."""
+    uid = labels.get(LABEL_KUBEVIRT_VMI_UID)
+    target = uid is not None and LABEL_KUBEVIRT_MIGRATION_JOB in labels
+    keys = _sequence(constraint.get("matchLabelKeys"), "matchLabelKeys")
+    written = constraint.get("labelSelector")
+    if not target or written is None or LABEL_KUBEVIRT_VMI_UID in keys:
+        return dict(constraint)
+    selector = _mapping(written, "labelSelector")
+    expressions = _sequence(selector.get("matchExpressions"), "matchExpressions")
+    own = {"key": LABEL_KUBEVIRT_VMI_UID, "operator": "NotIn", "values": [uid]}
+    return {**constraint, "labelSelector": {**selector, "matchExpressions": [*expressions, own]}}
+
+
 def _moved_spread_operations(
     constraints: Sequence[Mapping[str, Any]], labels: Mapping[str, str]
 ) -> list[Operation]:
@@ -338,6 +369,7 @@ def _moved_spread_operations(
             continue
         taken.add(when)
         moved = _revision_scoped(constraint, labels) | {"topologyKey": LABEL_ESXI_HOST}
+        moved = without_own_vm_spread(moved, labels)
         path = f"/spec/topologySpreadConstraints/{position}"
         operations.append({"op": "replace", "path": path, "value": moved})
     return operations
@@ -357,6 +389,7 @@ def _annotated_spread_operations(
         raise UninterpretablePod(
             "the pod has no labels its replicas share, so a spread over hosts cannot select them"
         )
+    constraint = without_own_vm_spread(constraint, labels)
     if "topologySpreadConstraints" in spec:
         return [{"op": "add", "path": "/spec/topologySpreadConstraints/-", "value": constraint}]
     return [{"op": "add", "path": "/spec/topologySpreadConstraints", "value": [constraint]}]

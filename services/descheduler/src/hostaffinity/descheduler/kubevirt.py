@@ -28,8 +28,15 @@ from typing import Annotated, Final, TypeVar
 
 import msgspec
 
-from hostaffinity.affinity.model import Affinity, ObjectMeta, Pod
 from hostaffinity.affinity.model import ApiStruct as _ApiStruct
+from hostaffinity.affinity.model import ObjectMeta, Pod
+from hostaffinity.affinity.vm_placement import (
+    VmCondition,
+    VmPlacement,
+    VmSpec,
+    VmStatus,
+    awaiting_restart,
+)
 
 VIRT_LAUNCHER_LABEL: Final = "kubevirt.io"
 VIRT_LAUNCHER_VALUE: Final = "virt-launcher"
@@ -54,22 +61,14 @@ class _Object(_ApiStruct, frozen=True):
         return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
-class VmiCondition(_ApiStruct, frozen=True):
-    type: str = ""
-    status: str = ""
-    message: str = ""
-
-
-class VmiSpec(_ApiStruct, frozen=True):
+class VmiSpec(VmPlacement, frozen=True):
     eviction_strategy: str | None = None
-    affinity: Affinity | None = None
-    node_selector: dict[str, str] | None = None
 
 
 class VmiStatus(_ApiStruct, frozen=True):
     phase: str = ""
     node_name: str = ""
-    conditions: list[VmiCondition] = msgspec.field(default_factory=list)
+    conditions: list[VmCondition] = msgspec.field(default_factory=list)
 
 
 class VirtualMachineInstance(_Object, frozen=True):
@@ -84,18 +83,6 @@ class VirtualMachineInstance(_Object, frozen=True):
         return False, "the VMI does not report the LiveMigratable condition"
 
 
-class VmTemplate(_ApiStruct, frozen=True):
-    spec: VmiSpec = msgspec.field(default_factory=VmiSpec)
-
-
-class VmSpec(_ApiStruct, frozen=True):
-    template: VmTemplate = msgspec.field(default_factory=VmTemplate)
-
-
-class VmStatus(_ApiStruct, frozen=True):
-    conditions: list[VmiCondition] = msgspec.field(default_factory=list)
-
-
 class VirtualMachine(_Object, frozen=True):
     """A VirtualMachine: its owner (a VirtualMachinePool's VMs are one workload), the placement
     its template asks for, and whether KubeVirt says it needs a restart."""
@@ -106,18 +93,10 @@ class VirtualMachine(_Object, frozen=True):
 
 def placement_awaiting_restart(vm: VirtualMachine, vmi: VirtualMachineInstance | None) -> str:
     """The placement fields the VM's template changed and its running VMI does not have, when
-    KubeVirt holds them for a restart (RestartRequired: the default Stage rollout strategy
-    applies such changes only at the next start); empty otherwise."""
-    if vmi is None or not any(
-        c.type == "RestartRequired" and c.status == "True" for c in vm.status.conditions
-    ):
+    KubeVirt holds them for a restart (vm_placement.awaiting_restart); empty otherwise."""
+    if vmi is None:
         return ""
-    wanted, running = vm.spec.template.spec, vmi.spec
-    pairs = (
-        ("affinity", wanted.affinity, running.affinity),
-        ("nodeSelector", wanted.node_selector or {}, running.node_selector or {}),
-    )
-    return ", ".join(name for name, template, live in pairs if template != live)
+    return ", ".join(awaiting_restart(vm.spec.template.spec, vmi.spec, vm.status.conditions))
 
 
 def vm_owner(obj: _Object) -> tuple[str, str] | None:

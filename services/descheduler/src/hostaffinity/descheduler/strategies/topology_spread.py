@@ -16,6 +16,11 @@ What differs, each on purpose:
 - a constraint counts every pod kube-scheduler counts (its namespace, its selector, not
   terminating); `namespaces` and `labelSelector` choose the pods whose constraints are balanced
   and the pods that may be evicted, as upstream's pod filter does;
+- a KubeVirt VM replica's constraint is read as its workload's: the requirement a migration
+  target's host-key spread carries to leave its own VM out (`kubevirt.io/created-by NotIn [its
+  VMI's uid]`, written by the admission webhook and the engine's physical reading so that the
+  source it replaces does not count) is dropped, so every replica of a VirtualMachine, VMIRS or
+  VirtualMachinePool declares the same constraint and counts in it, migrated or not;
 - each pod to move is one Violation for the eviction planner, whose node fit (the engine's
   kube-scheduler filter, PodTopologySpread included) always holds. `topologyBalanceNodeFit`
   (default true) further requires the target's domain to be below the ideal average, counted
@@ -34,7 +39,7 @@ import msgspec
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import NamespaceScope
 from hostaffinity.affinity.nodeaffinity import required_node_affinity
-from hostaffinity.affinity.selectors import IN
+from hostaffinity.affinity.selectors import IN, NOT_IN, Requirement, Selector
 from hostaffinity.affinity.topology_spread import (
     DO_NOT_SCHEDULE,
     SCHEDULE_ANYWAY,
@@ -52,6 +57,7 @@ from hostaffinity.descheduler.strategies.base import (
     eviction_order,
 )
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.schema.names import LABEL_KUBEVIRT_VMI_UID
 
 ACTIONS: Final = (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)
 
@@ -208,9 +214,10 @@ class TopologySpread:
         groups = []
         record = state.index.pod(pod.key)  # the index compiled its spreads when it took it
         spreads = record.spreads if record is not None else state.engine.spreads(pod)
-        for constraint in spreads:
-            if constraint.when_unsatisfiable not in self._actions:
+        for declared in spreads:
+            if declared.when_unsatisfiable not in self._actions:
                 continue
+            constraint = workload_constraint(pod, declared)
             inclusion = msgspec.json.encode(
                 (
                     affinity if constraint.honors_node_affinity and not affinity.is_empty else None,
@@ -301,6 +308,19 @@ class TopologySpread:
             return there < ideal
 
         return improves
+
+
+def workload_constraint(pod: DeschedulerPod, constraint: SpreadConstraint) -> SpreadConstraint:
+    """The constraint without the requirement that leaves the pod's own VM out, if it has it."""
+    uid = pod.metadata.labels.get(LABEL_KUBEVIRT_VMI_UID)
+    if uid is None:
+        return constraint
+    own = Requirement(LABEL_KUBEVIRT_VMI_UID, NOT_IN, frozenset((uid,)))
+    requirements = constraint.selector.requirements
+    if own not in requirements:
+        return constraint
+    kept = Selector(tuple(r for r in requirements if r != own), constraint.selector.nothing)
+    return msgspec.structs.replace(constraint, selector=kept)
 
 
 def _anchor_slots(group: SpreadGroup) -> list[tuple[str, str | None, str | None]]:
