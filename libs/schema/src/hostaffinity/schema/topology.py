@@ -26,7 +26,11 @@ class NodePlacement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
-    """An ESXi host as vCenter last described it: the value of `host.<host-moid>`."""
+    """An ESXi host as vCenter last described it: the value of `host.<host-moid>`.
+
+    `entering_maintenance` is true while an EnterMaintenanceMode task on the host is queued or
+    running (DRS evacuating it), before `in_maintenance_mode` turns true.
+    """
 
     moid: str
     name: str
@@ -36,6 +40,7 @@ class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
     datacenter: str
     connection_state: str
     in_maintenance_mode: bool
+    entering_maintenance: bool = False
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
