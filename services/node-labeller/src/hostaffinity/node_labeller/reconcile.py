@@ -239,6 +239,7 @@ def reconcile_host(
         datacenter=facts.datacenter,
         connection_state=facts.connection_state,
         in_maintenance_mode=facts.in_maintenance_mode,
+        entering_maintenance=facts.entering_maintenance,
     )
     return HostActions(put=host) if kv_stale or host != previous else HostActions()
 
