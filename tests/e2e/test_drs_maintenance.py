@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyVmomi import vim
 
 from hostaffinity.runtime.bus import Bus
@@ -36,6 +37,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     wait_ready,
 )
+from tests.integration.cli_runner import Cli
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
@@ -59,12 +61,30 @@ def task_state(task: Any) -> str:
     return str(task.info.state)
 
 
+async def said_by_the_cli(cli: Cli, rule: str, host: str) -> None:
+    """`explain pod` and `status` name the held rule and the host it is held for."""
+    _, explained = await cli.json("explain", "pod", "default/web-1")
+    (view,) = explained["drs_rules"]
+    assert view["name"] == rule
+    assert host in view["held_because"]
+    held = [h["summary"] for h in explained["history"] if h["type"] == "drs.rule.held"]
+    assert len(held) == 1
+    assert host in held[0]
+    _, status = await cli.json("status")
+    (line,) = status["held_rules"]
+    assert line.startswith(f"{rule} in cluster ")
+    assert host in line
+    _, text, _ = await cli("status")
+    assert f"DRS rules held for host maintenance:\n  - {rule}" in text
+
+
 async def test_a_host_entering_maintenance_gets_the_blocking_rule_held_first_and_back_after(
     vcsim: VcsimFactory,
     nats_server: NatsServer,
     kube_double: KubeDouble,
     kubeconfig: Path,
     bus: Bus,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     vc = vcsim(hosts=3, vm_names=NODES, enter_maintenance_seconds=ENTERING_SECONDS)
     for name in NODES:
@@ -97,6 +117,7 @@ async def test_a_host_entering_maintenance_gets_the_blocking_rule_held_first_and
             ((record_key, record),) = (await records(bus)).items()
             assert host._moId in record.held_because
             assert (record.state, record.vms) == ("applied", vms)
+            await said_by_the_cli(Cli(kubeconfig, nats_server, capsys), name, host._moId)
 
             exit_task = host.ExitMaintenanceMode_Task(timeout=0)
             await eventually(lambda: task_state(exit_task) == "success", "maintenance ended", 5)

@@ -227,6 +227,14 @@ async def _status(args: argparse.Namespace) -> int:
     async with open_bus(nats_settings(args)) as bus:
         last = await _within(args, "the events stream", last_of_each_type(bus))
         streams = await _within(args, "the streams' state", stream_views(bus))
-    report = status_report(datetime.now(UTC), leases, last, len(exposure.workloads), streams, tight)
+    report = status_report(
+        datetime.now(UTC),
+        leases,
+        last,
+        len(exposure.workloads),
+        streams,
+        tight,
+        snapshot.drs_records,
+    )
     _print(args, report, render_status(report))
     return 1 if report.problems else 0

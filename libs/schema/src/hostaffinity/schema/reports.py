@@ -181,7 +181,8 @@ class Refusal(_Report, frozen=True):
 
 
 class DrsRuleView(_Report, frozen=True):
-    """A DRS rule or group the drs-translator holds an ownership record of for the pod."""
+    """A DRS rule or group the drs-translator holds an ownership record of for the pod;
+    `held_because` says why it is disabled for now (a host's maintenance), empty when enforced."""
 
     name: str
     kind: str
@@ -190,6 +191,7 @@ class DrsRuleView(_Report, frozen=True):
     vms: list[str]
     reason: str = ""
     applied_at: str = ""
+    held_because: str = ""
 
 
 class HistoryEntry(_Report, frozen=True):
@@ -308,7 +310,9 @@ class StatusReport(_Report, frozen=True):
     (a service with no live leader, dead letters, a replica not current, exposed workloads, rules
     with no host to spare); the command exits 1 when it is not empty. `at` is when the report was
     made. `no_host_to_spare`: per required host-level anti-affinity rule whose replicas fill every
-    usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock)."""
+    usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock).
+    `held_rules`: `rule in cluster: why` for each DRS rule the drs-translator holds (disabled) so
+    that a host can enter maintenance mode; expected while a host is patched, not a problem."""
 
     at: str
     services: list[ServiceView]
@@ -317,3 +321,4 @@ class StatusReport(_Report, frozen=True):
     streams: list[StreamView]
     problems: list[str]
     no_host_to_spare: list[str] = msgspec.field(default_factory=list)
+    held_rules: list[str] = msgspec.field(default_factory=list)
