@@ -352,7 +352,8 @@ def _plan_vm_rules(cluster: str, graph: _Graph, hosts: _ClusterHosts, result: Pl
                 obj,
                 "too-few-hosts",
                 f"{len(vms)} VMs must be on different hosts, but cluster {cluster} has "
-                f"{hosts.usable} usable hosts (connected, not in maintenance)",
+                f"{hosts.usable + len(hosts.away)} connected hosts (counting those in or "
+                "entering maintenance)",
             )
             continue
         split = [c for c in components if len(c & clique.vms) >= 2]
