@@ -82,11 +82,18 @@ class Inventory:
         self._vms_by_name: dict[str, set[str]] = defaultdict(set)
         self._vms_by_guest_hostname: dict[str, set[str]] = defaultdict(set)
         self._vms_by_host: dict[str, set[str]] = defaultdict(set)
+        # Task moids: a host's state reads only these, not every object of the inventory.
+        self._tasks: set[str] = set()
 
     def apply(self, update: ObjectUpdate) -> set[str] | None:
         """Apply one update; return the VM moids whose placement may have changed (None: all)."""
         if update.obj_type == VM:
             self._unindex_vm(update.moid)
+        if update.obj_type == TASK:
+            if update.kind == "leave":
+                self._tasks.discard(update.moid)
+            else:
+                self._tasks.add(update.moid)
         if update.kind == "leave":
             self._objects.pop(update.moid, None)
         else:
@@ -147,12 +154,11 @@ class Inventory:
 
     def _entering_maintenance(self, host_moid: str) -> bool:
         """Whether an EnterMaintenanceMode task on the host is queued or running. vCenter keeps
-        a few hundred recent tasks at most, so a scan costs little."""
+        a few hundred recent tasks at most, so a scan of the tasks costs little."""
         return any(
-            obj.obj_type == TASK
-            and self.host_of_task(moid) == host_moid
-            and obj.props.get("info.state") in UNFINISHED_TASK_STATES
-            for moid, obj in self._objects.items()
+            self.host_of_task(moid) == host_moid
+            and self._objects[moid].props.get("info.state") in UNFINISHED_TASK_STATES
+            for moid in self._tasks
         )
 
     def host_moids(self) -> list[str]:
