@@ -29,7 +29,7 @@ from tests.e2e.drs_harness import (
     running_translator,
     vm,
 )
-from tests.e2e.harness import eventually
+from tests.e2e.harness import default_events, eventually
 from tests.e2e.labeller_harness import (
     labeller_config,
     node_object,
@@ -130,6 +130,13 @@ async def test_a_host_entering_maintenance_gets_the_blocking_rule_held_first_and
             assert host._moId in record.held_because
             assert (record.state, record.vms) == ("applied", vms)
             await said_by_the_cli(Cli(kubeconfig, nats_server, capsys), name, host._moId)
+            on_pods = [e for e in await default_events(kube_double) if e["reason"] == "DrsRuleHeld"]
+            assert sorted(e["involvedObject"]["name"] for e in on_pods) == [
+                "web-1",
+                "web-2",
+                "web-3",
+            ]
+            assert all(host._moId in e["message"] for e in on_pods)
 
             exit_task = host.ExitMaintenanceMode_Task(timeout=0)
             await eventually(lambda: task_state(exit_task) == "success", "maintenance ended", 5)
