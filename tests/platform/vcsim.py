@@ -138,13 +138,16 @@ class VcsimFactory:
         duplicate_uuid: Sequence[tuple[str, str]] = (),
         rename_host: Mapping[str, str] | None = None,
         maintenance: Sequence[str] = (),
+        enter_maintenance_seconds: float = 0.0,
         tls: ServingIdentity | None = None,
         timeout: float = STARTUP_TIMEOUT_SECONDS,
     ) -> Vcsim:
         """Start one vcsim. `vm_names` overrides `vms`/`vm_prefix`; each `duplicate_uuid` pair
         (a, b) gives VM b the BIOS UUID of VM a; `rename_host` maps a host name or moid to a new
-        name; `maintenance` lists hosts (name or moid) that start in maintenance mode; `tls`
-        serves https with that certificate."""
+        name; `maintenance` lists hosts (name or moid) that start in maintenance mode;
+        `enter_maintenance_seconds` > 0 makes EnterMaintenanceMode_Task run that long, reported
+        to property collectors as vCenter does (tools/vcsim/main.go); `tls` serves https with
+        that certificate."""
         args = [
             "-listen=127.0.0.1:0",
             f"-login={USERNAME}:{PASSWORD}",
@@ -158,6 +161,8 @@ class VcsimFactory:
         args += [f"-duplicate-uuid={a},{b}" for a, b in duplicate_uuid]
         args += [f"-rename-host={old}={new}" for old, new in (rename_host or {}).items()]
         args += [f"-maintenance={host}" for host in maintenance]
+        if enter_maintenance_seconds > 0:
+            args.append(f"-enter-maintenance-seconds={enter_maintenance_seconds}")
         workdir = self.workdirs()
         ca_file = None
         if tls is not None:

@@ -8,6 +8,9 @@
 // 0.24's simulator ignores, so tests can set HA as an administrator would (see withDasConfig).
 // Besides the SOAP API under /sdk it serves the vSphere Automation (REST) API under /rest, where
 // tag categories, tags and tag associations live (tests create and attach them there).
+// With -enter-maintenance-seconds, EnterMaintenanceMode_Task behaves as vCenter's does while DRS
+// evacuates the host: the call returns a running task at once, the task stays running for that
+// long, and only then does the host report runtime.inMaintenanceMode (slowMaintenance below).
 //
 // With -tls-cert and -tls-key it serves https with that certificate (a test's own CA signs it, as a
 // site's VMCA signs vCenter's), else plain http.
@@ -27,9 +30,11 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
@@ -67,6 +72,7 @@ func main() {
 	flag.Var(&dupUUID, "duplicate-uuid", "vmA,vmB: give vmB the BIOS UUID (config.uuid) of vmA (repeatable)")
 	flag.Var(&renames, "rename-host", "HOST=NEW NAME: rename a host, by name or moid (repeatable)")
 	flag.Var(&maintenance, "maintenance", "HOST: put a host, by name or moid, in maintenance mode (repeatable)")
+	enterSeconds := flag.Float64("enter-maintenance-seconds", 0, "how long EnterMaintenanceMode_Task stays running before the host is in maintenance mode (0: vcsim's own, immediate and unreported to property collectors)")
 	flag.Parse()
 
 	model := simulator.VPX()
@@ -99,6 +105,11 @@ func main() {
 	defer server.Close()
 	// No request has been served yet: the handler can still be wrapped without a race.
 	server.Config.Handler = withDasConfig(server.Config.Handler)
+	if *enterSeconds > 0 {
+		// Before any client connects: the http.Server reads its Handler on every request.
+		delay := time.Duration(*enterSeconds * float64(time.Second))
+		server.Config.Handler = &slowMaintenance{next: server.Config.Handler, delay: delay}
+	}
 
 	if err := shapeInventory(server.URL, nodeNames(*names, *prefix, *vms), dupUUID, maintenance); err != nil {
 		log.Fatalf("shape inventory: %v", err)
@@ -392,4 +403,64 @@ func mergeOptions(have, in []types.BaseOptionValue) []types.BaseOptionValue {
 		}
 	}
 	return out
+}
+
+// slowMaintenance answers EnterMaintenanceMode_Task and ExitMaintenanceMode_Task itself, the way
+// vCenter does, where vcsim 0.24 (simulator/host_system.go EnterMaintenanceModeTask) finishes the
+// task before it answers and sets runtime.inMaintenanceMode without telling property collectors.
+// Here the call returns a running task (in TaskManager.recentTask, descriptionId
+// HostSystem.enterMaintenanceMode, as vCenter names it); the host enters maintenance mode `delay`
+// later, through the registry so that WaitForUpdatesEx reports it, and the task then succeeds.
+// Exit is immediate and reported. Every other request goes to vcsim untouched. The session is
+// checked by its cookie only: vcsim's session table is not exported.
+type slowMaintenance struct {
+	next  http.Handler
+	delay time.Duration
+}
+
+var maintenanceCall = regexp.MustCompile(`<(Enter|Exit)MaintenanceMode_Task\b[^>]*>\s*<_this[^>]*>([^<]+)</_this>`)
+
+func (m *slowMaintenance) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	found := maintenanceCall.FindSubmatch(body)
+	if found == nil {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	ref := types.ManagedObjectReference{Type: "HostSystem", Value: string(found[2])}
+	host, ok := simulator.Map.Get(ref).(*simulator.HostSystem)
+	if _, err := r.Cookie("vmware_soap_session"); err != nil || !ok {
+		m.next.ServeHTTP(w, r) // vcsim answers with its own fault
+		return
+	}
+	entering := string(found[1]) == "Enter"
+	name, delay := "exitMaintenanceMode", time.Duration(0)
+	if entering {
+		name, delay = "enterMaintenanceMode", m.delay
+	}
+	task := simulator.CreateTask(host, name, func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		time.Sleep(delay)
+		simulator.Map.WithLock(host, func() {
+			simulator.Map.Update(host, []types.PropertyChange{{Name: "runtime.inMaintenanceMode", Val: entering}})
+		})
+		return nil, nil
+	})
+	if entering {
+		go task.Run()
+	} else {
+		task.Run()
+	}
+	w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><soapenv:Body><%sMaintenanceMode_TaskResponse xmlns="urn:vim25"><returnval type="Task">%s</returnval></%sMaintenanceMode_TaskResponse></soapenv:Body></soapenv:Envelope>`,
+		found[1], task.Self.Value, found[1])
 }

@@ -102,7 +102,9 @@ def placement(node: str, vm: str, host: str, cluster: str = "domain-c1") -> Node
     )
 
 
-def host(moid: str, cluster: str = "domain-c1", *, maintenance: bool = False) -> EsxiHost:
+def host(
+    moid: str, cluster: str = "domain-c1", *, maintenance: bool = False, entering: bool = False
+) -> EsxiHost:
     return EsxiHost(
         moid=moid,
         name=moid,
@@ -112,6 +114,7 @@ def host(moid: str, cluster: str = "domain-c1", *, maintenance: bool = False) ->
         datacenter="DC0",
         connection_state="connected",
         in_maintenance_mode=maintenance,
+        entering_maintenance=entering,
     )
 
 
@@ -144,8 +147,19 @@ def run_plan(
     return plan(index, placements, hosts, pods, PlannerSettings(vcenter=VCENTER, **settings))
 
 
+def held(result: Plan) -> dict[str, str]:
+    """Rule name → `held_because` of every rule planned disabled for a host's maintenance."""
+    return {
+        name: obj.held_because
+        for cluster in result.clusters.values()
+        for name, obj in cluster.objects.items()
+        if not obj.enabled
+    }
+
+
 def rules(result: Plan, kind: str = "vm-anti-affinity") -> list[tuple[str, ...]]:
-    """The VM sets of the planned objects of one kind, over all clusters, sorted."""
+    """The VM sets of the planned objects of one kind (held ones too), over all clusters,
+    sorted."""
     return sorted(
         obj.vms
         for cluster in result.clusters.values()

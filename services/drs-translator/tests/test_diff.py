@@ -1,5 +1,7 @@
 """Ownership in the diff: only prefixed *and* recorded objects are ever edited or removed."""
 
+from dataclasses import replace
+
 from hostaffinity.drs_translator.diff import diff_cluster
 from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.schema import DrsOwnership, DrsRecordState
@@ -92,3 +94,31 @@ def test_held_rule_is_neither_edited_nor_removed() -> None:
     actual = {OURS.name: anti(OURS.name, "vm1", "vm3", key=7)}
     diff = diff_cluster({}, {OURS.name}, {OURS.name: record(OURS)}, actual)
     assert (ops(diff), diff.forget) == ([], [])
+
+
+HELD = replace(OURS, enabled=False, held_because="held so that hosts h2 can enter maintenance")
+
+
+def test_holding_a_rule_is_an_edit_to_disabled_and_the_held_record_is_no_drift() -> None:
+    enforced = {OURS.name: replace(OURS, key=7)}
+    diff = diff_cluster({HELD.name: HELD}, set(), {OURS.name: record(OURS)}, enforced)
+    assert ops(diff) == [("edit", OURS.name, 7)]
+    assert not diff.changes[0].obj.enabled
+    disabled = {OURS.name: replace(HELD, key=7)}
+    settled = diff_cluster({HELD.name: HELD}, set(), {HELD.name: record(HELD)}, disabled)
+    assert (ops(settled), settled.drift, settled.confirm) == ([], [], [])
+
+
+def test_restoring_a_held_rule_is_an_edit_to_enabled() -> None:
+    disabled = {OURS.name: replace(HELD, key=7)}
+    diff = diff_cluster({OURS.name: OURS}, set(), {HELD.name: record(HELD)}, disabled)
+    assert ops(diff) == [("edit", OURS.name, 7)]
+    assert diff.changes[0].obj.enabled
+    assert not diff.drift
+
+
+def test_a_held_rule_enabled_by_hand_is_drift_and_disabled_again() -> None:
+    enabled = {OURS.name: replace(OURS, key=7)}
+    diff = diff_cluster({HELD.name: HELD}, set(), {HELD.name: record(HELD)}, enabled)
+    assert ops(diff) == [("edit", OURS.name, 7)]
+    assert [d.change for d in diff.drift] == ["edited"]

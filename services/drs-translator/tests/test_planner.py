@@ -4,7 +4,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from drs_builders import host, placement, pod, rules, run_plan, topology
+from drs_builders import held, host, placement, pod, rules, run_plan, topology
 
 from hostaffinity.affinity.interpod import HOSTNAME_KEY, apply_label_keys
 from hostaffinity.drs_translator.rules import object_name
@@ -231,10 +231,48 @@ def test_more_anti_affine_vms_than_usable_hosts_is_a_conflict_and_held() -> None
     assert conflict.name in result.clusters["domain-c1"].held
 
 
-def test_a_host_in_maintenance_is_not_usable() -> None:
-    hosts = dict(HOSTS) | {"h2": host("h2", maintenance=True)}
+@pytest.mark.parametrize(
+    "state", [{"maintenance": True}, {"entering": True}], ids=["in-maintenance", "entering"]
+)
+def test_a_rule_the_hosts_left_cannot_satisfy_is_held_disabled_not_dropped(
+    state: dict[str, bool],
+) -> None:
+    """DRS would not evacuate h2 while 3 VMs must be apart on the 2 hosts left: the rule is
+    sent disabled, saying why, and no conflict is reported (nothing was refused)."""
+    hosts = dict(HOSTS) | {"h2": host("h2", **state)}
     result = run_plan(replicas("node1", "node2", "node3"), PLACEMENTS, hosts)
+    assert rules(result) == [("vm1", "vm2", "vm3")]
+    ((name, because),) = held(result).items()
+    assert "h2" in because
+    assert "3 VMs kept apart, 2 hosts left" in because
+    assert result.clusters["domain-c1"].maintenance_holds == {name: ("h2",)}
+    assert not result.conflicts
+
+
+def test_a_rule_the_hosts_satisfy_without_the_one_leaving_stays_enforced() -> None:
+    hosts = dict(HOSTS) | {"h2": host("h2", entering=True)}
+    result = run_plan(replicas("node1", "node2"), PLACEMENTS, hosts)
+    assert rules(result) == [("vm1", "vm2")]
+    assert held(result) == {}
+
+
+def test_more_vms_than_all_hosts_stays_a_conflict_whatever_the_maintenance() -> None:
+    hosts = dict(HOSTS) | {"h2": host("h2", entering=True)}
+    result = run_plan(replicas("node1", "node2", "node3", "node4"), PLACEMENTS, hosts)
+    assert rules(result) == []
     assert [c.reason for c in result.conflicts] == ["too-few-hosts"]
+
+
+def test_a_must_vm_host_rule_onto_hosts_all_entering_maintenance_is_held() -> None:
+    hosts = dict(HOSTS) | {"h0": host("h0", entering=True)}
+    pods = [pod("a", "node1", on_hosts=["h0"])]
+    result = run_plan(pods, PLACEMENTS, hosts, vm_host_mandatory=True)
+    objects = {o.kind: o for o in result.clusters["domain-c1"].objects.values()}
+    assert not objects["vm-host"].enabled
+    assert "h0" in objects["vm-host"].held_because
+    assert objects["vm-group"].enabled
+    should = run_plan(pods, PLACEMENTS, hosts)  # "should" rules never block an evacuation
+    assert held(should) == {}
 
 
 def test_a_pair_kept_together_and_apart_is_a_conflict_for_both_rules() -> None:
@@ -377,10 +415,10 @@ SPREAD_CASES = {
         HOSTS,
         [],
     ),
-    "a host in maintenance leaves 2 hosts for 3 replicas: nothing": (
+    "a host in maintenance still counts: the rule is planned, held (below)": (
         spread_replicas("node1", "node2", "node3"),
         ONE_HOST_IN_MAINTENANCE,
-        [],
+        [("vm1", "vm2", "vm3")],
     ),
     "maxSkew 2: nothing": (
         spread_replicas("node1", "node2", "node3", spread={"maxSkew": 2}),
@@ -434,6 +472,13 @@ def test_host_spread_becomes_anti_affinity_only_where_it_means_one_per_host(case
     assert rules(result) == expected
     assert not result.conflicts
     assert not result.untranslatable
+
+
+def test_host_spread_rule_is_held_while_a_host_is_in_maintenance() -> None:
+    result = run_plan(
+        spread_replicas("node1", "node2", "node3"), PLACEMENTS, ONE_HOST_IN_MAINTENANCE
+    )
+    assert len(held(result)) == 1
 
 
 def _on_ssd(pods: list[Any]) -> list[Any]:

@@ -161,7 +161,7 @@ IDENTITIES: Final = (
         read_bucket(TOPOLOGY_BUCKET),
         read_bucket(DRS_BUCKET),
         write_bucket(DRS_BUCKET),
-        publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift"),
+        publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift", "drs.rule.held"),
     ),
     _identity(
         "admission-webhook",

@@ -154,6 +154,7 @@ def explain_pod(
             vms=r.vms,
             reason=r.reason,
             applied_at=r.applied_at,
+            held_because=r.held_because,
         )
         for r in snapshot.drs_records
         if pod.key in r.pods
@@ -315,8 +316,9 @@ def render_pod(report: PodExplanation) -> str:
         fits = f"\n  fits: {', '.join(report.feasible_nodes)}" if report.feasible_nodes else ""
         parts.append(f"scheduling now: {report.summary}{fits}\n{refused}".rstrip())
     for rule in report.drs_rules:
+        state = f"held: {rule.held_because}" if rule.held_because else rule.state
         parts.append(
-            f"DRS {rule.kind} rule {rule.name} in cluster {rule.cluster_moid} ({rule.state}) "
+            f"DRS {rule.kind} rule {rule.name} in cluster {rule.cluster_moid} ({state}) "
             f"over VMs {', '.join(rule.vms)}" + (f": {rule.reason}" if rule.reason else "")
         )
     parts.append(_history(report.history) if report.history else "no hostaffinity events")

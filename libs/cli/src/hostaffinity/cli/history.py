@@ -15,6 +15,7 @@ from typing import Final
 
 from hostaffinity.cli.leases import parse_time
 from hostaffinity.schema import (
+    DrsRuleHeld,
     DrsRulesApplied,
     ExtenderDecision,
     NodeLabelled,
@@ -33,6 +34,7 @@ POD_EVENT_TYPES: Final = (
     "pod.mutated",
     "extender.decision",
     "drs.rules.applied",
+    "drs.rule.held",
     "pod.evicted",
     "vmi.migration.requested",
 )
@@ -87,6 +89,8 @@ def _about_pod(event: TopologyEvent, pod: PodIdentity, drs_rules: Collection[str
             return event.pod == pod.key
         case DrsRulesApplied():
             return any(n in drs_rules for n in (*event.added, *event.edited, *event.removed))
+        case DrsRuleHeld():
+            return event.name in drs_rules
     return False
 
 
@@ -154,6 +158,8 @@ def summary(event: TopologyEvent) -> str:
             ]
             plan = " (dry run: planned only)" if event.dry_run else ""
             return f"DRS rules in cluster {event.cluster_moid}: {'; '.join(changes)}{plan}"
+        case DrsRuleHeld():
+            return f"DRS rule {event.name} in cluster {event.cluster_moid}: {event.message}"
         case PodEvicted():
             return f"{event.result} from node {event.node} by {event.strategy}: {event.rule}"
         case VmiMigrationRequested():

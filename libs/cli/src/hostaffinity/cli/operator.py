@@ -257,6 +257,7 @@ async def _status(args: argparse.Namespace) -> int:
         streams,
         tight,
         HaAudit(snapshot).rules_without_failover_room(),
+        snapshot.drs_records,
     )
     _print(args, report, render_status(report))
     return 1 if report.problems else 0

@@ -4,6 +4,7 @@ attention when it is not.
 Each leader-elected service's Lease (leases.py), the last event each service published, the
 exposure count (the exposure report's), the dead letters waiting, each stream's replicas, and the
 HA audit's rules that leave a node VM unrestartable after one host failure (ha_audit.py).
+DRS rules held so that a host can enter maintenance mode (listed, not a problem).
 Anything that needs a person becomes one sentence in `problems`, and the command exits 1.
 """
 
@@ -19,7 +20,7 @@ from hostaffinity.affinity.headroom import HostHeadroom
 from hostaffinity.cli.ha_audit import failover_sentence
 from hostaffinity.cli.leases import LEADER_ELECTED, Lease, leadership, parse_time
 from hostaffinity.cli.tables import table
-from hostaffinity.schema import DLQ_STREAM, TopologyEvent, utc_timestamp
+from hostaffinity.schema import DLQ_STREAM, DrsOwnership, TopologyEvent, utc_timestamp
 from hostaffinity.schema.reports import ServiceView, StatusReport, StreamView, UnrestartableVm
 
 # Every service, in the order the pipeline runs; the extender holds no Lease.
@@ -75,6 +76,7 @@ def status_report(
     streams: Sequence[StreamView],
     no_host_to_spare: Sequence[HostHeadroom] = (),
     ha_unrestartable: Mapping[str, Sequence[UnrestartableVm]] | None = None,
+    drs_records: Sequence[DrsOwnership] = (),
 ) -> StatusReport:
     """The report at `now`, with a sentence for everything that needs attention."""
     last = _last_events(last_events)
@@ -120,6 +122,11 @@ def status_report(
         problems=problems,
         no_host_to_spare=[f"{tight.pod}: {tight.sentence()}" for tight in no_host_to_spare],
         ha_unrestartable=[failover_sentence(rule, vms) for rule, vms in sorted(stranded.items())],
+        held_rules=[
+            f"{r.name} in cluster {r.cluster_moid}: {r.held_because}"
+            for r in drs_records
+            if r.held_because
+        ],
     )
 
 
@@ -154,6 +161,9 @@ def render_status(report: StatusReport) -> str:
         table(["STREAM", "MESSAGES", "REPLICAS", "LEADER", "REPLICA STATE"], stream_rows),
         f"exposed workloads: {report.exposed_workloads}; dead letters: {report.dlq_depth}",
     ]
+    if report.held_rules:
+        held = "\n".join(f"  - {h}" for h in report.held_rules)
+        parts.append("DRS rules held for host maintenance:\n" + held)
     if report.problems:
         parts.append("needs attention:\n" + "\n".join(f"  - {p}" for p in report.problems))
     if report.no_host_to_spare:

@@ -23,7 +23,9 @@ class DrsOwnership(msgspec.Struct, frozen=True, kw_only=True):
     `vms`/`hosts` are managed object ids, sorted. A VM-Host rule names its groups in `vm_group`
     and `host_group`. `pods` are the `namespace/name`s that asked for it, `reason` says which term
     in words. `state` is `pending` from the moment we decide to write until vCenter confirmed,
-    `applied` after, `removing` while a removal is in flight.
+    `applied` after, `removing` while a removal is in flight. `held_because` is set while the
+    rule is held (disabled in vCenter, record and name kept) so that a host can enter maintenance
+    mode, and says why; it is empty while DRS enforces the rule.
     """
 
     vcenter: str
@@ -40,6 +42,7 @@ class DrsOwnership(msgspec.Struct, frozen=True, kw_only=True):
     state: DrsRecordState = "pending"
     recorded_at: str = ""
     applied_at: str = ""
+    held_because: str = ""
 
 
 # vSphere HA's advanced option behind "VM anti-affinity rules must be respected during failover":

@@ -124,6 +124,26 @@ class DrsRuleDrift(Event, frozen=True, kw_only=True, tag="drs.rule.drift"):
     found_vms: list[str] = []
 
 
+class DrsRuleHeld(Event, frozen=True, kw_only=True, tag="drs.rule.held"):
+    """A DRS rule of ours was held (disabled in vCenter, its record kept) because it would keep
+    DRS from evacuating a host entering maintenance mode, or was restored (enabled again) once
+    the hosts had room for its VMs again.
+
+    `reason` is `host-maintenance`; `hosts` are the moids of the hosts entering or in maintenance
+    mode that the rule could not do without; `restored` is false when held, true when restored.
+    """
+
+    vcenter: str
+    cluster_moid: str
+    name: str
+    reason: str
+    message: str
+    restored: bool = False
+    hosts: list[str] = []
+    vms: list[str] = []
+    pods: list[str] = []
+
+
 class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
     """What the admission webhook changed in a pod at creation (a sample, not all).
 
@@ -181,6 +201,7 @@ TopologyEvent = (
     | DrsRulesApplied
     | DrsRuleConflict
     | DrsRuleDrift
+    | DrsRuleHeld
     | PodMutated
     | PodEvicted
     | VmiMigrationRequested

@@ -218,7 +218,8 @@ class Refusal(_Report, frozen=True):
 
 
 class DrsRuleView(_Report, frozen=True):
-    """A DRS rule or group the drs-translator holds an ownership record of for the pod."""
+    """A DRS rule or group the drs-translator holds an ownership record of for the pod;
+    `held_because` says why it is disabled for now (a host's maintenance), empty when enforced."""
 
     name: str
     kind: str
@@ -227,6 +228,7 @@ class DrsRuleView(_Report, frozen=True):
     vms: list[str]
     reason: str = ""
     applied_at: str = ""
+    held_because: str = ""
 
 
 class HistoryEntry(_Report, frozen=True):
@@ -368,7 +370,9 @@ class StatusReport(_Report, frozen=True):
     made. `no_host_to_spare`: per required host-level anti-affinity rule whose replicas fill every
     usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock).
     `ha_unrestartable`: per DRS anti-affinity rule of ours that leaves a node VM unrestartable by
-    vSphere HA after one host failure, one sentence (by rule name)."""
+    vSphere HA after one host failure, one sentence (by rule name).
+    `held_rules`: `rule in cluster: why` for each DRS rule the drs-translator holds (disabled) so
+    that a host can enter maintenance mode; expected while a host is patched, not a problem."""
 
     at: str
     services: list[ServiceView]
@@ -378,3 +382,4 @@ class StatusReport(_Report, frozen=True):
     problems: list[str]
     no_host_to_spare: list[str] = msgspec.field(default_factory=list)
     ha_unrestartable: list[str] = msgspec.field(default_factory=list)
+    held_rules: list[str] = msgspec.field(default_factory=list)

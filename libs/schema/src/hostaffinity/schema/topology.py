@@ -31,7 +31,11 @@ class NodePlacement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
-    """An ESXi host as vCenter last described it: the value of `host.<host-moid>`."""
+    """An ESXi host as vCenter last described it: the value of `host.<host-moid>`.
+
+    `entering_maintenance` is true while an EnterMaintenanceMode task on the host is queued or
+    running (DRS evacuating it), before `in_maintenance_mode` turns true.
+    """
 
     moid: str
     name: str
@@ -45,6 +49,7 @@ class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
     zone: str = ""
     region: str = ""
     rack: str = ""
+    entering_maintenance: bool = False
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

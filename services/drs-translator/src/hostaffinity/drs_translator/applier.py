@@ -13,6 +13,10 @@ If vCenter refuses the batch, the cluster is read again (a simulator may have ap
 and what is still to do is sent one change per call: the ones vCenter takes are applied, a refused
 one is reported (`drs.rule.conflict`, reason `refused`) and retried with exponential backoff.
 
+A rule the plan holds for a host's maintenance is edited to disabled, and enabled again when the
+plan no longer holds it; once vCenter took either, `drs.rule.held` says so (`restored` on the way
+back), telling held from restored by the record from before the batch.
+
 Bus events go to the runtime's outbox: one made while NATS is away is published once it is back.
 """
 
@@ -39,6 +43,7 @@ from hostaffinity.schema import (
     DrsRecordState,
     DrsRuleConflict,
     DrsRuleDrift,
+    DrsRuleHeld,
     DrsRulesApplied,
     Event,
     event_id,
@@ -92,6 +97,8 @@ class DrsApplier:
         self._actual: dict[str, dict[str, DrsObject]] = {}
         self._reported: set[tuple[str, str]] = set()
         self._backoff: dict[tuple[str, str], _Backoff] = {}
+        # Per cluster, from its last plan: held rule → the hosts in or entering maintenance.
+        self._maintenance_holds: dict[str, Mapping[str, tuple[str, ...]]] = {}
 
     def next_retry(self) -> float | None:
         """When the earliest refused change may be tried again (monotonic), if any."""
@@ -100,6 +107,7 @@ class DrsApplier:
     async def apply(self, plan: ClusterPlan, *, reread: bool = False) -> None:
         """Make vCenter hold `plan` for its cluster; `reread` reads vCenter first (resync)."""
         cluster = plan.cluster_moid
+        self._maintenance_holds[cluster] = plan.maintenance_holds
         if reread or cluster not in self._actual:
             await self._read(cluster)
         diff = self._diff(plan)
@@ -124,7 +132,7 @@ class DrsApplier:
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
                 await _pause_if_asked(PAUSE_AFTER_RECONFIGURE_ENV)
-                await self._done(cluster, changes)
+                await self._done(cluster, changes, previous)
         for obj in diff.confirm:
             await self._records.put(
                 obj.record(
@@ -197,7 +205,12 @@ class DrsApplier:
             await self._kept.keep(event)
             self._send(event)
 
-    async def _done(self, cluster: str, changes: Sequence[Change]) -> None:
+    async def _done(
+        self,
+        cluster: str,
+        changes: Sequence[Change],
+        previous: Mapping[str, DrsOwnership | None],
+    ) -> None:
         actual = self._actual.setdefault(cluster, {})
         applied_at = utc_timestamp()
         event = self._applied_event(cluster, _names(changes))
@@ -220,6 +233,9 @@ class DrsApplier:
                     )
                 )
         self._send(event)
+        for change in changes:
+            if change.op != "remove" and change.obj.is_rule:
+                self._announce_hold(cluster, change.obj, previous.get(change.obj.name))
 
     async def _isolate(
         self,
@@ -233,7 +249,7 @@ class DrsApplier:
         for change in changes:
             name = change.obj.name
             if _took_effect(change, actual):
-                await self._done(cluster, [change])
+                await self._done(cluster, [change], previous)
                 continue
             alone = change
             if change.op != "add" and name in actual:  # address vCenter's current rule key
@@ -246,7 +262,38 @@ class DrsApplier:
                 self._refused(cluster, change, str(refusal))
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
-                await self._done(cluster, [alone])
+                await self._done(cluster, [alone], previous)
+
+    def _announce_hold(self, cluster: str, rule: DrsObject, before: DrsOwnership | None) -> None:
+        """`drs.rule.held` when vCenter took a rule's hold, or its restoration."""
+        was_held = before is not None and bool(before.held_because)
+        if bool(rule.held_because) == was_held:
+            return
+        hosts = self._maintenance_holds.get(cluster, {}).get(rule.name, ())
+        restored = not rule.held_because
+        message = rule.held_because or (
+            "restored: the hosts have room for its VMs again"
+            + (f" (was {before.held_because})" if before is not None else "")
+        )
+        _log.warning("DRS rule %s in %s %s", rule.name, cluster, message)
+        self._metrics.holds.add(1, {"change": "restored" if restored else "held"})
+        when = utc_timestamp()
+        self._send(
+            DrsRuleHeld(
+                id=event_id("drs.rule.held", self._vcenter, cluster, rule.name, restored, when),
+                occurred_at=when,
+                source=SOURCE,
+                vcenter=self._vcenter,
+                cluster_moid=cluster,
+                name=rule.name,
+                reason="host-maintenance",
+                message=message,
+                restored=restored,
+                hosts=list(hosts),
+                vms=list(rule.vms),
+                pods=list(rule.pods),
+            )
+        )
 
     async def _restore(self, cluster: str, name: str, record: DrsOwnership | None) -> None:
         """Undo an intent vCenter refused: a name it would not let us add is not ours."""

@@ -77,7 +77,12 @@ def diff_cluster(
             result.drift.append(Drift(name, "edited", recorded, have))
         if not want.same_content(have):
             result.changes.append(Change("edit", _with_key(want, have)))
-        elif record.state != "applied" or recorded != want or list(want.pods) != record.pods:
+        elif (
+            record.state != "applied"
+            or recorded != want
+            or list(want.pods) != record.pods
+            or want.held_because != record.held_because
+        ):
             result.confirm.append(want)
     for name in sorted(records):
         if name in desired or name in held:

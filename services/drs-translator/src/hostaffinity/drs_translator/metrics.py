@@ -1,7 +1,9 @@
 """The drs-translator's instruments, served on /metrics by the runtime's Prometheus exporter.
 
 `hostaffinity_drs_conflicts_total{reason}`, `hostaffinity_drs_drift_total{change}`,
-`hostaffinity_drs_reconfigures_total{outcome}` and `hostaffinity_drs_plan_duration_seconds`.
+`hostaffinity_drs_reconfigures_total{outcome}`, `hostaffinity_drs_maintenance_holds_total{change}`
+(rules held for a host's maintenance, and restored: held minus restored is held now) and
+`hostaffinity_drs_plan_duration_seconds`.
 """
 
 from typing import Final, get_args
@@ -14,6 +16,7 @@ from hostaffinity.runtime.telemetry import seconds_histogram
 
 # Planning every cluster is a pure computation over the caches: milliseconds, seconds at worst.
 RECONFIGURE_OUTCOMES: Final = ("applied", "refused")
+HOLD_CHANGES: Final = ("held", "restored")
 PLAN_BUCKETS_SECONDS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -33,6 +36,10 @@ class DrsMetrics:
             "hostaffinity_drs_reconfigures",
             description="ReconfigureComputeResource_Task calls, per outcome",
         )
+        self.holds = meter.create_counter(
+            "hostaffinity_drs_maintenance_holds",
+            description="Rules disabled so that a host could enter maintenance, and restored",
+        )
         self.plan_duration = seconds_histogram(
             meter,
             "hostaffinity_drs_plan_duration",
@@ -46,3 +53,5 @@ class DrsMetrics:
             self.drift.add(0, {"change": change})
         for outcome in RECONFIGURE_OUTCOMES:
             self.reconfigures.add(0, {"outcome": outcome})
+        for change in HOLD_CHANGES:
+            self.holds.add(0, {"change": change})

@@ -28,10 +28,17 @@ domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`,
 - What DRS cannot satisfy (a clique larger than the usable hosts, a pair kept together and
   apart, a VM that "must" VM-Host rules send onto host sets with no host in common) is reported
   as a conflict and *held*: the rule is neither sent nor taken away.
+- Maintenance is never blocked by us. A host stops being usable as soon as it starts *entering*
+  maintenance mode (the node-labeller's `entering_maintenance`), not once it is in it: DRS will
+  not evacuate a host if that breaks an enabled VM-VM anti-affinity rule, nor move a VM off the
+  last host a "must" VM-Host rule allows. Such a rule, which the hosts would satisfy but for the
+  ones in or entering maintenance, is kept and sent *disabled*, `held_because` saying why; it is
+  enabled again once those hosts are back or others make room. A host spread counts the hosts
+  in maintenance as domains, so its rule is held like the others rather than dropped.
 """
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
@@ -91,6 +98,8 @@ class ClusterPlan:
     cluster_moid: str
     objects: dict[str, DrsObject] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
+    # Rules sent disabled while hosts are in or entering maintenance: name → those hosts' moids.
+    maintenance_holds: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -161,7 +170,7 @@ def plan(
         _add_together(index, record, vm, vm_of, graph, result)
     _add_spreads(index, pods, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs)
     for cluster, graph in sorted(graphs.items()):
-        _plan_vm_rules(cluster, graph, _usable_hosts(hosts, cluster), result)
+        _plan_vm_rules(cluster, graph, _ClusterHosts.of(hosts, cluster), result)
     _plan_host_rules(pods, vm_of, hosts, settings, result)
     return result
 
@@ -228,17 +237,19 @@ def _add_together(
 def _host_domains(
     placements: Mapping[str, NodePlacement], hosts: Mapping[str, EsxiHost], vcenter: str
 ) -> int:
-    """How many usable hosts (connected, not in maintenance) carry one of our node VMs: the
-    domains a host spread counts."""
-    usable = {
-        p.host_moid
-        for p in placements.values()
-        if p.vcenter == vcenter
-        and (host := hosts.get(p.host_moid)) is not None
-        and host.connection_state == CONNECTED
-        and not host.in_maintenance_mode
+    """The domains a host spread counts: connected hosts carrying one of our node VMs, and the
+    hosts of their clusters in or entering maintenance mode (they come back; meanwhile the
+    spread's rule is held, not dropped)."""
+    ours = [p for p in placements.values() if p.vcenter == vcenter]
+    carrying = {p.host_moid for p in ours}
+    clusters = {p.cluster_moid for p in ours}
+    counted = {
+        moid
+        for moid, host in hosts.items()
+        if host.connection_state == CONNECTED
+        and (moid in carrying or (host.cluster_moid in clusters and _away(host)))
     }
-    return len(usable)
+    return len(counted)
 
 
 def _add_spreads(
@@ -289,17 +300,36 @@ def _one_per_host(constraint: SpreadConstraint, narrowed: bool) -> bool:
     )
 
 
-def _usable_hosts(hosts: Mapping[str, EsxiHost], cluster: str) -> int:
-    return sum(
-        1
-        for h in hosts.values()
-        if h.cluster_moid == cluster
-        and h.connection_state == CONNECTED
-        and not h.in_maintenance_mode
-    )
+def _away(host: EsxiHost) -> bool:
+    """In maintenance mode or on the way in: DRS places nothing there."""
+    return host.in_maintenance_mode or host.entering_maintenance
 
 
-def _plan_vm_rules(cluster: str, graph: _Graph, usable_hosts: int, result: Plan) -> None:
+@dataclass(frozen=True, slots=True)
+class _ClusterHosts:
+    """A cluster's connected hosts: how many DRS may use, and which are (entering) maintenance."""
+
+    usable: int
+    away: tuple[str, ...]
+
+    @classmethod
+    def of(cls, hosts: Mapping[str, EsxiHost], cluster: str) -> "_ClusterHosts":
+        connected = [
+            h
+            for h in hosts.values()
+            if h.cluster_moid == cluster and h.connection_state == CONNECTED
+        ]
+        away = tuple(sorted(h.moid for h in connected if _away(h)))
+        return cls(len(connected) - len(away), away)
+
+    def hold_reason(self, what: str) -> str:
+        return (
+            f"held so that hosts {', '.join(self.away)} can enter maintenance mode: {what}; "
+            "restored when they are back or other hosts make room"
+        )
+
+
+def _plan_vm_rules(cluster: str, graph: _Graph, hosts: _ClusterHosts, result: Plan) -> None:
     cluster_plan = result.cluster(cluster)
     seeds = {key: frozenset(vms) for key, vms in graph.seeds.items()}
     components = _components(graph.together)
@@ -315,14 +345,15 @@ def _plan_vm_rules(cluster: str, graph: _Graph, usable_hosts: int, result: Plan)
             pods=pods,
             reason=clique.key,
         )
-        if len(vms) > usable_hosts:
+        if len(vms) > hosts.usable + len(hosts.away):
             _hold(
                 result,
                 cluster_plan,
                 obj,
                 "too-few-hosts",
                 f"{len(vms)} VMs must be on different hosts, but cluster {cluster} has "
-                f"{usable_hosts} usable hosts (connected, not in maintenance)",
+                f"{hosts.usable + len(hosts.away)} connected hosts (counting those in or "
+                "entering maintenance)",
             )
             continue
         split = [c for c in components if len(c & clique.vms) >= 2]
@@ -336,6 +367,10 @@ def _plan_vm_rules(cluster: str, graph: _Graph, usable_hosts: int, result: Plan)
                 "on one host and on different hosts",
             )
             continue
+        if len(vms) > hosts.usable:
+            what = f"{len(vms)} VMs kept apart, {hosts.usable} hosts left"
+            obj = replace(obj, enabled=False, held_because=hosts.hold_reason(what))
+            cluster_plan.maintenance_holds[name] = hosts.away
         cluster_plan.objects[name] = obj
     for component in components:
         vms = tuple(sorted(component))
@@ -417,7 +452,14 @@ def _plan_host_rules(
             cluster_plan.held.update(obj.name for obj in objects)
             result.conflicts.append(_no_common_host(objects[-1], moids, clashing, by_vm))
             continue
-        for obj in objects:
+        vm_group, host_group, rule = objects
+        away = tuple(m for m in moids if (h := hosts.get(m)) is not None and _away(h))
+        if mandatory and away == moids:
+            what = "its VMs must run on these hosts only"
+            reason = _ClusterHosts(0, away).hold_reason(what)
+            rule = replace(rule, enabled=False, held_because=reason)
+            cluster_plan.maintenance_holds[rule.name] = away
+        for obj in (vm_group, host_group, rule):
             cluster_plan.objects[obj.name] = obj
 
 

@@ -49,8 +49,10 @@ class DrsObject:
     """A DRS rule (VM-VM, VM-Host) or group (VM, host) of one vSphere cluster.
 
     `vms` and `hosts` are sorted managed object ids. `key` is vCenter's rule key (rules only,
-    known once read back); `enabled` is what vCenter says. `pods` and `reason` say who asked and
-    why; like `key`, they are not part of what DRS enforces, so `same_content` ignores them.
+    known once read back); `enabled` is what vCenter says, or false for a rule we hold so that a
+    host can enter maintenance mode, `held_because` then saying why. `pods`, `reason` and
+    `held_because` say who asked and why; like `key`, they are not part of what DRS enforces,
+    so `same_content` ignores them.
     """
 
     name: str
@@ -65,6 +67,7 @@ class DrsObject:
     key: int | None = None
     pods: tuple[str, ...] = field(default=(), compare=False)
     reason: str = field(default="", compare=False)
+    held_because: str = field(default="", compare=False)
 
     @property
     def is_rule(self) -> bool:
@@ -101,11 +104,12 @@ class DrsObject:
             state=state,
             recorded_at=recorded_at,
             applied_at=applied_at,
+            held_because=self.held_because,
         )
 
 
 def from_record(record: DrsOwnership) -> DrsObject:
-    """What a record says we asked vCenter for."""
+    """What a record says we asked vCenter for (a held rule: disabled)."""
     return DrsObject(
         name=record.name,
         kind=record.kind,
@@ -117,4 +121,6 @@ def from_record(record: DrsOwnership) -> DrsObject:
         mandatory=record.mandatory,
         pods=tuple(record.pods),
         reason=record.reason,
+        enabled=not record.held_because,
+        held_because=record.held_because,
     )

@@ -168,7 +168,7 @@ class DrsTranslator:
         desired = plan(self.index, self.placements, self.hosts, self.pods.values(), self.settings)
         self.last_plan_seconds = time.perf_counter() - started
         self._metrics.plan_duration.record(self.last_plan_seconds)
-        await self._report(desired.conflicts, desired.untranslatable)
+        await self._report(desired.conflicts, desired.untranslatable, desired.clusters.values())
         clusters = set(desired.clusters) | set(self._records.by_cluster)
         for cluster in sorted(clusters):
             cluster_plan = desired.clusters.get(cluster) or ClusterPlan(cluster)
@@ -177,10 +177,23 @@ class DrsTranslator:
         return desired
 
     async def _report(
-        self, conflicts: Iterable[Conflict], untranslatable: Iterable[Untranslatable]
+        self,
+        conflicts: Iterable[Conflict],
+        untranslatable: Iterable[Untranslatable],
+        clusters: Iterable[ClusterPlan],
     ) -> None:
-        """Bus event, metric and a Kubernetes Event on each pod, once per distinct problem."""
+        """Bus event, metric and a Kubernetes Event on each pod, once per distinct problem; and
+        a Kubernetes Event on each pod of a rule held for maintenance (its bus event and metric
+        come from the applier, once vCenter took the hold)."""
         current: set[tuple[str, ...]] = set()
+        for cluster_plan in clusters:
+            for name, hosts in sorted(cluster_plan.maintenance_holds.items()):
+                rule = cluster_plan.objects[name]
+                key = ("held", cluster_plan.cluster_moid, name, *hosts)
+                current.add(key)
+                if key not in self._reported:
+                    message = f"DRS rule {name} {rule.held_because}"
+                    await self._pod_events(rule.pods, "DrsRuleHeld", message)
         for conflict in conflicts:
             key = ("conflict", conflict.cluster_moid, conflict.name, conflict.reason, *conflict.vms)
             current.add(key)

@@ -11,6 +11,11 @@ from typing import Literal
 VM = "VirtualMachine"
 HOST = "HostSystem"
 DATACENTER = "Datacenter"
+TASK = "Task"
+# A host's EnterMaintenanceMode task, as vCenter describes it (TaskInfo.descriptionId), and the
+# task states in which the host is still on its way in (vim.TaskInfo.State).
+ENTER_MAINTENANCE = "HostSystem.enterMaintenanceMode"
+UNFINISHED_TASK_STATES = frozenset({"queued", "running"})
 COMPUTE_TYPES = ("ClusterComputeResource", "ComputeResource")
 
 # The properties the vCenter watcher asks for, per managed object type.
@@ -21,6 +26,8 @@ WATCHED_PROPERTIES: dict[str, tuple[str, ...]] = {
     "ComputeResource": ("name", "parent"),
     "Folder": ("name", "parent"),
     DATACENTER: ("name", "parent"),
+    # Reached through TaskManager.recentTask, not the container view (a task is no entity).
+    TASK: ("info.descriptionId", "info.entity", "info.state"),
 }
 
 PropertyValue = str | bool | None
@@ -57,6 +64,7 @@ class HostFacts:
     datacenter: str
     connection_state: str
     in_maintenance_mode: bool
+    entering_maintenance: bool
 
 
 @dataclass(slots=True)
@@ -74,11 +82,18 @@ class Inventory:
         self._vms_by_name: dict[str, set[str]] = defaultdict(set)
         self._vms_by_guest_hostname: dict[str, set[str]] = defaultdict(set)
         self._vms_by_host: dict[str, set[str]] = defaultdict(set)
+        # Task moids: a host's state reads only these, not every object of the inventory.
+        self._tasks: set[str] = set()
 
     def apply(self, update: ObjectUpdate) -> set[str] | None:
         """Apply one update; return the VM moids whose placement may have changed (None: all)."""
         if update.obj_type == VM:
             self._unindex_vm(update.moid)
+        if update.obj_type == TASK:
+            if update.kind == "leave":
+                self._tasks.discard(update.moid)
+            else:
+                self._tasks.add(update.moid)
         if update.kind == "leave":
             self._objects.pop(update.moid, None)
         else:
@@ -90,6 +105,8 @@ class Inventory:
             return {update.moid}
         if update.obj_type == HOST:
             return set(self._vms_by_host.get(update.moid, ()))
+        if update.obj_type == TASK:
+            return set()  # a task moves no VM; its host is re-examined (`host_of_task`)
         return None
 
     def vm_moids(self) -> list[str]:
@@ -123,6 +140,25 @@ class Inventory:
             datacenter=self._datacenter_name(cluster_moid),
             connection_state=_text(obj.props.get("runtime.connectionState")),
             in_maintenance_mode=obj.props.get("runtime.inMaintenanceMode") is True,
+            entering_maintenance=self._entering_maintenance(moid),
+        )
+
+    def host_of_task(self, moid: str) -> str | None:
+        """The host an EnterMaintenanceMode task concerns, if `moid` is one."""
+        obj = self._objects.get(moid)
+        if obj is None or obj.obj_type != TASK:
+            return None
+        if obj.props.get("info.descriptionId") != ENTER_MAINTENANCE:
+            return None
+        return _optional_text(obj.props.get("info.entity"))
+
+    def _entering_maintenance(self, host_moid: str) -> bool:
+        """Whether an EnterMaintenanceMode task on the host is queued or running. vCenter keeps
+        a few hundred recent tasks at most, so a scan of the tasks costs little."""
+        return any(
+            self.host_of_task(moid) == host_moid
+            and self._objects[moid].props.get("info.state") in UNFINISHED_TASK_STATES
+            for moid in self._tasks
         )
 
     def host_moids(self) -> list[str]:

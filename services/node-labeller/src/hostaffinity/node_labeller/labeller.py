@@ -278,13 +278,16 @@ class Labeller:
         hosts: set[str] = set()
         everything = batch.resync
         for update in batch.updates:
-            touched = self.state.inventory.apply(update)
+            inventory = self.state.inventory
+            task_host = inventory.host_of_task(update.moid)  # before a task leaves
+            touched = inventory.apply(update)
             if touched is None:  # a cluster, folder or datacenter: any host may have moved
                 everything = True
             else:
                 affected_vms |= touched
             if update.obj_type == HOST:
                 hosts.add(update.moid)
+            hosts.update(h for h in (task_host, inventory.host_of_task(update.moid)) if h)
         if everything:
             nodes = self._queue_everything()
         else:

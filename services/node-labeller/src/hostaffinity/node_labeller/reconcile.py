@@ -319,6 +319,7 @@ def reconcile_host(
         zone=domains.zone,
         region=domains.region,
         rack=domains.rack,
+        entering_maintenance=facts.entering_maintenance,
     )
     return HostActions(put=host) if kv_stale or host != previous else HostActions()
 

@@ -1,7 +1,9 @@
 """Follows the vCenter inventory with PropertyCollector `WaitForUpdatesEx`: no polling loop.
 
-One container view over the root folder covers VMs, hosts, clusters, folders and datacenters; the
-filter asks only for the properties in `WATCHED_PROPERTIES`. The first answer after a (re)login,
+One container view over the root folder covers VMs, hosts, clusters, folders and datacenters, and
+the TaskManager's `recentTask` adds the tasks (so a host's EnterMaintenanceMode task is seen while
+it runs, before the host is in maintenance mode); the filter asks only for the properties in
+`WATCHED_PROPERTIES`. The first answer after a (re)login,
 or after `request_full_read`, is the complete inventory (a resync); later answers carry only
 changes.
 
@@ -22,7 +24,12 @@ from typing import Any
 from opentelemetry import metrics
 from pyVmomi import VmomiSupport, vim, vmodl
 
-from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES, ObjectUpdate, PropertyValue
+from hostaffinity.node_labeller.inventory import (
+    TASK,
+    WATCHED_PROPERTIES,
+    ObjectUpdate,
+    PropertyValue,
+)
 from hostaffinity.runtime.vcenter import VCenterSession, VCenterSettings
 
 log = logging.getLogger(__name__)
@@ -136,12 +143,13 @@ class InventoryWatcher:
 
 
 def _create_filter(content: Any) -> tuple[Any, Any]:
-    """A container view over everything and one filter on it.
+    """A container view over everything and one filter on it and on the recent tasks.
 
     Both live in the session: a logout or an ended session removes them.
     """
     view = content.viewManager.CreateContainerView(content.rootFolder, _managed_types(), True)
-    return view, content.propertyCollector.CreateFilter(_filter_spec(view), partialUpdates=False)
+    spec = _filter_spec(view, content.taskManager)
+    return view, content.propertyCollector.CreateFilter(spec, partialUpdates=False)
 
 
 def _destroy(view: Any, property_filter: Any) -> None:
@@ -166,15 +174,24 @@ def _wait_for_updates(collector: Any, version: str, options: Any) -> _Answer | N
 
 
 def _managed_types() -> list[Any]:
-    return [getattr(vim, name) for name in WATCHED_PROPERTIES]
+    """The entity types of the container view (a view holds entities; tasks come another way)."""
+    return [getattr(vim, name) for name in WATCHED_PROPERTIES if name != TASK]
 
 
-def _filter_spec(view: Any) -> Any:
+def _filter_spec(view: Any, task_manager: Any) -> Any:
+    """The view's objects, and each task in TaskManager.recentTask (queued, running and recently
+    finished tasks; vSphere Web Services API, vim.TaskManager)."""
     traverse = _COLLECTOR.TraversalSpec(
         name="view", path="view", skip=False, type=vim.view.ContainerView
     )
+    tasks = _COLLECTOR.TraversalSpec(
+        name="recentTask", path="recentTask", skip=False, type=vim.TaskManager
+    )
     return _COLLECTOR.FilterSpec(
-        objectSet=[_COLLECTOR.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
+        objectSet=[
+            _COLLECTOR.ObjectSpec(obj=view, skip=True, selectSet=[traverse]),
+            _COLLECTOR.ObjectSpec(obj=task_manager, skip=True, selectSet=[tasks]),
+        ],
         propSet=[
             _COLLECTOR.PropertySpec(type=getattr(vim, name), pathSet=list(paths), all=False)
             for name, paths in WATCHED_PROPERTIES.items()
