@@ -40,7 +40,7 @@ from node_labeller_builders import inventory_with
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, write_local_credentials
 from hostaffinity.node_labeller.inventory import ObjectUpdate
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import NodeActions, Settings, reconcile_node
+from hostaffinity.node_labeller.reconcile import NodeActions, PlannerSettings, reconcile_node
 from hostaffinity.runtime.bus import Bus
 from hostaffinity.runtime.config import NatsSettings
 from hostaffinity.runtime.consumer import DurableConsumer
@@ -136,7 +136,7 @@ def vmotions() -> Iterator[NodeActions]:
     """What the labeller plans (`reconcile_node`) for one node's VM moved back and forth
     between two hosts, one move after another: each has its own version, so its events have
     their own ids and none is dropped as a repeat."""
-    settings = Settings(vcenter="vc-1", fallback="vm-name")
+    settings = PlannerSettings(vcenter="vc-1", fallback="vm-name")
     node = Node(metadata=NodeMeta(name="worker-1"))
     inventory = inventory_with(("vm-1", "worker-1", "42370000-0000-0000-0000-000000000001", None))
     previous = None

@@ -33,7 +33,7 @@ import yaml
 from pyVmomi import vim
 
 from hostaffinity.descheduler.main import service_spec as descheduler_spec
-from hostaffinity.descheduler.service import Descheduling
+from hostaffinity.descheduler.service import DeschedulerWork
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.runtime.telemetry import setup_telemetry
 from hostaffinity.schema import event_subject
@@ -219,7 +219,7 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
     for name, node in (("shop-1", "node1"), ("shop-2", "node4")):
         kube.seed(pod_object(name, "shop", node, owner="shop-rs", affinity=None, namespace="shop"))
 
-    descheduler = Descheduling()
+    descheduler = DeschedulerWork()
     async with (
         running(labeller_config(vc, nats_server, kubeconfig)) as labeller,
         extender(nats_server, kubeconfig) as ext,

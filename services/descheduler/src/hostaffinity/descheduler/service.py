@@ -109,7 +109,7 @@ class DeschedulingLoop:
                 await self._left_alone(skip, self._state)
 
 
-class Descheduling:
+class DeschedulerWork:
     """The Lease holder's work; its parts stay visible for tests once started."""
 
     def __init__(self) -> None:

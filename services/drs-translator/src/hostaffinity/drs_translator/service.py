@@ -7,7 +7,6 @@ first plan waits until all three have replayed their current state, so a restart
 """
 
 import asyncio
-from collections.abc import Callable
 from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
@@ -31,13 +30,21 @@ from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
 
 _SYNC_POLL_SECONDS: Final = 0.05
 
-Observer = Callable[[DrsTranslator, ClusterRules], None]
+
+class DrsTranslatorWork:
+    """Translates until cancelled; the translator and the vCenter cluster it reconfigures stay
+    visible for readiness and tests (the last term's, when the work ran more than once)."""
+
+    def __init__(self) -> None:
+        self.translator: DrsTranslator | None = None
+        self.cluster_rules: ClusterRules | None = None
+
+    async def __call__(self, ctx: ServiceContext[DrsTranslatorConfig]) -> None:
+        await _translate(ctx, self)
 
 
-async def translate(
-    ctx: ServiceContext[DrsTranslatorConfig], observe: Observer | None = None
-) -> None:
-    """The work: until cancelled. `observe` lets an in-process test see the live parts."""
+async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslatorWork) -> None:
+    """The work's body (a function of its own, so that the steps read at one indentation)."""
     config = ctx.config
     await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM])
     drs_bucket = await ctx.bus.js.key_value(DRS_BUCKET)
@@ -52,9 +59,9 @@ async def translate(
     ctx.add_readiness("vcenter connected", session.connected)
     try:
         await session.start_when_reachable()
-        cluster_config = ClusterRules(session)
+        cluster_rules = work.cluster_rules = ClusterRules(session)
         applier = DrsApplier(
-            cluster_config,
+            cluster_rules,
             records,
             kept,
             outbox.put,
@@ -67,7 +74,7 @@ async def translate(
         for announcement in await kept.load():  # a batch an earlier run did not announce
             await applier.settle(announcement)
             outbox.put(announcement)
-        translator = DrsTranslator(
+        translator = work.translator = DrsTranslator(
             PlannerSettings(
                 vcenter=config.vcenter_label,
                 vm_host_mandatory=config.vm_host_mandatory,
@@ -106,8 +113,6 @@ async def translate(
             follow_topology(topology, translator.on_topology, link=ctx.bus.link_epoch),
             name="topology",
         )
-        if observe is not None:
-            observe(translator, cluster_config)
         # Informers hand their first list to workers: wait until those have run too.
         while True:
             if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:

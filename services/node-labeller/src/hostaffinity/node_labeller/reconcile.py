@@ -40,7 +40,10 @@ SOURCE = "node-labeller"
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class PlannerSettings:
+    """What the planner reads from the config: whose inventory it is, how to match a node without
+    a UUID, whether to keep the archived plugin's label."""
+
     vcenter: str
     fallback: Fallback = "vm-name"
     legacy_host_label: bool = True
@@ -74,7 +77,7 @@ class HostActions:
     delete: bool = False
 
 
-def owned_label_keys(settings: Settings) -> tuple[str, ...]:
+def owned_label_keys(settings: PlannerSettings) -> tuple[str, ...]:
     keys = (LABEL_ESXI_HOST, LABEL_VSPHERE_CLUSTER, LABEL_DATACENTER)
     return (*keys, LABEL_LEGACY_HOST) if settings.legacy_host_label else keys
 
@@ -83,7 +86,7 @@ def reconcile_node(
     node: Node,
     inventory: Inventory,
     previous: NodePlacement | None,
-    settings: Settings,
+    settings: PlannerSettings,
     *,
     now: str,
     version: int,
@@ -115,7 +118,7 @@ def _unplace(
     node: Node,
     match: Matched | Unmatched,
     actions: NodeActions,
-    settings: Settings,
+    settings: PlannerSettings,
     *,
     now: str,
     removes: bool,
@@ -129,7 +132,7 @@ def _unplace(
 
 
 def _placement(
-    node: Node, vm: VmFacts, host: HostFacts, settings: Settings, *, now: str, version: int
+    node: Node, vm: VmFacts, host: HostFacts, settings: PlannerSettings, *, now: str, version: int
 ) -> NodePlacement:
     """Where vCenter says the node's VM runs now, as the KV value it would get."""
     return NodePlacement(
@@ -198,7 +201,12 @@ def _placement_warnings(
 
 
 def _relabel(
-    node: Node, placement: NodePlacement, actions: NodeActions, settings: Settings, *, now: str
+    node: Node,
+    placement: NodePlacement,
+    actions: NodeActions,
+    settings: PlannerSettings,
+    *,
+    now: str,
 ) -> None:
     """Patch the node's labels to the placement, announcing the labels when they change."""
     desired = desired_labels(placement, settings)
@@ -263,7 +271,7 @@ def stale_keys(
     return stale
 
 
-def desired_labels(placement: NodePlacement, settings: Settings) -> dict[str, str]:
+def desired_labels(placement: NodePlacement, settings: PlannerSettings) -> dict[str, str]:
     """Our labels and annotations for a placed node (one map; keys never collide)."""
     desired = {
         LABEL_ESXI_HOST: placement.host_label,
@@ -361,7 +369,7 @@ def _unmatched_event(node: str, match: Unmatched, now: str) -> NodeUnmatched:
 
 
 def _patch(
-    node: Node, desired: dict[str, str], settings: Settings
+    node: Node, desired: dict[str, str], settings: PlannerSettings
 ) -> dict[str, dict[str, str | None]] | None:
     """A merge patch naming only our keys (null removes one), or None when nothing differs."""
     labels: dict[str, str | None] = {}

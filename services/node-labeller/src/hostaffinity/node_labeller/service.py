@@ -10,7 +10,7 @@ import logging
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.labeller import Labeller, Retry
 from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.node_labeller.reconcile import Settings
+from hostaffinity.node_labeller.reconcile import PlannerSettings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.informer import Informer, InformerEvent, msgspec_decoder
 from hostaffinity.runtime.kube import NODES
@@ -22,7 +22,7 @@ from hostaffinity.schema import EVENTS_STREAM
 log = logging.getLogger(__name__)
 
 
-class NodeLabelling:
+class NodeLabellerWork:
     """Labels nodes until cancelled; its parts stay visible for readiness and tests."""
 
     def __init__(self) -> None:
@@ -54,7 +54,7 @@ class NodeLabelling:
 
         informer = self.informer = Informer(ctx.kube, NODES, on_node, msgspec_decoder(Node))
         labeller = Labeller(
-            Settings(
+            PlannerSettings(
                 vcenter=config.vcenter_name or config.vcenter.host,
                 fallback=config.match_fallback,
                 legacy_host_label=config.shared.legacy_host_label,

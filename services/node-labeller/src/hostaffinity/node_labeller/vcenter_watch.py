@@ -19,17 +19,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry import metrics
 from pyVmomi import VmomiSupport, vim, vmodl
 
 from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES, ObjectUpdate, PropertyValue
+from hostaffinity.node_labeller.metrics import WatchMetrics
 from hostaffinity.runtime.vcenter import VCenterSession, VCenterSettings
 
 log = logging.getLogger(__name__)
-_reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
-    "hostaffinity_labeller_vcenter_reconnects",
-    description="vCenter watch sessions lost and logged in again (each is followed by a resync)",
-)
 
 # How long one WaitForUpdatesEx call may wait on the server before returning empty; short enough
 # that the session's keep-alive and a stop are served quickly, long enough to cost nothing idle.
@@ -67,6 +63,7 @@ class InventoryWatcher:
         self.batches: asyncio.Queue[UpdateBatch] = asyncio.Queue()
         # Times the watch started over: after a failure, or after vCenter ended the session.
         self.reconnects = 0
+        self._metrics = WatchMetrics()
         self._failures = 0
         self._full_read = False
 
@@ -98,7 +95,7 @@ class InventoryWatcher:
 
     def _started_over(self) -> None:
         self.reconnects += 1
-        _reconnects.add(1)
+        self._metrics.reconnected()
 
     async def _follow(self, session: VCenterSession) -> None:
         """Build the view and filter, then poll; rebuild them when the session was renewed, or
