@@ -79,10 +79,7 @@ async def provision(args: argparse.Namespace) -> int:
                 f"{info.state.messages} messages, at most {info.config.max_consumers} "
                 f"consumers{rollups}"
             )
-        print(
-            f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}, "
-            "consumer hostaffinity-descheduler"
-        )
+        print(f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}")
     return 0
 
 

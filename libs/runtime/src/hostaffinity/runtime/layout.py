@@ -35,7 +35,6 @@ from hostaffinity.schema import (
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
     TOPOLOGY_BUCKET,
-    event_subject,
 )
 
 # JetStream's error code for "stream name already in use with a different configuration".
@@ -48,8 +47,8 @@ TOPOLOGY_STREAM: Final = f"{KV_STREAM_PREFIX}{TOPOLOGY_BUCKET}"
 DRS_STREAM: Final = f"{KV_STREAM_PREFIX}{DRS_BUCKET}"
 # Consumers per stream, from what the readers create: one ordered consumer per watch (each
 # replica of a service watches the topology once; the drs-translator watches its bucket twice),
-# one per `hostaffinity` command that reads, the descheduler's durable and outside subscribers'
-# consumers on the events stream. A few times that, so a rollout (old and new pods together) or
+# one per `hostaffinity` command that reads, and outside subscribers' consumers on the events
+# stream. A few times that, so a rollout (old and new pods together) or
 # an ordered consumer's reset (a new one before the old expires) never reaches the limit.
 MAX_CONSUMERS: Final = {
     EVENTS_STREAM: 64,
@@ -59,11 +58,6 @@ MAX_CONSUMERS: Final = {
     # killed process until the server expires them: a crash loop must not use the cap up.
     DRS_STREAM: 256,
 }
-# The descheduler reads vm.moved through this durable consumer; provisioning creates it, the
-# descheduler's identity may only read from it (k8s/base/nats/auth.conf names it).
-DESCHEDULER_CONSUMER: Final = ConsumerSettings(
-    durable="hostaffinity-descheduler", filter_subject=event_subject("vm.moved")
-)
 
 
 class LayoutMissing(RuntimeError):
@@ -165,7 +159,7 @@ async def _ensure_bucket(
 async def provision_layout(
     js: JetStreamContext,
     layout: BusLayout,
-    consumers: Iterable[ConsumerSettings] = (DESCHEDULER_CONSUMER,),
+    consumers: Iterable[ConsumerSettings] = (),
 ) -> KeyValue:
     """Create or update both streams, both buckets and the durable consumers; returns the
     topology bucket."""
