@@ -8,22 +8,12 @@ import msgspec
 import pytest
 
 from hostaffinity.cli.event_query import EventQuery, parse_since, table_header, table_row
-from hostaffinity.schema import EVENT_TYPES, EVENTS_SUBJECT_PREFIX, PodEvicted, VmMoved
+from hostaffinity.schema import EVENT_TYPES, EVENTS_SUBJECT_PREFIX, PodEvicted
+from tests.platform.bus_values import vm_moved
 
 NOW = datetime.datetime(2026, 11, 25, 12, 0, tzinfo=datetime.UTC)
 
-MOVED = VmMoved(
-    id="m1",
-    occurred_at="2026-11-25T11:59:00.123Z",
-    source="node-labeller",
-    node="worker-1",
-    vm_moid="vm-7",
-    from_host_moid="host-1",
-    from_host_name="esx-a.lab",
-    to_host_moid="host-2",
-    to_host_name="esx-b.lab",
-    version=4,
-)
+MOVED = vm_moved("worker-1", "esx-a.lab", "esx-b.lab", at="2026-11-25T11:59:00.123Z", version=4)
 EVICTED = PodEvicted(
     id="e1",
     occurred_at="2026-11-25T11:59:30Z",
@@ -130,8 +120,8 @@ def test_a_row_reads_when_what_about_which_object_and_the_event_s_own_fields() -
         "2026-11-25 11:59:00",
         "vm.moved",
         "worker-1",
-        "vm_moid=vm-7 from_host_moid=host-1 from_host_name=esx-a.lab to_host_moid=host-2 "
-        "to_host_name=esx-b.lab version=4",
+        "vm_moid=vm-worker-1 from_host_moid=esx-a.lab from_host_name=esx-a.lab "
+        "to_host_moid=esx-b.lab to_host_name=esx-b.lab version=4",
     ]
 
 

@@ -9,24 +9,9 @@ from hostaffinity.schema import (
     PodEvicted,
     PodMutated,
     TopologyEvent,
-    VmMoved,
 )
 from hostaffinity.schema.reports import HistoryEntry
-
-
-def _moved(at: str, node: str = "worker-1") -> VmMoved:
-    return VmMoved(
-        id=f"moved-{at}",
-        occurred_at=at,
-        source="node-labeller",
-        node=node,
-        vm_moid="vm-7",
-        from_host_moid="host-1",
-        from_host_name="esx-a",
-        to_host_moid="host-2",
-        to_host_name="esx-b",
-        version=1,
-    )
+from tests.platform.bus_values import vm_moved
 
 
 def _evicted(at: str, pod: str = "shop/web-1", uid: str = "uid-1") -> PodEvicted:
@@ -57,8 +42,8 @@ def test_a_node_s_history_is_its_own_events_oldest_first_in_words() -> None:
     )  # fmt: skip
     events: list[TopologyEvent] = [
         labelled,
-        _moved("2026-11-25T10:00:01Z"),
-        _moved("2026-11-25T10:00:00Z", node="worker-2"),
+        vm_moved("worker-1", "esx-a", "esx-b", at="2026-11-25T10:00:01Z"),
+        vm_moved("worker-2", "esx-a", "esx-b", at="2026-11-25T10:00:00Z"),
         _evicted("2026-11-25T10:00:03Z"),
     ]
     assert node_history(events, "worker-1") == [
@@ -66,7 +51,7 @@ def test_a_node_s_history_is_its_own_events_oldest_first_in_words() -> None:
             at="2026-11-25T10:00:01Z",
             type="vm.moved",
             source="node-labeller",
-            summary="VM vm-7 moved from esx-a to esx-b",
+            summary="VM vm-worker-1 moved from esx-a to esx-b",
         ),
         HistoryEntry(
             at="2026-11-25T10:00:02Z",
