@@ -40,9 +40,9 @@ from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, write_local_creden
 from hostaffinity.node_labeller.inventory import ObjectUpdate
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
 from hostaffinity.node_labeller.reconcile import NodeActions, PlannerSettings, reconcile_node
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
-from hostaffinity.runtime.kv import NodeChange, TopologyStore
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import NodeChange, TopologyStore
+from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import VmMoved, utc_timestamp
 from tests.platform.nats import nats_server_binary
 from tests.platform.nats_cluster import (

@@ -31,7 +31,7 @@ from pyVmomi import vim, vmodl
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.main import service_spec
 from hostaffinity.node_labeller.service import NodeLabellerWork
-from hostaffinity.runtime.config import (
+from hostaffinity.runtime.process.config import (
     HealthSettings,
     KubernetesSettings,
     LeaseSettings,

@@ -22,8 +22,8 @@ from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.runtime.certificates import service_hostnames
-from hostaffinity.runtime.config import ServiceSettings, Settings, env_names, load_config
+from hostaffinity.runtime.http.certificates import service_hostnames
+from hostaffinity.runtime.process.config import ServiceSettings, Settings, env_names, load_config
 from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,

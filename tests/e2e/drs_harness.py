@@ -14,7 +14,7 @@ from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.main import service_spec
 from hostaffinity.drs_translator.service import DrsTranslatorWork
 from hostaffinity.drs_translator.translator import DrsTranslator
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import DRS_BUCKET, LABEL_ESXI_HOST, DrsOwnership
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX

@@ -17,7 +17,7 @@ from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.node_labeller.main import service_spec
 from hostaffinity.node_labeller.service import NodeLabellerWork
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import EVENTS_STREAM, LABEL_ESXI_HOST, TopologyEvent, decode_event
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections

@@ -17,7 +17,7 @@ import msgspec
 
 from hostaffinity.descheduler.main import service_spec as descheduler_spec
 from hostaffinity.descheduler.service import DeschedulerWork
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings, LeaseSettings
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig
 from hostaffinity.scheduler_extender.main import service_spec as extender_spec

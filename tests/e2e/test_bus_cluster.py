@@ -22,8 +22,8 @@ from typing import Any
 import nats.errors
 import pytest
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import (
     EVENTS_STREAM,
     LABEL_ESXI_HOST,

@@ -13,8 +13,8 @@ import yaml
 from descheduler_builders import kubevirt_json, vm_json, vmi_json
 from prometheus_client import REGISTRY
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import LABEL_ESXI_HOST, PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,

@@ -26,8 +26,8 @@ from pyVmomi import vim
 from hostaffinity.drs_translator.applier import PAUSE_AFTER_KEEP_ENV, PAUSE_AFTER_RECONFIGURE_ENV
 from hostaffinity.drs_translator.main import service_spec
 from hostaffinity.drs_translator.service import DrsTranslatorWork
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.schema import (
     DrsRuleConflict,

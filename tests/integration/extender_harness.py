@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig

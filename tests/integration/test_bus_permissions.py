@@ -22,7 +22,7 @@ import nats.errors
 
 from hostaffinity.cli.bus_access import IDENTITY_NAMES
 from hostaffinity.cli.bus_credentials import new_user_seed
-from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, TOPOLOGY_BUCKET
 from tests.platform.bus_probe import REPLY_SECONDS, session, tls_context
 from tests.platform.nats_cluster import NatsCluster, client_limit

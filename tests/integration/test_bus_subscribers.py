@@ -22,7 +22,7 @@ import pytest
 from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
 from hostaffinity.cli.kubernetes_subscribers import SEED_KEY, SUBSCRIBERS_SECRET, seed_secret_name
 from hostaffinity.cli.subscriber_commands import reload_servers
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, event_subject
 from tests.integration.cli_runner import exit_code
 from tests.platform.bus_probe import REPLY_SECONDS, Session, session

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import aiohttp
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, NatsSettings
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings, NatsSettings
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig
 from hostaffinity.scheduler_extender.main import service_spec

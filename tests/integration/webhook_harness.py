@@ -20,7 +20,7 @@ from hostaffinity.admission_webhook.config import AdmissionWebhookConfig, Webhoo
 from hostaffinity.admission_webhook.http import AdmissionWebhook
 from hostaffinity.admission_webhook.main import service_spec
 from hostaffinity.admission_webhook.service import AdmissionWebhookWork
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.runner import running_service
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer

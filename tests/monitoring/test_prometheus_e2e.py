@@ -34,8 +34,8 @@ from pyVmomi import vim
 
 from hostaffinity.descheduler.main import service_spec as descheduler_spec
 from hostaffinity.descheduler.service import DeschedulerWork
+from hostaffinity.runtime.process.telemetry import setup_telemetry
 from hostaffinity.runtime.runner import running_service
-from hostaffinity.runtime.telemetry import setup_telemetry
 from hostaffinity.schema import event_subject
 from tests.e2e.descheduler_harness import (
     descheduler_config,

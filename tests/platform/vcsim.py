@@ -11,7 +11,7 @@ there.
         si = vc.connect()                      # pyVmomi ServiceInstance, plain http
         settings = vc.settings()               # VCenterSettings for the product code
 
-`vcsim(tls=identity)` serves https with a `ServingIdentity` (runtime certificates.py `issue`):
+`vcsim(tls=identity)` serves https with a `ServingIdentity` (runtime http/certificates.py `issue`):
 a CA of the test's own signs vcsim's certificate, as a site's VMCA signs vCenter's; `settings()`
 then trusts that CA (`vcenter.ca_file`) unless told otherwise.
 
@@ -34,8 +34,8 @@ import pytest
 from pyVim.connect import SmartConnect
 from pyVmomi import vim
 
-from hostaffinity.runtime.certificates import ServingIdentity
-from hostaffinity.runtime.vcenter import VCenterSettings
+from hostaffinity.runtime.http.certificates import ServingIdentity
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 BINARY = REPO / "build" / "vcsim"

@@ -14,7 +14,7 @@ from hostaffinity.node_labeller.reconcile import (
     reconcile_node,
     stale_keys,
 )
-from hostaffinity.runtime.kv import TopologySnapshot, Undecodable
+from hostaffinity.runtime.bus.kv import TopologySnapshot, Undecodable
 from hostaffinity.schema import NodePlacement
 
 SETTINGS = PlannerSettings(vcenter="vc-1", fallback="vm-name")

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import (
     DLQ_STREAM,
     DRS_BUCKET,

@@ -17,7 +17,7 @@ from hostaffinity.cli.connections import (
     kubernetes_settings,
     open_api,
 )
-from hostaffinity.runtime.kube import NODES
+from hostaffinity.runtime.kube.client import NODES
 
 GET_A_CLUSTER = (
     "get a local cluster with `kind create cluster` or `k3d cluster create` (then run this "

@@ -35,7 +35,7 @@ from hostaffinity.cli.snapshot import ClusterSnapshot, EngineOptions, build_engi
 from hostaffinity.cli.status import render_status, status_report
 from hostaffinity.cli.streams import stream_views
 from hostaffinity.cli.topology import render_topology, topology_report
-from hostaffinity.runtime.config import KubernetesSettings
+from hostaffinity.runtime.process.config import KubernetesSettings
 from hostaffinity.schema import TopologyEvent
 
 Answer = tuple[msgspec.Struct, str, int]  # report, its table, exit status

@@ -4,7 +4,7 @@ from typing import Literal
 
 import msgspec
 
-from hostaffinity.runtime.config import Count, Port, Ratio, ServiceSettings, Settings
+from hostaffinity.runtime.process.config import Count, Port, Ratio, ServiceSettings, Settings
 
 
 class WebhookSettings(Settings, frozen=True):

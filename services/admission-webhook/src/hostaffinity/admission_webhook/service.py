@@ -33,13 +33,13 @@ from hostaffinity.admission_webhook.twinless import (
 )
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod, decode_node, decode_pod
-from hostaffinity.runtime.certificates import server_context, service_hostnames
-from hostaffinity.runtime.config import SharedSettings
-from hostaffinity.runtime.informer import Informer, InformerEvent, upsert_or_remove
-from hostaffinity.runtime.kube import CALL_ERRORS, NODES, PODS, KubeClient
-from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.bus.sampled import SampledPublisher
+from hostaffinity.runtime.http.certificates import server_context, service_hostnames
+from hostaffinity.runtime.kube.client import CALL_ERRORS, NODES, PODS, KubeClient
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.kube.informer import Informer, InformerEvent, upsert_or_remove
+from hostaffinity.runtime.process.config import SharedSettings
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.runtime.sampled import SampledPublisher
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)

@@ -39,10 +39,10 @@ from hostaffinity.descheduler.triggers import (
     pod_trigger,
     vmi_trigger,
 )
-from hostaffinity.runtime.informer import Informer, InformerEvent, InformerSettings
-from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
-from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
-from hostaffinity.runtime.topology_feed import Link, follow_topology
+from hostaffinity.runtime.bus.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
+from hostaffinity.runtime.bus.topology_feed import Link, follow_topology
+from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
+from hostaffinity.runtime.kube.informer import Informer, InformerEvent, InformerSettings
 from hostaffinity.schema import LABEL_ESXI_HOST
 
 T = TypeVar("T")

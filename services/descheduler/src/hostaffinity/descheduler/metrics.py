@@ -23,7 +23,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.descheduler.executor import ATTEMPT_RESULTS
-from hostaffinity.runtime.telemetry import seconds_histogram
+from hostaffinity.runtime.process.telemetry import seconds_histogram
 
 CYCLE_BUCKETS_SECONDS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from hostaffinity.descheduler.kubevirt import VirtualMachine, placement_awaiting_restart
 from hostaffinity.descheduler.metrics import AwaitingRestartGauge
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 
 REASON = "PlacementAwaitsRestart"
 

@@ -34,10 +34,10 @@ from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
-from hostaffinity.runtime.config import ConfigError
-from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
-from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.outbox import Outbox
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.process.config import ConfigError
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.schema import EVENTS_STREAM
 

@@ -18,14 +18,14 @@ from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
-from hostaffinity.runtime.informer import Informer, upsert_or_remove
-from hostaffinity.runtime.kube import NAMESPACES, PODS
-from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
-from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.outbox import Outbox
+from hostaffinity.runtime.bus.topology_feed import follow_topology
+from hostaffinity.runtime.kube.client import NAMESPACES, PODS
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.runtime.topology_feed import follow_topology
-from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
 
 _SYNC_POLL_SECONDS: Final = 0.05

@@ -36,12 +36,12 @@ from hostaffinity.node_labeller.reconcile import (
     stale_keys,
 )
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
-from hostaffinity.runtime.cancellation import raise_if_cancel_requested
-from hostaffinity.runtime.kube import NODES, KubeClient
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
-from hostaffinity.runtime.kv import TopologySnapshot, TopologyStore
-from hostaffinity.runtime.outbox_metrics import OutboxInstruments
-from hostaffinity.runtime.workqueue import WorkQueue
+from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
+from hostaffinity.runtime.bus.outbox_metrics import OutboxInstruments
+from hostaffinity.runtime.kube.client import NODES, KubeClient
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.process.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
     Event,

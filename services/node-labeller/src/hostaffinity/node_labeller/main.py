@@ -2,7 +2,7 @@
 
 Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
 health, NATS, the Lease and SIGTERM; only the Lease holder labels (`NodeLabellerWork`).
-`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter_trust.py).
+`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter/trust.py).
 """
 
 from collections.abc import Sequence
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.service import NodeLabellerWork
 from hostaffinity.runtime.runner import ServiceSpec, run_service
-from hostaffinity.runtime.vcenter_trust import check_ca_file, check_trust
+from hostaffinity.runtime.vcenter.trust import check_ca_file, check_trust
 
 
 def service_spec(work: NodeLabellerWork) -> ServiceSpec[NodeLabellerConfig]:

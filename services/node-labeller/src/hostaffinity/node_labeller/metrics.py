@@ -14,7 +14,7 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from hostaffinity.runtime.telemetry import seconds_histogram
+from hostaffinity.runtime.process.telemetry import seconds_histogram
 
 # A vMotion is labelled in ~0.1 s on vcsim (bench/node_labeller_bench.py); a minute is an outage.
 UPDATE_TO_PATCH_BUCKETS_SECONDS: Final = (

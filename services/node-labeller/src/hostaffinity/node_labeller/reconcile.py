@@ -15,7 +15,7 @@ import msgspec
 from hostaffinity.node_labeller.inventory import HostFacts, Inventory, VmFacts
 from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
 from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.runtime.kv import TopologySnapshot
+from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     ANNOTATION_VM,

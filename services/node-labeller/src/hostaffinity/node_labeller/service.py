@@ -12,10 +12,10 @@ from hostaffinity.node_labeller.labeller import Labeller, Retry
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import PlannerSettings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
-from hostaffinity.runtime.informer import Informer, InformerEvent, msgspec_decoder
-from hostaffinity.runtime.kube import NODES
-from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.kube.client import NODES
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.kube.informer import Informer, InformerEvent, msgspec_decoder
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.schema import EVENTS_STREAM
 

@@ -5,9 +5,9 @@ filter asks only for the properties in `WATCHED_PROPERTIES`. The first answer af
 or after `request_full_read`, is the complete inventory (a resync); later answers carry only
 changes.
 
-The watcher owns its `VCenterSession` (runtime/vcenter.py): every long poll blocks that session's
-one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most one poll and
-no other part of the service queues behind it; a stop cancels the poll in flight
+The watcher owns its `VCenterSession` (runtime/vcenter/session.py): every long poll blocks that
+session's one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most
+one poll and no other part of the service queues behind it; a stop cancels the poll in flight
 (CancelWaitForUpdates) instead of waiting for it. A session vCenter ended is logged in again by
 the session itself; the watcher then rebuilds its view and filter. Any other failure reconnects
 the session, which logs the old vCenter session out first, so reconnects never pile sessions up.
@@ -23,7 +23,7 @@ from pyVmomi import VmomiSupport, vim, vmodl
 
 from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES, ObjectUpdate, PropertyValue
 from hostaffinity.node_labeller.metrics import WatchMetrics
-from hostaffinity.runtime.vcenter import VCenterSession, VCenterSettings
+from hostaffinity.runtime.vcenter.session import VCenterSession, VCenterSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The scheduler-extender's config record: the shared sections plus where and how it serves."""
 
-from hostaffinity.runtime.config import (
+from hostaffinity.runtime.process.config import (
     Count,
     Delay,
     Port,

@@ -13,9 +13,9 @@ import functools
 import logging
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
