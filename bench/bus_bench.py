@@ -3,9 +3,8 @@ with `sync_interval: always` (what the shipped configs say) and with nats-server
 (the line removed when rendering). Every client is the identity the service uses, so the
 shipped auth.conf applies on both.
 
-Per variant: an event published by the node-labeller until the descheduler's durable consumer
-(pull fetch, as the descheduler runs it) has handled it; a topology put until a watch (as the
-scheduler-extender) sees it; the publish ack alone; and the bus part of the labeller's vMotion
+Per variant: a topology put until a watch (as the scheduler-extender and the descheduler keep
+one) sees it; the publish ack alone; and the bus part of the labeller's vMotion
 path (the KV put it awaits before the label patch, then its event publishes), planned by the
 labeller's own `reconcile_node`. Variants run side by side, taking turns in chunks, so load
 from others on the machine falls on all of them alike. Prints p50/p99 per variant and figure,
@@ -40,13 +39,11 @@ from node_labeller_builders import inventory_with
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, write_local_credentials
 from hostaffinity.node_labeller.inventory import ObjectUpdate
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import NodeActions, Settings, reconcile_node
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
-from hostaffinity.runtime.consumer import DurableConsumer
-from hostaffinity.runtime.kv import NodeChange, TopologyStore
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER
-from hostaffinity.schema import TopologyEvent, VmMoved, decode_event, utc_timestamp
+from hostaffinity.node_labeller.reconcile import NodeActions, PlannerSettings, reconcile_node
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import NodeChange, TopologyStore
+from hostaffinity.runtime.process.config import NatsSettings
+from hostaffinity.schema import VmMoved, utc_timestamp
 from tests.platform.nats import nats_server_binary
 from tests.platform.nats_cluster import (
     NatsCluster,
@@ -61,7 +58,6 @@ from tests.platform.vcsim import build_vcsim, start_vcsim
 WAIT_SECONDS: Final = 10.0
 TARGET_P99_MS: Final = 5.0
 # What the figures are called in the table.
-EVENT_CONSUMED: Final = "event publish → consumed (descheduler)"
 KV_WATCHED: Final = "KV put → watch (extender)"
 PUBLISH_ACK: Final = "event publish ack"
 MOVE_KV_ACK: Final = "vMotion: KV put ack (before the patch)"
@@ -69,7 +65,6 @@ MOVE_BUS: Final = "vMotion: KV put + event acks"
 LABELLER_SENT: Final = "labeller: update seen → patch sent"
 LABELLER_TOTAL: Final = "labeller: completeTime → patch answered"
 FIGURES: Final = (
-    EVENT_CONSUMED,
     KV_WATCHED,
     PUBLISH_ACK,
     MOVE_KV_ACK,
@@ -136,7 +131,7 @@ def vmotions() -> Iterator[NodeActions]:
     """What the labeller plans (`reconcile_node`) for one node's VM moved back and forth
     between two hosts, one move after another: each has its own version, so its events have
     their own ids and none is dropped as a repeat."""
-    settings = Settings(vcenter="vc-1", fallback="vm-name")
+    settings = PlannerSettings(vcenter="vc-1", fallback="vm-name")
     node = Node(metadata=NodeMeta(name="worker-1"))
     inventory = inventory_with(("vm-1", "worker-1", "42370000-0000-0000-0000-000000000001", None))
     previous = None
@@ -185,7 +180,6 @@ class Clients:
     name: str
     labeller: Bus
     labeller_store: TopologyStore
-    descheduler: Bus
     extender_store: TopologyStore
     plan: Iterator[NodeActions]
 
@@ -210,33 +204,6 @@ async def background(work: Coroutine[None, None, None]) -> AsyncIterator[None]:
         task = group.create_task(work)
         yield
         task.cancel()
-
-
-@contextlib.asynccontextmanager
-async def event_consumed(clients: Clients) -> AsyncIterator[Sample]:
-    """The descheduler's own DurableConsumer on its provisioned durable (batch and fetch
-    timeout as it runs them), handling by noting when each vm.moved arrived."""
-    arrivals = Arrivals()
-
-    async def handle(event: TopologyEvent) -> None:
-        arrivals.mark(event.id)
-
-    consumer = DurableConsumer(
-        clients.descheduler.js,
-        service="descheduler",
-        settings=DESCHEDULER_CONSUMER,
-        decode=decode_event,
-        handler=handle,
-    )
-
-    async def sample() -> dict[str, float]:
-        event = clients.next_vm_moved()
-        started = time.perf_counter()
-        await clients.labeller.publish_event(event)
-        return {EVENT_CONSUMED: await arrivals.wait(event.id) - started}
-
-    async with background(consumer.run()):
-        yield sample
 
 
 @contextlib.asynccontextmanager
@@ -352,7 +319,7 @@ async def labeller_end_to_end(
 
 @contextlib.asynccontextmanager
 async def connected(name: str, platform: Platform) -> AsyncIterator[Clients]:
-    """The three services' connections, closed after."""
+    """The two services' connections, closed after."""
     async with contextlib.AsyncExitStack() as stack:
 
         async def bus(identity: str) -> Bus:
@@ -361,13 +328,11 @@ async def connected(name: str, platform: Platform) -> AsyncIterator[Clients]:
             return opened
 
         labeller = await bus("node-labeller")
-        descheduler = await bus("descheduler")
         extender = await bus("scheduler-extender")
         yield Clients(
             name,
             labeller,
             await labeller.topology(),
-            descheduler,
             await extender.topology(),
             vmotions(),
         )
@@ -458,7 +423,7 @@ async def run(arguments: argparse.Namespace, workdir: Path) -> None:
         for name, platform in platforms.items():
             await stack.enter_async_context(started(platform))
             clients.append(await stack.enter_async_context(connected(name, platform)))
-        for sampling in (event_consumed, kv_watched, publish_acked, vmotion_bus):
+        for sampling in (kv_watched, publish_acked, vmotion_bus):
             results.update(await measure(sampling, clients, samples, warmup, chunk))
         if arguments.moves:
             print(

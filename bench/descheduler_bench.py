@@ -98,7 +98,7 @@ from hostaffinity.descheduler.model import (
 )
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.runtime.kube import KubeClient
+from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,8 +35,8 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import (
     DRS_BUCKET,
     LABEL_ESXI_HOST,

@@ -31,7 +31,7 @@ from figures import peak_rss_mib  # noqa: E402
 
 from hostaffinity.cli.event_log import read_events  # noqa: E402
 from hostaffinity.cli.event_query import EventQuery  # noqa: E402
-from hostaffinity.runtime.bus import Bus  # noqa: E402
+from hostaffinity.runtime.bus.client import Bus  # noqa: E402
 from hostaffinity.schema import (  # noqa: E402
     ExtenderDecision,
     NodeLabelled,

@@ -50,8 +50,8 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Pod
-from hostaffinity.runtime.kube import KubeClient
-from hostaffinity.runtime.sampled import SampledPublisher
+from hostaffinity.runtime.bus.sampled import SampledPublisher
+from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer

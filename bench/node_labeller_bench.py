@@ -30,8 +30,8 @@ from pyVmomi import vim, vmodl
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.main import service_spec
-from hostaffinity.node_labeller.service import NodeLabelling
-from hostaffinity.runtime.config import (
+from hostaffinity.node_labeller.service import NodeLabellerWork
+from hostaffinity.runtime.process.config import (
     HealthSettings,
     KubernetesSettings,
     LeaseSettings,
@@ -85,7 +85,7 @@ def relocate(si: Any, vm_name: str, host_name: str) -> float:
 @contextlib.asynccontextmanager
 async def running_labeller(
     vc: Vcsim, nats: NatsSettings, kubeconfig: Path
-) -> AsyncIterator[NodeLabelling]:
+) -> AsyncIterator[NodeLabellerWork]:
     """The labeller in this process, run as its service runs it, on this vCenter, bus and
     Kubernetes."""
     config = NodeLabellerConfig(
@@ -95,7 +95,7 @@ async def running_labeller(
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
         lease=LeaseSettings(namespace="kube-system"),
     )
-    work = NodeLabelling()
+    work = NodeLabellerWork()
     async with running_service(service_spec(work), config, identity="bench"):
         yield work
 
@@ -150,7 +150,7 @@ class MoveTimings:
     answered: list[float] = field(default_factory=list)
 
 
-async def time_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) -> MoveTimings:
+async def time_moves(work: NodeLabellerWork, vc: Vcsim, hosts: int, moves: int) -> MoveTimings:
     """Move VMs one at a time, each to another host, and time each until its label patch is
     answered."""
     labeller = work.labeller
@@ -179,7 +179,7 @@ async def time_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) -> 
     return timings
 
 
-async def measure_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) -> None:
+async def measure_moves(work: NodeLabellerWork, vc: Vcsim, hosts: int, moves: int) -> None:
     timings = await time_moves(work, vc, hosts, moves)
     print(f"vMotion → label patch answered, {len(timings.total)} RelocateVM_Task calls (ms):")
     for name, values in (
@@ -195,7 +195,7 @@ async def measure_moves(work: NodeLabelling, vc: Vcsim, hosts: int, moves: int) 
         )
 
 
-async def measure_resync(work: NodeLabelling, vms: int, rounds: int = 5) -> None:
+async def measure_resync(work: NodeLabellerWork, vms: int, rounds: int = 5) -> None:
     """What one periodic resync costs at this scale when nothing differs: vCenter's inventory
     read whole, the KV read and compared, every node planned again, nothing written. The read
     starts when the long poll in flight returns, so up to 2 s of each figure is that wait."""

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from figures import peak_rss_mib, percentile
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.kv import Bootstrapped, TopologyStore
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import Bootstrapped, TopologyStore
 from tests.platform.bus_values import node_placement as placement
 from tests.platform.nats import NatsServer
 

@@ -36,10 +36,10 @@ from hostaffinity.admission_webhook.admission_v1 import (
     encode_answer,
     mutation_for,
 )
+from hostaffinity.admission_webhook.http import AdmissionWebhook
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome
-from hostaffinity.admission_webhook.server import AdmissionWebhook
-from hostaffinity.runtime.certificates import issue, server_context
+from hostaffinity.runtime.http.certificates import issue, server_context
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 
 FIXTURE = (

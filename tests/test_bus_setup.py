@@ -31,7 +31,7 @@ from hostaffinity.cli.bus_subscribers import (
     checked_name,
     render_subscribers_conf,
 )
-from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.process.config import NatsSettings
 from tests.platform.console import SCRIPTS
 from tests.platform.nats import nats_server_binary
 from tests.platform.nats_cluster import SHIPPED

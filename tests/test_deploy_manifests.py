@@ -17,14 +17,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from hostaffinity.admission_webhook.config import AdmissionWebhookSettings
+from hostaffinity.admission_webhook.config import AdmissionWebhookConfig
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.runtime.certificates import service_hostnames
-from hostaffinity.runtime.config import ServiceSettings, Settings, env_names, load_config
-from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
+from hostaffinity.runtime.http.certificates import service_hostnames
+from hostaffinity.runtime.process.config import ServiceSettings, Settings, env_names, load_config
+from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
@@ -55,8 +55,8 @@ COMPONENTS = sorted(p.name for p in (ROOT / "k8s" / "components").iterdir() if p
 SERVICE_CONFIGS: dict[str, type[Settings]] = {
     "node-labeller": NodeLabellerConfig,
     "drs-translator": DrsTranslatorConfig,
-    "admission-webhook": AdmissionWebhookSettings,
-    "scheduler-extender": SchedulerExtenderSettings,
+    "admission-webhook": AdmissionWebhookConfig,
+    "scheduler-extender": SchedulerExtenderConfig,
     "descheduler": DeschedulerConfig,
 }
 # The component a service ships in, where it is not k8s/base: the extender is optional.
@@ -285,9 +285,9 @@ def deployment_settings(documents: list[dict[str, Any]], service: str, tmp_path:
     return load_config(SERVICE_CONFIGS[service], paths, environ=environ)
 
 
-def webhook_settings(documents: list[dict[str, Any]], tmp_path: Path) -> AdmissionWebhookSettings:
+def webhook_settings(documents: list[dict[str, Any]], tmp_path: Path) -> AdmissionWebhookConfig:
     settings = deployment_settings(documents, "admission-webhook", tmp_path)
-    assert isinstance(settings, AdmissionWebhookSettings)
+    assert isinstance(settings, AdmissionWebhookConfig)
     return settings
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from hostaffinity.runtime.config import Settings
+from hostaffinity.runtime.process.config import Settings
 from tests.campaign.history import Clock, History, Instance, ProcessExit
 from tests.campaign.recording import AttributedProxy
 from tests.platform.console import SCRIPTS

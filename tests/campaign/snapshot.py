@@ -13,7 +13,7 @@ from pyVmomi import vim
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import decode_namespace, decode_pod
 from hostaffinity.drs_translator.planner import PlannerSettings, plan
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import EsxiHost, NodePlacement, label_value
 from tests.campaign.history import FinalState, History
 from tests.campaign.system import VCENTER_NAME, System

@@ -21,8 +21,8 @@ import yaml
 from pyVmomi import vim
 
 from hostaffinity.admission_webhook.config import WebhookSettings
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
-from hostaffinity.runtime.vcenter import VCenterSettings
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 from tests.campaign.history import AdmissionCall, Clock, History
 from tests.campaign.processes import Replica, settings_env
 from tests.campaign.recording import AttributedProxy, Connections, RecordingDouble, VcenterProxy

@@ -25,7 +25,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from hostaffinity.cli.bus_credentials import write_local_credentials
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.containers.podman import (
     REPO,

@@ -23,7 +23,7 @@ from typing import Any
 from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings
 from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.main import service_spec
-from hostaffinity.descheduler.service import Descheduling
+from hostaffinity.descheduler.service import DeschedulerWork
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.harness import BusPlatform, eventually, runner_sections
@@ -47,9 +47,9 @@ def descheduler_config(
 @contextlib.asynccontextmanager
 async def running_descheduler(
     config: DeschedulerConfig, identity: str = "descheduler-a"
-) -> AsyncIterator[Descheduling]:
+) -> AsyncIterator[DeschedulerWork]:
     """The service as main() starts it, until the block ends (then stopped as SIGTERM would)."""
-    work = Descheduling()
+    work = DeschedulerWork()
     async with running_service(service_spec(work), config, identity=identity):
         await eventually(work.synced, "descheduler synced", within=20)
         yield work

@@ -2,9 +2,8 @@
 vcsim's DRS rules and groups field by field."""
 
 import contextlib
-import functools
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,11 @@ import msgspec
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
-from hostaffinity.drs_translator.service import translate
+from hostaffinity.drs_translator.main import service_spec
+from hostaffinity.drs_translator.service import DrsTranslatorWork
 from hostaffinity.drs_translator.translator import DrsTranslator
-from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.runner import ServiceRunner, ServiceSpec, running_service
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import DRS_BUCKET, LABEL_ESXI_HOST, DrsOwnership
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
@@ -36,33 +35,31 @@ def drs_config(
 @dataclass
 class RunningTranslator:
     runner: ServiceRunner[DrsTranslatorConfig]
-    parts: list[tuple[DrsTranslator, ClusterRules]] = field(default_factory=list)
+    work: DrsTranslatorWork
 
     @property
     def translator(self) -> DrsTranslator:
-        return self.parts[-1][0]
+        assert self.work.translator is not None, "the work has not built its translator yet"
+        return self.work.translator
 
     @property
     def calls(self) -> Any:
         """vCenter calls made so far, by kind (a Counter)."""
-        return self.parts[-1][1].calls
+        assert self.work.cluster_rules is not None, "the work has not reached vCenter yet"
+        return self.work.cluster_rules.calls
 
 
 @contextlib.asynccontextmanager
 async def running_translator(config: DrsTranslatorConfig) -> AsyncIterator[RunningTranslator]:
     """The service as main() runs it, until the first DRS cycle is done; stopped as by SIGTERM."""
-    observed: list[tuple[DrsTranslator, ClusterRules]] = []
-    spec = ServiceSpec(
-        name="drs-translator",
-        config_type=DrsTranslatorConfig,
-        work=functools.partial(translate, observe=lambda t, c: observed.append((t, c))),
-        leader_elected=True,
-    )
-    async with running_service(spec, config, identity="drs-a") as runner:
+    work = DrsTranslatorWork()
+    async with running_service(service_spec(work), config, identity="drs-a") as runner:
         await eventually(
-            lambda: bool(observed) and observed[-1][0].cycles > 0, "the first DRS cycle", 30
+            lambda: work.translator is not None and work.translator.cycles > 0,
+            "the first DRS cycle",
+            30,
         )
-        yield RunningTranslator(runner, observed)
+        yield RunningTranslator(runner, work)
 
 
 async def cycles_after(running: RunningTranslator, count: int, within: float = 10.0) -> None:

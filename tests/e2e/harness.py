@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import aiohttp
 from pyVmomi import vim
 
-from hostaffinity.runtime.config import (
+from hostaffinity.runtime.process.config import (
     HealthSettings,
     KubernetesSettings,
     LeaseSettings,

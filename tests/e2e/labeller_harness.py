@@ -15,9 +15,9 @@ from pyVmomi import vim
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.node_labeller.main import service_spec
-from hostaffinity.node_labeller.service import NodeLabelling
+from hostaffinity.node_labeller.service import NodeLabellerWork
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import EVENTS_STREAM, LABEL_ESXI_HOST, TopologyEvent, decode_event
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
@@ -56,7 +56,7 @@ class Replica:
     """One labeller replica started through the runner, as `main()` starts it."""
 
     runner: ServiceRunner[NodeLabellerConfig]
-    work: NodeLabelling
+    work: NodeLabellerWork
 
     @property
     def standby(self) -> bool:
@@ -81,7 +81,7 @@ async def running(
     config: NodeLabellerConfig, identity: str = "replica-a"
 ) -> AsyncIterator[Replica]:
     """A replica running until the block ends (then stopped as SIGTERM would)."""
-    work = NodeLabelling()
+    work = NodeLabellerWork()
     async with running_service(service_spec(work), config, identity=identity) as runner:
         yield Replica(runner, work)
 

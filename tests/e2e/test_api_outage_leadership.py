@@ -16,12 +16,12 @@ import aiohttp
 import msgspec
 
 from hostaffinity.descheduler.main import service_spec as descheduler_spec
-from hostaffinity.descheduler.service import Descheduling
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, LeaseSettings
+from hostaffinity.descheduler.service import DeschedulerWork
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings, LeaseSettings
 from hostaffinity.runtime.runner import ServiceRunner, running_service
-from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderSettings
+from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig
 from hostaffinity.scheduler_extender.main import service_spec as extender_spec
-from hostaffinity.scheduler_extender.service import Extender
+from hostaffinity.scheduler_extender.service import SchedulerExtenderWork
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.descheduler_harness import descheduler_config
 from tests.e2e.drs_harness import cycles_after, drs_config, running_translator
@@ -114,7 +114,7 @@ async def test_descheduler_keeps_leading_through_an_eight_second_api_kill(
         lease=PRODUCTION_LEASE,
         kubernetes=kubernetes(kubeconfig),
     )
-    work = Descheduling()
+    work = DeschedulerWork()
     async with running_service(descheduler_spec(work), config, identity="d-a") as runner:
         await eventually(work.synced, "descheduler synced", within=20)
         await ride_out_an_api_kill(runner, kube_double)
@@ -138,12 +138,12 @@ async def test_drs_translator_keeps_leading_through_an_eight_second_api_kill(
 async def test_extender_stays_up_through_an_eight_second_api_kill(
     nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
 ) -> None:
-    settings = SchedulerExtenderSettings(
+    settings = SchedulerExtenderConfig(
         nats=nats_server.settings(),
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=kubernetes(kubeconfig),
         extender=ExtenderSettings(host="127.0.0.1", port=0),
     )
-    async with running_service(extender_spec(Extender()), settings) as runner:
+    async with running_service(extender_spec(SchedulerExtenderWork()), settings) as runner:
         await eventually_ready(runner, 20)
         await ride_out_an_api_kill(runner, kube_double)

@@ -3,7 +3,8 @@ service connected as its own least-privilege nkey identity (tests/platform/nats_
 
 The single-server e2e tests show what each service does; these show that it still does it when
 the bus enforces `hostaffinity.cli.bus_access`, and that a server killed with -9 in the middle
-of vMotions loses nothing: no label, no KV value, no `vm.moved`, no ack of the descheduler.
+of vMotions loses nothing: no label, no KV value, no `vm.moved`, no placement the descheduler
+learns from the topology watch.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any
 import nats.errors
 import pytest
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import (
     EVENTS_STREAM,
     LABEL_ESXI_HOST,
@@ -105,13 +106,6 @@ async def last_moved_seq(cli: Bus) -> int:
     return int((await cli.js.get_last_msg(EVENTS_STREAM, MOVED)).seq)
 
 
-async def descheduler_acked_through(cli: Bus, seq: int) -> bool:
-    """The durable consumer has nothing pending nor unacked, and its ack floor is at `seq`."""
-    info = await cli.js.consumer_info(EVENTS_STREAM, DESCHEDULER_CONSUMER.durable)
-    floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
-    return info.num_ack_pending == 0 and info.num_pending == 0 and (floor or 0) >= seq
-
-
 def local_stream_state(server: ServerProcess, stream: str) -> dict[str, Any]:
     """The stream's state as this one server holds it (its /jsz), not as the leader reports."""
     url = f"http://127.0.0.1:{server.monitor_port}/jsz?streams=true"
@@ -126,15 +120,13 @@ def local_stream_state(server: ServerProcess, stream: str) -> dict[str, Any]:
 
 
 async def raft_leaders(cli: Bus) -> dict[str, str | None]:
-    """Which server leads the events stream, the topology bucket and the descheduler's
-    consumer (each its own Raft group)."""
+    """Which server leads the events stream and the topology bucket (each its own Raft
+    group)."""
     events = await cli.js.stream_info(EVENTS_STREAM)
     kv = await cli.js.stream_info(TOPOLOGY_STREAM)
-    consumer = await cli.js.consumer_info(EVENTS_STREAM, DESCHEDULER_CONSUMER.durable)
     return {
         EVENTS_STREAM: events.cluster.leader if events.cluster else None,
         TOPOLOGY_STREAM: kv.cluster.leader if kv.cluster else None,
-        DESCHEDULER_CONSUMER.durable: consumer.cluster.leader if consumer.cluster else None,
     }
 
 
@@ -213,10 +205,6 @@ async def test_the_services_work_on_the_shipped_cluster_each_as_its_own_identity
             "DC0_C0_H1",
             "DC0_C0_H0",
         )
-        await until(
-            lambda: descheduler_acked_through(cli, seq), f"the descheduler's ack of #{seq}", 10
-        )
-        print(f"vm.moved {moved.id} (#{seq}) acked by {DESCHEDULER_CONSUMER.durable}")
         assert len(terminating(kube)) == 1, terminating(kube)
 
         # Each identity published its own events and the translator wrote its bucket.
@@ -258,7 +246,7 @@ async def test_kill_9_of_one_server_during_20_vmotions_loses_nothing(
     async with (
         nats_cluster.connection("cli") as cli,
         parts.labeller(vc) as labeller,
-        running_descheduler(descheduler_config(nats_cluster, kubeconfig)),
+        running_descheduler(descheduler_config(nats_cluster, kubeconfig)) as descheduler,
     ):
         for number in range(1, VMOTIONS + 1):
             node = NODES[(number - 1) % len(NODES)]
@@ -310,15 +298,16 @@ async def test_kill_9_of_one_server_during_20_vmotions_loses_nothing(
             f"missing {Counter(moves) - stored}, extra {stored - Counter(moves)}; ids {checked}"
         )
 
-        # The descheduler's durable consumer acked them all.
-        seq = await last_moved_seq(cli)
+        # The descheduler learnt every placement from the topology watch.
+        state = descheduler.state
+        assert state is not None
         phase = time.monotonic()
-        await until(
-            lambda: descheduler_acked_through(cli, seq),
-            f"the descheduler's acks through #{seq}",
+        await eventually(
+            lambda: {node: state.index.domain(node, LABEL_ESXI_HOST) for node in where} == where,
+            "the descheduler's placements equal vCenter's",
             within=CATCH_UP_SECONDS,
         )
-        print(f"descheduler acked through #{seq} {time.monotonic() - phase:.1f}s later")
+        print(f"descheduler placements current {time.monotonic() - phase:.1f}s later")
 
         # The killed server is back and holds what the others hold.
         started = time.monotonic()

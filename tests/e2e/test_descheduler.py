@@ -13,8 +13,8 @@ import yaml
 from descheduler_builders import kubevirt_json, vm_json, vmi_json
 from prometheus_client import REGISTRY
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import LABEL_ESXI_HOST, PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,
@@ -451,7 +451,7 @@ async def test_seed_004_vmotion_onto_a_shared_host_evicts_exactly_one(
                 lambda: service.loop is not None and service.loop.cycles >= 1, "first cycle"
             )
             assert terminating(kube) == []
-            # Hold the label patch of node2: only the KV and vm.moved can tell the descheduler.
+            # Hold the label patch of node2: only the topology KV can tell the descheduler.
             hold = kube.hold_patches("nodes", "node2")
             cycles = service.loop.cycles
             relocate(vc.connect(), "node2", "DC0_C0_H0")

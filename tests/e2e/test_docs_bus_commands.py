@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from nats.errors import Error as NatsError
 
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from tests.platform.bus_values import node_placed, node_placement
 from tests.platform.console import SCRIPTS
 from tests.platform.kube_double import KubeDouble

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pyVmomi import vim
 
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import DrsRuleConflict, DrsRuleHeld
 from tests.e2e.drs_harness import (
     anti_rules,

@@ -24,11 +24,11 @@ import yaml
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.applier import PAUSE_AFTER_KEEP_ENV, PAUSE_AFTER_RECONFIGURE_ENV
-from hostaffinity.drs_translator.config import DrsTranslatorConfig
-from hostaffinity.drs_translator.service import translate
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
-from hostaffinity.runtime.runner import ServiceSpec, running_service
+from hostaffinity.drs_translator.main import service_spec
+from hostaffinity.drs_translator.service import DrsTranslatorWork
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import NatsSettings
+from hostaffinity.runtime.runner import running_service
 from hostaffinity.schema import (
     DrsRuleConflict,
     DrsRuleDrift,
@@ -597,9 +597,7 @@ async def test_a_translator_started_while_vcenter_is_away_waits_not_ready_then_w
     port = proxy.port
     await proxy.refuse()
     config = drs_config(vc, nats_server, kubeconfig, vcenter=vc.settings(port=port))
-    spec = ServiceSpec(
-        name="drs-translator", config_type=DrsTranslatorConfig, work=translate, leader_elected=True
-    )
+    spec = service_spec(DrsTranslatorWork())
     try:
         async with labeller(vc, nats_server, kubeconfig), running_service(spec, config) as runner:
             url = f"http://127.0.0.1:{runner.health.port}/readyz"

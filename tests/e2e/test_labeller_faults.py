@@ -16,8 +16,8 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import KubernetesSettings, LeaseSettings
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import KubernetesSettings, LeaseSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
 from tests.e2e.labeller_harness import (
     HOSTS,

@@ -9,7 +9,7 @@ move that never happened. A recurring warning becomes one Event whose count rise
 import msgspec
 
 from hostaffinity.node_labeller.labeller import Labeller
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import TOPOLOGY_BUCKET, VmMoved, node_key
 from tests.e2e.harness import default_events
 from tests.e2e.labeller_harness import (

@@ -7,8 +7,8 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, NodeLabelled, NodePlaced
 from tests.e2e.labeller_harness import (
     eventually,

@@ -5,7 +5,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     LABEL_DATACENTER,

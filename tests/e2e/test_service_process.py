@@ -18,8 +18,8 @@ import aiohttp
 import psutil
 import yaml
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import utc_timestamp
 from tests.platform.console import SCRIPTS
 from tests.platform.kube_double import KubeDouble

@@ -79,7 +79,7 @@ def exit_code(argv: Sequence[str]) -> int:
 
 
 def lease(service: str, holder: str, renewed: datetime, duration_s: int = 60) -> dict[str, Any]:
-    """A Lease as runtime/leader.py writes it, held since a minute before its last renewal."""
+    """A Lease as runtime/kube/leader.py writes it, held since a minute before its last renewal."""
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",

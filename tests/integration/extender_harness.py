@@ -12,14 +12,14 @@ from typing import Any
 
 import aiohttp
 
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.runner import running_service
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderSettings
+from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.main import service_spec
-from hostaffinity.scheduler_extender.service import Extender
+from hostaffinity.scheduler_extender.service import SchedulerExtenderWork
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.harness import BusPlatform
 from tests.e2e.labeller_harness import node_object
@@ -42,13 +42,13 @@ class RunningExtender:
 @contextlib.asynccontextmanager
 async def extender(nats: BusPlatform, kubeconfig: Path) -> AsyncIterator[RunningExtender]:
     """The service as main() starts it, on loopback ports, once /readyz says ready."""
-    settings = SchedulerExtenderSettings(
+    settings = SchedulerExtenderConfig(
         nats=nats.settings("scheduler-extender"),
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
         extender=ExtenderSettings(host="127.0.0.1", port=0, decision_sample_ratio=1.0),
     )
-    work = Extender()
+    work = SchedulerExtenderWork()
     async with running_service(service_spec(work), settings) as runner:
         url = f"http://127.0.0.1:{runner.health.port}/readyz"
         statuses: list[int] = []

@@ -14,10 +14,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from prometheus_client import REGISTRY
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
-from hostaffinity.runtime.deadletters import PARKED_PAYLOAD_LIMIT
-from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.consumer import ConsumerSettings, DurableConsumer
+from hostaffinity.runtime.bus.deadletters import PARKED_PAYLOAD_LIMIT
+from hostaffinity.runtime.process.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import (
     DLQ_STREAM,
     EVENTS_STREAM,
@@ -264,7 +264,7 @@ async def test_durable_consumer_restarted_mid_stream_resumes_where_it_stopped(
 async def test_client_reconnects_after_server_restart_and_publishes_and_consumes_again(
     nats_server: NatsServer, bus: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hostaffinity.runtime.bus")
+    caplog.set_level(logging.INFO, logger="hostaffinity.runtime.bus.client")
     before, after = node_placed("worker-20"), node_placed("worker-21")
     recorder = Recorder()
 

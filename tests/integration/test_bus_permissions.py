@@ -19,11 +19,10 @@ from pathlib import Path
 
 import nats
 import nats.errors
-import pytest
 
 from hostaffinity.cli.bus_access import IDENTITY_NAMES
 from hostaffinity.cli.bus_credentials import new_user_seed
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, TOPOLOGY_BUCKET
 from tests.platform.bus_probe import REPLY_SECONDS, session, tls_context
 from tests.platform.nats_cluster import NatsCluster, client_limit
@@ -67,7 +66,7 @@ async def test_every_identity_reads_the_streams_it_uses_and_none_but_provision_d
         "drs-translator": {TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM},
         "admission-webhook": set(),
         "scheduler-extender": {TOPOLOGY_STREAM, EVENTS_STREAM},
-        "descheduler": {TOPOLOGY_STREAM, EVENTS_STREAM, DLQ_STREAM},
+        "descheduler": {TOPOLOGY_STREAM, EVENTS_STREAM},
         "cli": set(OUR_STREAMS),
         "provision": set(OUR_STREAMS),
     }
@@ -93,18 +92,18 @@ async def test_only_provisioning_creates_or_updates_the_layout(nats_cluster: Nat
         config = info["config"]
         updated = await provision.api(f"$JS.API.STREAM.UPDATE.{EVENTS_STREAM}", config)
         assert "error" not in updated, updated
-        durable = DESCHEDULER_CONSUMER
-        consumer = await provision.api(f"$JS.API.CONSUMER.INFO.{durable.stream}.{durable.durable}")
-        assert "error" not in consumer, consumer
-        # Provisioning makes our layout, nothing else.
+        # Provisioning makes our layout, nothing else: no other stream, no consumer.
         assert await provision.publish_refused("$JS.API.STREAM.CREATE.SOMETHING_ELSE")
+        assert await provision.publish_refused(
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.hostaffinity-descheduler"
+        )
     for identity in (*SERVICES, "cli"):
         async with session(nats_cluster, identity) as bus:
             for subject in (
                 f"$JS.API.STREAM.CREATE.{EVENTS_STREAM}",
                 f"$JS.API.STREAM.UPDATE.{TOPOLOGY_STREAM}",
                 f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.{identity}",
-                f"$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.{DESCHEDULER_CONSUMER.durable}",
+                f"$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.audit",
             ):
                 assert await bus.publish_refused(subject), (identity, subject)
 
@@ -195,32 +194,20 @@ async def test_consumers_only_on_streams_an_identity_may_read(nats_cluster: Nats
                     )
 
 
-async def test_the_descheduler_reads_and_acks_only_its_durable_consumer_in_both_ack_forms(
+async def test_the_descheduler_reads_no_consumer_of_the_events_stream(
     nats_cluster: NatsCluster,
 ) -> None:
-    durable = DESCHEDULER_CONSUMER
-    async with session(nats_cluster, "node-labeller") as labeller:
-        await labeller.nc.request("hostaffinity.events.vm.moved", b"{}", timeout=REPLY_SECONDS)
+    """It learns of a vMotion from the topology KV (descheduler/feeds.py says why), so it may
+    neither fetch from nor ack any consumer of the events stream, nor park in a DLQ."""
     async with session(nats_cluster, "descheduler") as descheduler:
-        js = descheduler.nc.jetstream()
-        subscription = await js.pull_subscribe_bind(durable.durable, stream=durable.stream)
-        [message] = await subscription.fetch(1, timeout=REPLY_SECONDS)
-        await message.ack_sync(timeout=REPLY_SECONDS)  # the server confirms the ack
-        # The ack subject with domain and account hash, which later servers send (ADR-15).
-        later_form = f"$JS.ACK._.HASH.{durable.stream}.{durable.durable}.1.1.1.1.0"
-        await descheduler.nc.publish(later_form, b"+ACK")
-        await descheduler.nc.flush()
-        with pytest.raises(TimeoutError):
-            await descheduler.refused(later_form)
         for subject in (
-            f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.someone-else",
-            f"$JS.ACK.{EVENTS_STREAM}.someone-else.1.1.1.1.0",
-            f"$JS.ACK._.HASH.{EVENTS_STREAM}.someone-else.1.1.1.1.0",
+            f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.hostaffinity-descheduler",
+            f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.hostaffinity-descheduler",
+            f"$JS.ACK.{EVENTS_STREAM}.hostaffinity-descheduler.1.1.1.1.0",
+            f"$JS.ACK._.HASH.{EVENTS_STREAM}.hostaffinity-descheduler.1.1.1.1.0",
+            "hostaffinity.dlq.descheduler",
         ):
             assert await descheduler.publish_refused(subject), subject
-    async with session(nats_cluster, "cli") as cli:
-        subject = f"$JS.API.CONSUMER.MSG.NEXT.{durable.stream}.{durable.durable}"
-        assert await cli.publish_refused(subject)
 
 
 async def test_anonymous_unknown_and_plaintext_clients_are_refused(

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.layout import DRS_STREAM, MAX_CONSUMERS, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.layout import DRS_STREAM, MAX_CONSUMERS, TOPOLOGY_STREAM
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, TOPOLOGY_BUCKET
 from tests.platform.nats import NatsServer
 from tests.platform.nats_cluster import NatsCluster
@@ -54,7 +54,7 @@ def provision_config(cluster: NatsCluster, path: Path) -> Path:
 async def test_a_service_waits_for_provisioning_which_makes_the_r3_layout(
     unprovisioned: NatsCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="hostaffinity.runtime.bus")
+    caplog.set_level(logging.WARNING, logger="hostaffinity.runtime.bus.client")
     service = await Bus.connect(unprovisioned.settings("scheduler-extender"), name="extender")
     try:
         waiting = asyncio.create_task(
@@ -107,7 +107,7 @@ async def test_provisioning_turns_off_roll_ups_of_buckets_an_earlier_release_mad
     """Earlier releases made both buckets as nats-py does, roll-ups allowed. A service of this
     release says so and waits; `bus provision` updates the streams in place (keys and history
     kept) and from then on a roll-up is refused."""
-    caplog.set_level(logging.WARNING, logger="hostaffinity.runtime.bus")
+    caplog.set_level(logging.WARNING, logger="hostaffinity.runtime.bus.client")
     server = NatsServer(tmp_path)
     await server.start()
     try:

@@ -22,7 +22,7 @@ import pytest
 from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
 from hostaffinity.cli.kubernetes_subscribers import SEED_KEY, SUBSCRIBERS_SECRET, seed_secret_name
 from hostaffinity.cli.subscriber_commands import reload_servers
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, event_subject
 from tests.integration.cli_runner import exit_code
 from tests.platform.bus_probe import REPLY_SECONDS, Session, session
@@ -73,6 +73,12 @@ async def test_a_subscriber_reads_its_types_through_its_consumer_and_nothing_els
         ]
         for message in messages:
             await message.ack_sync(timeout=REPLY_SECONDS)  # the server confirms each ack
+        # The ack subject with domain and account hash, which later servers send (ADR-15).
+        later_form = f"$JS.ACK._.HASH.{EVENTS_STREAM}.audit.1.1.1.1.0"
+        await audit.nc.publish(later_form, b"+ACK")
+        await audit.nc.flush()
+        with pytest.raises(TimeoutError):
+            await audit.refused(later_form)
         await _refused_everything_else(audit)
 
     # The table the file repeats still holds for hostaffinity's own identities.
@@ -91,8 +97,9 @@ async def _refused_everything_else(audit: Session) -> None:
         f"{api}.CONSUMER.CREATE.{EVENTS_STREAM}.audit",  # nor may it widen its own filter
         f"{api}.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.audit",
         f"{api}.CONSUMER.DELETE.{EVENTS_STREAM}.audit",
-        f"{api}.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{DESCHEDULER_CONSUMER.durable}",
-        f"$JS.ACK.{EVENTS_STREAM}.{DESCHEDULER_CONSUMER.durable}.1.1.1.1.0",
+        f"{api}.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.someone-else",
+        f"$JS.ACK.{EVENTS_STREAM}.someone-else.1.1.1.1.0",
+        f"$JS.ACK._.HASH.{EVENTS_STREAM}.someone-else.1.1.1.1.0",
         f"{api}.STREAM.INFO.{EVENTS_STREAM}",
         f"{api}.STREAM.MSG.GET.{EVENTS_STREAM}",
         f"{api}.DIRECT.GET.{EVENTS_STREAM}",

@@ -6,9 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
-from hostaffinity.runtime.kv import (
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import (
     Bootstrapped,
     HostChange,
     NodeChange,
@@ -17,7 +16,8 @@ from hostaffinity.runtime.kv import (
     TopologyWatch,
     Undecodable,
 )
-from hostaffinity.runtime.layout import BusLayout
+from hostaffinity.runtime.bus.layout import BusLayout
+from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, NodePlacement, node_key
 from tests.platform.bus_values import ESXI_HOST
 from tests.platform.bus_values import node_placement as placement

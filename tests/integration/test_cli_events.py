@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import ExtenderDecision, NodePlaced, PodEvicted, VmMoved
 from tests.integration.cli_runner import exit_code
 from tests.platform.nats import NatsServer

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import (
     EVENTS_STREAM,
     LABEL_ESXI_HOST,

@@ -22,7 +22,7 @@ from nats.js.errors import KeyNotFoundError
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.config import HaAuditSettings
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import DRS_BUCKET, LABEL_ESXI_HOST, ClusterHaSettings, drs_ha_key
 from tests.e2e.drs_harness import (
     anti_rules,

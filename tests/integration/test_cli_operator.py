@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import (
     DRS_BUCKET,
     LABEL_ESXI_HOST,

@@ -7,7 +7,7 @@ import pytest
 
 from hostaffinity.cli.main import main, node_names, vcenter_settings
 from hostaffinity.cli.seeding import seed_node_vms
-from hostaffinity.runtime.vcenter import connect
+from hostaffinity.runtime.vcenter.session import connect
 from tests.platform.kube_double import KubeDouble
 from tests.platform.vcsim import VcsimFactory
 

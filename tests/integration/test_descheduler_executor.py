@@ -24,8 +24,8 @@ from hostaffinity.descheduler.eviction_planner import (
 from hostaffinity.descheduler.executor import Executor, ExecutorSettings, migration_name
 from hostaffinity.descheduler.model import decode_pod
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import KubeClient, api_client
+from hostaffinity.runtime.kube.client import KubeClient, api_client
+from hostaffinity.runtime.process.config import KubernetesSettings
 from tests.e2e.descheduler_harness import eventually
 from tests.platform.kube_double import KubeDouble
 

@@ -13,8 +13,8 @@ from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, DrsRuleConflict, DrsRulesApplied, Event
 from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure
 from tests.platform.vcsim import Vcsim, VcsimFactory

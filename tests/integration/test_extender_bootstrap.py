@@ -9,12 +9,12 @@ from pathlib import Path
 
 import aiohttp
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings, NatsSettings
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings, NatsSettings
 from hostaffinity.runtime.runner import running_service
-from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderSettings
+from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig
 from hostaffinity.scheduler_extender.main import service_spec
-from hostaffinity.scheduler_extender.service import Extender
+from hostaffinity.scheduler_extender.service import SchedulerExtenderWork
 from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
@@ -32,7 +32,7 @@ async def test_ready_only_once_every_stored_placement_is_known(
         await store.put_node(placement(node, "host-11", version=1))
     proxy = DeliveryLagProxy("127.0.0.1", nats_server.port, lag=0.3, latency=0.05)
     await proxy.start()
-    settings = SchedulerExtenderSettings(
+    settings = SchedulerExtenderConfig(
         nats=NatsSettings(servers=[f"nats://127.0.0.1:{proxy.port}"]),
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(
@@ -40,7 +40,7 @@ async def test_ready_only_once_every_stored_placement_is_known(
         ),
         extender=ExtenderSettings(host="127.0.0.1", port=0),
     )
-    work = Extender()
+    work = SchedulerExtenderWork()
     try:
         async with running_service(service_spec(work), settings) as runner:
             url = f"http://127.0.0.1:{runner.health.port}/readyz"

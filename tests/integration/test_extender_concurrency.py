@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.kv import TopologyStore
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import TopologyStore
 from hostaffinity.schema import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
 from tests.e2e.labeller_harness import eventually, node_object
 from tests.integration.extender_harness import RunningExtender, extender

@@ -11,15 +11,15 @@ import msgspec
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.informer import (
+from hostaffinity.runtime.kube.client import NODES, KubeClient
+from hostaffinity.runtime.kube.informer import (
     Informer,
     InformerEvent,
     InformerSettings,
     dict_decoder,
     msgspec_decoder,
 )
-from hostaffinity.runtime.kube import NODES, KubeClient
+from hostaffinity.runtime.process.config import KubernetesSettings
 from tests.platform.kube_double import KubeDouble
 
 FAST = InformerSettings(page_size=2, worker_idle_s=0.2)

@@ -7,8 +7,8 @@ import time
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import NODES, KubeClient
+from hostaffinity.runtime.kube.client import NODES, KubeClient
+from hostaffinity.runtime.process.config import KubernetesSettings
 from tests.platform.kube_double import KubeDouble
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from hostaffinity.runtime.kube import KubeClient
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
+from hostaffinity.runtime.kube.client import KubeClient
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 from tests.platform.kube_double import KubeDouble
 
 

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from hostaffinity.runtime.kube import KubeClient
-from hostaffinity.runtime.leader import LeaderElector
+from hostaffinity.runtime.kube.client import KubeClient
+from hostaffinity.runtime.kube.leader import LeaderElector
 from hostaffinity.schema import utc_timestamp
 from tests.platform.kube_double import KubeDouble
 

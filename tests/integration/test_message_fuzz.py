@@ -20,10 +20,10 @@ import msgspec
 import pytest
 from nats.js.kv import KeyValue
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.consumer import ConsumerSettings, DurableConsumer
-from hostaffinity.runtime.deadletters import PARKED_PAYLOAD_LIMIT
-from hostaffinity.runtime.kv import topology_change
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.consumer import ConsumerSettings, DurableConsumer
+from hostaffinity.runtime.bus.deadletters import PARKED_PAYLOAD_LIMIT
+from hostaffinity.runtime.bus.kv import topology_change
 from hostaffinity.schema import (
     DLQ_STREAM,
     EVENT_MESSAGES,

@@ -12,7 +12,7 @@ from aiohttp import web
 
 SERVICE = """
 from opentelemetry import trace
-from hostaffinity.runtime.telemetry import setup_telemetry
+from hostaffinity.runtime.process.telemetry import setup_telemetry
 telemetry = setup_telemetry("hostaffinity-otlp-test")
 with trace.get_tracer("test").start_as_current_span("publish hostaffinity.events.vm.moved"):
     pass

@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from hostaffinity.runtime.config import (
+from hostaffinity.runtime.process.config import (
     HealthSettings,
     KubernetesSettings,
     LeaderElectedSettings,

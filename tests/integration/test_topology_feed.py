@@ -7,10 +7,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
-from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
-from hostaffinity.runtime.topology_feed import INFERRED_REVISION, follow_topology
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
+from hostaffinity.runtime.bus.topology_feed import INFERRED_REVISION, follow_topology
+from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import NodePlacement
 from tests.e2e.harness import bus_rebuilt_with, eventually
 from tests.platform.bus_values import ESXI_HOST, OTHER_HOST

@@ -10,7 +10,7 @@ from itertools import pairwise
 import pytest
 from pyVmomi import vim
 
-from hostaffinity.runtime.vcenter import VCenterLoginError, VCenterSession, connect
+from hostaffinity.runtime.vcenter.session import VCenterLoginError, VCenterSession, connect
 from tests.platform.tcp_proxy import TcpProxy
 from tests.platform.vcsim import Vcsim, VcsimFactory
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hostaffinity.runtime.vcenter_tags import TagReadError, read_tags
+from hostaffinity.runtime.vcenter.tags import TagReadError, read_tags
 from tests.platform.vcenter_tags import VcenterTags
 from tests.platform.vcsim import VcsimFactory
 

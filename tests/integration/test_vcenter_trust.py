@@ -18,9 +18,9 @@ import yaml
 
 from hostaffinity.drs_translator.main import main as drs_translator_main
 from hostaffinity.node_labeller.main import main as node_labeller_main
-from hostaffinity.runtime.certificates import ServingIdentity, issue
-from hostaffinity.runtime.vcenter import VCenterSession, connect
-from hostaffinity.runtime.vcenter_trust import VCenterTrustError, thumbprint_of
+from hostaffinity.runtime.http.certificates import ServingIdentity, issue
+from hostaffinity.runtime.vcenter.session import VCenterSession, connect
+from hostaffinity.runtime.vcenter.trust import VCenterTrustError, thumbprint_of
 from tests.platform.console import clear_hostaffinity_environment, run_console
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
@@ -173,7 +173,7 @@ async def test_a_starting_service_logs_the_setting_to_fix_while_it_waits(
     """The drs-translator's start (`start_when_reachable`) retries, saying each time in one
     line what to set: a fixed Secret is picked up without a restart."""
     session = VCenterSession(vc.settings(ca_file=None))
-    with caplog.at_level(logging.WARNING, logger="hostaffinity.runtime.vcenter"):
+    with caplog.at_level(logging.WARNING, logger="hostaffinity.runtime.vcenter.session"):
         try:
             async with asyncio.timeout(3.0):
                 await session.start_when_reachable(retry_seconds=0.5)

@@ -20,11 +20,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hostaffinity.admission_webhook.registration import WebhookRegistration
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.certificates import service_hostnames
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import KubeClient, api_client
-from hostaffinity.runtime.telemetry import Telemetry, setup_telemetry
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.http.certificates import service_hostnames
+from hostaffinity.runtime.kube.client import KubeClient, api_client
+from hostaffinity.runtime.process.config import KubernetesSettings
+from hostaffinity.runtime.process.telemetry import Telemetry, setup_telemetry
 from hostaffinity.schema import (
     EVENTS_STREAM,
     LABEL_ESXI_HOST,

@@ -16,11 +16,11 @@ import aiohttp
 import pytest
 import yaml
 
-from hostaffinity.admission_webhook.config import AdmissionWebhookSettings, WebhookSettings
+from hostaffinity.admission_webhook.config import AdmissionWebhookConfig, WebhookSettings
+from hostaffinity.admission_webhook.http import AdmissionWebhook
 from hostaffinity.admission_webhook.main import service_spec
-from hostaffinity.admission_webhook.server import AdmissionWebhook
-from hostaffinity.admission_webhook.service import Webhook
-from hostaffinity.runtime.config import HealthSettings, KubernetesSettings
+from hostaffinity.admission_webhook.service import AdmissionWebhookWork
+from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.runner import running_service
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
@@ -32,8 +32,8 @@ FIXTURE = fixture_dir("kube-apiserver-admission") / "pod-create-review.json"
 WEBHOOKS = "admissionregistration.k8s.io/v1"
 
 
-def settings(nats: NatsServer, kubeconfig: Path) -> AdmissionWebhookSettings:
-    return AdmissionWebhookSettings(
+def settings(nats: NatsServer, kubeconfig: Path) -> AdmissionWebhookConfig:
+    return AdmissionWebhookConfig(
         nats=nats.settings(),
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
@@ -70,7 +70,7 @@ async def service(
     nats: NatsServer, kubeconfig: Path, kube: KubeDouble
 ) -> AsyncIterator[RunningWebhook]:
     """The service, ready, with its webhook listening and the caBundle written."""
-    work = Webhook()
+    work = AdmissionWebhookWork()
     async with running_service(service_spec(work), settings(nats, kubeconfig)) as runner:
         await eventually_true(lambda: ready(runner.health.port), "the service never became ready")
 

@@ -1,11 +1,11 @@
 """Values as the node-labeller writes them to the bus, for tests that need some on it: a node's
-placement (topology KV), its `node.placed` event and the ESXi hosts."""
+placement (topology KV), its `node.placed` and `vm.moved` events and the ESXi hosts."""
 
 from __future__ import annotations
 
 import msgspec
 
-from hostaffinity.schema import EsxiHost, NodePlaced, NodePlacement, event_id
+from hostaffinity.schema import EsxiHost, NodePlaced, NodePlacement, VmMoved, event_id
 
 
 def node_placement(
@@ -44,6 +44,29 @@ def node_placed(node: str) -> NodePlaced:
         datacenter="dc-1",
         matched_by="provider-id",
         version=1,
+    )
+
+
+def vm_moved(
+    node: str,
+    from_host: str,
+    to_host: str,
+    *,
+    at: str = "2026-01-01T00:00:00+00:00",
+    version: int = 1,
+) -> VmMoved:
+    """`node`'s VM (`vm-<node>`) moved between two ESXi hosts named as their moids."""
+    return VmMoved(
+        id=event_id("vm.moved", node, str(version)),
+        occurred_at=at,
+        source="node-labeller",
+        node=node,
+        vm_moid=f"vm-{node}",
+        from_host_moid=from_host,
+        from_host_name=from_host,
+        to_host_moid=to_host,
+        to_host_name=to_host,
+        version=version,
     )
 
 

@@ -18,8 +18,8 @@ from typing import Final
 
 import pytest
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import NatsSettings
 
 STARTUP_TIMEOUT_SECONDS = 10.0
 STOP_TIMEOUT_SECONDS = 10.0

@@ -28,8 +28,8 @@ import pytest
 
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, tls_secret, write_local_credentials
 from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import NatsSettings
 from tests.platform.nats import free_listen_port, nats_server_binary, stop_process
 
 SHIPPED: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "nats"

@@ -11,14 +11,14 @@ there.
         si = vc.connect()                      # pyVmomi ServiceInstance, plain http
         settings = vc.settings()               # VCenterSettings for the product code
 
-`vcsim(tls=identity)` serves https with a `ServingIdentity` (runtime certificates.py `issue`):
+`vcsim(tls=identity)` serves https with a `ServingIdentity` (runtime http/certificates.py `issue`):
 a CA of the test's own signs vcsim's certificate, as a site's VMCA signs vCenter's; `settings()`
 then trusts that CA (`vcenter.ca_file`) unless told otherwise.
 
 Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order. Beyond govmomi
 0.24's simulator, `ReconfigureComputeResource_Task` applies the spec's `dasConfig` (vSphere HA),
 as tools/vcsim/main.go says. The vSphere Automation (REST) API is served too, under /rest: tests
-make tags there (vcenter_tags.py).
+make tags there (tests/platform/vcenter_tags.py).
 """
 
 import contextlib
@@ -37,8 +37,8 @@ import pytest
 from pyVim.connect import SmartConnect
 from pyVmomi import vim
 
-from hostaffinity.runtime.certificates import ServingIdentity
-from hostaffinity.runtime.vcenter import VCenterSettings
+from hostaffinity.runtime.http.certificates import ServingIdentity
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 BINARY = REPO / "build" / "vcsim"

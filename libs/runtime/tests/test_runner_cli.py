@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from hostaffinity.runtime.config import LeaderElectedSettings, LoggingSettings, ServiceSettings
+from hostaffinity.runtime.process.config import (
+    LeaderElectedSettings,
+    LoggingSettings,
+    ServiceSettings,
+)
 from hostaffinity.runtime.runner import ServiceContext, ServiceSpec, configure_logging, run_service
 
 

@@ -16,7 +16,7 @@ from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.translator import DrsTranslator
-from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
+from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import Event
 
 WEB = {"app": "web"}

@@ -13,7 +13,7 @@ from hostaffinity.node_labeller.failure_domains import (
     plan_shared_labels,
 )
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import Settings, Tags, reconcile_node
+from hostaffinity.node_labeller.reconcile import PlannerSettings, Tags, reconcile_node
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,
     LABEL_RACK,
@@ -154,7 +154,7 @@ def test_a_key_no_longer_configured_is_removed_only_where_ours() -> None:
 
 
 def test_unread_tags_leave_the_failure_domain_labels_alone() -> None:
-    settings = Settings(vcenter="vc-1", failure_domains=DOMAINS)
+    settings = PlannerSettings(vcenter="vc-1", failure_domains=DOMAINS)
     labelled = Node(
         metadata=NodeMeta(
             name="node-1",
@@ -185,7 +185,7 @@ def test_a_rack_host_group_names_the_rack_where_no_rack_tag_does() -> None:
 
 
 def test_unread_tags_keep_the_stored_domains_of_the_same_host() -> None:
-    settings = Settings(vcenter="vc-1", failure_domains=DOMAINS)
+    settings = PlannerSettings(vcenter="vc-1", failure_domains=DOMAINS)
     subject = Node(metadata=NodeMeta(name="node-1"))
     known = reconcile_node(
         subject, INVENTORY, None, settings, now="t", version=1,

@@ -4,7 +4,7 @@ from node_labeller_builders import enter, inventory_with
 
 from hostaffinity.node_labeller.inventory import Inventory
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import NodeActions, Settings, reconcile_node
+from hostaffinity.node_labeller.reconcile import NodeActions, PlannerSettings, reconcile_node
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     LABEL_ESXI_HOST,
@@ -16,7 +16,7 @@ from hostaffinity.schema import (
     VmMoved,
 )
 
-SETTINGS = Settings(vcenter="vc-1", fallback="vm-name")
+SETTINGS = PlannerSettings(vcenter="vc-1", fallback="vm-name")
 NOW = "2026-11-22T08:00:00.000000Z"
 
 

@@ -8,16 +8,16 @@ from hostaffinity.node_labeller.inventory import Inventory
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
 from hostaffinity.node_labeller.reconcile import (
     HostActions,
-    Settings,
+    PlannerSettings,
     forget_node,
     reconcile_host,
     reconcile_node,
     stale_keys,
 )
-from hostaffinity.runtime.kv import TopologySnapshot, Undecodable
+from hostaffinity.runtime.bus.kv import TopologySnapshot, Undecodable
 from hostaffinity.schema import NodePlacement
 
-SETTINGS = Settings(vcenter="vc-1", fallback="vm-name")
+SETTINGS = PlannerSettings(vcenter="vc-1", fallback="vm-name")
 NOW = "2026-11-22T08:00:00.000000Z"
 UUID = "42370000-0000-0000-0000-000000000001"
 

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from hostaffinity.affinity.model import ObjectMeta, OwnerReference, Pod, PodSpec
-from hostaffinity.runtime.telemetry import setup_telemetry
+from hostaffinity.runtime.process.telemetry import setup_telemetry
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.exposure_gauge import ExposureGauge
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics

@@ -21,8 +21,8 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from hostaffinity.affinity.model import decode_pod
-from hostaffinity.runtime.kube import KubeClient
-from hostaffinity.runtime.sampled import SampledPublisher
+from hostaffinity.runtime.bus.sampled import SampledPublisher
+from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls

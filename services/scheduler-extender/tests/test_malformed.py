@@ -21,9 +21,9 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import REGISTRY
 
 from hostaffinity.affinity.model import ObjectMeta, Pod
-from hostaffinity.runtime.kube import KubeClient
-from hostaffinity.runtime.sampled import SampledPublisher
-from hostaffinity.runtime.telemetry import setup_telemetry
+from hostaffinity.runtime.bus.sampled import SampledPublisher
+from hostaffinity.runtime.kube.client import KubeClient
+from hostaffinity.runtime.process.telemetry import setup_telemetry
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer

@@ -32,13 +32,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import (
     DLQ_STREAM,
     DRS_BUCKET,
     EVENTS_STREAM,
     TOPOLOGY_BUCKET,
-    dlq_subject,
     event_subject,
 )
 
@@ -107,20 +106,8 @@ def publish_events(*types: str) -> list[str]:
     return [f"{API}.STREAM.INFO.{EVENTS_STREAM}", *(event_subject(t) for t in types)]
 
 
-def consume_durable(stream: str, durable: str, service: str) -> list[str]:
-    """Fetch from and ack a provisioned durable consumer; park undecodable messages."""
-    return [
-        f"{API}.STREAM.INFO.{DLQ_STREAM}",
-        f"{API}.CONSUMER.INFO.{stream}.{durable}",
-        f"{API}.CONSUMER.MSG.NEXT.{stream}.{durable}",
-        *_acks(stream, durable),
-        dlq_subject(service),
-    ]
-
-
 def provision_layout() -> list[str]:
-    """Create, update and inspect our streams, buckets and durable consumers; no deletes."""
-    durable = DESCHEDULER_CONSUMER
+    """Create, update and inspect our streams and buckets; no deletes."""
     allowed = [f"{API}.INFO"]
     for stream in OUR_STREAMS:
         allowed += [
@@ -128,13 +115,7 @@ def provision_layout() -> list[str]:
             f"{API}.STREAM.UPDATE.{stream}",
             f"{API}.STREAM.INFO.{stream}",
         ]
-    return [
-        *allowed,
-        f"{API}.CONSUMER.CREATE.{durable.stream}.{durable.durable}",
-        f"{API}.CONSUMER.CREATE.{durable.stream}.{durable.durable}.>",
-        f"{API}.CONSUMER.DURABLE.CREATE.{durable.stream}.{durable.durable}",
-        f"{API}.CONSUMER.INFO.{durable.stream}.{durable.durable}",
-    ]
+    return allowed
 
 
 def remove_layout() -> list[str]:
@@ -178,9 +159,8 @@ IDENTITIES: Final = (
     ),
     _identity(
         "descheduler",
-        "reads the topology and vm.moved (its durable consumer); reports evictions",
+        "reads the topology; reports evictions",
         read_bucket(TOPOLOGY_BUCKET),
-        consume_durable(EVENTS_STREAM, DESCHEDULER_CONSUMER.durable, "descheduler"),
         publish_events("pod.evicted", "vmi.migration.requested"),
     ),
     _identity(

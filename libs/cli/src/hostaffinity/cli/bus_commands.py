@@ -43,14 +43,14 @@ from hostaffinity.cli.kubernetes_subscribers import (
     subscribers_secret,
 )
 from hostaffinity.cli.subscriber_commands import add_subscriber_commands
-from hostaffinity.runtime.config import (
+from hostaffinity.runtime.bus.layout import BusLayout
+from hostaffinity.runtime.kube.client import KubeClient, ResourceRef
+from hostaffinity.runtime.process.config import (
     NatsSettings,
     Settings,
     SharedSettings,
     load_config,
 )
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
-from hostaffinity.runtime.layout import BusLayout
 
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
@@ -79,10 +79,7 @@ async def provision(args: argparse.Namespace) -> int:
                 f"{info.state.messages} messages, at most {info.config.max_consumers} "
                 f"consumers{rollups}"
             )
-        print(
-            f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}, "
-            "consumer hostaffinity-descheduler"
-        )
+        print(f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}")
     return 0
 
 

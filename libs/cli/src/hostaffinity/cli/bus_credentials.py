@@ -21,7 +21,7 @@ import nkeys
 
 from hostaffinity.cli.bus_access import IDENTITIES
 from hostaffinity.cli.bus_subscribers import LocalSubscribers
-from hostaffinity.runtime.certificates import ServingIdentity, issue
+from hostaffinity.runtime.http.certificates import ServingIdentity, issue
 
 IDENTITIES_SECRET: Final = "hostaffinity-nats-identities"
 TLS_SECRET: Final = "hostaffinity-nats-tls"

@@ -36,7 +36,6 @@ from hostaffinity.cli.bus_access import (
     read_durable,
     render_authorization,
 )
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER
 from hostaffinity.schema import EVENT_TYPES, EVENTS_STREAM, event_subject
 
 SUBSCRIBERS_CONF: Final = "subscribers.conf"
@@ -71,7 +70,7 @@ def checked_name(name: str) -> str:
     if name in IDENTITY_NAMES or name.startswith("hostaffinity"):
         raise ValueError(
             f"subscriber name {name!r} is taken by hostaffinity itself "
-            f"({', '.join(IDENTITY_NAMES)}, {DESCHEDULER_CONSUMER.durable})"
+            f"({', '.join(IDENTITY_NAMES)}, and every name starting with hostaffinity)"
         )
     return name
 

@@ -18,7 +18,7 @@ from hostaffinity.cli.connections import (
     kubernetes_settings,
     open_api,
 )
-from hostaffinity.runtime.kube import NODES, KubeClient, ResourceRef
+from hostaffinity.runtime.kube.client import NODES, KubeClient, ResourceRef
 
 GET_A_CLUSTER = (
     "get a local cluster with `kind create cluster` or `k3d cluster create` (then run this "

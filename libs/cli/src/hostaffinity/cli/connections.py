@@ -27,10 +27,15 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import NotFoundError
 
-from hostaffinity.runtime.bus import Bus, BusUnreachable, ConfigFileError
-from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.kube import SERVICE_HOST_ENV, KubeClient, ResourceRef, api_client
-from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM, LayoutMissing, missing_parts
+from hostaffinity.runtime.bus.client import Bus, BusUnreachable, ConfigFileError
+from hostaffinity.runtime.bus.layout import (
+    DRS_STREAM,
+    TOPOLOGY_STREAM,
+    LayoutMissing,
+    missing_parts,
+)
+from hostaffinity.runtime.kube.client import SERVICE_HOST_ENV, KubeClient, ResourceRef, api_client
+from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM
 
 CONNECT_TIMEOUT_SECONDS: Final = 3.0

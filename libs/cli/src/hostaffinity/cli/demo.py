@@ -30,7 +30,7 @@ from hostaffinity.cli.demo_world import (
 )
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.seeding import vcenter_settings
-from hostaffinity.runtime.kube import NODES, ResourceRef
+from hostaffinity.runtime.kube.client import NODES, ResourceRef
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,

@@ -21,10 +21,10 @@ from pyVmomi import vim
 from hostaffinity.cli.connections import open_bus
 from hostaffinity.cli.history import event_type, summary
 from hostaffinity.cli.seeding import inventory, wait_for_task
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import NatsSettings
-from hostaffinity.runtime.kube import NODES, KubeClient, ResourceRef
-from hostaffinity.runtime.vcenter import VCenterSettings, connect
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.kube.client import NODES, KubeClient, ResourceRef
+from hostaffinity.runtime.process.config import NatsSettings
+from hostaffinity.runtime.vcenter.session import VCenterSettings, connect
 from hostaffinity.schema import (
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,

@@ -17,7 +17,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.event_query import EventQuery
-from hostaffinity.runtime.bus import Bus
+from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import (
     EVENT_TYPES,
     EVENTS_STREAM,

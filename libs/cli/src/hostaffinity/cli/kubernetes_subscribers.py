@@ -25,7 +25,7 @@ from hostaffinity.cli.bus_subscribers import (
     encode_registry,
     render_subscribers_conf,
 )
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube.client import KubeClient, ResourceRef
 
 SUBSCRIBERS_SECRET: Final = "hostaffinity-nats-subscribers"
 SEED_KEY: Final = "seed.nk"

@@ -1,5 +1,5 @@
 """Who leads each leader-elected service: its `coordination.k8s.io/v1` Lease, read as
-client-go's leaderelection writes it (runtime/leader.py).
+client-go's leaderelection writes it (runtime/kube/leader.py).
 
 A Lease names a live leader only while `renewTime + leaseDurationSeconds` lies ahead: past it,
 any replica may take the Lease over, so nobody is known to be working. A released Lease (no
@@ -16,8 +16,8 @@ import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.cli.connections import open_api
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import ResourceRef
+from hostaffinity.runtime.kube.client import ResourceRef
+from hostaffinity.runtime.process.config import KubernetesSettings
 
 # The leader-elected services, as each names its Lease (`hostaffinity-<service>`).
 LEADER_ELECTED: Final = ("node-labeller", "drs-translator", "descheduler")

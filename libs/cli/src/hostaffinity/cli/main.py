@@ -30,8 +30,8 @@ from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
 from hostaffinity.cli.uninstall import add_uninstall_command
-from hostaffinity.runtime.kube import NODES
-from hostaffinity.runtime.vcenter import connect
+from hostaffinity.runtime.kube.client import NODES
+from hostaffinity.runtime.vcenter.session import connect
 from hostaffinity.schema.version import release_version
 
 

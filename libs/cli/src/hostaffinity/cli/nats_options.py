@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from hostaffinity.runtime.config import NatsSettings
+from hostaffinity.runtime.process.config import NatsSettings
 
 
 def add_nats_options(parser: argparse.ArgumentParser) -> None:

@@ -41,7 +41,7 @@ from hostaffinity.cli.status import render_status, status_report
 from hostaffinity.cli.streams import stream_views
 from hostaffinity.cli.topology import render_topology, topology_report
 from hostaffinity.cli.vm_lookup import read_vm_restart
-from hostaffinity.runtime.config import KubernetesSettings
+from hostaffinity.runtime.process.config import KubernetesSettings
 from hostaffinity.schema import TopologyEvent
 
 Answer = tuple[msgspec.Struct, str, int]  # report, its table, exit status

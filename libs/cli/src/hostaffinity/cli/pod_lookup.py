@@ -10,8 +10,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from hostaffinity.affinity.model import OwnerReference
 from hostaffinity.cli.connections import open_api
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import NODES, ResourceRef
+from hostaffinity.runtime.kube.client import NODES, ResourceRef
+from hostaffinity.runtime.process.config import KubernetesSettings
 
 
 class PodNotFoundError(ValueError):

@@ -30,11 +30,11 @@ from hostaffinity.affinity.resources import Resources, node_allocatable, pod_req
 from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.cli.connections import open_api, open_bus
 from hostaffinity.cli.snapshot import ClusterSnapshot
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.informer import Informer, InformerEvent
-from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
-from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
+from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
+from hostaffinity.runtime.kube.informer import Informer, InformerEvent
+from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
 from hostaffinity.schema import (
     DRS_BUCKET,
     ClusterHaSettings,

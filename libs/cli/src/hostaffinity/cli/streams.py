@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM
 from hostaffinity.schema.reports import StreamView
 

@@ -38,9 +38,9 @@ from hostaffinity.cli.bus_subscribers import (
     consumer_config,
 )
 from hostaffinity.cli.kubernetes_subscribers import KubernetesSubscribers
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.kube import KubeClient, api_client
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.kube.client import KubeClient, api_client
+from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
 from hostaffinity.schema import EVENTS_STREAM
 
 PID_FILE: Final = "nats.pid"

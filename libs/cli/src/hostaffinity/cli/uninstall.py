@@ -39,10 +39,10 @@ from hostaffinity.cli.bus_access import OUR_STREAMS
 from hostaffinity.cli.leases import leadership, read_leases
 from hostaffinity.cli.reading import drs_records
 from hostaffinity.cli.seeding import wait_for_task
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.kube import NODES, KubeClient, api_client
-from hostaffinity.runtime.vcenter import VCenterSettings, connect
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.kube.client import NODES, KubeClient, api_client
+from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.vcenter.session import VCenterSettings, connect
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,
     DRS_NAME_PREFIX,

@@ -17,8 +17,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from hostaffinity.affinity.model import ApiStruct, ObjectMeta, OwnerReference
 from hostaffinity.affinity.vm_placement import VmPlacement, VmSpec, VmStatus, awaiting_restart
 from hostaffinity.cli.connections import open_api
-from hostaffinity.runtime.config import KubernetesSettings
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.kube.client import KubeClient, ResourceRef
+from hostaffinity.runtime.process.config import KubernetesSettings
 from hostaffinity.schema.reports import PlacementChange, VmRestartView
 
 VMI_KIND: Final = "VirtualMachineInstance"

@@ -5,7 +5,7 @@ an async function the runner calls with a `ServiceContext` once everything is in
 
     from collections.abc import Sequence
 
-    from hostaffinity.runtime.config import LeaderElectedSettings
+    from hostaffinity.runtime.process.config import LeaderElectedSettings
     from hostaffinity.runtime.runner import ServiceContext, ServiceSpec, run_service
 
 
@@ -68,8 +68,12 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
-from hostaffinity.runtime.bus import Bus
-from hostaffinity.runtime.config import (
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.http.health import HealthServer, ReadinessCheck
+from hostaffinity.runtime.http.refusals import quiet_malformed_requests
+from hostaffinity.runtime.kube.client import KubeClient, api_client
+from hostaffinity.runtime.kube.leader import LeaderElector
+from hostaffinity.runtime.process.config import (
     ConfigError,
     LeaderElectedSettings,
     LeaseSettings,
@@ -77,11 +81,7 @@ from hostaffinity.runtime.config import (
     ServiceSettings,
     load_config,
 )
-from hostaffinity.runtime.health import HealthServer, ReadinessCheck
-from hostaffinity.runtime.http_refusals import quiet_malformed_requests
-from hostaffinity.runtime.kube import KubeClient, api_client
-from hostaffinity.runtime.leader import LeaderElector
-from hostaffinity.runtime.telemetry import setup_telemetry
+from hostaffinity.runtime.process.telemetry import setup_telemetry
 from hostaffinity.schema.version import release_version
 
 C = TypeVar("C", bound=ServiceSettings)

@@ -4,7 +4,7 @@ from typing import Literal
 
 import msgspec
 
-from hostaffinity.runtime.config import Count, Port, Ratio, ServiceSettings, Settings
+from hostaffinity.runtime.process.config import Count, Port, Ratio, ServiceSettings, Settings
 
 
 class WebhookSettings(Settings, frozen=True):
@@ -39,7 +39,7 @@ class WebhookSettings(Settings, frozen=True):
     max_body_bytes: Count = 4 * 1024 * 1024
 
 
-class AdmissionWebhookSettings(ServiceSettings, frozen=True):
+class AdmissionWebhookConfig(ServiceSettings, frozen=True):
     """Everything the admission-webhook reads at start."""
 
     webhook: WebhookSettings = WebhookSettings()

@@ -1,19 +1,23 @@
 """Entry point: `hostaffinity-admission-webhook --config shared.yaml --config webhook.yaml`.
 
 Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
-health, NATS and SIGTERM; every replica serves (`Webhook`), no Lease.
+health, NATS and SIGTERM; every replica serves (`AdmissionWebhookWork`), no Lease.
 """
 
 from collections.abc import Sequence
 
-from hostaffinity.admission_webhook.config import AdmissionWebhookSettings
-from hostaffinity.admission_webhook.service import Webhook
+from hostaffinity.admission_webhook.config import AdmissionWebhookConfig
+from hostaffinity.admission_webhook.service import AdmissionWebhookWork
 from hostaffinity.runtime.runner import ServiceSpec, run_service
 
 
-def service_spec(work: Webhook) -> ServiceSpec[AdmissionWebhookSettings]:
-    return ServiceSpec(name="admission-webhook", config_type=AdmissionWebhookSettings, work=work)
+def service_spec(work: AdmissionWebhookWork) -> ServiceSpec[AdmissionWebhookConfig]:
+    return ServiceSpec(name="admission-webhook", config_type=AdmissionWebhookConfig, work=work)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    run_service(service_spec(Webhook()), argv)
+    run_service(service_spec(AdmissionWebhookWork()), argv)
+
+
+if __name__ == "__main__":
+    main()

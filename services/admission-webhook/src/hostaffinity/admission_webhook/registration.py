@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.runtime.certificates import ServingIdentity, issue, still_serves
-from hostaffinity.runtime.kube import KubeClient, ResourceRef
+from hostaffinity.runtime.http.certificates import ServingIdentity, issue, still_serves
+from hostaffinity.runtime.kube.client import KubeClient, ResourceRef
 
 _log = logging.getLogger(__name__)
 CA_KEY: Final = "ca.crt"

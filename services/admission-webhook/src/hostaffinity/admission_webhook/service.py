@@ -20,12 +20,12 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from hostaffinity.admission_webhook.config import AdmissionWebhookSettings, WebhookSettings
+from hostaffinity.admission_webhook.config import AdmissionWebhookConfig, WebhookSettings
 from hostaffinity.admission_webhook.headroom import HostHeadroomAdvisor
+from hostaffinity.admission_webhook.http import SOURCE, AdmissionWebhook
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.admission_webhook.registration import RegistrationError, WebhookRegistration
-from hostaffinity.admission_webhook.server import SOURCE, AdmissionWebhook
 from hostaffinity.admission_webhook.twinless import (
     PodAdmission,
     TwinlessPods,
@@ -33,13 +33,13 @@ from hostaffinity.admission_webhook.twinless import (
 )
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod, decode_node, decode_pod
-from hostaffinity.runtime.certificates import server_context, service_hostnames
-from hostaffinity.runtime.config import SharedSettings
-from hostaffinity.runtime.informer import Informer, InformerEvent, upsert_or_remove
-from hostaffinity.runtime.kube import CALL_ERRORS, NODES, PODS, KubeClient
-from hostaffinity.runtime.kube_events import EventRecorder
+from hostaffinity.runtime.bus.sampled import SampledPublisher
+from hostaffinity.runtime.http.certificates import server_context, service_hostnames
+from hostaffinity.runtime.kube.client import CALL_ERRORS, NODES, PODS, KubeClient
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.kube.informer import Informer, InformerEvent, upsert_or_remove
+from hostaffinity.runtime.process.config import SharedSettings
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.runtime.sampled import SampledPublisher
 
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
@@ -117,7 +117,7 @@ async def _serve(
         await _retrying("writing the caBundle", lambda: registration.publish_ca(ca_pem))
 
 
-def _registration(ctx: ServiceContext[AdmissionWebhookSettings]) -> WebhookRegistration:
+def _registration(ctx: ServiceContext[AdmissionWebhookConfig]) -> WebhookRegistration:
     """The self-signed path: the identity's Secret and the configuration to write its CA into."""
     settings, namespace = ctx.config.webhook, ctx.config.kubernetes.namespace
     return WebhookRegistration(
@@ -129,13 +129,13 @@ def _registration(ctx: ServiceContext[AdmissionWebhookSettings]) -> WebhookRegis
     )
 
 
-class Webhook:
+class AdmissionWebhookWork:
     """Serves admission reviews until cancelled; the server stays visible for tests."""
 
     def __init__(self) -> None:
         self.server: AdmissionWebhook | None = None
 
-    async def __call__(self, ctx: ServiceContext[AdmissionWebhookSettings]) -> None:
+    async def __call__(self, ctx: ServiceContext[AdmissionWebhookConfig]) -> None:
         settings, client = ctx.config.webhook, ctx.kube
         mutation = mutation_settings(ctx.config.shared, settings)
         reporter = TwinlessPods(EventRecorder(client, ctx.program, ctx.identity))

@@ -23,8 +23,8 @@ from typing import Final
 import msgspec
 
 from hostaffinity.admission_webhook.mutation import MutationSettings, opted_in, plan_pod
-from hostaffinity.runtime.informer import InformerEvent
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
+from hostaffinity.runtime.kube.informer import InformerEvent
 from hostaffinity.schema import POD_SPREAD_ACROSS_HOSTS
 
 _log = logging.getLogger(__name__)

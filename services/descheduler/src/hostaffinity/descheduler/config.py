@@ -6,7 +6,7 @@ without one the built-in policy (policy.DEFAULT_POLICY) runs.
 
 from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.kubevirt import MigrationLimits
-from hostaffinity.runtime.config import Delay, LeaderElectedSettings, Seconds, Settings
+from hostaffinity.runtime.process.config import Delay, LeaderElectedSettings, Seconds, Settings
 
 
 class DeschedulerSettings(Settings, frozen=True):

@@ -30,8 +30,8 @@ from hostaffinity.descheduler.eviction_planner import (
     VmiStays,
 )
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.runtime.config import Count, Seconds
-from hostaffinity.runtime.kube import TRANSPORT_ERRORS, KubeClient, ResourceRef
+from hostaffinity.runtime.kube.client import TRANSPORT_ERRORS, KubeClient, ResourceRef
+from hostaffinity.runtime.process.config import Count, Seconds
 
 _log = logging.getLogger(__name__)
 EVICTED: Final = "evicted"

@@ -1,7 +1,7 @@
 """Entry point: `hostaffinity-descheduler --config shared.yaml --config descheduler.yaml`.
 
 Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
-health, NATS, the Lease and SIGTERM; only the Lease holder deschedules (`Descheduling`). The
+health, NATS, the Lease and SIGTERM; only the Lease holder deschedules (`DeschedulerWork`). The
 policy file named in the config is checked by `--check-config` and before the start
 (`check_policy`), and read again when the work starts.
 """
@@ -9,11 +9,11 @@ policy file named in the config is checked by `--check-config` and before the st
 from collections.abc import Sequence
 
 from hostaffinity.descheduler.config import DeschedulerConfig
-from hostaffinity.descheduler.service import Descheduling, check_policy
+from hostaffinity.descheduler.service import DeschedulerWork, check_policy
 from hostaffinity.runtime.runner import ServiceSpec, run_service
 
 
-def service_spec(work: Descheduling) -> ServiceSpec[DeschedulerConfig]:
+def service_spec(work: DeschedulerWork) -> ServiceSpec[DeschedulerConfig]:
     return ServiceSpec(
         name="descheduler",
         config_type=DeschedulerConfig,
@@ -24,4 +24,8 @@ def service_spec(work: Descheduling) -> ServiceSpec[DeschedulerConfig]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    run_service(service_spec(Descheduling()), argv)
+    run_service(service_spec(DeschedulerWork()), argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,10 @@
 """The descheduler's instruments, served on /metrics by the runtime's Prometheus exporter as
 `hostaffinity_descheduler_pods_evicted_total{strategy,result}`,
-`hostaffinity_descheduler_cycle_duration_seconds` and
-`hostaffinity_descheduler_migrations_finished_total{result}` (and, from restart_required.py,
-`hostaffinity_descheduler_vms_awaiting_restart`); bus events dropped while NATS was
-away are the runtime outbox's `hostaffinity_bus_outbox_dropped_total{outbox="descheduler"}`.
+`hostaffinity_descheduler_cycle_duration_seconds`,
+`hostaffinity_descheduler_migrations_finished_total{result}` and
+`hostaffinity_descheduler_vms_awaiting_restart` (for restart_required.py); bus events dropped
+while NATS was away are the runtime outbox's
+`hostaffinity_bus_outbox_dropped_total{outbox="descheduler"}`.
 
 `result` is evicted, migrated, dry-run, blocked (a PodDisruptionBudget said 429, retried later),
 unreachable (the API server could not be reached, retried later), gone (the pod was already
@@ -15,13 +16,14 @@ Kubernetes Events (a namespace label could not be served at 0 ahead of time).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.descheduler.executor import ATTEMPT_RESULTS
-from hostaffinity.runtime.telemetry import seconds_histogram
+from hostaffinity.runtime.process.telemetry import seconds_histogram
 
 CYCLE_BUCKETS_SECONDS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -57,3 +59,27 @@ class DeschedulerMetrics:
 
     def migration_finished(self, result: str) -> None:
         self._migrations.add(1, {"result": result})
+
+
+def _observe_awaiting_restart(_options: CallbackOptions) -> Iterable[Observation]:
+    """Reads the newest gauge: OpenTelemetry keeps only the first callback registered under a
+    name, and a descheduler that leads again (in tests, the same process) builds a new one."""
+    return [Observation(_awaiting_restart.count())] if _awaiting_restart is not None else []
+
+
+class AwaitingRestartGauge:
+    """`hostaffinity_descheduler_vms_awaiting_restart`: VMs whose new placement waits for a
+    restart; the newest instance is the one reported."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        global _awaiting_restart
+        self.count = count
+        metrics.get_meter("hostaffinity.descheduler").create_observable_gauge(
+            "hostaffinity_descheduler_vms_awaiting_restart",
+            callbacks=[_observe_awaiting_restart],
+            description="VirtualMachines whose new placement waits for a restart (RestartRequired)",
+        )
+        _awaiting_restart = self
+
+
+_awaiting_restart: AwaitingRestartGauge | None = None

@@ -21,8 +21,8 @@ from hostaffinity.descheduler.executor import (
 from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
-from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.runtime.bus.outbox import Outbox
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
 from hostaffinity.schema.timestamps import utc_timestamp
 

@@ -10,30 +10,12 @@ fields, and `hostaffinity_descheduler_vms_awaiting_restart` counts them (for an 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
-
 from hostaffinity.descheduler.kubevirt import VirtualMachine, placement_awaiting_restart
+from hostaffinity.descheduler.metrics import AwaitingRestartGauge
 from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 
 REASON = "PlacementAwaitsRestart"
-_current: PlacementsAwaitingRestart | None = None
-
-
-def _observe(_options: CallbackOptions) -> Iterable[Observation]:
-    """Reads the newest reporter: OpenTelemetry keeps only the first callback registered under
-    a name, and a descheduler that leads again (in tests, the same process) builds a new one."""
-    return [Observation(len(_current.waiting()))] if _current is not None else []
-
-
-metrics.get_meter("hostaffinity.descheduler").create_observable_gauge(
-    "hostaffinity_descheduler_vms_awaiting_restart",
-    callbacks=[_observe],
-    description="VirtualMachines whose new placement waits for a restart (RestartRequired)",
-)
 
 
 class PlacementsAwaitingRestart:
@@ -43,8 +25,7 @@ class PlacementsAwaitingRestart:
         self._state = state
         self._events = events
         self._reported: dict[str, str] = {}
-        global _current
-        _current = self
+        AwaitingRestartGauge(lambda: len(self.waiting()))
 
     def waiting(self) -> dict[str, str]:
         """`namespace/name` of each such VM -> the fields waiting."""

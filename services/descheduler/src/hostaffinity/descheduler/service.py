@@ -1,6 +1,6 @@
 """The descheduler's work (the runner does argv, config, health, NATS, the Lease and SIGTERM):
-the state fed by informers, the KV watch and the `vm.moved` consumer; cycles on every trigger,
-each plan handed to the executor.
+the state fed by informers and the topology KV watch; cycles on every trigger, each plan handed
+to the executor.
 
 Ready (/readyz) once every feed has its initial list; no cycle runs before that (a plan made on
 half a cluster could evict pods whose partners are simply not listed yet).
@@ -34,13 +34,12 @@ from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
-from hostaffinity.runtime.config import ConfigError
-from hostaffinity.runtime.consumer import DurableConsumer
-from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.layout import DESCHEDULER_CONSUMER, TOPOLOGY_STREAM
-from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.outbox import Outbox
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.process.config import ConfigError
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, decode_event
+from hostaffinity.schema import EVENTS_STREAM
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS: Final = 0.2
@@ -109,7 +108,7 @@ class DeschedulingLoop:
                 await self._left_alone(skip, self._state)
 
 
-class Descheduling:
+class DeschedulerWork:
     """The Lease holder's work; its parts stay visible for tests once started."""
 
     def __init__(self) -> None:
@@ -126,9 +125,7 @@ class Descheduling:
         settings, shared = config.descheduler, config.shared
         policy = read_policy(config)
         ctx.add_readiness("state synced", self.synced)
-        await ctx.bus.wait_for_layout(
-            [TOPOLOGY_STREAM, EVENTS_STREAM, DLQ_STREAM], [DESCHEDULER_CONSUMER]
-        )
+        await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
         topology = await ctx.bus.topology()
         state = self.state = ClusterState(
             physical_anti_affinity=shared.reads_hostname_as_host,
@@ -170,18 +167,10 @@ class Descheduling:
             on_vm=awaiting_restart.vm_changed,
             link=ctx.bus.link_epoch,
         )
-        consumer = DurableConsumer(
-            ctx.bus.js,
-            service=SOURCE,
-            settings=DESCHEDULER_CONSUMER,
-            decode=decode_event,
-            handler=feeds.on_event,
-        )
         self.loop = DeschedulingLoop(
             state, policy, planner, executor, trigger, metrics, feeds.synced, reporter.left_alone
         )
         ctx.start(feeds.run(), name="feeds")
-        ctx.start(consumer.run(), name="vm-moved-consumer")
         ctx.start(executor.run(), name="executor")
         ctx.start(outbox.run(), name="bus-outbox")
         await self.loop.run()

@@ -1,7 +1,7 @@
 """The drs-translator's configuration record (YAML + HOSTAFFINITY_* environment)."""
 
-from hostaffinity.runtime.config import Delay, LeaderElectedSettings, Seconds, Settings
-from hostaffinity.runtime.vcenter import VCenterSettings
+from hostaffinity.runtime.process.config import Delay, LeaderElectedSettings, Seconds, Settings
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 
 
 class HaAuditSettings(Settings, frozen=True):

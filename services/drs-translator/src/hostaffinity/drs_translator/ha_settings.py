@@ -19,7 +19,7 @@ from pyVmomi import vim
 
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
-from hostaffinity.runtime.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.schema import (
     HA_RESPECT_VM_ANTI_AFFINITY_OPTION,
     ClusterHaSettings,

@@ -1,28 +1,31 @@
 """Entry point: `hostaffinity-drs-translator --config shared.yaml --config drs-translator.yaml`.
 
-`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter_trust.py).
+Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
+health, NATS, the Lease and SIGTERM; only the Lease holder translates (`DrsTranslatorWork`).
+`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter/trust.py).
 """
 
 from collections.abc import Sequence
-from typing import Final
 
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
-from hostaffinity.drs_translator.service import translate
+from hostaffinity.drs_translator.service import DrsTranslatorWork
 from hostaffinity.runtime.runner import ServiceSpec, run_service
-from hostaffinity.runtime.vcenter_trust import check_ca_file, check_trust
+from hostaffinity.runtime.vcenter.trust import check_ca_file, check_trust
 
-SPEC: Final = ServiceSpec(
-    name="drs-translator",
-    config_type=DrsTranslatorConfig,
-    work=translate,
-    leader_elected=True,
-    checks=(lambda config: check_ca_file(config.vcenter),),
-    probes=(lambda config: check_trust(config.vcenter),),
-)
+
+def service_spec(work: DrsTranslatorWork) -> ServiceSpec[DrsTranslatorConfig]:
+    return ServiceSpec(
+        name="drs-translator",
+        config_type=DrsTranslatorConfig,
+        work=work,
+        leader_elected=True,
+        checks=(lambda config: check_ca_file(config.vcenter),),
+        probes=(lambda config: check_trust(config.vcenter),),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    run_service(SPEC, argv)
+    run_service(service_spec(DrsTranslatorWork()), argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from opentelemetry import metrics
 
 from hostaffinity.drs_translator.diff import DriftChange
 from hostaffinity.drs_translator.rules import ConflictReason
-from hostaffinity.runtime.telemetry import seconds_histogram
+from hostaffinity.runtime.process.telemetry import seconds_histogram
 
 # Planning every cluster is a pure computation over the caches: milliseconds, seconds at worst.
 RECONFIGURE_OUTCOMES: Final = ("applied", "refused")

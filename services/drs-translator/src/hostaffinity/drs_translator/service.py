@@ -7,7 +7,6 @@ first plan waits until all three have replayed their current state, so a restart
 """
 
 import asyncio
-from collections.abc import Callable
 from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
@@ -20,25 +19,33 @@ from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
-from hostaffinity.runtime.informer import Informer, upsert_or_remove
-from hostaffinity.runtime.kube import NAMESPACES, PODS
-from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.layout import DRS_STREAM, TOPOLOGY_STREAM
-from hostaffinity.runtime.outbox import Outbox
+from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.outbox import Outbox
+from hostaffinity.runtime.bus.topology_feed import follow_topology
+from hostaffinity.runtime.kube.client import NAMESPACES, PODS
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.runtime.topology_feed import follow_topology
-from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
 
 _SYNC_POLL_SECONDS: Final = 0.05
 
-Observer = Callable[[DrsTranslator, ClusterRules], None]
+
+class DrsTranslatorWork:
+    """Translates until cancelled; the translator and the vCenter cluster it reconfigures stay
+    visible for readiness and tests (the last term's, when the work ran more than once)."""
+
+    def __init__(self) -> None:
+        self.translator: DrsTranslator | None = None
+        self.cluster_rules: ClusterRules | None = None
+
+    async def __call__(self, ctx: ServiceContext[DrsTranslatorConfig]) -> None:
+        await _translate(ctx, self)
 
 
-async def translate(
-    ctx: ServiceContext[DrsTranslatorConfig], observe: Observer | None = None
-) -> None:
-    """The work: until cancelled. `observe` lets an in-process test see the live parts."""
+async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslatorWork) -> None:
+    """The work's body (a function of its own, so that the steps read at one indentation)."""
     config = ctx.config
     await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM])
     drs_bucket = await ctx.bus.js.key_value(DRS_BUCKET)
@@ -53,9 +60,9 @@ async def translate(
     ctx.add_readiness("vcenter connected", session.connected)
     try:
         await session.start_when_reachable()
-        cluster_config = ClusterRules(session)
+        cluster_rules = work.cluster_rules = ClusterRules(session)
         applier = DrsApplier(
-            cluster_config,
+            cluster_rules,
             records,
             kept,
             outbox.put,
@@ -68,7 +75,7 @@ async def translate(
         for announcement in await kept.load():  # a batch an earlier run did not announce
             await applier.settle(announcement)
             outbox.put(announcement)
-        translator = DrsTranslator(
+        translator = work.translator = DrsTranslator(
             PlannerSettings(
                 vcenter=config.vcenter_label,
                 vm_host_mandatory=config.vm_host_mandatory,
@@ -110,14 +117,12 @@ async def translate(
         if config.ha_audit.enabled and not config.dry_run:
             ha = HaSettingsRecorder(
                 drs_bucket,
-                cluster_config,
+                cluster_rules,
                 records,
                 config.vcenter_label,
                 config.ha_audit.refresh_seconds,
             )
             ctx.start(ha.run(), name="ha-settings")
-        if observe is not None:
-            observe(translator, cluster_config)
         # Informers hand their first list to workers: wait until those have run too.
         while True:
             if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:

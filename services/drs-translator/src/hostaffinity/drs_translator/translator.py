@@ -25,9 +25,9 @@ from hostaffinity.drs_translator.planner import (
     plan,
 )
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.runtime.cancellation import raise_if_cancel_requested
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
-from hostaffinity.runtime.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
+from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 _log = logging.getLogger(__name__)

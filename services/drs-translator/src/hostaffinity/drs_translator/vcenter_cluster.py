@@ -24,7 +24,7 @@ from pyVmomi import vim, vmodl
 
 from hostaffinity.drs_translator.diff import Change
 from hostaffinity.drs_translator.rules import DrsObject
-from hostaffinity.runtime.vcenter import VCenterSession
+from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DrsObjectKind
 
 _RULE_KINDS: Final[tuple[tuple[type[Any], DrsObjectKind], ...]] = (

@@ -3,8 +3,8 @@
 from typing import Literal
 
 from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
-from hostaffinity.runtime.config import Count, LeaderElectedSettings, Seconds
-from hostaffinity.runtime.vcenter import VCenterSettings
+from hostaffinity.runtime.process.config import Count, LeaderElectedSettings, Seconds
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 
 
 class NodeLabellerConfig(LeaderElectedSettings, frozen=True, kw_only=True):

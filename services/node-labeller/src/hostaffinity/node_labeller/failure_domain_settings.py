@@ -8,7 +8,7 @@ compute the same zone and region. Like the cloud provider, no category is assume
 leaves that label alone.
 """
 
-from hostaffinity.runtime.config import Seconds, Settings
+from hostaffinity.runtime.process.config import Seconds, Settings
 
 
 class FailureDomainSettings(Settings, frozen=True):

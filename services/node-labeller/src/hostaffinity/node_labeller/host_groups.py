@@ -10,7 +10,7 @@ from typing import Any
 from pyVim.connect import Disconnect
 from pyVmomi import vim, vmodl
 
-from hostaffinity.runtime.vcenter import VCenterError, VCenterSettings, connect, where
+from hostaffinity.runtime.vcenter.session import VCenterError, VCenterSettings, connect, where
 
 # host moid -> the racks its host groups name
 HostGroupRacks = dict[str, tuple[str, ...]]

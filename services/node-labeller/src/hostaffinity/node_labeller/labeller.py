@@ -23,15 +23,15 @@ from typing import Final, Protocol
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
-from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import Observation
 
 from hostaffinity.node_labeller.inventory import HOST, Inventory
+from hostaffinity.node_labeller.metrics import LabellerMetrics
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import (
     NO_TAGS,
     NodeActions,
-    Settings,
+    PlannerSettings,
     Tags,
     forget_node,
     reconcile_host,
@@ -39,13 +39,12 @@ from hostaffinity.node_labeller.reconcile import (
     stale_keys,
 )
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
-from hostaffinity.runtime.cancellation import raise_if_cancel_requested
-from hostaffinity.runtime.kube import NODES, KubeClient
-from hostaffinity.runtime.kube_events import EventRecorder, ObjectRef
-from hostaffinity.runtime.kv import TopologySnapshot, TopologyStore
-from hostaffinity.runtime.outbox_metrics import OutboxInstruments
-from hostaffinity.runtime.telemetry import seconds_histogram
-from hostaffinity.runtime.workqueue import WorkQueue
+from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
+from hostaffinity.runtime.bus.outbox_metrics import OutboxInstruments
+from hostaffinity.runtime.kube.client import NODES, KubeClient
+from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.process.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
     Event,
@@ -58,42 +57,6 @@ from hostaffinity.schema import (
 from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
-_meter = metrics.get_meter("hostaffinity.node_labeller")
-_patches = _meter.create_counter(
-    "hostaffinity_labeller_label_patches", description="Label patches sent"
-)
-_warnings = _meter.create_counter(
-    "hostaffinity_labeller_node_warnings", description="Problems reported on nodes, by reason"
-)
-_repairs = _meter.create_counter(
-    "hostaffinity_labeller_kv_repairs",
-    description="Topology keys a resync found not holding what was written, rewritten",
-)
-# A vMotion is labelled in ~0.1 s on vcsim (bench/node_labeller_bench.py); a minute is an outage.
-UPDATE_TO_PATCH_BUCKETS_SECONDS: Final = (
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-)  # fmt: skip
-_patch_latency = seconds_histogram(
-    _meter,
-    "hostaffinity_labeller_update_to_patch",
-    "From a vCenter update arriving to its label patch being answered",
-    UPDATE_TO_PATCH_BUCKETS_SECONDS,
-)
-
-
-def _observe_nodes(_options: CallbackOptions) -> Iterable[Observation]:
-    """Reads the newest Labeller: OpenTelemetry keeps only the first callback registered under
-    a name, and a replica that leads again (in tests, the same process) builds a new one."""
-    return _reporting.node_states() if _reporting is not None else []
-
-
-_meter.create_observable_gauge(
-    "hostaffinity_labeller_nodes",
-    callbacks=[_observe_nodes],
-    description="Nodes by state: placed (labelled with their host), unmatched (no VM matches), "
-    "pending (not placed yet, or on a host the inventory does not know)",
-)
-
 Publish = Callable[[Event], Awaitable[object]]
 # How long the first labelling waits for vCenter's tags before it labels without zones (they
 # follow with the read).
@@ -148,7 +111,7 @@ class Labeller:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: PlannerSettings,
         kube: KubeClient,
         store: TopologyStore,
         publish: Publish,
@@ -188,8 +151,7 @@ class Labeller:
         self.resyncs = 0
         # Complete vCenter inventories applied: the first, one per re-login and per resync.
         self.inventory_reads = 0
-        global _reporting
-        _reporting = self
+        self._metrics = LabellerMetrics(self.node_states)
 
     def node_states(self) -> list[Observation]:
         """How many known Nodes are placed, unmatched or pending, for the nodes gauge."""
@@ -252,7 +214,7 @@ class Labeller:
         stale = {key for key in candidates if await self._still_differs(key)}
         for key in sorted(stale - self._stale):
             log.warning("topology key %s does not hold what was written; rewriting it", key)
-            _repairs.add(1)
+            self._metrics.repaired()
         self._stale |= stale
         self._queue_everything()
         self.resyncs += 1
@@ -428,18 +390,16 @@ class Labeller:
             if error.status == 404:
                 return  # deleted meanwhile; its DELETED event cleans up
             raise
-        _patches.add(1)
-        if timing is not None:
+        if timing is None:
+            self._metrics.patched(None)
+        else:
             timing.patch_answered = time.monotonic()
-            _patch_latency.record(timing.patch_answered - timing.seen)
+            self._metrics.patched(timing.patch_answered - timing.seen)
 
     async def _report(self, node: Node, reason: str, message: str) -> None:
         """Every occurrence counts towards the node's Event series; the recorder bounds the
         writes, and the log says only what it wrote."""
-        _warnings.add(1, {"reason": reason})
+        self._metrics.warned(reason)
         about = ObjectRef(kind="Node", name=node.name, uid=node.metadata.uid)
         if await self._recorder.record(about, reason, message):
             log.warning("node %s: %s: %s", node.name, reason, message)
-
-
-_reporting: Labeller | None = None

@@ -1,19 +1,19 @@
 """Entry point: `hostaffinity-node-labeller --config shared.yaml --config node-labeller.yaml`.
 
 Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
-health, NATS, the Lease and SIGTERM; only the Lease holder labels (`NodeLabelling`).
-`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter_trust.py).
+health, NATS, the Lease and SIGTERM; only the Lease holder labels (`NodeLabellerWork`).
+`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter/trust.py).
 """
 
 from collections.abc import Sequence
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.node_labeller.service import NodeLabelling
+from hostaffinity.node_labeller.service import NodeLabellerWork
 from hostaffinity.runtime.runner import ServiceSpec, run_service
-from hostaffinity.runtime.vcenter_trust import check_ca_file, check_trust
+from hostaffinity.runtime.vcenter.trust import check_ca_file, check_trust
 
 
-def service_spec(work: NodeLabelling) -> ServiceSpec[NodeLabellerConfig]:
+def service_spec(work: NodeLabellerWork) -> ServiceSpec[NodeLabellerConfig]:
     return ServiceSpec(
         name="node-labeller",
         config_type=NodeLabellerConfig,
@@ -25,4 +25,8 @@ def service_spec(work: NodeLabelling) -> ServiceSpec[NodeLabellerConfig]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    run_service(service_spec(NodeLabelling()), argv)
+    run_service(service_spec(NodeLabellerWork()), argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,7 +22,7 @@ from hostaffinity.node_labeller.failure_domains import (
 from hostaffinity.node_labeller.inventory import HostFacts, Inventory, VmFacts
 from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
 from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.runtime.kv import TopologySnapshot
+from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     ANNOTATION_FAILURE_DOMAIN_LABELS,
@@ -51,7 +51,10 @@ SOURCE = "node-labeller"
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class PlannerSettings:
+    """What the planner reads from the config: whose inventory it is, how to match a node without
+    a UUID, whether to keep the archived plugin's label."""
+
     vcenter: str
     fallback: Fallback = "vm-name"
     legacy_host_label: bool = True
@@ -67,7 +70,9 @@ class Tags:
     # host moid -> the racks its DRS host groups name (with `rack_host_group_prefix`)
     group_racks: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
-    def domains(self, host: str, inventory: Inventory, settings: Settings) -> FailureDomains | None:
+    def domains(
+        self, host: str, inventory: Inventory, settings: PlannerSettings
+    ) -> FailureDomains | None:
         """The host's domains; None when they cannot be known now."""
         if not settings.failure_domains.enabled:
             return FailureDomains()
@@ -113,7 +118,7 @@ class HostActions:
     delete: bool = False
 
 
-def owned_label_keys(settings: Settings) -> tuple[str, ...]:
+def owned_label_keys(settings: PlannerSettings) -> tuple[str, ...]:
     keys = (LABEL_ESXI_HOST, LABEL_VSPHERE_CLUSTER, LABEL_DATACENTER, LABEL_RACK)
     return (*keys, LABEL_LEGACY_HOST) if settings.legacy_host_label else keys
 
@@ -122,7 +127,7 @@ def reconcile_node(
     node: Node,
     inventory: Inventory,
     previous: NodePlacement | None,
-    settings: Settings,
+    settings: PlannerSettings,
     *,
     now: str,
     version: int,
@@ -164,7 +169,7 @@ def _unplace(
     node: Node,
     match: Matched | Unmatched,
     actions: NodeActions,
-    settings: Settings,
+    settings: PlannerSettings,
     *,
     now: str,
     removes: bool,
@@ -182,7 +187,7 @@ def _placement(
     vm: VmFacts,
     host: HostFacts,
     domains: FailureDomains,
-    settings: Settings,
+    settings: PlannerSettings,
     now: str,
     version: int,
 ) -> NodePlacement:
@@ -259,7 +264,7 @@ def _relabel(
     node: Node,
     placement: NodePlacement,
     actions: NodeActions,
-    settings: Settings,
+    settings: PlannerSettings,
     *,
     now: str,
     domains_known: bool,
@@ -344,7 +349,7 @@ def stale_keys(
     return stale
 
 
-def desired_labels(placement: NodePlacement, settings: Settings) -> dict[str, str]:
+def desired_labels(placement: NodePlacement, settings: PlannerSettings) -> dict[str, str]:
     """Our labels and annotations for a placed node (one map; keys never collide)."""
     desired = {
         LABEL_ESXI_HOST: placement.host_label,
@@ -456,7 +461,7 @@ def _unmatched_event(node: str, match: Unmatched, now: str) -> NodeUnmatched:
 def _patch(
     node: Node,
     desired: dict[str, str],
-    settings: Settings,
+    settings: PlannerSettings,
     actions: NodeActions,
     *,
     domains_known: bool,
@@ -497,7 +502,7 @@ def _patch(
     return patch or None
 
 
-def _shared_keys(settings: Settings) -> tuple[str, ...]:
+def _shared_keys(settings: PlannerSettings) -> tuple[str, ...]:
     """The well-known failure-domain keys the labeller manages: those with a category."""
     domains = settings.failure_domains
     return tuple(

@@ -10,20 +10,20 @@ import logging
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.labeller import Labeller, Retry
 from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.node_labeller.reconcile import Settings
+from hostaffinity.node_labeller.reconcile import PlannerSettings
 from hostaffinity.node_labeller.tag_refresh import refresh_tags_forever
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
-from hostaffinity.runtime.informer import Informer, InformerEvent, msgspec_decoder
-from hostaffinity.runtime.kube import NODES
-from hostaffinity.runtime.kube_events import EventRecorder
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.kube.client import NODES
+from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.kube.informer import Informer, InformerEvent, msgspec_decoder
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.schema import EVENTS_STREAM
 
 log = logging.getLogger(__name__)
 
 
-class NodeLabelling:
+class NodeLabellerWork:
     """Labels nodes until cancelled; its parts stay visible for readiness and tests."""
 
     def __init__(self) -> None:
@@ -55,7 +55,7 @@ class NodeLabelling:
 
         informer = self.informer = Informer(ctx.kube, NODES, on_node, msgspec_decoder(Node))
         labeller = Labeller(
-            Settings(
+            PlannerSettings(
                 vcenter=config.vcenter_name or config.vcenter.host,
                 fallback=config.match_fallback,
                 legacy_host_label=config.shared.legacy_host_label,

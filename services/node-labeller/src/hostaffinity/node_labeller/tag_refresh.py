@@ -1,7 +1,7 @@
 """Reads vCenter's tags (and rack host groups) for the failure-domain labels, again every
 `refresh_seconds`.
 
-Apart from the inventory watch: tags are in the Automation API (runtime vcenter_tags.py), which
+Apart from the inventory watch: tags are in the Automation API (runtime vcenter/tags.py), which
 has no change feed PropertyCollector could follow, and they change rarely. What moves often is a
 VM between hosts, and each host's domains are already known then: a vMotion is relabelled from the
 last read, as quickly as the host label.
@@ -16,8 +16,8 @@ from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSett
 from hostaffinity.node_labeller.host_groups import read_host_group_racks
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.node_labeller.reconcile import Tags
-from hostaffinity.runtime.vcenter import VCenterError, VCenterSettings
-from hostaffinity.runtime.vcenter_tags import TagRead, read_tags
+from hostaffinity.runtime.vcenter.session import VCenterError, VCenterSettings
+from hostaffinity.runtime.vcenter.tags import TagRead, read_tags
 
 log = logging.getLogger(__name__)
 _reads = metrics.get_meter("hostaffinity.node_labeller").create_counter(

@@ -7,9 +7,9 @@ it runs, before the host is in maintenance mode); the filter asks only for the p
 or after `request_full_read`, is the complete inventory (a resync); later answers carry only
 changes.
 
-The watcher owns its `VCenterSession` (runtime/vcenter.py): every long poll blocks that session's
-one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most one poll and
-no other part of the service queues behind it; a stop cancels the poll in flight
+The watcher owns its `VCenterSession` (runtime/vcenter/session.py): every long poll blocks that
+session's one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most
+one poll and no other part of the service queues behind it; a stop cancels the poll in flight
 (CancelWaitForUpdates) instead of waiting for it. A session vCenter ended is logged in again by
 the session itself; the watcher then rebuilds its view and filter. Any other failure reconnects
 the session, which logs the old vCenter session out first, so reconnects never pile sessions up.
@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry import metrics
 from pyVmomi import VmomiSupport, vim, vmodl
 
 from hostaffinity.node_labeller.inventory import (
@@ -30,13 +29,10 @@ from hostaffinity.node_labeller.inventory import (
     ObjectUpdate,
     PropertyValue,
 )
-from hostaffinity.runtime.vcenter import VCenterSession, VCenterSettings
+from hostaffinity.node_labeller.metrics import WatchMetrics
+from hostaffinity.runtime.vcenter.session import VCenterSession, VCenterSettings
 
 log = logging.getLogger(__name__)
-_reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
-    "hostaffinity_labeller_vcenter_reconnects",
-    description="vCenter watch sessions lost and logged in again (each is followed by a resync)",
-)
 
 # How long one WaitForUpdatesEx call may wait on the server before returning empty; short enough
 # that the session's keep-alive and a stop are served quickly, long enough to cost nothing idle.
@@ -74,6 +70,7 @@ class InventoryWatcher:
         self.batches: asyncio.Queue[UpdateBatch] = asyncio.Queue()
         # Times the watch started over: after a failure, or after vCenter ended the session.
         self.reconnects = 0
+        self._metrics = WatchMetrics()
         self._failures = 0
         self._full_read = False
 
@@ -105,7 +102,7 @@ class InventoryWatcher:
 
     def _started_over(self) -> None:
         self.reconnects += 1
-        _reconnects.add(1)
+        self._metrics.reconnected()
 
     async def _follow(self, session: VCenterSession) -> None:
         """Build the view and filter, then poll; rebuild them when the session was renewed, or

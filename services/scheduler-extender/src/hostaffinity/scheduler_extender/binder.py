@@ -12,7 +12,7 @@ import json
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.runtime.kube import TRANSPORT_ERRORS, KubeClient, ResourceRef
+from hostaffinity.runtime.kube.client import TRANSPORT_ERRORS, KubeClient, ResourceRef
 
 
 class BindError(Exception):

@@ -1,6 +1,6 @@
 """The scheduler-extender's config record: the shared sections plus where and how it serves."""
 
-from hostaffinity.runtime.config import (
+from hostaffinity.runtime.process.config import (
     Count,
     Delay,
     Port,
@@ -41,7 +41,7 @@ class ExtenderSettings(Settings, frozen=True):
     inflight_wait_seconds: Delay = 0.5
 
 
-class SchedulerExtenderSettings(ServiceSettings, frozen=True):
+class SchedulerExtenderConfig(ServiceSettings, frozen=True):
     """Everything the scheduler-extender reads at start."""
 
     extender: ExtenderSettings = ExtenderSettings()

@@ -1,4 +1,5 @@
-"""The extender's sampled `extender.decision` events (published by hostaffinity.runtime.sampled).
+"""The extender's sampled `extender.decision` events (published by
+hostaffinity.runtime.bus.sampled).
 
 A pod is sampled by its uid, so all of one pod's decisions (filter, prioritize, bind) appear
 together or not at all.

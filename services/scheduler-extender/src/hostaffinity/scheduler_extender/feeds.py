@@ -20,10 +20,10 @@ from typing import Any
 import msgspec
 
 from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, decode_pod
-from hostaffinity.runtime.informer import Informer, InformerSettings, upsert_or_remove
-from hostaffinity.runtime.kube import NAMESPACES, NODES, PODS, KubeClient
-from hostaffinity.runtime.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
-from hostaffinity.runtime.topology_feed import Link, follow_topology
+from hostaffinity.runtime.bus.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
+from hostaffinity.runtime.bus.topology_feed import Link, follow_topology
+from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient
+from hostaffinity.runtime.kube.informer import Informer, InformerSettings, upsert_or_remove
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 
 

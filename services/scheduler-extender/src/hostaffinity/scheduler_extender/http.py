@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from hostaffinity.runtime.sampled import SampledPublisher
+from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.scheduler_extender import answers, extender_v1
 from hostaffinity.scheduler_extender.answers import Verdict
 from hostaffinity.scheduler_extender.binder import Binder, BindError

@@ -22,7 +22,7 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from hostaffinity.runtime.telemetry import seconds_histogram
+from hostaffinity.runtime.process.telemetry import seconds_histogram
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.exposure_gauge import ExposureGauge
 

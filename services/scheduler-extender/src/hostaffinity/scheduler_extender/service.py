@@ -13,12 +13,12 @@ import functools
 import logging
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
-from hostaffinity.runtime.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.runtime.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
-from hostaffinity.scheduler_extender.config import SchedulerExtenderSettings
+from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
 from hostaffinity.scheduler_extender.decision_events import SOURCE
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
@@ -29,7 +29,7 @@ _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS = 0.5
 
 
-def build_cache(settings: SchedulerExtenderSettings) -> ExtenderCache:
+def build_cache(settings: SchedulerExtenderConfig) -> ExtenderCache:
     shared = settings.shared
     return ExtenderCache(
         physical_anti_affinity=shared.reads_hostname_as_host,
@@ -39,7 +39,7 @@ def build_cache(settings: SchedulerExtenderSettings) -> ExtenderCache:
     )
 
 
-class Extender:
+class SchedulerExtenderWork:
     """Serves kube-scheduler until cancelled; the cache and server stay visible for tests."""
 
     def __init__(self) -> None:
@@ -47,7 +47,7 @@ class Extender:
         self.server: ExtenderServer | None = None
         self.feeds: CacheFeeds | None = None
 
-    async def __call__(self, ctx: ServiceContext[SchedulerExtenderSettings]) -> None:
+    async def __call__(self, ctx: ServiceContext[SchedulerExtenderConfig]) -> None:
         settings = ctx.config.extender
         cache = self.cache = build_cache(ctx.config)
         for source in SOURCES:

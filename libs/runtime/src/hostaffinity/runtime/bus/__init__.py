@@ -1,0 +1,2 @@
+"""The NATS bus: the connection, the streams and buckets (layout), the topology KV and its watch,
+publishing (the outbox, sampled events), durable consumers and dead letters."""

@@ -1,0 +1,1 @@
+"""vCenter: the session (login, keep-alive, re-login) and the checks of its certificate."""

@@ -1,0 +1,94 @@
+"""The node-labeller's instruments, served on /metrics by the runtime's Prometheus exporter as
+`hostaffinity_labeller_label_patches_total`, `hostaffinity_labeller_node_warnings_total{reason}`,
+`hostaffinity_labeller_kv_repairs_total`, `hostaffinity_labeller_update_to_patch_seconds` and
+`hostaffinity_labeller_nodes{state}`, and the vCenter watch's
+`hostaffinity_labeller_vcenter_reconnects_total`; events not yet published are the runtime outbox's
+`hostaffinity_bus_outbox_*{outbox="node-labeller"}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from hostaffinity.runtime.process.telemetry import seconds_histogram
+
+# A vMotion is labelled in ~0.1 s on vcsim (bench/node_labeller_bench.py); a minute is an outage.
+UPDATE_TO_PATCH_BUCKETS_SECONDS: Final = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+NodeStates = Callable[[], Iterable[Observation]]
+
+
+def _observe_nodes(_options: CallbackOptions) -> Iterable[Observation]:
+    """Reads the newest LabellerMetrics: OpenTelemetry keeps only the first callback registered
+    under a name, and a replica that leads again (in tests, the same process) builds a new
+    labeller."""
+    return _reporting.node_states() if _reporting is not None else []
+
+
+class LabellerMetrics:
+    """Instruments created once per process, from the global meter provider; the newest
+    instance is the one the nodes gauge reports."""
+
+    def __init__(self, node_states: NodeStates) -> None:
+        global _reporting
+        meter = metrics.get_meter("hostaffinity.node_labeller")
+        self.node_states = node_states
+        self._patches = meter.create_counter(
+            "hostaffinity_labeller_label_patches", description="Label patches sent"
+        )
+        self._warnings = meter.create_counter(
+            "hostaffinity_labeller_node_warnings",
+            description="Problems reported on nodes, by reason",
+        )
+        self._repairs = meter.create_counter(
+            "hostaffinity_labeller_kv_repairs",
+            description="Topology keys a resync found not holding what was written, rewritten",
+        )
+        self._patch_latency = seconds_histogram(
+            meter,
+            "hostaffinity_labeller_update_to_patch",
+            "From a vCenter update arriving to its label patch being answered",
+            UPDATE_TO_PATCH_BUCKETS_SECONDS,
+        )
+        meter.create_observable_gauge(
+            "hostaffinity_labeller_nodes",
+            callbacks=[_observe_nodes],
+            description="Nodes by state: placed (labelled with their host), unmatched (no VM "
+            "matches), pending (not placed yet, or on a host the inventory does not know)",
+        )
+        _reporting = self
+
+    def patched(self, update_to_patch_seconds: float | None) -> None:
+        """A label patch answered; with the time since its vCenter update when that is known."""
+        self._patches.add(1)
+        if update_to_patch_seconds is not None:
+            self._patch_latency.record(update_to_patch_seconds)
+
+    def warned(self, reason: str) -> None:
+        self._warnings.add(1, {"reason": reason})
+
+    def repaired(self) -> None:
+        self._repairs.add(1)
+
+
+class WatchMetrics:
+    """The vCenter watch's instrument (the watch starts before the labeller exists)."""
+
+    def __init__(self) -> None:
+        self._reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
+            "hostaffinity_labeller_vcenter_reconnects",
+            description="vCenter watch sessions lost and logged in again (each is followed by "
+            "a resync)",
+        )
+
+    def reconnected(self) -> None:
+        self._reconnects.add(1)
+
+
+_reporting: LabellerMetrics | None = None
