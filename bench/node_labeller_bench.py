@@ -89,7 +89,7 @@ async def running_labeller(
     """The labeller in this process, run as its service runs it, on this vCenter, bus and
     Kubernetes."""
     config = NodeLabellerConfig(
-        vcenter=vc.settings(),
+        vcenters=[vc.settings()],
         nats=nats,
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),

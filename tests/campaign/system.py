@@ -207,8 +207,7 @@ class System:
                 await watched.start()
                 others.append(watched)
                 vcenter_port = watched.port
-            env |= settings_env("vcenter", self._vcenter(vcenter_port))
-            env["HOSTAFFINITY_VCENTER_NAME"] = VCENTER_NAME
+            env |= settings_env("vcenters__0", self._vcenter(vcenter_port))
         if service == EXTENDER:
             self.listen_ports[name] = free_listen_port()
             env |= {
@@ -235,7 +234,12 @@ class System:
 
     def _vcenter(self, port: int) -> VCenterSettings:
         return VCenterSettings(
-            host="127.0.0.1", port=port, username=USERNAME, password=PASSWORD, protocol="http"
+            name=VCENTER_NAME,
+            host="127.0.0.1",
+            port=port,
+            username=USERNAME,
+            password=PASSWORD,
+            protocol="http",
         )
 
     def _kubeconfig(self, name: str, port: int) -> Path:

@@ -3,7 +3,7 @@ vcsim's DRS rules and groups field by field."""
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,9 @@ from tests.platform.vcsim import Vcsim
 def drs_config(
     vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
 ) -> DrsTranslatorConfig:
-    fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
+    """A translator config for these parts, the vCenter named `vcsim` as the labeller's;
+    keywords override fields (`vcenters`, `drs`)."""
+    fields = {"vcenters": [vc.settings(name="vcsim")]}
     return DrsTranslatorConfig(
         **(runner_sections(nats, kubeconfig, "drs-translator") | fields | overrides)
     )
@@ -36,7 +38,7 @@ def drs_config(
 @dataclass
 class RunningTranslator:
     runner: ServiceRunner[DrsTranslatorConfig]
-    parts: list[tuple[DrsTranslator, ClusterRules]] = field(default_factory=list)
+    parts: list[tuple[DrsTranslator, Mapping[str, ClusterRules]]] = field(default_factory=list)
 
     @property
     def translator(self) -> DrsTranslator:
@@ -44,14 +46,14 @@ class RunningTranslator:
 
     @property
     def calls(self) -> Any:
-        """vCenter calls made so far, by kind (a Counter)."""
-        return self.parts[-1][1].calls
+        """Calls made so far to the first vCenter, by kind (a Counter)."""
+        return next(iter(self.parts[-1][1].values())).calls
 
 
 @contextlib.asynccontextmanager
 async def running_translator(config: DrsTranslatorConfig) -> AsyncIterator[RunningTranslator]:
     """The service as main() runs it, until the first DRS cycle is done; stopped as by SIGTERM."""
-    observed: list[tuple[DrsTranslator, ClusterRules]] = []
+    observed: list[tuple[DrsTranslator, Mapping[str, ClusterRules]]] = []
     spec = ServiceSpec(
         name="drs-translator",
         config_type=DrsTranslatorConfig,

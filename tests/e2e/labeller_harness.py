@@ -30,8 +30,9 @@ from tests.platform.vcsim import Vcsim, VcsimFactory
 def labeller_config(
     vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
 ) -> NodeLabellerConfig:
-    """A labeller config for these parts; keywords override fields (`vcenter` too)."""
-    fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
+    """A labeller config for these parts, the vCenter named `vcsim`; keywords override fields
+    (`vcenters` too)."""
+    fields = {"vcenters": [vc.settings(name="vcsim")]}
     return NodeLabellerConfig(
         **(runner_sections(nats, kubeconfig, "node-labeller") | fields | overrides)
     )
@@ -64,7 +65,8 @@ class Replica:
 
     @property
     def watcher(self) -> InventoryWatcher | None:
-        return self.work.watcher
+        """The first vCenter's watcher, once the replica leads."""
+        return self.work.watchers[0] if self.work.watchers else None
 
     @property
     def labeller(self) -> Labeller:

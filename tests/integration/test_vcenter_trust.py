@@ -57,7 +57,7 @@ def check_config(
     this vcsim; (exit, stderr)."""
     settings = {"host": vc.host, "port": vc.port, "username": "u", "password": "p"} | vcenter
     config = tmp_path / f"{service}.yaml"
-    config.write_text(yaml.safe_dump({"vcenter": settings}))
+    config.write_text(yaml.safe_dump({"vcenters": [settings]}))
     code, _, err = run_console(MAINS[service], ["--config", str(config), "--check-config"], capsys)
     return code, err
 

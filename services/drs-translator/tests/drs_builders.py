@@ -112,6 +112,7 @@ def host(moid: str, cluster: str = "domain-c1", *, maintenance: bool = False) ->
         datacenter="DC0",
         connection_state="connected",
         in_maintenance_mode=maintenance,
+        vcenter=VCENTER,
     )
 
 

@@ -46,6 +46,7 @@ from hostaffinity.schema.names import (
     drs_outbox_key,
     drs_rule_key,
     event_subject,
+    host_id,
     host_key,
     node_key,
 )
@@ -100,6 +101,7 @@ __all__ = [
     "event_id",
     "event_subject",
     "event_type_of",
+    "host_id",
     "host_key",
     "label_value",
     "node_key",

@@ -26,7 +26,8 @@ class NodePlacement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
-    """An ESXi host as vCenter last described it: the value of `host.<host-moid>`."""
+    """An ESXi host as vCenter last described it: the value of `host.<host-moid>` (of
+    `host.<vcenter>.<host-moid>` where the node-labeller works with several vCenters)."""
 
     moid: str
     name: str
@@ -36,6 +37,9 @@ class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
     datacenter: str
     connection_state: str
     in_maintenance_mode: bool
+    # The vCenter the host is in, named as placements name it (empty in records written before
+    # several vCenters were supported; the node-labeller rewrites them).
+    vcenter: str = ""
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

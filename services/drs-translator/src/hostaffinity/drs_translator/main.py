@@ -1,6 +1,6 @@
 """Entry point: `hostaffinity-drs-translator --config shared.yaml --config drs-translator.yaml`.
 
-`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter_trust.py).
+`--check-config` also checks that every vCenter's certificate is trusted (runtime vcenter_trust.py).
 """
 
 from collections.abc import Sequence
@@ -9,6 +9,7 @@ from typing import Final
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.service import translate
 from hostaffinity.runtime.runner import ServiceSpec, run_service
+from hostaffinity.runtime.vcenter import for_each_vcenter
 from hostaffinity.runtime.vcenter_trust import check_ca_file, check_trust
 
 SPEC: Final = ServiceSpec(
@@ -16,8 +17,8 @@ SPEC: Final = ServiceSpec(
     config_type=DrsTranslatorConfig,
     work=translate,
     leader_elected=True,
-    checks=(lambda config: check_ca_file(config.vcenter),),
-    probes=(lambda config: check_trust(config.vcenter),),
+    checks=(for_each_vcenter(check_ca_file),),
+    probes=(for_each_vcenter(check_trust),),
 )
 
 

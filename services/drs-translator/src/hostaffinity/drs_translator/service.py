@@ -1,13 +1,14 @@
 """The drs-translator's work under the service runner: wire the inputs, the vCenter, the loop.
 
-Runs only on the Lease holder (the runner gates it). Order: the bus layout and our ownership
-records, the vCenter session, then the Pod and Namespace informers and the topology watch; the
+Runs only on the Lease holder (the runner gates it). Order: the bus layout, then per vCenter its
+ownership records and its session (logging in on its own: one vCenter down holds back only its
+own work and readiness), then the Pod and Namespace informers and the topology watch; the
 first plan waits until all three have replayed their current state, so a restart never mistakes
 "not yet seen" for "gone" and removes a rule it still needs.
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
@@ -17,7 +18,7 @@ from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
+from hostaffinity.drs_translator.translator import DrsTranslator, Pacing, VCenterTarget
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.kube import NAMESPACES, PODS
@@ -27,62 +28,69 @@ from hostaffinity.runtime.outbox import Outbox
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.runtime.topology_feed import follow_topology
 from hostaffinity.runtime.vcenter import VCenterSession
-from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
+from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event
 
 _SYNC_POLL_SECONDS: Final = 0.05
 
-Observer = Callable[[DrsTranslator, ClusterRules], None]
+# Sees the translator and each vCenter's ClusterRules, by vCenter name.
+Observer = Callable[[DrsTranslator, Mapping[str, ClusterRules]], None]
 
 
 async def translate(
     ctx: ServiceContext[DrsTranslatorConfig], observe: Observer | None = None
 ) -> None:
     """The work: until cancelled. `observe` lets an in-process test see the live parts."""
-    config = ctx.config
+    config, own = ctx.config, ctx.config.drs
     await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM])
     drs_bucket = await ctx.bus.js.key_value(DRS_BUCKET)
-    records = OwnershipRecords(drs_bucket, config.vcenter_label)
-    await records.load()
-    kept = KeptAnnouncements(drs_bucket, config.vcenter_label)
+    kept = {vc.known_as: KeptAnnouncements(drs_bucket, vc.known_as) for vc in config.vcenters}
+
+    async def forget(event: Event) -> None:  # an acknowledged event is kept by one vCenter
+        for announcements in kept.values():
+            await announcements.forget(event)
+
     topology = await ctx.bus.topology()
     metrics = DrsMetrics()
-    outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=kept.forget)
+    outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=forget)
     ctx.start(outbox.run(), name="bus-outbox")
-    session = VCenterSession(config.vcenter)
-    ctx.add_readiness("vcenter connected", session.connected)
+    sessions = [VCenterSession(vc) for vc in config.vcenters]
     try:
-        await session.start_when_reachable()
-        cluster_config = ClusterRules(session)
-        applier = DrsApplier(
-            cluster_config,
-            records,
-            kept,
-            outbox.put,
-            metrics,
-            vcenter=config.vcenter_label,
-            dry_run=config.dry_run,
-            retry_base_seconds=config.retry_base_seconds,
-            retry_max_seconds=config.retry_max_seconds,
-        )
-        for announcement in await kept.load():  # a batch an earlier run did not announce
-            await applier.settle(announcement)
-            outbox.put(announcement)
+        targets: list[VCenterTarget] = []
+        rules: dict[str, ClusterRules] = {}
+        for vc, session in zip(config.vcenters, sessions, strict=True):
+            name = vc.known_as
+            ctx.add_readiness(f"vcenter {name} connected", session.connected)
+            records = OwnershipRecords(drs_bucket, name)
+            await records.load()
+            rules[name] = ClusterRules(session)
+            applier = DrsApplier(
+                rules[name],
+                records,
+                kept[name],
+                outbox.put,
+                metrics,
+                vcenter=name,
+                dry_run=own.dry_run,
+                retry_base_seconds=own.retry_base_seconds,
+                retry_max_seconds=own.retry_max_seconds,
+            )
+            for announcement in await kept[name].load():  # a batch an earlier run did not announce
+                await applier.settle(announcement)
+                outbox.put(announcement)
+            settings = PlannerSettings(
+                vcenter=name,
+                vm_host_mandatory=own.vm_host_mandatory,
+                translate_preferred=own.translate_preferred,
+            )
+            targets.append(VCenterTarget(settings, applier, records, session.connected))
         translator = DrsTranslator(
-            PlannerSettings(
-                vcenter=config.vcenter_label,
-                vm_host_mandatory=config.vm_host_mandatory,
-                translate_preferred=config.translate_preferred,
-            ),
-            applier,
-            records,
+            targets,
             None
-            if config.dry_run
+            if own.dry_run
             else EventRecorder(ctx.kube, f"hostaffinity-{SOURCE}", ctx.identity),
             metrics,
             physical_cluster_wide=config.shared.reads_hostname_as_host,
-            pacing=Pacing(
-                config.debounce_seconds, config.resync_seconds, config.error_retry_seconds
-            ),
+            pacing=Pacing(own.debounce_seconds, own.resync_seconds, own.error_retry_seconds),
         )
         pods: Informer[Pod] = Informer(
             ctx.kube,
@@ -98,8 +106,11 @@ async def translate(
         )
         ctx.add_readiness("pods synced", pods.synced.is_set)
         ctx.add_readiness("namespaces synced", namespaces.synced.is_set)
+        for session, name in zip(sessions, rules, strict=True):
+            ctx.start(_log_in(session, translator.wake), name=f"vcenter {name} login")
         ctx.add_readiness("topology synced", lambda: translator.topology_synced)
-        ctx.add_readiness("first DRS cycle done", lambda: translator.cycles > 0)
+        for name in rules:
+            ctx.add_readiness(f"vcenter {name} first DRS cycle done", _cycled(translator, name))
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")
         ctx.start(
@@ -107,7 +118,7 @@ async def translate(
             name="topology",
         )
         if observe is not None:
-            observe(translator, cluster_config)
+            observe(translator, rules)
         # Informers hand their first list to workers: wait until those have run too.
         while True:
             if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:
@@ -115,4 +126,16 @@ async def translate(
             await asyncio.sleep(_SYNC_POLL_SECONDS)
         await translator.run()
     finally:
-        await session.close()
+        for session in sessions:
+            await session.close()
+
+
+async def _log_in(session: VCenterSession, then: Callable[[], None]) -> None:
+    """Log in (retried until vCenter answers), then say so: that vCenter's first cycle runs."""
+    await session.start_when_reachable()
+    then()
+
+
+def _cycled(translator: DrsTranslator, vcenter: str) -> Callable[[], bool]:
+    """Readiness of one vCenter: one of its DRS cycles has succeeded."""
+    return lambda: translator.completed[vcenter] > 0

@@ -1,10 +1,10 @@
 """What to do for one topology key: compare vCenter with the KV and the node's labels.
 
-Pure functions of (node, inventory, previous placement) and of (host, inventory, previous host
-record); the service applies the actions they return in order: KV first, then the label patch,
-then events, so a reader of the KV is never behind the labels and an event always describes a
-state that is already stored. `stale_keys` is the resync's comparison of the KV as it is with
-what the labeller last wrote there.
+Pure functions of (node, every vCenter's inventory, previous placement) and of (host, its
+vCenter's inventory, previous host record); the service applies the actions they return in
+order: KV first, then the label patch, then events, so a reader of the KV is never behind the
+labels and an event always describes a state that is already stored. `stale_keys` is the
+resync's comparison of the KV as it is with what the labeller last wrote there.
 """
 
 from collections.abc import Mapping
@@ -41,7 +41,6 @@ SOURCE = "node-labeller"
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    vcenter: str
     fallback: Fallback = "vm-name"
     legacy_host_label: bool = True
 
@@ -81,7 +80,7 @@ def owned_label_keys(settings: Settings) -> tuple[str, ...]:
 
 def reconcile_node(
     node: Node,
-    inventory: Inventory,
+    inventories: Mapping[str, Inventory],
     previous: NodePlacement | None,
     settings: Settings,
     *,
@@ -91,20 +90,22 @@ def reconcile_node(
 ) -> NodeActions:
     """Decide the KV write, label patch, events and warnings that bring `node` up to date.
 
+    `inventories` holds every vCenter's, by name; the node's VM is looked for in all of them.
     `version` is the number the new placement gets if it differs from `previous`. `kv_stale`
     says the KV holds something other than `previous` (garbage, a false placement, nothing): the
     key is then rewritten, or deleted, even where `previous` is still true; that repair is no
     change of placement, so it announces nothing.
     """
     actions = NodeActions(node=node.name)
-    match = match_node(node, inventory, settings.fallback)
+    match = match_node(node, inventories, settings.fallback)
+    inventory = inventories[match.vcenter] if isinstance(match, Matched) else None
     host = _host_of(match, inventory, actions)
-    if isinstance(match, Unmatched) or host is None:
+    if not isinstance(match, Matched) or inventory is None or host is None:
         _unplace(node, match, actions, settings, now=now, removes=previous is not None or kv_stale)
         return actions
     vm = inventory.vm(match.vm_moid)
     assert vm is not None  # match_node only returns VMs the inventory holds
-    observed = _placement(node, vm, host, settings, now=now, version=version)
+    observed = _placement(node, vm, host, match.vcenter, now=now, version=version)
     placement = _settle(previous, observed, match, actions, now=now, kv_stale=kv_stale)
     actions.warnings.extend(_placement_warnings(host, vm, placement))
     _relabel(node, placement, actions, settings, now=now)
@@ -129,7 +130,7 @@ def _unplace(
 
 
 def _placement(
-    node: Node, vm: VmFacts, host: HostFacts, settings: Settings, *, now: str, version: int
+    node: Node, vm: VmFacts, host: HostFacts, vcenter: str, *, now: str, version: int
 ) -> NodePlacement:
     """Where vCenter says the node's VM runs now, as the KV value it would get."""
     return NodePlacement(
@@ -143,7 +144,7 @@ def _placement(
         cluster_moid=host.cluster_moid,
         cluster_name=host.cluster_name,
         datacenter=host.datacenter,
-        vcenter=settings.vcenter,
+        vcenter=vcenter,
         observed_at=now,
         version=version,
     )
@@ -214,6 +215,7 @@ def _relabel(
             node=node.name,
             labels=labels,
             version=placement.version,
+            vcenter=placement.vcenter,
         )
     )
 
@@ -224,10 +226,16 @@ def forget_node(name: str, previous: NodePlacement | None, *, kv_stale: bool) ->
 
 
 def reconcile_host(
-    moid: str, inventory: Inventory, previous: EsxiHost | None, *, kv_stale: bool
+    moid: str,
+    vcenter: str,
+    inventory: Inventory | None,
+    previous: EsxiHost | None,
+    *,
+    kv_stale: bool,
 ) -> HostActions:
-    """The `host.<moid>` record vCenter's inventory calls for, compared with `previous`."""
-    facts = inventory.host(moid)
+    """The record of host `moid` of `vcenter` its inventory calls for (None: a vCenter no
+    longer configured), compared with `previous`."""
+    facts = inventory.host(moid) if inventory is not None else None
     if facts is None:
         return HostActions(delete=previous is not None or kv_stale)
     host = EsxiHost(
@@ -239,6 +247,7 @@ def reconcile_host(
         datacenter=facts.datacenter,
         connection_state=facts.connection_state,
         in_maintenance_mode=facts.in_maintenance_mode,
+        vcenter=vcenter,
     )
     return HostActions(put=host) if kv_stale or host != previous else HostActions()
 
@@ -279,9 +288,9 @@ def desired_labels(placement: NodePlacement, settings: Settings) -> dict[str, st
 
 
 def _host_of(
-    match: Matched | Unmatched, inventory: Inventory, actions: NodeActions
+    match: Matched | Unmatched, inventory: Inventory | None, actions: NodeActions
 ) -> HostFacts | None:
-    if isinstance(match, Unmatched):
+    if isinstance(match, Unmatched) or inventory is None:
         return None
     vm = inventory.vm(match.vm_moid)
     host = inventory.host(vm.host_moid) if vm is not None and vm.host_moid else None
@@ -322,6 +331,7 @@ def _placement_events(
                 datacenter=placement.datacenter,
                 matched_by=match.matched_by,
                 version=placement.version,
+                vcenter=placement.vcenter,
             )
         ]
     if previous.host_moid != placement.host_moid:
@@ -344,6 +354,7 @@ def _placement_events(
                 to_host_moid=placement.host_moid,
                 to_host_name=placement.host_name,
                 version=placement.version,
+                vcenter=placement.vcenter,
             )
         ]
     return []
@@ -356,7 +367,8 @@ def _unmatched_event(node: str, match: Unmatched, now: str) -> NodeUnmatched:
         source=SOURCE,
         node=node,
         reason=match.reason,
-        candidates=list(match.candidates),
+        candidates=[moid for _, moid in match.candidates],
+        candidate_vcenters=[vcenter for vcenter, _ in match.candidates],
     )
 
 
