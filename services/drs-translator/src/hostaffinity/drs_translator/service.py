@@ -59,7 +59,7 @@ async def translate(
         rules: dict[str, ClusterRules] = {}
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as
-            ctx.add_readiness(f"vcenter {name} connected", session.connected)
+            ctx.add_readiness(f"vcenter connected: {name}", session.connected)
             records = OwnershipRecords(drs_bucket, name)
             await records.load()
             rules[name] = ClusterRules(session)
@@ -110,7 +110,7 @@ async def translate(
             ctx.start(_log_in(session, translator.wake), name=f"vcenter {name} login")
         ctx.add_readiness("topology synced", lambda: translator.topology_synced)
         for name in rules:
-            ctx.add_readiness(f"vcenter {name} first DRS cycle done", _cycled(translator, name))
+            ctx.add_readiness(f"first DRS cycle done: {name}", _cycled(translator, name))
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")
         ctx.start(

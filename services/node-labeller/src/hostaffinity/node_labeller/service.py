@@ -48,7 +48,7 @@ class NodeLabelling:
         ctx.add_readiness("labelling done", self.ready)
         self.watchers = [InventoryWatcher(vcenter) for vcenter in config.vcenters]
         for watcher in self.watchers:
-            ctx.add_readiness(f"vcenter {watcher.vcenter} read", self._read_once(watcher.vcenter))
+            ctx.add_readiness(f"vcenter read: {watcher.vcenter}", self._read_once(watcher.vcenter))
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
         store = await ctx.bus.topology()
 
