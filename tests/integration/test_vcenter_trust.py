@@ -150,7 +150,7 @@ def test_check_config_rejects_a_malformed_thumbprint(
 ) -> None:
     code, stderr = check_config("node-labeller", vc, tmp_path, capsys, thumbprint="AB:CD")
     assert code == 2
-    assert "vcenter.thumbprint" in stderr
+    assert "key vcenters[0].thumbprint" in stderr
 
 
 def test_check_config_says_when_vcenter_cannot_be_reached(

@@ -238,7 +238,7 @@ def load_config(
         loaded = _read_yaml(Path(path))
         _deep_merge(data, loaded)
         for leaf in _leaves(loaded):
-            origins[leaf] = f"config file {path}, key {'.'.join(leaf)}"
+            origins[leaf] = f"config file {path}, key {_dotted(leaf)}"
     env = os.environ if environ is None else environ
     for name, raw in sorted(env.items()):
         if not name.startswith(ENV_PREFIX):
@@ -293,7 +293,7 @@ def _source(message: str, origins: Mapping[tuple[str, ...], str]) -> str:
         keys += (field.group(1),)
     if message.startswith("Object missing required field"):
         variable = ENV_PREFIX + ENV_NESTING.join(keys).upper()
-        return f" (set {'.'.join(keys)} in a config file or {variable})"
+        return f" (set {_dotted(keys)} in a config file or {variable})"
     # The value itself, or the section that holds it, was set somewhere; else (an unknown
     # section) every value set under it.
     for length in range(len(keys), 0, -1):
@@ -304,12 +304,22 @@ def _source(message: str, origins: Mapping[tuple[str, ...], str]) -> str:
 
 
 def _leaves(tree: Mapping[str, Any], above: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """The key path of every value in a YAML mapping that is not itself a mapping."""
+    """The key path of every value in a YAML mapping that is not itself a mapping; an item of
+    a list of mappings (`vcenters`) counts by its index."""
     found: list[tuple[str, ...]] = []
     for key, value in tree.items():
         path = (*above, str(key))
-        found += _leaves(value, path) if isinstance(value, Mapping) and value else [path]
+        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            for index, item in enumerate(value):
+                found += _leaves(item, (*path, str(index))) if item else [(*path, str(index))]
+        else:
+            found += _leaves(value, path) if isinstance(value, Mapping) and value else [path]
     return found
+
+
+def _dotted(keys: Sequence[str]) -> str:
+    """A key path as a reader writes it: `vcenters[0].thumbprint`."""
+    return "".join(f"[{key}]" if key.isdigit() else f".{key}" for key in keys).lstrip(".")
 
 
 # Where a list item's index goes in `env_names` (`HOSTAFFINITY_VCENTERS__<N>__HOST`).
