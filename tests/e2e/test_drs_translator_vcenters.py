@@ -3,7 +3,6 @@ its ownership records name it, replicas in two vCenters make no rule, and a vCen
 answering holds back only its own work."""
 
 import asyncio
-from pathlib import Path
 
 from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.runtime.bus import Bus
@@ -17,56 +16,40 @@ from tests.e2e.drs_harness import (
     running_translator,
     vm,
 )
-from tests.e2e.labeller_harness import (
-    eventually,
-    labeller_config,
-    node_object,
-    running,
-    stream_events,
-    wait_ready,
-)
-from tests.platform.kube_double import KubeDouble
-from tests.platform.nats import NatsServer
-from tests.platform.vcsim import VcsimFactory
+from tests.e2e.labeller_harness import LabellerParts, eventually, stream_events
 
-A_NODES = ["a1", "a2", "a3"]
-B_NODES = ["b1", "b2"]
 WEB_A, WEB_B, SPLIT = {"app": "web-a"}, {"app": "web-b"}, {"app": "split"}
 
 
 async def test_each_vcenter_gets_its_own_rules_and_goes_on_when_the_other_stops(
-    vcsim: VcsimFactory,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-    bus: Bus,
+    parts: LabellerParts, bus: Bus
 ) -> None:
-    vc_a, vc_b = vcsim(hosts=3, vm_names=A_NODES), vcsim(hosts=2, vm_names=B_NODES)
-    admin_a, admin_b = vc_a.connect(), vc_b.connect()
-    clusters = {"vc-a": cluster_of(admin_a)._moId, "vc-b": cluster_of(admin_b)._moId}
-    for name in A_NODES + B_NODES:
-        kube_double.seed(node_object(name))
-    vcenters = [vc_a.settings(name="vc-a"), vc_b.settings(name="vc-b")]
-    fast = DrsSettings(error_retry_seconds=0.5)
-    async with running(labeller_config(vc_a, nats_server, kubeconfig, vcenters=vcenters)) as nl:
-        await wait_ready(nl)
+    two = parts.two_vcenters()
+    clusters = {"vc-a": cluster_of(two.admin_a)._moId, "vc-b": cluster_of(two.admin_b)._moId}
+    async with parts.labeller(two.a, vcenters=two.settings):
         # vc-b first: its failure below must not hold back vc-a's cycle after it.
-        reverse = vcenters[::-1]
-        config = drs_config(vc_a, nats_server, kubeconfig, vcenters=reverse, drs=fast)
+        config = drs_config(
+            two.a,
+            parts.nats,
+            parts.kubeconfig,
+            vcenters=two.settings[::-1],
+            drs=DrsSettings(error_retry_seconds=0.5),
+        )
         async with running_translator(config):
-            kube_double.seed(pod_manifest("wa2", "a2", WEB_A, apart_from=WEB_A))
-            kube_double.seed(pod_manifest("wa3", "a3", WEB_A, apart_from=WEB_A))
-            kube_double.seed(pod_manifest("wb1", "b1", WEB_B, apart_from=WEB_B))
-            kube_double.seed(pod_manifest("wb2", "b2", WEB_B, apart_from=WEB_B))
+            kube = parts.kube
+            kube.seed(pod_manifest("wa2", "a2", WEB_A, apart_from=WEB_A))
+            kube.seed(pod_manifest("wa3", "a3", WEB_A, apart_from=WEB_A))
+            kube.seed(pod_manifest("wb1", "b1", WEB_B, apart_from=WEB_B))
+            kube.seed(pod_manifest("wb2", "b2", WEB_B, apart_from=WEB_B))
             # Replicas in two vCenters never share a host: no rule for them anywhere.
-            kube_double.seed(pod_manifest("s1", "a1", SPLIT, apart_from=SPLIT))
-            kube_double.seed(pod_manifest("s2", "b1", SPLIT, apart_from=SPLIT))
-            in_a = sorted([vm(admin_a, "a2"), vm(admin_a, "a3")])
-            in_b = sorted([vm(admin_b, "b1"), vm(admin_b, "b2")])
+            kube.seed(pod_manifest("s1", "a1", SPLIT, apart_from=SPLIT))
+            kube.seed(pod_manifest("s2", "b1", SPLIT, apart_from=SPLIT))
+            in_a = sorted([vm(two.admin_a, "a2"), vm(two.admin_a, "a3")])
+            in_b = sorted([vm(two.admin_b, "b1"), vm(two.admin_b, "b2")])
             assert in_a != in_b  # so a rule sent to the wrong vCenter would show
             await eventually(
-                lambda: list(anti_rules(admin_a).values()) == [in_a]
-                and list(anti_rules(admin_b).values()) == [in_b],
+                lambda: list(anti_rules(two.admin_a).values()) == [in_a]
+                and list(anti_rules(two.admin_b).values()) == [in_b],
                 "one rule in each vCenter, with that vCenter's VMs",
             )
             owned = {
@@ -82,11 +65,11 @@ async def test_each_vcenter_gets_its_own_rules_and_goes_on_when_the_other_stops(
 
             # vc-b goes away (stopped off the loop: the Leases keep renewing); vc-a's rules
             # still follow its pods.
-            await asyncio.to_thread(vc_b.stop)
-            kube_double.seed(pod_manifest("wa1", "a1", WEB_A, apart_from=WEB_A))
-            everyone = sorted([vm(admin_a, "a1"), *in_a])
+            await asyncio.to_thread(two.b.stop)
+            kube.seed(pod_manifest("wa1", "a1", WEB_A, apart_from=WEB_A))
+            everyone = sorted([vm(two.admin_a, "a1"), *in_a])
             await eventually(
-                lambda: list(anti_rules(admin_a).values()) == [everyone],
+                lambda: list(anti_rules(two.admin_a).values()) == [everyone],
                 "vc-a's rule grown while vc-b is down",
             )
 

@@ -2,7 +2,6 @@
 kept apart although the moids repeat, and one BIOS UUID in both reported, never guessed."""
 
 import asyncio
-from pathlib import Path
 
 from pyVmomi import vim
 
@@ -17,28 +16,16 @@ from hostaffinity.schema import (
 )
 from tests.e2e.harness import finished, inventory
 from tests.e2e.labeller_harness import (
+    VC_A_NODES,
+    VC_B_NODES,
+    LabellerParts,
     eventually,
-    labeller_config,
     node_labels,
     node_object,
     relocate,
-    running,
     stream_events,
     vm_by_name,
-    wait_ready,
 )
-from tests.platform.kube_double import KubeDouble
-from tests.platform.nats import NatsServer
-from tests.platform.vcsim import Vcsim, VcsimFactory
-
-A_NODES = ["a-node-1", "a-node-2", "a-node-3"]
-B_NODES = ["b-node-1", "b-node-2"]
-
-
-def two_vcenters(vcsim: VcsimFactory) -> tuple[Vcsim, Vcsim]:
-    """vc-a with three hosts and three node VMs, vc-b with two of each; vcsim gives both the
-    same moids (`host-...`, `vm-...`), as two real vCenters may."""
-    return vcsim(hosts=3, vms=3, vm_prefix="a-node-"), vcsim(hosts=2, vms=2, vm_prefix="b-node-")
 
 
 def host_of(si: vim.ServiceInstance, vm_name: str) -> str:
@@ -46,33 +33,23 @@ def host_of(si: vim.ServiceInstance, vm_name: str) -> str:
 
 
 async def test_nodes_of_two_vcenters_are_labelled_and_their_hosts_kept_apart(
-    vcsim: VcsimFactory,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-    bus: Bus,
+    parts: LabellerParts, bus: Bus
 ) -> None:
-    vc_a, vc_b = two_vcenters(vcsim)
-    admin_a, admin_b = vc_a.connect(), vc_b.connect()
-    for name in A_NODES + B_NODES:
-        kube_double.seed(node_object(name))
-    vcenters = [vc_a.settings(name="vc-a"), vc_b.settings(name="vc-b")]
-    config = labeller_config(vc_a, nats_server, kubeconfig, vcenters=vcenters)
-    async with running(config) as service:
-        await wait_ready(service)
-        for si, names in ((admin_a, A_NODES), (admin_b, B_NODES)):
+    two = parts.two_vcenters()
+    async with parts.labeller(two.a, vcenters=two.settings):
+        for si, names in ((two.admin_a, VC_A_NODES), (two.admin_b, VC_B_NODES)):
             for name in names:
-                assert node_labels(kube_double, name)[LABEL_ESXI_HOST] == host_of(si, name)
+                assert node_labels(parts.kube, name)[LABEL_ESXI_HOST] == host_of(si, name)
 
         snapshot = await (await bus.topology()).snapshot()
-        named = {name: "vc-a" for name in A_NODES} | {name: "vc-b" for name in B_NODES}
+        named = {name: "vc-a" for name in VC_A_NODES} | {name: "vc-b" for name in VC_B_NODES}
         for name, vcenter in named.items():
             placement = snapshot.nodes[name]
             assert isinstance(placement, NodePlacement)
             assert placement.vcenter == vcenter
         moids = {
             vcenter: {str(host._moId) for host in inventory(si, vim.HostSystem)}
-            for vcenter, si in (("vc-a", admin_a), ("vc-b", admin_b))
+            for vcenter, si in (("vc-a", two.admin_a), ("vc-b", two.admin_b))
         }
         assert moids["vc-a"] & moids["vc-b"], "vcsim repeats host moids"
         # With several vCenters, `host.<vcenter>.<moid>`: one record per host of each.
@@ -83,49 +60,41 @@ async def test_nodes_of_two_vcenters_are_labelled_and_their_hosts_kept_apart(
             assert key == f"{host.vcenter}.{host.moid}"
 
         # A vMotion in vc-b is followed while vc-a's nodes stay where they are.
-        target = next(h for h in ("DC0_C0_H0", "DC0_C0_H1") if h != host_of(admin_b, "b-node-1"))
-        await asyncio.to_thread(relocate, admin_b, "b-node-1", target)
+        target = next(h for h in ("DC0_C0_H0", "DC0_C0_H1") if h != host_of(two.admin_b, "b1"))
+        await asyncio.to_thread(relocate, two.admin_b, "b1", target)
         await eventually(
-            lambda: node_labels(kube_double, "b-node-1")[LABEL_ESXI_HOST] == target,
-            "b-node-1 relabelled after its vMotion in vc-b",
+            lambda: node_labels(parts.kube, "b1")[LABEL_ESXI_HOST] == target,
+            "b1 relabelled after its vMotion in vc-b",
         )
-        for name in A_NODES:
-            assert node_labels(kube_double, name)[LABEL_ESXI_HOST] == host_of(admin_a, name)
+        for name in VC_A_NODES:
+            assert node_labels(parts.kube, name)[LABEL_ESXI_HOST] == host_of(two.admin_a, name)
 
     events = await stream_events(bus)
     placed = {e.node: e.vcenter for e in events if isinstance(e, NodePlaced)}
-    assert placed == {name: "vc-a" for name in A_NODES} | {name: "vc-b" for name in B_NODES}
+    assert placed == named
     (moved,) = [e for e in events if isinstance(e, VmMoved)]
-    assert (moved.node, moved.vcenter, moved.to_host_name) == ("b-node-1", "vc-b", target)
+    assert (moved.node, moved.vcenter, moved.to_host_name) == ("b1", "vc-b", target)
 
 
 async def test_one_bios_uuid_in_two_vcenters_is_reported_and_the_node_left_unlabelled(
-    vcsim: VcsimFactory,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-    bus: Bus,
+    parts: LabellerParts, bus: Bus
 ) -> None:
-    vc_a, vc_b = two_vcenters(vcsim)
-    admin_a, admin_b = vc_a.connect(), vc_b.connect()
-    uuid = vm_by_name(admin_a, "a-node-1").config.uuid
-    clone = vm_by_name(admin_b, "b-node-1")
+    two = parts.two_vcenters(nodes=())
+    uuid = vm_by_name(two.admin_a, "a1").config.uuid
+    clone = vm_by_name(two.admin_b, "b1")
     finished(clone.ReconfigVM_Task(spec=vim.vm.ConfigSpec(uuid=uuid)))
     assert clone.config.uuid == uuid  # as a VM copied between vCenters keeps it
-    kube_double.seed(node_object("a-node-1", spec={"providerID": f"vsphere://{uuid}"}))
-    kube_double.seed(node_object("a-node-2"))
-    vcenters = [vc_a.settings(name="vc-a"), vc_b.settings(name="vc-b")]
-    config = labeller_config(vc_a, nats_server, kubeconfig, vcenters=vcenters)
-    async with running(config) as service:
-        await wait_ready(service)
-        assert LABEL_ESXI_HOST not in node_labels(kube_double, "a-node-1")
-        assert node_labels(kube_double, "a-node-2")[LABEL_ESXI_HOST] == host_of(admin_a, "a-node-2")
-        assert await (await bus.topology()).get_node("a-node-1") is None
+    parts.kube.seed(node_object("a1", spec={"providerID": f"vsphere://{uuid}"}))
+    parts.kube.seed(node_object("a2"))
+    async with parts.labeller(two.a, vcenters=two.settings):
+        assert LABEL_ESXI_HOST not in node_labels(parts.kube, "a1")
+        assert node_labels(parts.kube, "a2")[LABEL_ESXI_HOST] == host_of(two.admin_a, "a2")
+        assert await (await bus.topology()).get_node("a1") is None
 
     unmatched = [e for e in await stream_events(bus) if isinstance(e, NodeUnmatched)]
-    (report,) = [e for e in unmatched if e.node == "a-node-1"]
+    (report,) = [e for e in unmatched if e.node == "a1"]
     assert sorted(zip(report.candidate_vcenters, report.candidates, strict=True)) == [
-        ("vc-a", vm_by_name(admin_a, "a-node-1")._moId),
+        ("vc-a", vm_by_name(two.admin_a, "a1")._moId),
         ("vc-b", clone._moId),
     ]
     assert "2 VMs share the BIOS UUID" in report.reason
