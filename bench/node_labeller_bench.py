@@ -199,9 +199,8 @@ async def measure_resync(work: NodeLabelling, vms: int, rounds: int = 5) -> None
     """What one periodic resync costs at this scale when nothing differs: vCenter's inventory
     read whole, the KV read and compared, every node planned again, nothing written. The read
     starts when the long poll in flight returns, so up to 2 s of each figure is that wait."""
-    labeller, watcher = work.labeller, work.watcher
+    labeller, (watcher,) = work.labeller, work.watchers
     assert labeller is not None
-    assert watcher is not None
     first = time.monotonic()
     durations = []
     for _ in range(rounds):

@@ -76,8 +76,8 @@ ${KUBECONFIG:+export HOSTAFFINITY_KUBERNETES__KUBECONFIG="$KUBECONFIG"}
 # node-labeller and drs-translator watch and write the same vcsim; the leader-elected services
 # keep their Leases in kube-system, which every cluster has.
 export HOSTAFFINITY_LEASE__NAMESPACE=kube-system
-vcenter=(HOSTAFFINITY_VCENTERS__0__HOST="${vc_hostport%:*}" HOSTAFFINITY_VCENTERS__0__PORT="${vc_hostport##*:}"
-  HOSTAFFINITY_VCENTERS__0__PROTOCOL=http HOSTAFFINITY_VCENTERS__0__USERNAME=user
+vcenter=(HOSTAFFINITY_VCENTERS__0__HOST="${vc_hostport%:*}"
+  HOSTAFFINITY_VCENTERS__0__PORT="${vc_hostport##*:}" HOSTAFFINITY_VCENTERS__0__PROTOCOL=http HOSTAFFINITY_VCENTERS__0__USERNAME=user
   HOSTAFFINITY_VCENTERS__0__PASSWORD=pass)
 start node-labeller env "${vcenter[@]}" HOSTAFFINITY_HEALTH__PORT="$LABELLER_HEALTH_PORT" \
   .venv/bin/hostaffinity-node-labeller
