@@ -56,6 +56,7 @@ async def translate(
     sessions = [VCenterSession(vc) for vc in config.vcenters]
     try:
         targets: list[VCenterTarget] = []
+        logged_in: dict[str, asyncio.Event] = {}
         rules: dict[str, ClusterRules] = {}
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as
@@ -82,7 +83,8 @@ async def translate(
                 vm_host_mandatory=own.vm_host_mandatory,
                 translate_preferred=own.translate_preferred,
             )
-            targets.append(VCenterTarget(settings, applier, records, session.connected))
+            logged_in[name] = asyncio.Event()
+            targets.append(VCenterTarget(settings, applier, records, logged_in[name].is_set))
         translator = DrsTranslator(
             targets,
             None
@@ -107,7 +109,8 @@ async def translate(
         ctx.add_readiness("pods synced", pods.synced.is_set)
         ctx.add_readiness("namespaces synced", namespaces.synced.is_set)
         for session, name in zip(sessions, rules, strict=True):
-            ctx.start(_log_in(session, translator.wake), name=f"vcenter {name} login")
+            done = logged_in[name]
+            ctx.start(_log_in(session, done, translator.wake), name=f"vcenter {name} login")
         ctx.add_readiness("topology synced", lambda: translator.topology_synced)
         for name in rules:
             ctx.add_readiness(f"first DRS cycle done: {name}", _cycled(translator, name))
@@ -130,10 +133,11 @@ async def translate(
             await session.close()
 
 
-async def _log_in(session: VCenterSession, then: Callable[[], None]) -> None:
-    """Log in (retried until vCenter answers), then say so: that vCenter's first cycle runs."""
+async def _log_in(session: VCenterSession, done: asyncio.Event, wake: Callable[[], None]) -> None:
+    """The first login (retried until vCenter answers); then that vCenter's first cycle runs."""
     await session.start_when_reachable()
-    then()
+    done.set()
+    wake()
 
 
 def _cycled(translator: DrsTranslator, vcenter: str) -> Callable[[], bool]:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Pod
@@ -50,17 +50,27 @@ def _always() -> bool:
 @dataclass(frozen=True, slots=True)
 class VCenterTarget:
     """One vCenter's share of the work: the planner settings that name it, its ownership
-    records and the applier that writes to it alone; `connected` says whether it can be
-    written now (a cycle of a vCenter not logged in yet waits for the next try)."""
+    records and the applier that writes to it alone. `logged_in` says whether its first login
+    is done: until then its cycles wait (`DrsTranslator.wake` says when); a later failure is
+    the cycle's, retried after `error_retry_seconds`, which logs in again."""
 
     settings: PlannerSettings
     applier: DrsApplier
     records: OwnershipRecords
-    connected: Callable[[], bool] = _always
+    logged_in: Callable[[], bool] = _always
 
     @property
     def name(self) -> str:
         return self.settings.vcenter
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One vCenter's loop state: changes waiting, a full read asked for, a cycle running."""
+
+    dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    resync_now: bool = False
+    cycling: bool = False
 
 
 class DrsTranslator:
@@ -82,37 +92,35 @@ class DrsTranslator:
         self.placements: dict[str, NodePlacement] = {}
         self.hosts: dict[str, EsxiHost] = {}
         self.topology_synced = False
-        # Passes in which every vCenter's cycle succeeded, and each vCenter's own successes.
+        # Cycles that succeeded, of all vCenters together and of each.
         self.cycles = 0
         self.completed: dict[str, int] = {target.name: 0 for target in self.targets}
         self.last_plan_seconds = 0.0
         self._recorder = recorder
         self._metrics = metrics
         self._pacing = pacing or Pacing()
-        self._dirty = asyncio.Event()
-        self._resync_now = asyncio.Event()
+        self._lanes = {target.name: _Lane() for target in self.targets}
         self._reported: dict[str, set[tuple[str, ...]]] = {}
-        self._cycling = False
 
     # -- inputs ---------------------------------------------------------------------------
 
     def upsert_pod(self, pod: Pod) -> None:
         self.pods[pod.key] = pod
         self.index.upsert_pod(pod)
-        self._dirty.set()
+        self._touch()
 
     def remove_pod(self, key: str) -> None:
         self.pods.pop(key, None)
         self.index.remove_pod(key)
-        self._dirty.set()
+        self._touch()
 
     def upsert_namespace(self, namespace: Namespace) -> None:
         self.index.upsert_namespace(namespace)
-        self._dirty.set()
+        self._touch()
 
     def remove_namespace(self, name: str) -> None:
         self.index.remove_namespace(name)
-        self._dirty.set()
+        self._touch()
 
     def on_topology(self, change: TopologyChange) -> None:
         if isinstance(change, NodeChange):
@@ -127,57 +135,52 @@ class DrsTranslator:
                 self.hosts[change.moid] = change.host
         elif isinstance(change, Bootstrapped):
             self.topology_synced = True
-        self._dirty.set()
+        self._touch()
 
     def idle(self) -> bool:
-        """Nothing waiting to be planned and no cycle running."""
-        return not self._dirty.is_set() and not self._cycling
+        """Nothing waiting to be planned and no cycle running, in any vCenter."""
+        return not any(lane.dirty.is_set() or lane.cycling for lane in self._lanes.values())
 
     def resync(self) -> None:
-        """Ask for a full resync (vCenter read again) as soon as possible."""
-        self._resync_now.set()
-        self._dirty.set()
+        """Ask for a full resync (every vCenter read again) as soon as possible."""
+        for lane in self._lanes.values():
+            lane.resync_now = True
+        self._touch()
+
+    def wake(self) -> None:
+        """Something outside the inputs changed (a vCenter logged in): look again soon."""
+        self._touch()
+
+    def _touch(self) -> None:
+        for lane in self._lanes.values():
+            lane.dirty.set()
 
     # -- the loop -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Plan and apply until cancelled; each vCenter's first cycle reads it whole, and a
-        vCenter whose cycle failed is read whole again at its next try."""
-        next_resync = {target.name: 0.0 for target in self.targets}
-        retrying: set[str] = set()  # failed: left alone until their next resync is due
+        """Plan and apply until cancelled: one loop per vCenter, side by side, so a vCenter
+        that is away or hangs holds back only its own cycles."""
+        async with asyncio.TaskGroup() as loops:
+            for target in self.targets:
+                loops.create_task(self._run_one(target), name=f"drs {target.name}")
+
+    async def _run_one(self, target: VCenterTarget) -> None:
+        """One vCenter's loop, from its first login; its first cycle reads it whole, and so
+        does the one after a failure."""
+        lane = self._lanes[target.name]
+        while not target.logged_in():
+            lane.dirty.clear()
+            await lane.dirty.wait()  # `wake` says when it has logged in
+        next_resync = 0.0
         while True:
             raise_if_cancel_requested()  # `_wait_for_work`'s wait_for may have swallowed it
-            now = time.monotonic()
-            everything = self._resync_now.is_set()
-            reread = {name for name, due in next_resync.items() if everything or now >= due}
-            self._resync_now.clear()
-            self._dirty.clear()
-            offline = {t.name for t in self.targets if not t.connected()}
-            waiting = (retrying - reread) | offline
-            failed = await self._cycle_all(reread, skip=waiting)
-            done = time.monotonic()
-            for name in reread - failed - offline:
-                next_resync[name] = done + self._pacing.resync_seconds
-            for name in failed:
-                next_resync[name] = done + self._pacing.error_retry_seconds
-            retrying = (waiting - offline) | failed
-            # A vCenter not logged in yet keeps its first (whole) read due; `wake` says when.
-            online = [due for name, due in next_resync.items() if name not in offline]
-            await self._wait_for_work(min(online, default=done + self._pacing.resync_seconds))
-
-    def wake(self) -> None:
-        """Something outside the inputs changed (a vCenter logged in): cycle again soon."""
-        self._dirty.set()
-
-    async def _cycle_all(self, reread: set[str], *, skip: set[str]) -> set[str]:
-        """One cycle per vCenter but those to `skip`; returns the names of those that failed."""
-        failed: set[str] = set()
-        for target in self.targets:
-            if target.name in skip:
-                continue
+            full = time.monotonic() >= next_resync or lane.resync_now
+            lane.resync_now = False
+            lane.dirty.clear()
+            lane.cycling = True
             try:
-                await self.cycle(target, reread=target.name in reread)
-            except Exception as err:  # this vCenter or NATS away: log, the others go on
+                await self.cycle(target, reread=full)
+            except Exception as err:  # this vCenter or NATS away: log, wait, try again
                 raise_if_cancel_requested()
                 _log.warning(
                     "DRS cycle of vCenter %s failed (%s); retrying in %.1fs",
@@ -185,33 +188,29 @@ class DrsTranslator:
                     str(err) or repr(err),
                     self._pacing.error_retry_seconds,
                 )
-                failed.add(target.name)
-        if not failed and not skip:
-            self.cycles += 1
-        return failed
+                await asyncio.sleep(self._pacing.error_retry_seconds)
+                lane.resync_now = True
+                continue
+            finally:
+                lane.cycling = False
+            if full:
+                next_resync = time.monotonic() + self._pacing.resync_seconds
+            await self._wait_for_work(lane, target.applier, next_resync)
 
-    async def _wait_for_work(self, next_resync: float) -> None:
+    async def _wait_for_work(self, lane: _Lane, applier: DrsApplier, next_resync: float) -> None:
         # The cycle's NATS calls (ownership records) go through 3.11's `wait_for`, which may have
         # swallowed a cancellation: the wait below would then last until the next resync.
         raise_if_cancel_requested()
-        retries = [t.applier.next_retry() for t in self.targets]
-        wake = min([next_resync, *(retry for retry in retries if retry is not None)])
+        wake = min(next_resync, applier.next_retry() or next_resync)
         timeout = max(0.0, wake - time.monotonic())
         try:
-            await asyncio.wait_for(self._dirty.wait(), timeout)
+            await asyncio.wait_for(lane.dirty.wait(), timeout)
         except TimeoutError:
             return
         await asyncio.sleep(self._pacing.debounce_seconds)  # let a burst of changes gather
 
     async def cycle(self, target: VCenterTarget, *, reread: bool = False) -> Plan:
         """Plan every cluster of one vCenter and apply it there; returns the plan."""
-        self._cycling = True
-        try:
-            return await self._cycle(target, reread)
-        finally:
-            self._cycling = False
-
-    async def _cycle(self, target: VCenterTarget, reread: bool) -> Plan:
         started = time.perf_counter()
         desired = plan(self.index, self.placements, self.hosts, self.pods.values(), target.settings)
         self.last_plan_seconds = time.perf_counter() - started
@@ -222,6 +221,7 @@ class DrsTranslator:
             cluster_plan = desired.clusters.get(cluster) or ClusterPlan(cluster)
             await target.applier.apply(cluster_plan, reread=reread)
         self.completed[target.name] += 1
+        self.cycles += 1
         return desired
 
     async def _report(
