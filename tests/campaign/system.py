@@ -48,12 +48,15 @@ VCENTER_NAME: Final = "vcsim"
 COOLDOWN_S: Final = 10.0
 # Faster loops than production, so a minute of campaign sees several of each.
 SERVICE_SETTINGS: Final = {
-    "node-labeller": {"HOSTAFFINITY_RESYNC_SECONDS": "15", "HOSTAFFINITY_RETRY_MAX_SECONDS": "2"},
+    "node-labeller": {
+        "HOSTAFFINITY_LABELLER__RESYNC_SECONDS": "15",
+        "HOSTAFFINITY_LABELLER__RETRY_MAX_SECONDS": "2",
+    },
     "drs-translator": {
-        "HOSTAFFINITY_RESYNC_SECONDS": "15",
-        "HOSTAFFINITY_RETRY_BASE_SECONDS": "0.5",
-        "HOSTAFFINITY_RETRY_MAX_SECONDS": "5",
-        "HOSTAFFINITY_ERROR_RETRY_SECONDS": "1",
+        "HOSTAFFINITY_DRS__RESYNC_SECONDS": "15",
+        "HOSTAFFINITY_DRS__RETRY_BASE_SECONDS": "0.5",
+        "HOSTAFFINITY_DRS__RETRY_MAX_SECONDS": "5",
+        "HOSTAFFINITY_DRS__ERROR_RETRY_SECONDS": "1",
     },
     "descheduler": {
         "HOSTAFFINITY_DESCHEDULER__INTERVAL_SECONDS": "10",
