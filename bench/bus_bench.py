@@ -131,14 +131,14 @@ def vmotions() -> Iterator[NodeActions]:
     """What the labeller plans (`reconcile_node`) for one node's VM moved back and forth
     between two hosts, one move after another: each has its own version, so its events have
     their own ids and none is dropped as a repeat."""
-    settings = PlannerSettings(vcenter="vc-1", fallback="vm-name")
+    settings = PlannerSettings(fallback="vm-name")
     node = Node(metadata=NodeMeta(name="worker-1"))
     inventory = inventory_with(("vm-1", "worker-1", "42370000-0000-0000-0000-000000000001", None))
     previous = None
     for version, host in enumerate(itertools.cycle(("host-1", "host-2")), start=1):
         inventory.apply(ObjectUpdate("modify", "VirtualMachine", "vm-1", {"runtime.host": host}))
         actions = reconcile_node(
-            node, inventory, previous, settings, now=utc_timestamp(), version=version
+            node, {"vc-1": inventory}, previous, settings, now=utc_timestamp(), version=version
         )
         previous = actions.placement or previous
         if version > 1:  # the first one places the node; every later one is a move

@@ -89,7 +89,7 @@ async def running_labeller(
     """The labeller in this process, run as its service runs it, on this vCenter, bus and
     Kubernetes."""
     config = NodeLabellerConfig(
-        vcenter=vc.settings(),
+        vcenters=[vc.settings()],
         nats=nats,
         health=HealthSettings(host="127.0.0.1", port=0),
         kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
@@ -199,9 +199,8 @@ async def measure_resync(work: NodeLabellerWork, vms: int, rounds: int = 5) -> N
     """What one periodic resync costs at this scale when nothing differs: vCenter's inventory
     read whole, the KV read and compared, every node planned again, nothing written. The read
     starts when the long poll in flight returns, so up to 2 s of each figure is that wait."""
-    labeller, watcher = work.labeller, work.watcher
+    labeller, (watcher,) = work.labeller, work.watchers
     assert labeller is not None
-    assert watcher is not None
     first = time.monotonic()
     durations = []
     for _ in range(rounds):

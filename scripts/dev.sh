@@ -82,9 +82,9 @@ ${KUBECONFIG:+export HOSTAFFINITY_KUBERNETES__KUBECONFIG="$KUBECONFIG"}
 # node-labeller and drs-translator watch and write the same vcsim; the leader-elected services
 # keep their Leases in kube-system, which every cluster has.
 export HOSTAFFINITY_LEASE__NAMESPACE=kube-system
-vcenter=(HOSTAFFINITY_VCENTER__HOST="${vc_hostport%:*}" HOSTAFFINITY_VCENTER__PORT="${vc_hostport##*:}"
-  HOSTAFFINITY_VCENTER__PROTOCOL=http HOSTAFFINITY_VCENTER__USERNAME=user
-  HOSTAFFINITY_VCENTER__PASSWORD=pass)
+vcenter=(HOSTAFFINITY_VCENTERS__0__HOST="${vc_hostport%:*}"
+  HOSTAFFINITY_VCENTERS__0__PORT="${vc_hostport##*:}" HOSTAFFINITY_VCENTERS__0__PROTOCOL=http HOSTAFFINITY_VCENTERS__0__USERNAME=user
+  HOSTAFFINITY_VCENTERS__0__PASSWORD=pass)
 start node-labeller env "${vcenter[@]}" HOSTAFFINITY_HEALTH__PORT="$LABELLER_HEALTH_PORT" \
   .venv/bin/hostaffinity-node-labeller
 echo "dev: node-labeller (health on :$LABELLER_HEALTH_PORT, log $state/node-labeller.log)"

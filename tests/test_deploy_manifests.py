@@ -23,7 +23,13 @@ from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.runtime.http.certificates import service_hostnames
-from hostaffinity.runtime.process.config import ServiceSettings, Settings, env_names, load_config
+from hostaffinity.runtime.process.config import (
+    ServiceSettings,
+    Settings,
+    env_names,
+    generic_env_name,
+    load_config,
+)
 from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
@@ -81,10 +87,10 @@ RESTRICTED_VOLUMES = {
 }  # fmt: skip
 # Values for settings that have no default, as the Secret would provide them.
 REQUIRED_SAMPLES = {
-    "HOSTAFFINITY_VCENTER__HOST": "vcenter.example.com",
-    "HOSTAFFINITY_VCENTER__USERNAME": "svc-hostaffinity",
-    "HOSTAFFINITY_VCENTER__PASSWORD": "secret",
-    "HOSTAFFINITY_VCENTER__THUMBPRINT": "SHA256:" + ":".join(["AB"] * 32),
+    "HOSTAFFINITY_VCENTERS__0__HOST": "vcenter.example.com",
+    "HOSTAFFINITY_VCENTERS__0__USERNAME": "svc-hostaffinity",
+    "HOSTAFFINITY_VCENTERS__0__PASSWORD": "secret",
+    "HOSTAFFINITY_VCENTERS__0__THUMBPRINT": "SHA256:" + ":".join(["AB"] * 32),
 }
 
 
@@ -438,7 +444,8 @@ def test_compose_environment_is_accepted_by_the_service_config(service: str) -> 
     record = SERVICE_CONFIGS[service]
     environment = {k: str(v) for k, v in compose()["services"][service]["environment"].items()}
     ours = {name for name in environment if name.startswith("HOSTAFFINITY_")}
-    assert ours <= env_names(record), ours - env_names(record)
+    unknown = {name for name in ours if generic_env_name(name) not in env_names(record)}
+    assert not unknown, unknown
     load_config(record, environ={name: environment[name] for name in ours})
 
 
@@ -469,7 +476,7 @@ def test_deployment_config_files_and_env_load_with_the_service_config(
         for env in container.get("env", [])
         if env["name"].startswith("HOSTAFFINITY_")
     }
-    assert set(environ) <= env_names(SERVICE_CONFIGS[service])
+    assert {generic_env_name(name) for name in environ} <= env_names(SERVICE_CONFIGS[service])
     load_config(SERVICE_CONFIGS[service], paths, environ=environ)
 
 
@@ -493,7 +500,7 @@ def test_vcenter_trust_comes_from_the_vcenter_secret(service: str) -> None:
     pod = one(render(), "Deployment", service)["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
-    ca_file = Path(env["HOSTAFFINITY_VCENTER__CA_FILE"]["value"])
+    ca_file = Path(env["HOSTAFFINITY_VCENTERS__0__CA_FILE"]["value"])
     (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(ca_file.parent)]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert volume["secret"] == {
@@ -501,7 +508,7 @@ def test_vcenter_trust_comes_from_the_vcenter_secret(service: str) -> None:
         "optional": True,
         "items": [{"key": "ca.crt", "path": ca_file.name}],
     }
-    assert env["HOSTAFFINITY_VCENTER__THUMBPRINT"]["valueFrom"]["secretKeyRef"] == {
+    assert env["HOSTAFFINITY_VCENTERS__0__THUMBPRINT"]["valueFrom"]["secretKeyRef"] == {
         "name": "hostaffinity-vcenter",
         "key": "thumbprint",
         "optional": True,
@@ -1119,7 +1126,7 @@ def test_example_overlay_patches_the_drs_translator_into_dry_run(tmp_path: Path)
     documents = render_overlay()
     settings = deployment_settings(documents, "drs-translator", tmp_path)
     assert isinstance(settings, DrsTranslatorConfig)
-    assert settings.dry_run is True
+    assert settings.drs.dry_run is True
     deployment_settings(documents, "node-labeller", tmp_path)
 
 

@@ -48,12 +48,15 @@ VCENTER_NAME: Final = "vcsim"
 COOLDOWN_S: Final = 10.0
 # Faster loops than production, so a minute of campaign sees several of each.
 SERVICE_SETTINGS: Final = {
-    "node-labeller": {"HOSTAFFINITY_RESYNC_SECONDS": "15", "HOSTAFFINITY_RETRY_MAX_SECONDS": "2"},
+    "node-labeller": {
+        "HOSTAFFINITY_LABELLER__RESYNC_SECONDS": "15",
+        "HOSTAFFINITY_LABELLER__RETRY_MAX_SECONDS": "2",
+    },
     "drs-translator": {
-        "HOSTAFFINITY_RESYNC_SECONDS": "15",
-        "HOSTAFFINITY_RETRY_BASE_SECONDS": "0.5",
-        "HOSTAFFINITY_RETRY_MAX_SECONDS": "5",
-        "HOSTAFFINITY_ERROR_RETRY_SECONDS": "1",
+        "HOSTAFFINITY_DRS__RESYNC_SECONDS": "15",
+        "HOSTAFFINITY_DRS__RETRY_BASE_SECONDS": "0.5",
+        "HOSTAFFINITY_DRS__RETRY_MAX_SECONDS": "5",
+        "HOSTAFFINITY_DRS__ERROR_RETRY_SECONDS": "1",
     },
     "descheduler": {
         "HOSTAFFINITY_DESCHEDULER__INTERVAL_SECONDS": "10",
@@ -207,8 +210,7 @@ class System:
                 await watched.start()
                 others.append(watched)
                 vcenter_port = watched.port
-            env |= settings_env("vcenter", self._vcenter(vcenter_port))
-            env["HOSTAFFINITY_VCENTER_NAME"] = VCENTER_NAME
+            env |= settings_env("vcenters__0", self._vcenter(vcenter_port))
         if service == EXTENDER:
             self.listen_ports[name] = free_listen_port()
             env |= {
@@ -235,7 +237,12 @@ class System:
 
     def _vcenter(self, port: int) -> VCenterSettings:
         return VCenterSettings(
-            host="127.0.0.1", port=port, username=USERNAME, password=PASSWORD, protocol="http"
+            name=VCENTER_NAME,
+            host="127.0.0.1",
+            port=port,
+            username=USERNAME,
+            password=PASSWORD,
+            protocol="http",
         )
 
     def _kubeconfig(self, name: str, port: int) -> Path:

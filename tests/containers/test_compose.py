@@ -231,8 +231,8 @@ async def test_compose_runs_every_service_healthy_and_down_leaves_nothing(
     [
         (
             "env name",
-            "      HOSTAFFINITY_VCENTER__HOST: vcsim\n",
-            "      HOSTAFFINITY_VCENTER__HOSTNAME: vcsim\n",
+            "      HOSTAFFINITY_VCENTERS__0__HOST: vcsim\n",
+            "      HOSTAFFINITY_VCENTERS__0__HOSTNAME: vcsim\n",
         ),
         ("port", 'ports: ["8081:8080"]', 'ports: ["8081:8090"]'),
     ],

@@ -224,11 +224,11 @@ def vc(vcsim: VcsimFactory, kube_double: KubeDouble) -> Vcsim:
 
 def vcenter_settings(vc: Vcsim) -> dict[str, str]:
     return {
-        "HOSTAFFINITY_VCENTER__HOST": vc.host,
-        "HOSTAFFINITY_VCENTER__PORT": str(vc.port),
-        "HOSTAFFINITY_VCENTER__PROTOCOL": "http",
-        "HOSTAFFINITY_VCENTER__USERNAME": vc.username,
-        "HOSTAFFINITY_VCENTER__PASSWORD": vc.password,
+        "HOSTAFFINITY_VCENTERS__0__HOST": vc.host,
+        "HOSTAFFINITY_VCENTERS__0__PORT": str(vc.port),
+        "HOSTAFFINITY_VCENTERS__0__PROTOCOL": "http",
+        "HOSTAFFINITY_VCENTERS__0__USERNAME": vc.username,
+        "HOSTAFFINITY_VCENTERS__0__PASSWORD": vc.password,
     }
 
 

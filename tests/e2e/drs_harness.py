@@ -26,7 +26,9 @@ from tests.platform.vcsim import Vcsim
 def drs_config(
     vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
 ) -> DrsTranslatorConfig:
-    fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
+    """A translator config for these parts, the vCenter named `vcsim` as the labeller's;
+    keywords override fields (`vcenters`, `drs`)."""
+    fields = {"vcenters": [vc.settings(name="vcsim")]}
     return DrsTranslatorConfig(
         **(runner_sections(nats, kubeconfig, "drs-translator") | fields | overrides)
     )
@@ -44,9 +46,9 @@ class RunningTranslator:
 
     @property
     def calls(self) -> Any:
-        """vCenter calls made so far, by kind (a Counter)."""
-        assert self.work.cluster_rules is not None, "the work has not reached vCenter yet"
-        return self.work.cluster_rules.calls
+        """Calls made so far to the first vCenter, by kind (a Counter)."""
+        assert self.work.cluster_rules, "the work has not reached vCenter yet"
+        return next(iter(self.work.cluster_rules.values())).calls
 
 
 @contextlib.asynccontextmanager

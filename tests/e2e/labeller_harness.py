@@ -19,6 +19,7 @@ from hostaffinity.node_labeller.service import NodeLabellerWork
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 from hostaffinity.schema import EVENTS_STREAM, LABEL_ESXI_HOST, TopologyEvent, decode_event
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
 from tests.platform.kube_double import KubeDouble
@@ -30,8 +31,9 @@ from tests.platform.vcsim import Vcsim, VcsimFactory
 def labeller_config(
     vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
 ) -> NodeLabellerConfig:
-    """A labeller config for these parts; keywords override fields (`vcenter` too)."""
-    fields = {"vcenter": vc.settings(), "vcenter_name": "vcsim"}
+    """A labeller config for these parts, the vCenter named `vcsim`; keywords override fields
+    (`vcenters` too)."""
+    fields = {"vcenters": [vc.settings(name="vcsim")]}
     return NodeLabellerConfig(
         **(runner_sections(nats, kubeconfig, "node-labeller") | fields | overrides)
     )
@@ -64,7 +66,8 @@ class Replica:
 
     @property
     def watcher(self) -> InventoryWatcher | None:
-        return self.work.watcher
+        """The first vCenter's watcher, once the replica leads."""
+        return self.work.watchers[0] if self.work.watchers else None
 
     @property
     def labeller(self) -> Labeller:
@@ -86,6 +89,26 @@ async def running(
         yield Replica(runner, work)
 
 
+# Two vCenters' node VMs: vc-a has three hosts and a1..a3, vc-b two hosts and b1, b2.
+VC_A_NODES = ["a1", "a2", "a3"]
+VC_B_NODES = ["b1", "b2"]
+
+
+@dataclass(frozen=True)
+class TwoVCenters:
+    """Two vcsim instances named vc-a and vc-b, with the test's own session to each. vcsim
+    gives both the same moids (`host-...`, `vm-...`, `domain-c...`), as two real vCenters may."""
+
+    a: Vcsim
+    b: Vcsim
+    admin_a: vim.ServiceInstance
+    admin_b: vim.ServiceInstance
+
+    @property
+    def settings(self) -> list[VCenterSettings]:
+        return [self.a.settings(name="vc-a"), self.b.settings(name="vc-b")]
+
+
 @dataclass(frozen=True)
 class LabellerParts:
     """The real parts a labeller runs against (the `parts` fixture of tests/e2e)."""
@@ -102,6 +125,14 @@ class LabellerParts:
         admin = vc.connect()
         seed_nodes(self.kube, admin, list(nodes))
         return vc, admin
+
+    def two_vcenters(self, nodes: Sequence[str] = (*VC_A_NODES, *VC_B_NODES)) -> TwoVCenters:
+        """vc-a and vc-b, and a Node for each of `nodes` (named like their VMs)."""
+        a = self.vcsim(hosts=3, vm_names=VC_A_NODES)
+        b = self.vcsim(hosts=2, vm_names=VC_B_NODES)
+        for name in nodes:
+            self.kube.seed(node_object(name))
+        return TwoVCenters(a, b, a.connect(), b.connect())
 
     @contextlib.asynccontextmanager
     async def labeller(self, vc: Vcsim, **overrides: Any) -> AsyncIterator[Replica]:

@@ -24,6 +24,7 @@ import yaml
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.applier import PAUSE_AFTER_KEEP_ENV, PAUSE_AFTER_RECONFIGURE_ENV
+from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.drs_translator.main import service_spec
 from hostaffinity.drs_translator.service import DrsTranslatorWork
 from hostaffinity.runtime.bus.client import Bus
@@ -240,7 +241,7 @@ async def test_a_rule_of_ours_changed_by_hand_is_repaired_at_the_resync_with_dri
     kube_double.seed(pod_manifest("p1", "node1", WEB, apart_from=WEB))
     kube_double.seed(pod_manifest("p2", "node3", WEB, apart_from=WEB))
     async with labeller(vc, nats_server, kubeconfig):
-        config = drs_config(vc, nats_server, kubeconfig, resync_seconds=1.0)
+        config = drs_config(vc, nats_server, kubeconfig, drs=DrsSettings(resync_seconds=1.0))
         async with running_translator(config) as drs:
             await settle(lambda: list(anti_rules(si).values()) == [expected], "rule")
             (name,) = anti_rules(si)
@@ -344,7 +345,7 @@ async def test_must_rules_onto_hosts_with_none_in_common_are_held_and_reported(
     vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
 ) -> None:
     si = vc.connect()
-    config = drs_config(vc, nats_server, kubeconfig, vm_host_mandatory=True)
+    config = drs_config(vc, nats_server, kubeconfig, drs=DrsSettings(vm_host_mandatory=True))
     async with labeller(vc, nats_server, kubeconfig), running_translator(config) as drs:
         mark = dict(drs.calls)
         # Both run on node2 (node affinity is IgnoredDuringExecution: its VM moved since).
@@ -520,8 +521,8 @@ async def test_after_resets_and_a_terminated_session_it_keeps_working_on_one_ses
     proxy = TcpProxy(vc.host, vc.port)
     await proxy.start()
     config = msgspec.structs.replace(
-        drs_config(vc, nats_server, kubeconfig, error_retry_seconds=0.2),
-        vcenter=vc.settings(port=proxy.port),
+        drs_config(vc, nats_server, kubeconfig, drs=DrsSettings(error_retry_seconds=0.2)),
+        vcenters=[vc.settings(name="vcsim", port=proxy.port)],
     )
     vms = {n: vm(admin, n) for n in NODES}
     try:
@@ -596,7 +597,9 @@ async def test_a_translator_started_while_vcenter_is_away_waits_not_ready_then_w
     await proxy.start()
     port = proxy.port
     await proxy.refuse()
-    config = drs_config(vc, nats_server, kubeconfig, vcenter=vc.settings(port=port))
+    config = drs_config(
+        vc, nats_server, kubeconfig, vcenters=[vc.settings(name="vcsim", port=port)]
+    )
     spec = service_spec(DrsTranslatorWork())
     try:
         async with labeller(vc, nats_server, kubeconfig), running_service(spec, config) as runner:

@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 import pytest
 from pyVmomi import vim
 
+from hostaffinity.node_labeller.config import LabellerSettings
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.process.config import KubernetesSettings, LeaseSettings
@@ -116,7 +117,9 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
     hosts = itertools.cycle(HOSTS)
     moves: list[tuple[str, str]] = []
     try:
-        async with parts.labeller(vc, vcenter=vc.settings(port=proxy.port)) as replica:
+        async with parts.labeller(
+            vc, vcenters=[vc.settings(name="vcsim", port=proxy.port)]
+        ) as replica:
             watcher = replica.watcher
             assert watcher is not None
             with peak_sessions(admin) as peak:
@@ -180,7 +183,10 @@ async def placed_labeller(parts: LabellerParts) -> AsyncIterator[vim.ServiceInst
     vc, admin = parts.vcenter(vms=6, nodes=NODES)
     kubernetes = KubernetesSettings(kubeconfig=str(parts.kubeconfig), request_timeout_seconds=2.0)
     async with parts.labeller(
-        vc, lease=OUTAGE_LEASE, resync_seconds=NO_RESYNC, kubernetes=kubernetes
+        vc,
+        lease=OUTAGE_LEASE,
+        labeller=LabellerSettings(resync_seconds=NO_RESYNC),
+        kubernetes=kubernetes,
     ):
         yield admin
 

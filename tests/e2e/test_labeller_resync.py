@@ -8,6 +8,7 @@ move that never happened. A recurring warning becomes one Event whose count rise
 
 import msgspec
 
+from hostaffinity.node_labeller.config import LabellerSettings
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import TOPOLOGY_BUCKET, VmMoved, node_key
@@ -38,7 +39,9 @@ async def test_garbage_false_and_orphaned_kv_values_are_repaired_within_one_resy
     parts: LabellerParts, bus: Bus
 ) -> None:
     vc, _ = parts.vcenter(vms=4, nodes=NODES)
-    async with parts.labeller(vc, resync_seconds=RESYNC_SECONDS) as replica:
+    async with parts.labeller(
+        vc, labeller=LabellerSettings(resync_seconds=RESYNC_SECONDS)
+    ) as replica:
         store = await bus.topology()
         raw = await bus.js.key_value(TOPOLOGY_BUCKET)
         truth = {node: await store.get_node(node) for node in NODES}
@@ -69,7 +72,9 @@ async def test_garbage_false_and_orphaned_kv_values_are_repaired_within_one_resy
 
 async def test_a_deleted_nodes_kv_key_is_removed(parts: LabellerParts, bus: Bus) -> None:
     vc, _ = parts.vcenter(vms=4, nodes=NODES)
-    async with parts.labeller(vc, resync_seconds=RESYNC_SECONDS) as replica:
+    async with parts.labeller(
+        vc, labeller=LabellerSettings(resync_seconds=RESYNC_SECONDS)
+    ) as replica:
         store = await bus.topology()
         assert await store.get_node("node-4") is not None
 
@@ -83,7 +88,9 @@ async def test_a_deleted_nodes_kv_key_is_removed(parts: LabellerParts, bus: Bus)
 async def test_a_recurring_warning_is_one_event_whose_count_rises(parts: LabellerParts) -> None:
     vc, _ = parts.vcenter(vms=2, nodes=["node-1"])
     parts.kube.seed(node_object("ghost"))
-    async with parts.labeller(vc, resync_seconds=RESYNC_SECONDS) as replica:
+    async with parts.labeller(
+        vc, labeller=LabellerSettings(resync_seconds=RESYNC_SECONDS)
+    ) as replica:
         for _ in range(3):
             await a_full_resync_after(replica.labeller)
 

@@ -57,7 +57,7 @@ def check_config(
     this vcsim; (exit, stderr)."""
     settings = {"host": vc.host, "port": vc.port, "username": "u", "password": "p"} | vcenter
     config = tmp_path / f"{service}.yaml"
-    config.write_text(yaml.safe_dump({"vcenter": settings}))
+    config.write_text(yaml.safe_dump({"vcenters": [settings]}))
     code, _, err = run_console(MAINS[service], ["--config", str(config), "--check-config"], capsys)
     return code, err
 
@@ -150,7 +150,7 @@ def test_check_config_rejects_a_malformed_thumbprint(
 ) -> None:
     code, stderr = check_config("node-labeller", vc, tmp_path, capsys, thumbprint="AB:CD")
     assert code == 2
-    assert "vcenter.thumbprint" in stderr
+    assert "key vcenters[0].thumbprint" in stderr
 
 
 def test_check_config_says_when_vcenter_cannot_be_reached(

@@ -34,6 +34,7 @@ from pyVmomi import vim
 
 from hostaffinity.descheduler.main import service_spec as descheduler_spec
 from hostaffinity.descheduler.service import DeschedulerWork
+from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.runtime.process.telemetry import setup_telemetry
 from hostaffinity.runtime.runner import running_service
 from tests.e2e.descheduler_harness import (
@@ -223,7 +224,9 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
         running(labeller_config(vc, nats_server, kubeconfig)) as labeller,
         extender(nats_server, kubeconfig) as ext,
         service(nats_server, kubeconfig, kube) as webhook,
-        running_translator(drs_config(vc, nats_server, kubeconfig, resync_seconds=1.0)) as drs,
+        running_translator(
+            drs_config(vc, nats_server, kubeconfig, drs=DrsSettings(resync_seconds=1.0))
+        ) as drs,
         running_service(
             descheduler_spec(descheduler), descheduler_config(nats_server, kubeconfig)
         ) as desch,

@@ -57,19 +57,19 @@ projected:
 
 {{/* The vCenter Secret's three keys as the services' environment. */}}
 {{- define "hostaffinity.vcenterEnv" -}}
-- name: HOSTAFFINITY_VCENTER__HOST
+- name: HOSTAFFINITY_VCENTERS__0__HOST
   valueFrom:
     secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: host}
-- name: HOSTAFFINITY_VCENTER__USERNAME
+- name: HOSTAFFINITY_VCENTERS__0__USERNAME
   valueFrom:
     secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: username}
-- name: HOSTAFFINITY_VCENTER__PASSWORD
+- name: HOSTAFFINITY_VCENTERS__0__PASSWORD
   valueFrom:
     secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: password}
 # What makes vCenter's certificate trusted: the Secret's ca.crt (mounted) or its thumbprint.
-- name: HOSTAFFINITY_VCENTER__CA_FILE
+- name: HOSTAFFINITY_VCENTERS__0__CA_FILE
   value: /var/run/hostaffinity/vcenter/ca.crt
-- name: HOSTAFFINITY_VCENTER__THUMBPRINT
+- name: HOSTAFFINITY_VCENTERS__0__THUMBPRINT
   valueFrom:
     secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: thumbprint, optional: true}
 {{- end }}

@@ -115,6 +115,7 @@ def host(
         connection_state="connected",
         in_maintenance_mode=maintenance,
         entering_maintenance=entering,
+        vcenter=VCENTER,
     )
 
 

@@ -231,6 +231,17 @@ def test_more_anti_affine_vms_than_usable_hosts_is_a_conflict_and_held() -> None
     assert conflict.name in result.clusters["domain-c1"].held
 
 
+def test_hosts_of_another_vcenter_never_count_even_with_the_same_moids() -> None:
+    """vcsim and real vCenters reuse moids (`domain-c1`, `h3` in both): only ours count."""
+    theirs = {
+        f"elsewhere.h{i}": msgspec.structs.replace(host(f"h{i}"), vcenter="elsewhere")
+        for i in range(3, 6)
+    }
+    result = run_plan(replicas("node1", "node2", "node3", "node4"), PLACEMENTS, HOSTS | theirs)
+    assert rules(result) == []
+    assert [c.reason for c in result.conflicts] == ["too-few-hosts"]
+
+
 @pytest.mark.parametrize(
     "state", [{"maintenance": True}, {"entering": True}], ids=["in-maintenance", "entering"]
 )

@@ -15,7 +15,7 @@ from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.rules import DrsObject
-from hostaffinity.drs_translator.translator import DrsTranslator
+from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import Event
 
@@ -63,7 +63,8 @@ async def test_a_stop_swallowed_by_a_records_write_ends_the_loop() -> None:
     records = OwnershipRecords(kv, VCENTER)  # type: ignore[arg-type]
     kept = KeptAnnouncements(kv, VCENTER)  # type: ignore[arg-type]
     applier = DrsApplier(vcenter, records, kept, sent.append, metrics, vcenter=VCENTER)  # type: ignore[arg-type]
-    translator = DrsTranslator(PlannerSettings(vcenter=VCENTER), applier, records, None, metrics)
+    target = VCenterTarget(PlannerSettings(vcenter=VCENTER), applier, records)
+    translator = DrsTranslator([target], None, metrics)
     placements, hosts = topology()
     for node, placement in placements.items():
         translator.on_topology(NodeChange(node=node, placement=placement, revision=1))

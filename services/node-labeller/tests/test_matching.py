@@ -20,6 +20,7 @@ INVENTORY = inventory_with(
     ("vm-12", "clone-1", "42379999-0000-0000-0000-000000000001", "host-1"),
     ("vm-13", "clone-2", "42379999-0000-0000-0000-000000000001", "host-2"),
 )
+INVENTORIES = {"vc-1": INVENTORY}
 
 
 def node(name: str, provider_id: str = "", system_uuid: str = "") -> Node:
@@ -41,19 +42,19 @@ def test_swapping_reverses_the_first_three_fields() -> None:
         (
             node("x", provider_id=f"vsphere://{UUID_A.upper()}"),
             "none",
-            Matched("vm-10", "providerID"),
+            Matched("vc-1", "vm-10", "providerID"),
         ),
-        (node("x", system_uuid=UUID_B.upper()), "none", Matched("vm-11", "systemUUID")),
+        (node("x", system_uuid=UUID_B.upper()), "none", Matched("vc-1", "vm-11", "systemUUID")),
         (
             node("x", system_uuid=swap_uuid_byte_order(UUID_A).upper()),
             "none",
-            Matched("vm-10", "systemUUID"),
+            Matched("vc-1", "vm-10", "systemUUID"),
         ),
-        (node("worker-b"), "vm-name", Matched("vm-11", "vm-name")),
+        (node("worker-b"), "vm-name", Matched("vc-1", "vm-11", "vm-name")),
         (
             node("worker-b", provider_id="vsphere://42370000-dead-beef-0000-000000000000"),
             "vm-name",
-            Matched("vm-11", "vm-name"),
+            Matched("vc-1", "vm-11", "vm-name"),
         ),
     ],
     ids=["provider-id", "system-uuid", "system-uuid-byte-swapped", "fallback-name", "stale-id"],
@@ -61,24 +62,41 @@ def test_swapping_reverses_the_first_three_fields() -> None:
 def test_a_node_matches_exactly_one_vm(
     candidate: Node, fallback: Fallback, expected: Matched
 ) -> None:
-    assert match_node(candidate, INVENTORY, fallback) == expected
+    assert match_node(candidate, INVENTORIES, fallback) == expected
 
 
 def test_a_duplicate_bios_uuid_is_reported_with_both_vms() -> None:
     result = match_node(
-        node("x", provider_id="vsphere://42379999-0000-0000-0000-000000000001"), INVENTORY, "none"
+        node("x", provider_id="vsphere://42379999-0000-0000-0000-000000000001"), INVENTORIES, "none"
     )
     assert isinstance(result, Unmatched)
-    assert result.candidates == ("vm-12", "vm-13")
+    assert result.candidates == (("vc-1", "vm-12"), ("vc-1", "vm-13"))
     assert "2 VMs share the BIOS UUID" in result.reason
 
 
 def test_no_match_says_what_was_tried() -> None:
-    result = match_node(node("worker-z"), INVENTORY, "vm-name")
+    result = match_node(node("worker-z"), INVENTORIES, "vm-name")
     assert result == Unmatched(
         "no VM in vCenter matches this node (tried providerID, systemUUID, vm-name)"
     )
 
 
 def test_no_fallback_means_no_name_match() -> None:
-    assert isinstance(match_node(node("worker-a"), INVENTORY, "none"), Unmatched)
+    assert isinstance(match_node(node("worker-a"), INVENTORIES, "none"), Unmatched)
+
+
+def test_one_bios_uuid_in_two_vcenters_is_reported_never_guessed() -> None:
+    """Moids repeat across vCenters too: the candidates name theirs."""
+    other = inventory_with(("vm-10", "worker-a-copy", UUID_A, "host-1"))
+    result = match_node(
+        node("worker-a", provider_id=f"vsphere://{UUID_A}"), {**INVENTORIES, "vc-2": other}, "none"
+    )
+    assert isinstance(result, Unmatched)
+    assert result.candidates == (("vc-1", "vm-10"), ("vc-2", "vm-10"))
+    assert "(vm-10 in vc-1, vm-10 in vc-2)" in result.reason
+
+
+def test_a_vm_of_another_vcenter_matches_with_its_vcenter() -> None:
+    other = inventory_with(("vm-10", "worker-c", "42371111-0000-0000-0000-000000000009", "host-1"))
+    result = match_node(node("worker-c"), {**INVENTORIES, "vc-2": other}, "vm-name")
+    assert result == Matched("vc-2", "vm-10", "vm-name")

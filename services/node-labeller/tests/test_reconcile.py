@@ -16,7 +16,8 @@ from hostaffinity.schema import (
     VmMoved,
 )
 
-SETTINGS = PlannerSettings(vcenter="vc-1", fallback="vm-name")
+SETTINGS = PlannerSettings(fallback="vm-name")
+VCENTER = "vc-1"
 NOW = "2026-11-22T08:00:00.000000Z"
 
 
@@ -27,7 +28,9 @@ def node(name: str, labels: dict[str, str] | None = None) -> Node:
 def run(
     subject: Node, inventory: Inventory, previous: NodePlacement | None = None, version: int = 1
 ) -> NodeActions:
-    return reconcile_node(subject, inventory, previous, SETTINGS, now=NOW, version=version)
+    return reconcile_node(
+        subject, {VCENTER: inventory}, previous, SETTINGS, now=NOW, version=version
+    )
 
 
 def apply_patch(subject: Node, actions: NodeActions) -> Node:

@@ -5,6 +5,7 @@ import msgspec
 from node_labeller_builders import inventory_with
 
 from hostaffinity.node_labeller.inventory import Inventory
+from hostaffinity.node_labeller.labeller import HostIds
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
 from hostaffinity.node_labeller.reconcile import (
     HostActions,
@@ -17,7 +18,8 @@ from hostaffinity.node_labeller.reconcile import (
 from hostaffinity.runtime.bus.kv import TopologySnapshot, Undecodable
 from hostaffinity.schema import NodePlacement
 
-SETTINGS = PlannerSettings(vcenter="vc-1", fallback="vm-name")
+SETTINGS = PlannerSettings(fallback="vm-name")
+VCENTER = "vc-1"
 NOW = "2026-11-22T08:00:00.000000Z"
 UUID = "42370000-0000-0000-0000-000000000001"
 
@@ -25,7 +27,7 @@ UUID = "42370000-0000-0000-0000-000000000001"
 def placed(inventory: Inventory, name: str = "worker-1") -> tuple[Node, NodePlacement]:
     """A node as the labeller left it: placed, labelled and annotated."""
     first = reconcile_node(
-        Node(metadata=NodeMeta(name=name)), inventory, None, SETTINGS, now=NOW, version=1
+        Node(metadata=NodeMeta(name=name)), {VCENTER: inventory}, None, SETTINGS, now=NOW, version=1
     )
     assert first.placement is not None
     assert first.label_patch is not None
@@ -39,7 +41,7 @@ def test_a_true_placement_under_a_stale_key_is_rewritten_silently_with_a_new_ver
     node, placement = placed(inventory)
 
     actions = reconcile_node(
-        node, inventory, placement, SETTINGS, now="later", version=7, kv_stale=True
+        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7, kv_stale=True
     )
 
     assert actions.placement == msgspec.structs.replace(placement, observed_at="later", version=7)
@@ -50,7 +52,9 @@ def test_without_the_mark_nothing_is_written() -> None:
     inventory = inventory_with(("vm-1", "worker-1", UUID, "host-1"))
     node, placement = placed(inventory)
 
-    actions = reconcile_node(node, inventory, placement, SETTINGS, now="later", version=7)
+    actions = reconcile_node(
+        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7
+    )
 
     assert actions.placement is None
 
@@ -59,7 +63,9 @@ def test_a_stale_key_of_an_unmatched_node_is_deleted() -> None:
     inventory = inventory_with(("vm-1", "worker-1", UUID, "host-1"))
     ghost = Node(metadata=NodeMeta(name="ghost"))
 
-    actions = reconcile_node(ghost, inventory, None, SETTINGS, now=NOW, version=2, kv_stale=True)
+    actions = reconcile_node(
+        ghost, {VCENTER: inventory}, None, SETTINGS, now=NOW, version=2, kv_stale=True
+    )
 
     assert actions.delete_placement
     assert actions.placement is None
@@ -76,15 +82,19 @@ def test_a_node_kubernetes_no_longer_has_loses_its_key() -> None:
 
 def test_host_records_follow_the_inventory() -> None:
     inventory = inventory_with()
-    written = reconcile_host("host-2", inventory, None, kv_stale=False).put
+    written = reconcile_host("host-2", VCENTER, inventory, None, kv_stale=False).put
     assert written is not None
     assert (written.name, written.cluster_name) == ("esx 2 (rack b)", "C0")
     assert written.label.startswith("esx-2-rack-b-")
 
-    assert reconcile_host("host-2", inventory, written, kv_stale=False) == HostActions()
-    assert reconcile_host("host-2", inventory, written, kv_stale=True) == HostActions(put=written)
-    assert reconcile_host("host-9", inventory, written, kv_stale=False) == HostActions(delete=True)
-    assert reconcile_host("host-9", inventory, None, kv_stale=False) == HostActions()
+    assert reconcile_host("host-2", VCENTER, inventory, written, kv_stale=False) == HostActions()
+    assert reconcile_host("host-2", VCENTER, inventory, written, kv_stale=True) == HostActions(
+        put=written
+    )
+    assert reconcile_host("host-9", VCENTER, inventory, written, kv_stale=False) == HostActions(
+        delete=True
+    )
+    assert reconcile_host("host-9", VCENTER, inventory, None, kv_stale=False) == HostActions()
 
 
 def test_stale_keys_are_every_difference_between_the_kv_and_what_was_written() -> None:
@@ -94,7 +104,7 @@ def test_stale_keys_are_every_difference_between_the_kv_and_what_was_written() -
         ("vm-3", "worker-3", UUID.replace("1", "3"), "host-2"),
     )
     written = {name: placed(inventory, name)[1] for name in ("worker-1", "worker-2", "worker-3")}
-    host = reconcile_host("host-1", inventory, None, kv_stale=False).put
+    host = reconcile_host("host-1", VCENTER, inventory, None, kv_stale=False).put
     assert host is not None
     false = msgspec.structs.replace(written["worker-2"], host_moid="host-2", host_name="esx 2")
     stored = TopologySnapshot(
@@ -113,8 +123,26 @@ def test_stale_keys_are_every_difference_between_the_kv_and_what_was_written() -
 
 
 def test_a_host_record_equal_to_what_was_written_is_not_stale() -> None:
-    host = reconcile_host("host-1", inventory_with(), None, kv_stale=False).put
+    host = reconcile_host("host-1", VCENTER, inventory_with(), None, kv_stale=False).put
     assert host is not None
     stored = TopologySnapshot(nodes={}, hosts={"host-1": host})
 
     assert stale_keys(stored, {}, {"host-1": host}) == set()
+
+
+def test_host_keys_stay_apart_across_vcenters_and_bare_with_one() -> None:
+    """`host-12` exists in both vCenters: with several, the key names the vCenter; with one,
+    the documented `host.<moid>` layout stays; a key of the other layout is nobody's."""
+    one, two = HostIds(("vc-1",)), HostIds(("vc-1", "vc.b"))
+    assert one.of("vc-1", "host-12") == "host-12"
+    assert {two.of("vc-1", "host-12"), two.of("vc.b", "host-12")} == {
+        "vc-1.host-12",
+        "vc.b.host-12",
+    }
+    assert two.parse("vc.b.host-12") == ("vc.b", "host-12")
+    assert one.parse("host-12") == ("vc-1", "host-12")
+    assert two.parse("host-12") is None
+    assert one.parse("vc-1.host-12") is None
+    host = reconcile_host("host-1", "vc.b", inventory_with(), None, kv_stale=False).put
+    assert host is not None
+    assert host.vcenter == "vc.b"

@@ -1,6 +1,8 @@
 """load_config: files merge in order, the environment wins, unknown keys are errors."""
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import msgspec
 import pytest
@@ -13,9 +15,14 @@ from hostaffinity.runtime.process.config import (
     Settings,
     SharedSettings,
     env_names,
+    generic_env_name,
     load_config,
 )
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.session import (
+    ONE_VCENTER_KEYS,
+    VCenterServiceSettings,
+    VCenterSettings,
+)
 
 
 class ExampleConfig(Settings, frozen=True):
@@ -216,3 +223,67 @@ def test_shared_settings_answer_by_name(
     assert shared.reads_hostname_as_host is as_host
     assert shared.physical_anti_affinity_disabled is disabled
     assert shared.fails_unplaced is fails
+
+
+class TwoVCentersConfig(VCenterServiceSettings, frozen=True, kw_only=True):
+    """A service record with the vCenter list and a moved key, as the two vCenter services."""
+
+    resync_seconds: float = 30.0
+
+    MOVED_KEYS: ClassVar[Mapping[str, str]] = {
+        **ONE_VCENTER_KEYS,
+        "match_fallback": "now `labeller.match_fallback`",
+    }
+
+
+def test_a_number_between_underscores_is_a_list_item(tmp_path: Path) -> None:
+    """The Secret's keys reach item i of `vcenters` from the environment; the file names it."""
+    own = write(tmp_path, "own.yaml", "vcenters:\n  - name: vc-a\n  - name: vc-b\n")
+    environ = {
+        f"HOSTAFFINITY_VCENTERS__{index}__{key}": value
+        for index in (0, 1)
+        for key, value in (("HOST", f"vc{index}.example"), ("USERNAME", "u"), ("PASSWORD", "9"))
+    }
+    config = load_config(TwoVCentersConfig, [own], environ=environ)
+    assert [(v.known_as, v.host, v.password) for v in config.vcenters] == [
+        ("vc-a", "vc0.example", "9"),  # text stays text, though it reads as a number
+        ("vc-b", "vc1.example", "9"),
+    ]
+    assert "HOSTAFFINITY_VCENTERS__<N>__HOST" in env_names(TwoVCentersConfig)
+    del environ["HOSTAFFINITY_VCENTERS__1__USERNAME"]
+    with pytest.raises(ConfigError) as raised:
+        load_config(TwoVCentersConfig, [own], environ=environ)
+    assert str(raised.value).endswith(
+        "(set vcenters[1].username in a config file or HOSTAFFINITY_VCENTERS__1__USERNAME)"
+    )
+    assert generic_env_name("HOSTAFFINITY_VCENTERS__12__HOST") == "HOSTAFFINITY_VCENTERS__<N>__HOST"
+
+
+def test_vcenters_named_alike_are_refused() -> None:
+    environ = {
+        f"HOSTAFFINITY_VCENTERS__{index}__{key}": "same"
+        for index in (0, 1)
+        for key in ("HOST", "USERNAME", "PASSWORD")
+    }
+    with pytest.raises(ConfigError, match="two or more are named same; give each its own"):
+        load_config(TwoVCentersConfig, environ=environ)
+
+
+def test_an_old_layout_is_one_error_saying_how_to_rewrite_it(tmp_path: Path) -> None:
+    old = write(
+        tmp_path,
+        "old.yaml",
+        "vcenter:\n  host: vc\n  username: u\n  password: p\nvcenter_name: vc-a\n"
+        "match_fallback: none\n",
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(TwoVCentersConfig, [old], environ={"HOSTAFFINITY_VCENTER__PORT": "443"})
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "rewrite them (docs/upgrade.md)" in message
+    assert f"`vcenter` (from config file {old}, key vcenter.host;" in message
+    assert "environment variable HOSTAFFINITY_VCENTER__PORT" in message
+    assert "item of the list `vcenters:`" in message
+    assert f"`vcenter_name` (from config file {old}, key vcenter_name): now `name`" in message
+    assert "`match_fallback` (from config file" in message
+    assert "now `labeller.match_fallback`" in message

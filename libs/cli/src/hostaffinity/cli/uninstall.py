@@ -301,7 +301,8 @@ def add_uninstall_command(commands: argparse._SubParsersAction[argparse.Argument
     parser.add_argument(
         "--vcenter-name",
         default="vcenter",
-        help="the vcenter_name of the services' config, which the records name (default vcenter)",
+        help="the vCenter's name in the services' `vcenters:`, which the records name "
+        "(default vcenter)",
     )
     parser.add_argument(
         "--legacy-host-label",

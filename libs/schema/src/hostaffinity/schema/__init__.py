@@ -59,6 +59,7 @@ from hostaffinity.schema.names import (
     drs_outbox_key,
     drs_rule_key,
     event_subject,
+    host_id,
     host_key,
     node_key,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "event_id",
     "event_subject",
     "event_type_of",
+    "host_id",
     "host_key",
     "label_value",
     "node_key",

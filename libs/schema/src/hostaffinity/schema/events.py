@@ -18,7 +18,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
 
 class VmMoved(Event, frozen=True, kw_only=True, tag="vm.moved"):
-    """A node's VM now runs on another ESXi host (vMotion, manual or by DRS)."""
+    """A node's VM now runs on another ESXi host (vMotion, manual or by DRS); the node events
+    name the vCenter the VM is in (`vcenter`, as placements name it)."""
 
     node: str
     vm_moid: str
@@ -27,6 +28,7 @@ class VmMoved(Event, frozen=True, kw_only=True, tag="vm.moved"):
     to_host_moid: str
     to_host_name: str
     version: int
+    vcenter: str = ""
 
 
 class NodePlaced(Event, frozen=True, kw_only=True, tag="node.placed"):
@@ -40,6 +42,7 @@ class NodePlaced(Event, frozen=True, kw_only=True, tag="node.placed"):
     datacenter: str
     matched_by: str
     version: int
+    vcenter: str = ""
 
 
 class NodeLabelled(Event, frozen=True, kw_only=True, tag="node.labelled"):
@@ -48,14 +51,20 @@ class NodeLabelled(Event, frozen=True, kw_only=True, tag="node.labelled"):
     node: str
     labels: dict[str, str]
     version: int
+    vcenter: str = ""
 
 
 class NodeUnmatched(Event, frozen=True, kw_only=True, tag="node.unmatched"):
-    """A node could not be matched to exactly one VM; `reason` says why in words."""
+    """A node could not be matched to exactly one VM; `reason` says why in words.
+
+    `candidates` are the VMs that matched equally (moids), `candidate_vcenters` the vCenter of
+    each, in the same order: one BIOS UUID in two vCenters is reported, never guessed.
+    """
 
     node: str
     reason: str
     candidates: list[str] = []
+    candidate_vcenters: list[str] = []
 
 
 class ExtenderDecision(Event, frozen=True, kw_only=True, tag="extender.decision"):

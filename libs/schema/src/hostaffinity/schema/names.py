@@ -47,9 +47,17 @@ def node_key(node_name: str) -> str:
     return NODE_KEY_PREFIX + node_name
 
 
-def host_key(host_moid: str) -> str:
-    """KV key of an ESXi host's record."""
-    return HOST_KEY_PREFIX + host_moid
+def host_key(host_id: str) -> str:
+    """KV key of an ESXi host's record; `host_id` is what `host_id()` makes of it."""
+    return HOST_KEY_PREFIX + host_id
+
+
+def host_id(host_moid: str, vcenter: str | None = None) -> str:
+    """What follows `host.` in an ESXi host's KV key: its moid where the node-labeller works
+    with one vCenter, `<vcenter>.<moid>` where it works with several (moids repeat across
+    vCenters: `host-12` in both). Readers take the host's identity from the value
+    (`EsxiHost.vcenter`, `.moid`), never from the key."""
+    return host_moid if vcenter is None else f"{_key_safe(vcenter)}.{host_moid}"
 
 
 def event_subject(event_type: str) -> str:

@@ -31,7 +31,8 @@ class NodePlacement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
-    """An ESXi host as vCenter last described it: the value of `host.<host-moid>`.
+    """An ESXi host as vCenter last described it: the value of `host.<host-moid>` (of
+    `host.<vcenter>.<host-moid>` where the node-labeller works with several vCenters).
 
     `entering_maintenance` is true while an EnterMaintenanceMode task on the host is queued or
     running (DRS evacuating it), before `in_maintenance_mode` turns true.
@@ -50,6 +51,9 @@ class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
     region: str = ""
     rack: str = ""
     entering_maintenance: bool = False
+    # The vCenter the host is in, named as placements name it (empty in records written before
+    # several vCenters were supported; the node-labeller rewrites them).
+    vcenter: str = ""
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

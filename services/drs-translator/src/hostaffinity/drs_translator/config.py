@@ -1,7 +1,14 @@
 """The drs-translator's configuration record (YAML + HOSTAFFINITY_* environment)."""
 
-from hostaffinity.runtime.process.config import Delay, LeaderElectedSettings, Seconds, Settings
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from collections.abc import Mapping
+from typing import ClassVar
+
+from hostaffinity.runtime.process.config import Delay, Seconds, Settings
+from hostaffinity.runtime.vcenter.session import (
+    ONE_VCENTER_KEYS,
+    VCenterServiceSettings,
+    moved_into,
+)
 
 
 class HaAuditSettings(Settings, frozen=True):
@@ -14,13 +21,9 @@ class HaAuditSettings(Settings, frozen=True):
     refresh_seconds: Seconds = 60.0
 
 
-class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
-    """Everything the drs-translator reads; `vcenter` has no defaults for host and credentials."""
+class DrsSettings(Settings, frozen=True):
+    """What the drs-translator sends to vCenter, and how often."""
 
-    vcenter: VCenterSettings
-    # The vCenter's name in placements and records: the node-labeller's `vcenter_name`
-    # (defaults, as there, to the vCenter's host).
-    vcenter_name: str = ""
     # Plan, log and publish `drs.rules.applied` with dry_run=true; write nothing anywhere.
     dry_run: bool = False
     # VM-Host rules as "must" (DRS and HA never break them). "should" by default.
@@ -37,10 +40,20 @@ class DrsTranslatorConfig(LeaderElectedSettings, frozen=True, kw_only=True):
     # A change vCenter refused is retried after this, doubling up to the maximum.
     retry_base_seconds: Seconds = 2.0
     retry_max_seconds: Seconds = 300.0
-    # Pause after a failed cycle (vCenter or NATS unreachable) before the next.
+    # Pause after a failed cycle of one vCenter (it or NATS unreachable) before its next; the
+    # other vCenters go on meanwhile.
     error_retry_seconds: Seconds = 5.0
+
+
+class DrsTranslatorConfig(VCenterServiceSettings, frozen=True, kw_only=True):
+    """Everything the drs-translator reads: the shared sections, `vcenters` (named as the
+    node-labeller names them; no defaults for host and credentials), its own `drs` section and
+    the HA audit's `ha_audit`."""
+
+    drs: DrsSettings = DrsSettings()
     ha_audit: HaAuditSettings = HaAuditSettings()
 
-    @property
-    def vcenter_label(self) -> str:
-        return self.vcenter_name or self.vcenter.host
+    MOVED_KEYS: ClassVar[Mapping[str, str]] = {
+        **ONE_VCENTER_KEYS,
+        **moved_into("drs", DrsSettings),
+    }

@@ -152,10 +152,13 @@ def plan(
     """The desired DRS state of every cluster that has placed pods or host rules.
 
     `index` holds the assigned pods and the namespaces; `pods` are the same pods as API objects
-    (node affinity is read from the spec, which the index does not keep).
+    (node affinity is read from the spec, which the index does not keep). Only the nodes and
+    hosts of `settings.vcenter` count: a plan is for one vCenter.
     """
     pods = list(pods)
     vm_of = _Placements(placements, settings.vcenter)
+    # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
+    hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
     result = Plan()
     graphs: dict[str, _Graph] = {}
     anti_kinds: tuple[TermKind, ...] = ("required_anti",)

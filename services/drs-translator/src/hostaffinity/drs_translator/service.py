@@ -1,12 +1,14 @@
 """The drs-translator's work under the service runner: wire the inputs, the vCenter, the loop.
 
-Runs only on the Lease holder (the runner gates it). Order: the bus layout and our ownership
-records, the vCenter session, then the Pod and Namespace informers and the topology watch; the
+Runs only on the Lease holder (the runner gates it). Order: the bus layout, then per vCenter its
+ownership records and its session (logging in on its own: one vCenter down holds back only its
+own work and readiness), then the Pod and Namespace informers and the topology watch; the
 first plan waits until all three have replayed their current state, so a restart never mistakes
 "not yet seen" for "gone" and removes a rule it still needs.
 """
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
@@ -17,7 +19,7 @@ from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.translator import DrsTranslator, Pacing
+from hostaffinity.drs_translator.translator import DrsTranslator, Pacing, VCenterTarget
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.outbox import Outbox
@@ -27,18 +29,19 @@ from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.runtime.vcenter.session import VCenterSession
-from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM
+from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event
 
 _SYNC_POLL_SECONDS: Final = 0.05
 
 
 class DrsTranslatorWork:
-    """Translates until cancelled; the translator and the vCenter cluster it reconfigures stay
-    visible for readiness and tests (the last term's, when the work ran more than once)."""
+    """Translates until cancelled; the translator and each vCenter's cluster rules (by vCenter
+    name) stay visible for readiness and tests (the last term's, when the work ran more than
+    once)."""
 
     def __init__(self) -> None:
         self.translator: DrsTranslator | None = None
-        self.cluster_rules: ClusterRules | None = None
+        self.cluster_rules: dict[str, ClusterRules] = {}
 
     async def __call__(self, ctx: ServiceContext[DrsTranslatorConfig]) -> None:
         await _translate(ctx, self)
@@ -46,51 +49,65 @@ class DrsTranslatorWork:
 
 async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslatorWork) -> None:
     """The work's body (a function of its own, so that the steps read at one indentation)."""
-    config = ctx.config
+    config, own = ctx.config, ctx.config.drs
     await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM])
     drs_bucket = await ctx.bus.js.key_value(DRS_BUCKET)
-    records = OwnershipRecords(drs_bucket, config.vcenter_label)
-    await records.load()
-    kept = KeptAnnouncements(drs_bucket, config.vcenter_label)
+    kept = {vc.known_as: KeptAnnouncements(drs_bucket, vc.known_as) for vc in config.vcenters}
+
+    async def forget(event: Event) -> None:  # an acknowledged event is kept by one vCenter
+        for announcements in kept.values():
+            await announcements.forget(event)
+
     topology = await ctx.bus.topology()
     metrics = DrsMetrics()
-    outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=kept.forget)
+    outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=forget)
     ctx.start(outbox.run(), name="bus-outbox")
-    session = VCenterSession(config.vcenter)
-    ctx.add_readiness("vcenter connected", session.connected)
+    sessions = [VCenterSession(vc) for vc in config.vcenters]
     try:
-        await session.start_when_reachable()
-        cluster_rules = work.cluster_rules = ClusterRules(session)
-        applier = DrsApplier(
-            cluster_rules,
-            records,
-            kept,
-            outbox.put,
-            metrics,
-            vcenter=config.vcenter_label,
-            dry_run=config.dry_run,
-            retry_base_seconds=config.retry_base_seconds,
-            retry_max_seconds=config.retry_max_seconds,
-        )
-        for announcement in await kept.load():  # a batch an earlier run did not announce
-            await applier.settle(announcement)
-            outbox.put(announcement)
+        targets: list[VCenterTarget] = []
+        logged_in: dict[str, asyncio.Event] = {}
+        rules: dict[str, ClusterRules] = {}
+        work.cluster_rules = rules
+        ha_recorders: dict[str, HaSettingsRecorder] = {}
+        for vc, session in zip(config.vcenters, sessions, strict=True):
+            name = vc.known_as
+            ctx.add_readiness(f"vcenter connected: {name}", session.connected)
+            records = OwnershipRecords(drs_bucket, name)
+            await records.load()
+            rules[name] = ClusterRules(session)
+            applier = DrsApplier(
+                rules[name],
+                records,
+                kept[name],
+                outbox.put,
+                metrics,
+                vcenter=name,
+                dry_run=own.dry_run,
+                retry_base_seconds=own.retry_base_seconds,
+                retry_max_seconds=own.retry_max_seconds,
+            )
+            for announcement in await kept[name].load():  # a batch an earlier run did not announce
+                await applier.settle(announcement)
+                outbox.put(announcement)
+            settings = PlannerSettings(
+                vcenter=name,
+                vm_host_mandatory=own.vm_host_mandatory,
+                translate_preferred=own.translate_preferred,
+            )
+            logged_in[name] = asyncio.Event()
+            targets.append(VCenterTarget(settings, applier, records, logged_in[name].is_set))
+            if config.ha_audit.enabled and not own.dry_run:
+                ha_recorders[name] = HaSettingsRecorder(
+                    drs_bucket, rules[name], records, name, config.ha_audit.refresh_seconds
+                )
         translator = work.translator = DrsTranslator(
-            PlannerSettings(
-                vcenter=config.vcenter_label,
-                vm_host_mandatory=config.vm_host_mandatory,
-                translate_preferred=config.translate_preferred,
-            ),
-            applier,
-            records,
+            targets,
             None
-            if config.dry_run
+            if own.dry_run
             else EventRecorder(ctx.kube, f"hostaffinity-{SOURCE}", ctx.identity),
             metrics,
             physical_cluster_wide=config.shared.reads_hostname_as_host,
-            pacing=Pacing(
-                config.debounce_seconds, config.resync_seconds, config.error_retry_seconds
-            ),
+            pacing=Pacing(own.debounce_seconds, own.resync_seconds, own.error_retry_seconds),
         )
         pods: Informer[Pod] = Informer(
             ctx.kube,
@@ -106,23 +123,20 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         )
         ctx.add_readiness("pods synced", pods.synced.is_set)
         ctx.add_readiness("namespaces synced", namespaces.synced.is_set)
+        for session, name in zip(sessions, rules, strict=True):
+            done = logged_in[name]
+            ctx.start(_log_in(session, done, translator.wake), name=f"vcenter {name} login")
         ctx.add_readiness("topology synced", lambda: translator.topology_synced)
-        ctx.add_readiness("first DRS cycle done", lambda: translator.cycles > 0)
+        for name in rules:
+            ctx.add_readiness(f"first DRS cycle done: {name}", _cycled(translator, name))
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")
         ctx.start(
             follow_topology(topology, translator.on_topology, link=ctx.bus.link_epoch),
             name="topology",
         )
-        if config.ha_audit.enabled and not config.dry_run:
-            ha = HaSettingsRecorder(
-                drs_bucket,
-                cluster_rules,
-                records,
-                config.vcenter_label,
-                config.ha_audit.refresh_seconds,
-            )
-            ctx.start(ha.run(), name="ha-settings")
+        for name, recorder in ha_recorders.items():
+            ctx.start(_after(logged_in[name], recorder.run), name=f"ha-settings {name}")
         # Informers hand their first list to workers: wait until those have run too.
         while True:
             if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:
@@ -130,4 +144,23 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             await asyncio.sleep(_SYNC_POLL_SECONDS)
         await translator.run()
     finally:
-        await session.close()
+        for session in sessions:
+            await session.close()
+
+
+async def _log_in(session: VCenterSession, done: asyncio.Event, wake: Callable[[], None]) -> None:
+    """The first login (retried until vCenter answers); then that vCenter's first cycle runs."""
+    await session.start_when_reachable()
+    done.set()
+    wake()
+
+
+async def _after(done: asyncio.Event, work: Callable[[], Awaitable[None]]) -> None:
+    """`work`, once that vCenter's first login is done (its reads would only fail before)."""
+    await done.wait()
+    await work()
+
+
+def _cycled(translator: DrsTranslator, vcenter: str) -> Callable[[], bool]:
+    """Readiness of one vCenter: one of its DRS cycles has succeeded."""
+    return lambda: translator.completed[vcenter] > 0

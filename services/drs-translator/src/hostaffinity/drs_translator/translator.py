@@ -1,16 +1,19 @@
 """The translator's loop: keeps pods, namespaces and topology, plans, applies, reports.
 
-Every change marks the state dirty; after `debounce_seconds` one plan is made from scratch (the
-planner is fast enough that incremental planning would only add ways to be wrong) and every
-cluster that needs it gets one reconfigure. A periodic resync reads vCenter again and repairs
-drift. A cycle that fails (vCenter or NATS away) is logged and retried; nothing here raises out.
+Every change marks the state dirty; after `debounce_seconds` one plan per vCenter is made from
+scratch (the planner is fast enough that incremental planning would only add ways to be wrong)
+and every cluster that needs it gets one reconfigure. Each vCenter is a `VCenterTarget` of its
+own: its plan holds only its nodes' VMs and hosts, its rules go only to it, and its ownership
+records name it. A periodic resync reads each vCenter again and repairs drift. A vCenter whose
+cycle fails (it or NATS away) is logged and retried after `error_retry_seconds` on its own; the
+others go on; nothing here raises out.
 """
 
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Pod
@@ -40,57 +43,84 @@ class Pacing:
     error_retry_seconds: float = 5.0
 
 
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class VCenterTarget:
+    """One vCenter's share of the work: the planner settings that name it, its ownership
+    records and the applier that writes to it alone. `logged_in` says whether its first login
+    is done: until then its cycles wait (`DrsTranslator.wake` says when); a later failure is
+    the cycle's, retried after `error_retry_seconds`, which logs in again."""
+
+    settings: PlannerSettings
+    applier: DrsApplier
+    records: OwnershipRecords
+    logged_in: Callable[[], bool] = _always
+
+    @property
+    def name(self) -> str:
+        return self.settings.vcenter
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One vCenter's loop state: changes waiting, a full read asked for, a cycle running."""
+
+    dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    resync_now: bool = False
+    cycling: bool = False
+
+
 class DrsTranslator:
-    """Desired DRS state from the cluster's pods; one instance per leading replica."""
+    """Desired DRS state from the cluster's pods, for each vCenter; one instance per leading
+    replica."""
 
     def __init__(
         self,
-        settings: PlannerSettings,
-        applier: DrsApplier,
-        records: OwnershipRecords,
+        targets: Sequence[VCenterTarget],
         recorder: EventRecorder | None,
         metrics: DrsMetrics,
         *,
         physical_cluster_wide: bool = False,
         pacing: Pacing | None = None,
     ) -> None:
-        self.settings = settings
+        self.targets = list(targets)
         self.index = ClusterIndex(physical_anti_affinity=physical_cluster_wide)
         self.pods: dict[str, Pod] = {}
         self.placements: dict[str, NodePlacement] = {}
         self.hosts: dict[str, EsxiHost] = {}
         self.topology_synced = False
+        # Cycles that succeeded, of all vCenters together and of each.
         self.cycles = 0
+        self.completed: dict[str, int] = {target.name: 0 for target in self.targets}
         self.last_plan_seconds = 0.0
-        self._applier = applier
-        self._records = records
         self._recorder = recorder
         self._metrics = metrics
         self._pacing = pacing or Pacing()
-        self._dirty = asyncio.Event()
-        self._resync_now = asyncio.Event()
-        self._reported: set[tuple[str, ...]] = set()
-        self._cycling = False
+        self._lanes = {target.name: _Lane() for target in self.targets}
+        self._reported: dict[str, set[tuple[str, ...]]] = {}
 
     # -- inputs ---------------------------------------------------------------------------
 
     def upsert_pod(self, pod: Pod) -> None:
         self.pods[pod.key] = pod
         self.index.upsert_pod(pod)
-        self._dirty.set()
+        self._touch()
 
     def remove_pod(self, key: str) -> None:
         self.pods.pop(key, None)
         self.index.remove_pod(key)
-        self._dirty.set()
+        self._touch()
 
     def upsert_namespace(self, namespace: Namespace) -> None:
         self.index.upsert_namespace(namespace)
-        self._dirty.set()
+        self._touch()
 
     def remove_namespace(self, name: str) -> None:
         self.index.remove_namespace(name)
-        self._dirty.set()
+        self._touch()
 
     def on_topology(self, change: TopologyChange) -> None:
         if isinstance(change, NodeChange):
@@ -105,79 +135,100 @@ class DrsTranslator:
                 self.hosts[change.moid] = change.host
         elif isinstance(change, Bootstrapped):
             self.topology_synced = True
-        self._dirty.set()
+        self._touch()
 
     def idle(self) -> bool:
-        """Nothing waiting to be planned and no cycle running."""
-        return not self._dirty.is_set() and not self._cycling
+        """Nothing waiting to be planned and no cycle running, in any vCenter."""
+        return not any(lane.dirty.is_set() or lane.cycling for lane in self._lanes.values())
 
     def resync(self) -> None:
-        """Ask for a full resync (vCenter read again) as soon as possible."""
-        self._resync_now.set()
-        self._dirty.set()
+        """Ask for a full resync (every vCenter read again) as soon as possible."""
+        for lane in self._lanes.values():
+            lane.resync_now = True
+        self._touch()
+
+    def wake(self) -> None:
+        """Something outside the inputs changed (a vCenter logged in): look again soon."""
+        self._touch()
+
+    def _touch(self) -> None:
+        for lane in self._lanes.values():
+            lane.dirty.set()
 
     # -- the loop -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Plan and apply until cancelled; the first cycle reads vCenter whole."""
+        """Plan and apply until cancelled: one loop per vCenter, side by side, so a vCenter
+        that is away or hangs holds back only its own cycles."""
+        async with asyncio.TaskGroup() as loops:
+            for target in self.targets:
+                loops.create_task(self._run_one(target), name=f"drs {target.name}")
+
+    async def _run_one(self, target: VCenterTarget) -> None:
+        """One vCenter's loop, from its first login; its first cycle reads it whole, and so
+        does the one after a failure."""
+        lane = self._lanes[target.name]
+        while not target.logged_in():
+            lane.dirty.clear()
+            await lane.dirty.wait()  # `wake` says when it has logged in
         next_resync = 0.0
         while True:
             raise_if_cancel_requested()  # `_wait_for_work`'s wait_for may have swallowed it
-            now = time.monotonic()
-            full = now >= next_resync or self._resync_now.is_set()
-            self._resync_now.clear()
-            self._dirty.clear()
+            full = time.monotonic() >= next_resync or lane.resync_now
+            lane.resync_now = False
+            lane.dirty.clear()
+            lane.cycling = True
             try:
-                await self.cycle(reread=full)
-            except Exception as err:  # vCenter or NATS away: log, wait, try again
+                await self.cycle(target, reread=full)
+            except Exception as err:  # this vCenter or NATS away: log, wait, try again
                 raise_if_cancel_requested()
                 _log.warning(
-                    "DRS cycle failed (%r); retrying in %.1fs",
-                    err,
+                    "DRS cycle of vCenter %s failed (%s); retrying in %.1fs",
+                    target.name,
+                    str(err) or repr(err),
                     self._pacing.error_retry_seconds,
                 )
                 await asyncio.sleep(self._pacing.error_retry_seconds)
-                self._resync_now.set()
+                lane.resync_now = True
                 continue
+            finally:
+                lane.cycling = False
             if full:
                 next_resync = time.monotonic() + self._pacing.resync_seconds
-            await self._wait_for_work(next_resync)
+            await self._wait_for_work(lane, target.applier, next_resync)
 
-    async def _wait_for_work(self, next_resync: float) -> None:
+    async def _wait_for_work(self, lane: _Lane, applier: DrsApplier, next_resync: float) -> None:
         # The cycle's NATS calls (ownership records) go through 3.11's `wait_for`, which may have
         # swallowed a cancellation: the wait below would then last until the next resync.
         raise_if_cancel_requested()
-        wake = min(next_resync, self._applier.next_retry() or next_resync)
+        wake = min(next_resync, applier.next_retry() or next_resync)
         timeout = max(0.0, wake - time.monotonic())
         try:
-            await asyncio.wait_for(self._dirty.wait(), timeout)
+            await asyncio.wait_for(lane.dirty.wait(), timeout)
         except TimeoutError:
             return
         await asyncio.sleep(self._pacing.debounce_seconds)  # let a burst of changes gather
 
-    async def cycle(self, *, reread: bool = False) -> Plan:
-        """Plan every cluster and apply it; returns the plan."""
-        self._cycling = True
-        try:
-            return await self._cycle(reread)
-        finally:
-            self._cycling = False
-
-    async def _cycle(self, reread: bool) -> Plan:
+    async def cycle(self, target: VCenterTarget, *, reread: bool = False) -> Plan:
+        """Plan every cluster of one vCenter and apply it there; returns the plan."""
         started = time.perf_counter()
-        desired = plan(self.index, self.placements, self.hosts, self.pods.values(), self.settings)
+        desired = plan(self.index, self.placements, self.hosts, self.pods.values(), target.settings)
         self.last_plan_seconds = time.perf_counter() - started
         self._metrics.plan_duration.record(self.last_plan_seconds)
-        await self._report(desired.conflicts, desired.untranslatable, desired.clusters.values())
-        clusters = set(desired.clusters) | set(self._records.by_cluster)
+        await self._report(
+            target, desired.conflicts, desired.untranslatable, desired.clusters.values()
+        )
+        clusters = set(desired.clusters) | set(target.records.by_cluster)
         for cluster in sorted(clusters):
             cluster_plan = desired.clusters.get(cluster) or ClusterPlan(cluster)
-            await self._applier.apply(cluster_plan, reread=reread)
+            await target.applier.apply(cluster_plan, reread=reread)
+        self.completed[target.name] += 1
         self.cycles += 1
         return desired
 
     async def _report(
         self,
+        target: VCenterTarget,
         conflicts: Iterable[Conflict],
         untranslatable: Iterable[Untranslatable],
         clusters: Iterable[ClusterPlan],
@@ -186,23 +237,28 @@ class DrsTranslator:
         a Kubernetes Event on each pod of a rule held for maintenance (its bus event and metric
         come from the applier, once vCenter took the hold)."""
         current: set[tuple[str, ...]] = set()
+        reported = self._reported.get(target.name, set())
         for cluster_plan in clusters:
             for name, hosts in sorted(cluster_plan.maintenance_holds.items()):
                 rule = cluster_plan.objects[name]
                 key = ("held", cluster_plan.cluster_moid, name, *hosts)
                 current.add(key)
-                if key not in self._reported:
+                if key not in reported:
                     message = f"DRS rule {name} {rule.held_because}"
                     await self._pod_events(rule.pods, "DrsRuleHeld", message)
         for conflict in conflicts:
             key = ("conflict", conflict.cluster_moid, conflict.name, conflict.reason, *conflict.vms)
             current.add(key)
-            if key in self._reported:
+            if key in reported:
                 continue
             _log.warning(
-                "not sent to %s: %s (%s)", conflict.cluster_moid, conflict.name, conflict.message
+                "not sent to %s of vCenter %s: %s (%s)",
+                conflict.cluster_moid,
+                target.name,
+                conflict.name,
+                conflict.message,
             )
-            self._applier.report_conflict(
+            target.applier.report_conflict(
                 conflict.cluster_moid,
                 conflict.name,
                 conflict.reason,
@@ -218,9 +274,9 @@ class DrsTranslator:
         for problem in untranslatable:
             key = ("untranslatable", problem.pod, problem.message)
             current.add(key)
-            if key in self._reported:
+            if key in reported:
                 continue
-            self._applier.report_conflict(
+            target.applier.report_conflict(
                 problem.cluster_moid,
                 "",
                 "not-translatable",
@@ -229,7 +285,7 @@ class DrsTranslator:
                 pods=(problem.pod,),
             )
             await self._pod_events((problem.pod,), "DrsNotTranslatable", problem.message)
-        self._reported = current
+        self._reported[target.name] = current
 
     async def _pod_events(self, pods: Iterable[str], reason: str, message: str) -> None:
         if self._recorder is None:

@@ -1,9 +1,11 @@
 """The node-labeller's working state and the edge where decisions become writes.
 
-It joins the two streams of facts (vCenter inventory batches, Kubernetes Node events) into one
-work queue keyed by topology KV key (`node.<name>`, `host.<moid>`). Workers ask the planner
-(reconcile.py) what a key needs *now* and apply the answer in the order the design fixes:
-topology KV, then the label patch, then events; warnings become Kubernetes Event series.
+It joins the two streams of facts (each vCenter's inventory batches, Kubernetes Node events)
+into one work queue keyed by topology KV key (`node.<name>`, `host.<host-id>`: the host's moid
+with one vCenter, `<vcenter>.<moid>` with several, since moids repeat across vCenters). Workers
+ask the planner (reconcile.py) what a key needs *now* and apply the answer in the order the
+design fixes: topology KV, then the label patch, then events; warnings become Kubernetes Event
+series.
 
 It converges by construction, not by the next change: a write that fails (KV, label patch,
 event publish) sends the key back to the queue with backoff, and the retry plans afresh from
@@ -11,13 +13,17 @@ the current state, so it stops when it succeeds or applies a newer desired state
 stored change that were not published yet are kept per node until they are. A periodic resync
 re-reads vCenter and the whole KV, marks every key whose stored value is not what was last
 written (garbage, a false placement, a deleted node's key) for rewriting, and queues every key.
+
+Nodes wait until every vCenter's inventory has been read once: before that a node's VM may be in
+a vCenter not read yet (or its BIOS UUID in two), and nothing is guessed. Afterwards a vCenter
+whose watch fails keeps its last inventory while its watcher reconnects, and the others go on.
 """
 
 import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -50,6 +56,7 @@ from hostaffinity.schema import (
     Event,
     NodePlacement,
     NodeUnmatched,
+    host_id,
     host_key,
     node_key,
     utc_timestamp,
@@ -93,17 +100,39 @@ class Timing:
     patch_answered: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class HostIds:
+    """What follows `host.` in the KV key of each vCenter's hosts (schema `host_id`): the bare
+    moid with one vCenter (the documented layout), `<vcenter>.<moid>` with several."""
+
+    vcenters: tuple[str, ...]
+
+    def of(self, vcenter: str, moid: str) -> str:
+        return host_id(moid, vcenter if len(self.vcenters) > 1 else None)
+
+    def parse(self, key_part: str) -> tuple[str, str] | None:
+        """(vcenter, moid) of a host id; None for one no configured vCenter writes."""
+        for vcenter in self.vcenters:
+            moid = key_part.removeprefix(self.of(vcenter, ""))
+            if moid and "." not in moid and self.of(vcenter, moid) == key_part:
+                return vcenter, moid
+        return None
+
+
 @dataclass(slots=True)
 class LabellerState:
-    """What the labeller knows of vCenter, and what it last wrote to the KV."""
+    """What the labeller knows of each vCenter (by name), and what it last wrote to the KV."""
 
-    inventory: Inventory = field(default_factory=Inventory)
+    inventories: dict[str, Inventory] = field(default_factory=dict)
     placements: dict[str, NodePlacement] = field(default_factory=dict)
+    # By host id (`HostIds`), as the KV keys them.
     hosts: dict[str, EsxiHost] = field(default_factory=dict)
-    node_of_vm: dict[str, str] = field(default_factory=dict)
+    # (vcenter, VM moid) → node.
+    node_of_vm: dict[tuple[str, str], str] = field(default_factory=dict)
     version: int = 0
-    # vCenter's tags, for failure domains (read apart from the inventory: see tag_refresh.py).
-    tags: Tags = NO_TAGS
+    # Each vCenter's tags, for failure domains (read apart from the inventory: see
+    # tag_refresh.py), by vCenter name.
+    tags: dict[str, Tags] = field(default_factory=dict)
 
 
 class Labeller:
@@ -118,11 +147,13 @@ class Labeller:
         recorder: EventRecorder,
         nodes: NodeSource,
         *,
+        vcenters: Sequence[str],
         workers: int = 32,
         retry: Retry = DEFAULT_RETRY,
     ) -> None:
         self.settings = settings
         self.state = LabellerState()
+        self.host_ids = HostIds(tuple(vcenters))
         self._kube = kube
         self._store = store
         self._publish = publish
@@ -141,12 +172,15 @@ class Labeller:
         # The NodeUnmatched id announced per unplaced node, so a resync does not repeat it.
         self._unmatched: dict[str, str] = {}
         self._working = False
+        # Set once every vCenter's inventory has been read whole (`read_once` says which were).
         self.inventory_synced = asyncio.Event()
-        # Set once vCenter's tags were read, or could not be (or are not needed): the first
-        # labelling waits for it, so that zones come with the first patch.
+        # Set once every vCenter's tags were read, or could not be (or are not needed): the
+        # first labelling waits for it, so that zones come with the first patch.
         self.tags_tried = asyncio.Event()
+        self._tags_tried_in: set[str] = set()
         if not settings.failure_domains.enabled:
             self.tags_tried.set()
+        self._first_inventory = asyncio.Event()
         self.timings: dict[str, Timing] = {}
         self.resyncs = 0
         # Complete vCenter inventories applied: the first, one per re-login and per resync.
@@ -164,6 +198,10 @@ class Labeller:
         counts = {"placed": placed, "unmatched": unmatched, "pending": pending}
         return [Observation(count, {"state": state}) for state, count in counts.items()]
 
+    def read_once(self, vcenter: str) -> bool:
+        """This vCenter's inventory has been read whole at least once."""
+        return vcenter in self.state.inventories
+
     def idle(self) -> bool:
         """Working, and every queued key is done: nothing queued, running or waiting to retry."""
         return self._working and self.queue.idle()
@@ -174,18 +212,19 @@ class Labeller:
         for node, placement in stored.nodes.items():
             if isinstance(placement, NodePlacement) and placement.node == node:
                 self.state.placements[node] = placement
-                self.state.node_of_vm[placement.vm_moid] = placement.node
+                self.state.node_of_vm[(placement.vcenter, placement.vm_moid)] = placement.node
                 self.state.version = max(self.state.version, placement.version)
         self.state.hosts.update(
-            (moid, host)
-            for moid, host in stored.hosts.items()
-            if isinstance(host, EsxiHost) and host.moid == moid
+            (key_part, host)
+            for key_part, host in stored.hosts.items()
+            if isinstance(host, EsxiHost) and self.host_ids.of(host.vcenter, host.moid) == key_part
         )
 
     async def run(self) -> None:
-        """Work the queue until cancelled, once vCenter's inventory and the Nodes are known
-        (before that, a Node missing from a partial cache would look deleted)."""
-        await self.inventory_synced.wait()
+        """Work the queue until cancelled, once a vCenter's inventory and the Nodes are known
+        (before that, a Node missing from a partial cache would look deleted); nodes wait for
+        every vCenter (`_reconcile_key`)."""
+        await self._first_inventory.wait()
         await self._nodes.synced.wait()
         with contextlib.suppress(TimeoutError):  # a slow tag API never holds host labels back
             await asyncio.wait_for(self.tags_tried.wait(), FIRST_TAG_READ_WAIT_SECONDS)
@@ -232,15 +271,16 @@ class Labeller:
             return True
 
     def on_inventory(self, batch: UpdateBatch) -> None:
-        """Apply one vCenter batch and queue every key it may have changed."""
+        """Apply one batch of one vCenter and queue every key it may have changed."""
+        vcenter = batch.vcenter
         if batch.resync:
-            self.state.inventory = Inventory()
+            self.state.inventories[vcenter] = Inventory()
             self.inventory_reads += 1
+        inventory = self.state.inventories.setdefault(vcenter, Inventory())
         affected_vms: set[str] = set()
         hosts: set[str] = set()
         everything = batch.resync
         for update in batch.updates:
-            inventory = self.state.inventory
             task_host = inventory.host_of_task(update.moid)  # before a task leaves
             touched = inventory.apply(update)
             if touched is None:  # a cluster, folder or datacenter: any host may have moved
@@ -248,25 +288,34 @@ class Labeller:
             else:
                 affected_vms |= touched
             if update.obj_type == HOST:
-                hosts.add(update.moid)
-            hosts.update(h for h in (task_host, inventory.host_of_task(update.moid)) if h)
+                hosts.add(self.host_ids.of(vcenter, update.moid))
+            hosts.update(
+                self.host_ids.of(vcenter, h)
+                for h in (task_host, inventory.host_of_task(update.moid))
+                if h
+            )
         if everything:
             nodes = self._queue_everything()
         else:
             mapped = self.state.node_of_vm
-            nodes = {mapped[vm] for vm in affected_vms if vm in mapped} | self._unplaced_nodes()
+            placed = {mapped[(vcenter, vm)] for vm in affected_vms if (vcenter, vm) in mapped}
+            nodes = placed | self._unplaced_nodes()
             self._queue(nodes, hosts)
         for name in nodes:
             self.timings[name] = Timing(seen=batch.received_at)
-        self.inventory_synced.set()
+        self._first_inventory.set()
+        if all(self.read_once(name) for name in self.host_ids.vcenters):
+            self.inventory_synced.set()
 
-    def on_tags(self, tags: Tags | None) -> None:
-        """vCenter's tags were read (None: they could not be, the last read stands); a change
+    def on_tags(self, vcenter: str, tags: Tags | None) -> None:
+        """A vCenter's tags were read (None: they could not be, the last read stands); a change
         re-examines every node and host, since any host's domains may have changed."""
-        self.tags_tried.set()
-        if tags is None or tags == self.state.tags:
+        self._tags_tried_in.add(vcenter)
+        if self._tags_tried_in.issuperset(self.host_ids.vcenters):
+            self.tags_tried.set()
+        if tags is None or tags == self.state.tags.get(vcenter):
             return
-        self.state.tags = tags
+        self.state.tags[vcenter] = tags
         if self._working:
             self._queue_everything()
 
@@ -275,15 +324,21 @@ class Labeller:
         self.queue.add(node_key(name))
 
     def _queue(self, nodes: Iterable[str], hosts: Iterable[str]) -> None:
+        """Queue nodes by name and hosts by host id."""
         for name in nodes:
             self.queue.add(node_key(name))
-        for moid in hosts:
-            self.queue.add(host_key(moid))
+        for key_part in hosts:
+            self.queue.add(host_key(key_part))
 
     def _queue_everything(self) -> set[str]:
         """Queue every node and host vCenter, Kubernetes or the KV knows; returns the nodes."""
         nodes = set(self._nodes.cache) | set(self.state.placements)
-        self._queue(nodes, set(self.state.inventory.host_moids()) | set(self.state.hosts))
+        hosts = {
+            self.host_ids.of(vcenter, moid)
+            for vcenter, inventory in self.state.inventories.items()
+            for moid in inventory.host_moids()
+        }
+        self._queue(nodes, hosts | set(self.state.hosts))
         for key in self._stale:
             self.queue.add(key)
         return nodes
@@ -292,6 +347,8 @@ class Labeller:
         return {name for name in self._nodes.cache if name not in self.state.placements}
 
     async def _reconcile_key(self, key: str) -> None:
+        if key.startswith(NODE_KEY_PREFIX) and not self.inventory_synced.is_set():
+            return  # queued again with everything once the last vCenter is read
         stale = key in self._stale
         self._stale.discard(key)  # a resync meanwhile marks it again, for the next round
         try:
@@ -312,7 +369,7 @@ class Labeller:
         else:
             actions = reconcile_node(
                 node,
-                self.state.inventory,
+                self.state.inventories,
                 previous,
                 self.settings,
                 now=utc_timestamp(),
@@ -322,17 +379,27 @@ class Labeller:
             )
         await self._apply(node, actions)
 
-    async def _reconcile_host(self, moid: str, kv_stale: bool) -> None:
-        previous = self.state.hosts.get(moid)
-        inventory = self.state.inventory
-        domains = self.state.tags.domains(moid, inventory, self.settings)
-        actions = reconcile_host(moid, inventory, previous, kv_stale=kv_stale, domains=domains)
+    async def _reconcile_host(self, key_part: str, kv_stale: bool) -> None:
+        previous = self.state.hosts.get(key_part)
+        parsed = self.host_ids.parse(key_part)
+        if parsed is None:  # a key of another layout, or of a vCenter no longer configured
+            actions = reconcile_host(key_part, "", None, previous, kv_stale=kv_stale)
+        elif not self.read_once(parsed[0]):
+            return  # its vCenter was not read yet: queued again with everything once it is
+        else:
+            vcenter, moid = parsed
+            inventory = self.state.inventories[vcenter]
+            tags = self.state.tags.get(vcenter, NO_TAGS)
+            domains = tags.domains(moid, inventory, self.settings)
+            actions = reconcile_host(
+                moid, vcenter, inventory, previous, kv_stale=kv_stale, domains=domains
+            )
         if actions.put is not None:
-            await self._store.put_host(actions.put)
-            self.state.hosts[moid] = actions.put
+            await self._store.put_host(actions.put, key_part)
+            self.state.hosts[key_part] = actions.put
         elif actions.delete:
-            await self._store.delete_host(moid)
-            self.state.hosts.pop(moid, None)
+            await self._store.delete_host(key_part)
+            self.state.hosts.pop(key_part, None)
 
     async def _apply(self, node: Node | None, actions: NodeActions) -> None:
         """KV, then labels, then events; raises at the first failed write (the key is retried)."""
@@ -365,13 +432,13 @@ class Labeller:
             self.state.version = max(self.state.version, actions.placement.version)
             await self._store.put_node(actions.placement)
             self.state.placements[name] = actions.placement
-            self.state.node_of_vm[actions.placement.vm_moid] = name
+            self.state.node_of_vm[(actions.placement.vcenter, actions.placement.vm_moid)] = name
             self._unmatched.pop(name, None)
         elif actions.delete_placement:
             await self._store.delete_node(name)
             gone = self.state.placements.pop(name, None)
-            if gone is not None and self.state.node_of_vm.get(gone.vm_moid) == name:
-                del self.state.node_of_vm[gone.vm_moid]
+            if gone is not None and self.state.node_of_vm.get((gone.vcenter, gone.vm_moid)) == name:
+                del self.state.node_of_vm[(gone.vcenter, gone.vm_moid)]
         if name not in self._nodes.cache:
             self._unmatched.pop(name, None)
 

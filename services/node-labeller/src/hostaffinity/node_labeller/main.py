@@ -2,7 +2,7 @@
 
 Wiring only: the runner (hostaffinity.runtime.runner) does argv, config, logging, telemetry,
 health, NATS, the Lease and SIGTERM; only the Lease holder labels (`NodeLabellerWork`).
-`--check-config` also checks that vCenter's certificate is trusted (runtime vcenter/trust.py).
+`--check-config` also checks that every vCenter's certificate is trusted (runtime vcenter/trust.py).
 """
 
 from collections.abc import Sequence
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.service import NodeLabellerWork
 from hostaffinity.runtime.runner import ServiceSpec, run_service
+from hostaffinity.runtime.vcenter.session import for_each_vcenter
 from hostaffinity.runtime.vcenter.trust import check_ca_file, check_trust
 
 
@@ -19,8 +20,8 @@ def service_spec(work: NodeLabellerWork) -> ServiceSpec[NodeLabellerConfig]:
         config_type=NodeLabellerConfig,
         work=work,
         leader_elected=True,
-        checks=(lambda config: check_ca_file(config.vcenter),),
-        probes=(lambda config: check_trust(config.vcenter),),
+        checks=(for_each_vcenter(check_ca_file),),
+        probes=(for_each_vcenter(check_trust),),
     )
 
 

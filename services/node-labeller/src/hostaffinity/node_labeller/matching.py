@@ -1,9 +1,11 @@
 """Matching a Kubernetes Node to its vCenter VM: providerID, then systemUUID, then a fallback.
 
-Two VMs with the same BIOS UUID (a clone that kept it) make a match ambiguous: we report the
-candidates and never guess.
+Each step looks in every vCenter's inventory at once. Two VMs with the same BIOS UUID (a clone
+that kept it, or one UUID in two vCenters) make a match ambiguous: we report the candidates and
+never guess.
 """
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,10 +14,13 @@ from hostaffinity.node_labeller.nodes import Node
 
 PROVIDER_PREFIX = "vsphere://"
 Fallback = Literal["vm-name", "guest-hostname", "none"]
+# A VM anywhere: (the vCenter's name, the VM's moid); moids repeat across vCenters.
+VmRef = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class Matched:
+    vcenter: str
     vm_moid: str
     matched_by: str
 
@@ -23,7 +28,7 @@ class Matched:
 @dataclass(frozen=True, slots=True)
 class Unmatched:
     reason: str
-    candidates: tuple[str, ...] = ()
+    candidates: tuple[VmRef, ...] = ()
 
 
 def swap_uuid_byte_order(uuid: str) -> str:
@@ -39,27 +44,38 @@ def swap_uuid_byte_order(uuid: str) -> str:
     return "-".join([*swapped, *parts[3:]])
 
 
-def match_node(node: Node, inventory: Inventory, fallback: Fallback) -> Matched | Unmatched:
-    """Find the one VM this node runs in, or say precisely why there is not exactly one."""
+def match_node(
+    node: Node, inventories: Mapping[str, Inventory], fallback: Fallback
+) -> Matched | Unmatched:
+    """Find the one VM this node runs in, in any of the vCenters (`inventories`, by name), or
+    say precisely why there is not exactly one."""
+
+    def everywhere(lookup: Callable[[Inventory], set[str]]) -> set[VmRef]:
+        return {(vc, moid) for vc, inventory in inventories.items() for moid in lookup(inventory)}
+
+    several = len(inventories) > 1
     provider_id = node.spec.provider_id
     if provider_id.startswith(PROVIDER_PREFIX):
         uuid = provider_id[len(PROVIDER_PREFIX) :].strip("/").lower()
-        found = _exactly_one(inventory.vms_with_uuid(uuid), "providerID", f"BIOS UUID {uuid}")
+        by_uuid = everywhere(lambda inventory: inventory.vms_with_uuid(uuid))
+        found = _exactly_one(by_uuid, "providerID", f"BIOS UUID {uuid}", several)
         if found is not None:
             return found
     system_uuid = node.status.node_info.system_uuid.lower()
     if system_uuid:
-        candidates = inventory.vms_with_uuid(system_uuid) | inventory.vms_with_uuid(
-            swap_uuid_byte_order(system_uuid)
+        candidates = everywhere(
+            lambda inventory: inventory.vms_with_uuid(system_uuid)
+            | inventory.vms_with_uuid(swap_uuid_byte_order(system_uuid))
         )
-        found = _exactly_one(candidates, "systemUUID", f"BIOS UUID {system_uuid}")
+        found = _exactly_one(candidates, "systemUUID", f"BIOS UUID {system_uuid}", several)
         if found is not None:
             return found
     if fallback == "vm-name":
-        found = _exactly_one(inventory.vms_named(node.name), "vm-name", f"VM name {node.name}")
+        by_name = everywhere(lambda inventory: inventory.vms_named(node.name))
+        found = _exactly_one(by_name, "vm-name", f"VM name {node.name}", several)
     elif fallback == "guest-hostname":
-        by_hostname = inventory.vms_with_guest_hostname(node.name)
-        found = _exactly_one(by_hostname, "guest-hostname", f"guest hostname {node.name}")
+        by_hostname = everywhere(lambda inventory: inventory.vms_with_guest_hostname(node.name))
+        found = _exactly_one(by_hostname, "guest-hostname", f"guest hostname {node.name}", several)
     else:
         found = None
     if found is not None:
@@ -68,14 +84,20 @@ def match_node(node: Node, inventory: Inventory, fallback: Fallback) -> Matched 
     return Unmatched(reason=f"no VM in vCenter matches this node (tried {', '.join(tried)})")
 
 
-def _exactly_one(candidates: set[str], how: str, what: str) -> Matched | Unmatched | None:
+def _exactly_one(
+    candidates: set[VmRef], how: str, what: str, several: bool
+) -> Matched | Unmatched | None:
+    """The one candidate; or, of several, the report (naming each one's vCenter when the
+    labeller works with several vCenters)."""
     if not candidates:
         return None
     if len(candidates) > 1:
         listed = tuple(sorted(candidates))
+        named = [f"{moid} in {vc}" if several else moid for vc, moid in listed]
         return Unmatched(
-            reason=f"{len(listed)} VMs share the {what} ({', '.join(listed)}); "
+            reason=f"{len(listed)} VMs share the {what} ({', '.join(named)}); "
             "a cloned VM probably kept its BIOS UUID, so the node is left unlabelled",
             candidates=listed,
         )
-    return Matched(vm_moid=next(iter(candidates)), matched_by=how)
+    ((vcenter, moid),) = candidates
+    return Matched(vcenter=vcenter, vm_moid=moid, matched_by=how)

@@ -84,11 +84,11 @@ class WatchMetrics:
         self._reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
             "hostaffinity_labeller_vcenter_reconnects",
             description="vCenter watch sessions lost and logged in again (each is followed by "
-            "a resync)",
+            "a resync), by vCenter",
         )
 
-    def reconnected(self) -> None:
-        self._reconnects.add(1)
+    def reconnected(self, vcenter: str) -> None:
+        self._reconnects.add(1, {"vcenter": vcenter})
 
 
 _reporting: LabellerMetrics | None = None

@@ -1,14 +1,15 @@
 """What to do for one topology key: compare vCenter with the KV and the node's labels.
 
-Pure functions of (node, inventory, previous placement) and of (host, inventory, previous host
-record); the service applies the actions they return in order: KV first, then the label patch,
-then events, so a reader of the KV is never behind the labels and an event always describes a
-state that is already stored. `stale_keys` is the resync's comparison of the KV as it is with
-what the labeller last wrote there.
+Pure functions of (node, every vCenter's inventory, previous placement) and of (host, its
+vCenter's inventory, previous host record); the service applies the actions they return in
+order: KV first, then the label patch, then events, so a reader of the KV is never behind the
+labels and an event always describes a state that is already stored. `stale_keys` is the
+resync's comparison of the KV as it is with what the labeller last wrote there.
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import msgspec
 
@@ -52,10 +53,9 @@ SOURCE = "node-labeller"
 
 @dataclass(frozen=True, slots=True)
 class PlannerSettings:
-    """What the planner reads from the config: whose inventory it is, how to match a node without
-    a UUID, whether to keep the archived plugin's label."""
+    """What the planner reads from the config: how to match a node without a UUID, whether to
+    keep the archived plugin's label, which tag categories give failure domains."""
 
-    vcenter: str
     fallback: Fallback = "vm-name"
     legacy_host_label: bool = True
     failure_domains: FailureDomainSettings = field(default_factory=FailureDomainSettings)
@@ -88,6 +88,7 @@ class Tags:
 
 
 NO_TAGS = Tags()
+EMPTY_TAGS: Mapping[str, Tags] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,36 +126,44 @@ def owned_label_keys(settings: PlannerSettings) -> tuple[str, ...]:
 
 def reconcile_node(
     node: Node,
-    inventory: Inventory,
+    inventories: Mapping[str, Inventory],
     previous: NodePlacement | None,
     settings: PlannerSettings,
     *,
     now: str,
     version: int,
     kv_stale: bool = False,
-    tags: Tags = NO_TAGS,
+    tags: Mapping[str, Tags] = EMPTY_TAGS,
 ) -> NodeActions:
     """Decide the KV write, label patch, events and warnings that bring `node` up to date.
 
+    `inventories` holds every vCenter's, by name; the node's VM is looked for in all of them.
     `version` is the number the new placement gets if it differs from `previous`. `kv_stale`
     says the KV holds something other than `previous` (garbage, a false placement, nothing): the
     key is then rewritten, or deleted, even where `previous` is still true; that repair is no
-    change of placement, so it announces nothing. `tags` gives the host's failure domains.
+    change of placement, so it announces nothing. `tags` (by vCenter) gives the host's failure
+    domains.
     """
     actions = NodeActions(node=node.name)
-    match = match_node(node, inventory, settings.fallback)
+    match = match_node(node, inventories, settings.fallback)
+    inventory = inventories[match.vcenter] if isinstance(match, Matched) else None
     host = _host_of(match, inventory, actions)
-    if isinstance(match, Unmatched) or host is None:
+    if not isinstance(match, Matched) or inventory is None or host is None:
         _unplace(node, match, actions, settings, now=now, removes=previous is not None or kv_stale)
         return actions
     vm = inventory.vm(match.vm_moid)
     assert vm is not None  # match_node only returns VMs the inventory holds
-    domains = tags.domains(host.moid, inventory, settings)
+    # Each vCenter's tags are its own (host moids repeat across vCenters).
+    domains = tags.get(match.vcenter, NO_TAGS).domains(host.moid, inventory, settings)
     # Unknown domains keep what was stored for the same host, so an unreadable tag API rewrites
     # nothing; a VM that moved meanwhile has none known.
-    stored = previous if previous is not None and previous.host_moid == host.moid else None
-    kept = domains if domains is not None else _stored_domains(stored)
-    observed = _placement(node, vm, host, kept, settings, now, version)
+    same_host = (
+        previous is not None
+        and previous.host_moid == host.moid
+        and previous.vcenter == match.vcenter
+    )
+    kept = domains if domains is not None else _stored_domains(previous if same_host else None)
+    observed = _placement(node, vm, host, match.vcenter, kept, now=now, version=version)
     placement = _settle(previous, observed, match, actions, now=now, kv_stale=kv_stale)
     actions.warnings.extend(_placement_warnings(host, vm, placement))
     actions.warnings.extend(
@@ -186,8 +195,9 @@ def _placement(
     node: Node,
     vm: VmFacts,
     host: HostFacts,
+    vcenter: str,
     domains: FailureDomains,
-    settings: PlannerSettings,
+    *,
     now: str,
     version: int,
 ) -> NodePlacement:
@@ -203,7 +213,7 @@ def _placement(
         cluster_moid=host.cluster_moid,
         cluster_name=host.cluster_name,
         datacenter=host.datacenter,
-        vcenter=settings.vcenter,
+        vcenter=vcenter,
         observed_at=now,
         version=version,
         zone=domains.zone,
@@ -289,6 +299,7 @@ def _relabel(
             node=node.name,
             labels=labels,
             version=placement.version,
+            vcenter=placement.vcenter,
         )
     )
 
@@ -300,16 +311,18 @@ def forget_node(name: str, previous: NodePlacement | None, *, kv_stale: bool) ->
 
 def reconcile_host(
     moid: str,
-    inventory: Inventory,
+    vcenter: str,
+    inventory: Inventory | None,
     previous: EsxiHost | None,
     *,
     kv_stale: bool,
     domains: FailureDomains | None = None,
 ) -> HostActions:
-    """The `host.<moid>` record vCenter's inventory calls for, compared with `previous`;
-    `domains` are its failure domains (None: not known now, those of `previous` stay)."""
+    """The record of host `moid` of `vcenter` its inventory calls for (None: a vCenter no
+    longer configured), compared with `previous`; `domains` are its failure domains (None: not
+    known now, those of `previous` stay)."""
     domains = domains if domains is not None else _stored_domains(previous)
-    facts = inventory.host(moid)
+    facts = inventory.host(moid) if inventory is not None else None
     if facts is None:
         return HostActions(delete=previous is not None or kv_stale)
     host = EsxiHost(
@@ -325,6 +338,7 @@ def reconcile_host(
         region=domains.region,
         rack=domains.rack,
         entering_maintenance=facts.entering_maintenance,
+        vcenter=vcenter,
     )
     return HostActions(put=host) if kv_stale or host != previous else HostActions()
 
@@ -370,9 +384,9 @@ def desired_labels(placement: NodePlacement, settings: PlannerSettings) -> dict[
 
 
 def _host_of(
-    match: Matched | Unmatched, inventory: Inventory, actions: NodeActions
+    match: Matched | Unmatched, inventory: Inventory | None, actions: NodeActions
 ) -> HostFacts | None:
-    if isinstance(match, Unmatched):
+    if isinstance(match, Unmatched) or inventory is None:
         return None
     vm = inventory.vm(match.vm_moid)
     host = inventory.host(vm.host_moid) if vm is not None and vm.host_moid else None
@@ -420,6 +434,7 @@ def _placement_events(
                 datacenter=placement.datacenter,
                 matched_by=match.matched_by,
                 version=placement.version,
+                vcenter=placement.vcenter,
             )
         ]
     if previous.host_moid != placement.host_moid:
@@ -442,6 +457,7 @@ def _placement_events(
                 to_host_moid=placement.host_moid,
                 to_host_name=placement.host_name,
                 version=placement.version,
+                vcenter=placement.vcenter,
             )
         ]
     return []
@@ -454,7 +470,8 @@ def _unmatched_event(node: str, match: Unmatched, now: str) -> NodeUnmatched:
         source=SOURCE,
         node=node,
         reason=match.reason,
-        candidates=list(match.candidates),
+        candidates=[moid for _, moid in match.candidates],
+        candidate_vcenters=[vcenter for vcenter, _ in match.candidates],
     )
 
 

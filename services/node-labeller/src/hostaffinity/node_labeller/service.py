@@ -1,11 +1,13 @@
 """The node-labeller's work while its replica holds the Lease (the runner does the rest).
 
-Start-up order: the topology KV read whole (so a restart only publishes what changed), then the
-vCenter watch, the batches it delivers, the Node informer, the reconcile workers, the periodic
-resync and (with `failure_domains` categories) the tag reads, side by side until cancelled.
+Start-up order: the topology KV read whole (so a restart only publishes what changed), then one
+vCenter watch per configured vCenter and the batches each delivers, the Node informer, the
+reconcile workers, the periodic resync and (with `failure_domains` categories) each vCenter's
+tag reads, side by side until cancelled.
 """
 
 import logging
+from collections.abc import Callable
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.labeller import Labeller, Retry
@@ -29,7 +31,7 @@ class NodeLabellerWork:
     def __init__(self) -> None:
         self.labeller: Labeller | None = None
         self.informer: Informer[Node] | None = None
-        self.watcher: InventoryWatcher | None = None
+        self.watchers: list[InventoryWatcher] = []
 
     def ready(self) -> bool:
         """Ready once the first complete labelling is done."""
@@ -46,7 +48,9 @@ class NodeLabellerWork:
         log.info("%s leads; labelling nodes", ctx.identity)
         config = ctx.config
         ctx.add_readiness("labelling done", self.ready)
-        watcher = self.watcher = InventoryWatcher(config.vcenter)
+        self.watchers = [InventoryWatcher(vcenter) for vcenter in config.vcenters]
+        for watcher in self.watchers:
+            ctx.add_readiness(f"vcenter read: {watcher.vcenter}", self._read_once(watcher.vcenter))
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
         store = await ctx.bus.topology()
 
@@ -54,10 +58,10 @@ class NodeLabellerWork:
             labeller.on_node(event.key)
 
         informer = self.informer = Informer(ctx.kube, NODES, on_node, msgspec_decoder(Node))
+        own = config.labeller
         labeller = Labeller(
             PlannerSettings(
-                vcenter=config.vcenter_name or config.vcenter.host,
-                fallback=config.match_fallback,
+                fallback=own.match_fallback,
                 legacy_host_label=config.shared.legacy_host_label,
                 failure_domains=config.failure_domains,
             ),
@@ -66,24 +70,34 @@ class NodeLabellerWork:
             ctx.bus.publish_event,
             EventRecorder(ctx.kube, ctx.program, ctx.identity),
             informer,
-            workers=config.patch_concurrency,
-            retry=Retry(config.retry_base_seconds, config.retry_max_seconds),
+            vcenters=[watcher.vcenter for watcher in self.watchers],
+            workers=own.patch_concurrency,
+            retry=Retry(own.retry_base_seconds, own.retry_max_seconds),
         )
         labeller.load_topology(await store.snapshot())
         self.labeller = labeller
-        ctx.start(watcher.run(), name="vcenter-watch")
-        ctx.start(_apply_batches(watcher, labeller), name="inventory-batches")
+        for watcher in self.watchers:
+            ctx.start(watcher.run(), name=f"vcenter-watch {watcher.vcenter}")
+            ctx.start(
+                _apply_batches(watcher, labeller), name=f"inventory-batches {watcher.vcenter}"
+            )
         ctx.start(labeller.run(), name="reconcile-workers")
         if config.failure_domains.enabled:
-            ctx.start(
-                refresh_tags_forever(config.vcenter, config.failure_domains, labeller),
-                name="vcenter-tags",
-            )
-        ctx.start(
-            labeller.resync_forever(config.resync_seconds, watcher.request_full_read),
-            name="resync",
-        )
+            for vcenter in config.vcenters:
+                ctx.start(
+                    refresh_tags_forever(vcenter, config.failure_domains, labeller),
+                    name=f"vcenter-tags {vcenter.known_as}",
+                )
+        ctx.start(labeller.resync_forever(own.resync_seconds, self._read_all_again), name="resync")
         await informer.run()
+
+    def _read_once(self, vcenter: str) -> Callable[[], bool]:
+        """Readiness of one vCenter: its inventory has been read whole at least once."""
+        return lambda: self.labeller is not None and self.labeller.read_once(vcenter)
+
+    def _read_all_again(self) -> None:
+        for watcher in self.watchers:
+            watcher.request_full_read()
 
 
 async def _apply_batches(watcher: InventoryWatcher, labeller: Labeller) -> None:

@@ -43,11 +43,11 @@ async def refresh_tags_forever(
             log.warning(
                 "%s; failure-domain labels stay as they are; next try in %.0fs", error, delay
             )
-            labeller.on_tags(None)
+            labeller.on_tags(vcenter.known_as, None)
             await asyncio.sleep(delay)
             continue
         _reads.add(1, {"outcome": "ok"})
-        labeller.on_tags(read)
+        labeller.on_tags(vcenter.known_as, read)
         await asyncio.sleep(settings.refresh_seconds)
 
 

@@ -1,4 +1,8 @@
-"""Follows the vCenter inventory with PropertyCollector `WaitForUpdatesEx`: no polling loop.
+"""Follows a vCenter's inventory with PropertyCollector `WaitForUpdatesEx`: no polling loop.
+
+One watcher per configured vCenter, each with its own session and property collector (as the
+vSphere cloud provider keeps one connection per VirtualCenter section); its batches carry the
+vCenter's name, and its failures and reconnects are its own.
 
 One container view over the root folder covers VMs, hosts, clusters, folders and datacenters, and
 the TaskManager's `recentTask` adds the tasks (so a host's EnterMaintenanceMode task is seen while
@@ -46,8 +50,10 @@ _MANAGED_OBJECT: Any = VmomiSupport.ManagedObject
 
 @dataclass(frozen=True, slots=True)
 class UpdateBatch:
-    """Updates from one WaitForUpdatesEx answer; `resync` marks a complete inventory."""
+    """Updates from one WaitForUpdatesEx answer of the vCenter named `vcenter`; `resync` marks
+    a complete inventory."""
 
+    vcenter: str
     updates: list[ObjectUpdate]
     resync: bool
     received_at: float
@@ -67,6 +73,7 @@ class InventoryWatcher:
 
     def __init__(self, settings: VCenterSettings) -> None:
         self._settings = settings
+        self.vcenter = settings.known_as
         self.batches: asyncio.Queue[UpdateBatch] = asyncio.Queue()
         # Times the watch started over: after a failure, or after vCenter ended the session.
         self.reconnects = 0
@@ -93,7 +100,12 @@ class InventoryWatcher:
                     self._failures += 1
                     # str, not repr: an untrusted certificate's line names the setting to fix.
                     why = str(error) or repr(error)
-                    log.warning("vCenter watch failed (%s); reconnecting in %.1fs", why, delay)
+                    log.warning(
+                        "vCenter %s watch failed (%s); reconnecting in %.1fs",
+                        self.vcenter,
+                        why,
+                        delay,
+                    )
                     await asyncio.sleep(delay)
                 self._started_over()
         finally:
@@ -102,7 +114,7 @@ class InventoryWatcher:
 
     def _started_over(self) -> None:
         self.reconnects += 1
-        self._metrics.reconnected()
+        self._metrics.reconnected(self.vcenter)
 
     async def _follow(self, session: VCenterSession) -> None:
         """Build the view and filter, then poll; rebuild them when the session was renewed, or
@@ -114,7 +126,9 @@ class InventoryWatcher:
             view, property_filter = await session.call(_create_filter, session.content)
             await self._poll(session, collector, relogins)
             if session.relogins != relogins:
-                log.info("vCenter session renewed; rebuilding the inventory filter")
+                log.info(
+                    "vCenter %s session renewed; rebuilding the inventory filter", self.vcenter
+                )
                 self._started_over()
             else:
                 await session.call(_destroy, view, property_filter)
@@ -134,7 +148,7 @@ class InventoryWatcher:
             pending.extend(answer.updates)
             if answer.truncated:
                 continue  # the rest of this answer comes with the next call
-            self.batches.put_nowait(UpdateBatch(pending, resync, time.monotonic()))
+            self.batches.put_nowait(UpdateBatch(self.vcenter, pending, resync, time.monotonic()))
             pending, resync = [], False
             self._failures = 0
 

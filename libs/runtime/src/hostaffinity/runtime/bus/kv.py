@@ -35,7 +35,8 @@ class NodeChange(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HostChange(msgspec.Struct, frozen=True, kw_only=True):
-    """`host.<moid>` was written; `host` is None when the key was deleted."""
+    """`host.<moid>` was written; `host` is None when the key was deleted. `moid` is what
+    follows `host.` (`<vcenter>.<moid>` where the labeller works with several vCenters)."""
 
     moid: str
     host: EsxiHost | None
@@ -243,18 +244,19 @@ class TopologyStore:
         """Mark the node's placement deleted; watchers see a NodeChange without placement."""
         await self._kv.delete(node_key(node))
 
-    async def put_host(self, host: EsxiHost) -> int:
-        """Store an ESXi host record; returns the new revision."""
-        return await self._kv.put(host_key(host.moid), _encoder.encode(host))
+    async def put_host(self, host: EsxiHost, host_id: str | None = None) -> int:
+        """Store an ESXi host record under `host.<host_id>` (default: its moid, the one-vCenter
+        layout; schema `host_id`); returns the new revision."""
+        return await self._kv.put(host_key(host_id or host.moid), _encoder.encode(host))
 
-    async def get_host(self, moid: str) -> EsxiHost | None:
-        """The host's current record, or None when it has none (never written or deleted)."""
-        host = await self._get(host_key(moid), _host_decoder)
+    async def get_host(self, host_id: str) -> EsxiHost | None:
+        """The record at `host.<host_id>`, or None when it has none (never written or deleted)."""
+        host = await self._get(host_key(host_id), _host_decoder)
         return host
 
-    async def delete_host(self, moid: str) -> None:
-        """Mark the host deleted; watchers see a HostChange without host."""
-        await self._kv.delete(host_key(moid))
+    async def delete_host(self, host_id: str) -> None:
+        """Mark `host.<host_id>` deleted; watchers see a HostChange without host."""
+        await self._kv.delete(host_key(host_id))
 
     async def snapshot(self) -> TopologySnapshot:
         """Every key's latest value, undecodable ones included; deleted keys are absent."""

@@ -4,12 +4,13 @@ A key nobody declared is an error, in a file or in the environment, because a ty
 that silently does nothing is worse than a service that refuses to start.
 """
 
+import itertools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 import msgspec
 import yaml
@@ -37,6 +38,11 @@ LEASE_JITTER = 1.2
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of every config record: immutable, and strict about unknown keys."""
+
+    # Top-level keys of an older layout → where their settings live now. A config that still
+    # has one is refused with one error saying how to rewrite it (`load_config`), rather than
+    # one "unknown field" per key.
+    MOVED_KEYS: ClassVar[Mapping[str, str]] = {}
 
 
 class SharedSettings(Settings, frozen=True):
@@ -220,7 +226,8 @@ def load_config(
 ) -> S:
     """Build `record` from YAML files (later files override earlier ones), then the environment.
 
-    `HOSTAFFINITY_NATS__SERVERS='["nats://a:4222"]'` sets `nats.servers`. A value for a text
+    `HOSTAFFINITY_NATS__SERVERS='["nats://a:4222"]'` sets `nats.servers`, and a number between
+    `__`s is a list index (`HOSTAFFINITY_VCENTERS__0__PASSWORD`). A value for a text
     field is taken as it is; any other value is read as JSON (numbers, booleans, lists), so `off`
     or `no` never turn into booleans by surprise. An error names where the bad value came from:
     the environment variable, or the file and key.
@@ -231,7 +238,7 @@ def load_config(
         loaded = _read_yaml(Path(path))
         _deep_merge(data, loaded)
         for leaf in _leaves(loaded):
-            origins[leaf] = f"config file {path}, key {'.'.join(leaf)}"
+            origins[leaf] = f"config file {path}, key {_dotted(leaf)}"
     env = os.environ if environ is None else environ
     for name, raw in sorted(env.items()):
         if not name.startswith(ENV_PREFIX):
@@ -239,12 +246,35 @@ def load_config(
         keys = [part.lower() for part in name[len(ENV_PREFIX) :].split(ENV_NESTING)]
         _set_path(data, keys, _parse_env_value(record, keys, raw), origin=name)
         origins[tuple(keys)] = f"environment variable {name}"
+    _refuse_moved_keys(record, data, origins)
     try:
         return msgspec.convert(data, record, strict=False)
     except msgspec.ValidationError as error:
         raise ConfigError(
             f"invalid configuration for {record.__name__}: {error}{_source(str(error), origins)}"
         ) from error
+
+
+def _refuse_moved_keys(
+    record: type[Settings], data: Mapping[str, Any], origins: Mapping[tuple[str, ...], str]
+) -> None:
+    """One error naming every key of an older layout that is set, where, and its new place."""
+    moved = [key for key in record.MOVED_KEYS if key in data]
+    if not moved:
+        return
+    lines = [
+        f"`{key}` (from {'; '.join(_origins_under(origins, (key,)))}): {record.MOVED_KEYS[key]}"
+        for key in moved
+    ]
+    raise ConfigError(
+        f"invalid configuration for {record.__name__}: it has keys of the older layout; "
+        f"rewrite them (docs/upgrade.md): {'. '.join(lines)}"
+    )
+
+
+def _origins_under(origins: Mapping[tuple[str, ...], str], keys: tuple[str, ...]) -> list[str]:
+    """Where every value set at or under `keys` came from."""
+    return sorted({where for path, where in origins.items() if path[: len(keys)] == keys})
 
 
 # msgspec's `... - at `$.a.b[0]`` suffix, and the field an unknown or missing field error names.
@@ -256,43 +286,69 @@ def _source(message: str, origins: Mapping[tuple[str, ...], str]) -> str:
     """` (from <where>)` for the value a validation message is about, or ` (set it ...)` for a
     missing required field; empty when the message names no place."""
     at = _AT.search(message)
-    keys = tuple(re.findall(r"\.(\w+)", at.group(1))) if at else ()
+    steps = re.findall(r"\.(\w+)|\[(\d+)\]", at.group(1)) if at else []
+    keys = tuple(name or index for name, index in steps)
     field = _FIELD.match(message)
     if field:
         keys += (field.group(1),)
     if message.startswith("Object missing required field"):
         variable = ENV_PREFIX + ENV_NESTING.join(keys).upper()
-        return f" (set {'.'.join(keys)} in a config file or {variable})"
+        return f" (set {_dotted(keys)} in a config file or {variable})"
     # The value itself, or the section that holds it, was set somewhere; else (an unknown
     # section) every value set under it.
     for length in range(len(keys), 0, -1):
         if keys[:length] in origins:
             return f" (from {origins[keys[:length]]})"
-    inside = sorted({where for path, where in origins.items() if path[: len(keys)] == keys})
+    inside = _origins_under(origins, keys)
     return f" (from {'; '.join(inside)})" if inside and keys else ""
 
 
 def _leaves(tree: Mapping[str, Any], above: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """The key path of every value in a YAML mapping that is not itself a mapping."""
+    """The key path of every value in a YAML mapping that is not itself a mapping; an item of
+    a list of mappings (`vcenters`) counts by its index."""
     found: list[tuple[str, ...]] = []
     for key, value in tree.items():
         path = (*above, str(key))
-        found += _leaves(value, path) if isinstance(value, Mapping) and value else [path]
+        if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            for index, item in enumerate(value):
+                found += _leaves(item, (*path, str(index))) if item else [(*path, str(index))]
+        else:
+            found += _leaves(value, path) if isinstance(value, Mapping) and value else [path]
     return found
 
 
+def _dotted(keys: Sequence[str]) -> str:
+    """A key path as a reader writes it: `vcenters[0].thumbprint`."""
+    return "".join(f"[{key}]" if key.isdigit() else f".{key}" for key in keys).lstrip(".")
+
+
+# Where a list item's index goes in `env_names` (`HOSTAFFINITY_VCENTERS__<N>__HOST`).
+ANY_INDEX = "<N>"
+
+
 def env_names(record: type[Settings]) -> set[str]:
-    """Every leaf setting's environment variable name for `record` (for docs and tests)."""
+    """Every leaf setting's environment variable name for `record` (for docs and tests); an
+    item of a list of sections has `ANY_INDEX` for its index (`generic_env_name`)."""
     names: set[str] = set()
     for field in msgspec.structs.fields(record):
         name = ENV_PREFIX + field.name.upper()
-        if isinstance(field.type, type) and issubclass(field.type, Settings):
-            names.update(
-                name + ENV_NESTING + inner[len(ENV_PREFIX) :] for inner in env_names(field.type)
-            )
-        else:
+        section = section_type(field.type)
+        if section is None:
             names.add(name)
+            continue
+        inner_record, is_list = section
+        if is_list:
+            name += ENV_NESTING + ANY_INDEX
+        names.update(
+            name + ENV_NESTING + inner[len(ENV_PREFIX) :] for inner in env_names(inner_record)
+        )
     return names
+
+
+def generic_env_name(name: str) -> str:
+    """`name` as `env_names` spells it: list indices replaced by `ANY_INDEX`."""
+    parts = name.split(ENV_NESTING)
+    return ENV_NESTING.join(ANY_INDEX if part.isdigit() else part for part in parts)
 
 
 def _parse_env_value(record: type[Settings], keys: list[str], raw: str) -> Any:
@@ -311,10 +367,21 @@ def _is_text_field(record: type[Settings], keys: list[str]) -> bool:
     if kind is None:
         return False
     if len(keys) > 1:
-        return (
-            isinstance(kind, type) and issubclass(kind, Settings) and _is_text_field(kind, keys[1:])
-        )
+        section = section_type(kind)
+        inner = keys[2:] if section is not None and section[1] and keys[1].isdigit() else keys[1:]
+        return section is not None and bool(inner) and _is_text_field(section[0], inner)
     return kind is str or kind == (str | None) or get_origin(kind) is Literal
+
+
+def section_type(kind: Any) -> tuple[type[Settings], bool] | None:
+    """The record a field's type holds and whether as a list of them (`vcenters`); None for
+    a plain value."""
+    if get_origin(kind) is Annotated:
+        kind = get_args(kind)[0]
+    if get_origin(kind) is list:
+        (item,) = get_args(kind)
+        return (item, True) if isinstance(item, type) and issubclass(item, Settings) else None
+    return (kind, False) if isinstance(kind, type) and issubclass(kind, Settings) else None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -340,10 +407,34 @@ def _deep_merge(into: dict[str, Any], update: Mapping[str, Any]) -> None:
 
 
 def _set_path(data: dict[str, Any], keys: list[str], value: Any, *, origin: str) -> None:
-    node = data
-    for key in keys[:-1]:
-        child = node.setdefault(key, {})
-        if not isinstance(child, dict):
+    """Set `value` at `keys`; a number names an item of a list (missing items are added)."""
+    node: dict[str, Any] | list[Any] = data
+    for key, following in itertools.pairwise(keys):
+        section: Callable[[], Any] = list if following.isdigit() else dict
+        child = _slot(node, key, origin, get=section)
+        if not isinstance(child, dict | list):
             raise ConfigError(f"{origin}: {key} is not a section")
         node = child
-    node[keys[-1]] = value
+    _slot(node, keys[-1], origin, get=lambda: value, replace=True)
+
+
+def _slot(
+    node: dict[str, Any] | list[Any],
+    key: str,
+    origin: str,
+    *,
+    get: Callable[[], Any],
+    replace: bool = False,
+) -> Any:
+    """`node[key]`, made by `get` when absent (always, with `replace`)."""
+    if isinstance(node, dict):
+        if replace or key not in node:
+            node[key] = get()
+        return node[key]
+    if not key.isdigit():
+        raise ConfigError(f"{origin}: {key} is not a list index")
+    index = int(key)
+    node.extend({} for _ in range(index + 1 - len(node)))  # a list item is a section
+    if replace:
+        node[index] = get()
+    return node[index]

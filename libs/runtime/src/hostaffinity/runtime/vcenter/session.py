@@ -26,16 +26,16 @@ import http.client
 import logging
 import ssl
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Annotated, Literal, ParamSpec, Self, TypeVar
+from typing import Annotated, Final, Literal, ParamSpec, Self, TypeVar
 
 import msgspec
 from pyVim.connect import SmartConnect
 from pyVmomi import vim
 
-from hostaffinity.runtime.process.config import Seconds, Settings
+from hostaffinity.runtime.process.config import LeaderElectedSettings, Seconds, Settings
 from hostaffinity.runtime.vcenter.trust import (
     THUMBPRINT_PATTERN,
     ThumbprintMismatch,
@@ -52,9 +52,14 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class VCenterSettings(Settings, frozen=True):
+class VCenterSettings(Settings, frozen=True, kw_only=True):
     """How to reach and log in to one vCenter. vcsim speaks plain http; a real vCenter, https."""
 
+    # The vCenter's name in placements, host records, events and DRS ownership records (empty:
+    # its host). Every service that talks to this vCenter must give it the same name.
+    name: str = ""
+    # Where the vCenter listens and whom to log in as (in Kubernetes, from its Secret through
+    # HOSTAFFINITY_VCENTERS__<index>__HOST and the like).
     host: str
     username: str
     password: str
@@ -73,12 +78,66 @@ class VCenterSettings(Settings, frozen=True):
     # Socket timeout of each SOAP call; a WaitForUpdatesEx long poll must wait for less than this.
     http_timeout_seconds: Seconds = 120.0
 
+    @property
+    def known_as(self) -> str:
+        """The name this vCenter goes by on the bus: `name`, else its host."""
+        return self.name or self.host
+
     def __repr__(self) -> str:
         """Everything but the password, so settings can be logged."""
         return (
-            f"VCenterSettings(host={self.host!r}, port={self.port}, username={self.username!r}, "
-            f"protocol={self.protocol!r}, verify_tls={self.verify_tls})"
+            f"VCenterSettings(name={self.name!r}, host={self.host!r}, port={self.port}, "
+            f"username={self.username!r}, protocol={self.protocol!r}, verify_tls={self.verify_tls})"
         )
+
+
+# Where the one-vCenter layout's keys went: its `vcenter:` section became an item of `vcenters:`.
+ONE_VCENTER_KEYS: Final[Mapping[str, str]] = {
+    "vcenter": "its settings are now an item of the list `vcenters:` (`vcenters: [{name: ..., "
+    "host: ..., username: ..., password: ...}]`; HOSTAFFINITY_VCENTER__HOST becomes "
+    "HOSTAFFINITY_VCENTERS__0__HOST)",
+    "vcenter_name": "now `name` in that item of `vcenters:` (HOSTAFFINITY_VCENTERS__0__NAME)",
+}
+
+
+def moved_into(section: str, record: type[Settings]) -> dict[str, str]:
+    """MOVED_KEYS entries for top-level fields that now live in `section:`."""
+    return {
+        field.name: f"now `{section}.{field.name}` (HOSTAFFINITY_{section.upper()}__"
+        f"{field.name.upper()})"
+        for field in msgspec.structs.fields(record)
+    }
+
+
+class VCenterServiceSettings(LeaderElectedSettings, frozen=True, kw_only=True):
+    """The config record of a service that works with vCenters: the shared sections and the
+    `vcenters` list (the node-labeller's and the drs-translator's records extend it)."""
+
+    # Every vCenter the service works with, each with its own session (as the vSphere cloud
+    # provider's config has one VirtualCenter section per vCenter). Their names (`name`, else
+    # `host`) must differ.
+    vcenters: Annotated[list[VCenterSettings], msgspec.Meta(min_length=1)]
+
+    def __post_init__(self) -> None:
+        """Two vCenters with one name would share placements, host records and DRS records."""
+        names = [vcenter.known_as for vcenter in self.vcenters]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"vcenters: two or more are named {', '.join(repeated)}; give each its own `name`"
+            )
+
+
+def for_each_vcenter(
+    check: Callable[[VCenterSettings], None],
+) -> Callable[[VCenterServiceSettings], None]:
+    """A runner check or probe of one vCenter, run on every configured one."""
+
+    def run(config: VCenterServiceSettings) -> None:
+        for vcenter in config.vcenters:
+            check(vcenter)
+
+    return run
 
 
 class VCenterError(Exception):
