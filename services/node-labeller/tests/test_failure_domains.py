@@ -26,6 +26,7 @@ DOMAINS = FailureDomainSettings(
     zone_category="k8s-zone", region_category="k8s-region", rack_category="rack"
 )
 # host-1 → domain-c7 (cluster) → group-h4 (host folder) → datacenter-1 → group-d1 (root folder)
+VCENTER = "vc-1"
 INVENTORY = inventory_with(("vm-1", "node-1", "4203aaaa-0000-0000-0000-000000000001", "host-1"))
 
 
@@ -154,7 +155,7 @@ def test_a_key_no_longer_configured_is_removed_only_where_ours() -> None:
 
 
 def test_unread_tags_leave_the_failure_domain_labels_alone() -> None:
-    settings = PlannerSettings(vcenter="vc-1", failure_domains=DOMAINS)
+    settings = PlannerSettings(failure_domains=DOMAINS)
     labelled = Node(
         metadata=NodeMeta(
             name="node-1",
@@ -162,12 +163,12 @@ def test_unread_tags_leave_the_failure_domain_labels_alone() -> None:
             annotations={ANNOTATION_FAILURE_DOMAIN_LABELS: LABEL_ZONE},
         )
     )
-    unread = reconcile_node(labelled, INVENTORY, None, settings, now="t", version=1)
+    unread = reconcile_node(labelled, {VCENTER: INVENTORY}, None, settings, now="t", version=1)
     assert unread.label_patch is not None
     assert LABEL_ZONE not in unread.label_patch["labels"]
     assert LABEL_RACK not in unread.label_patch["labels"]
     untagged = reconcile_node(
-        labelled, INVENTORY, None, settings, now="t", version=1, tags=Tags({})
+        labelled, {VCENTER: INVENTORY}, None, settings, now="t", version=1, tags={VCENTER: Tags({})}
     )
     assert untagged.label_patch is not None
     assert untagged.label_patch["labels"][LABEL_ZONE] is None
@@ -185,17 +186,19 @@ def test_a_rack_host_group_names_the_rack_where_no_rack_tag_does() -> None:
 
 
 def test_unread_tags_keep_the_stored_domains_of_the_same_host() -> None:
-    settings = PlannerSettings(vcenter="vc-1", failure_domains=DOMAINS)
+    settings = PlannerSettings(failure_domains=DOMAINS)
     subject = Node(metadata=NodeMeta(name="node-1"))
     known = reconcile_node(
-        subject, INVENTORY, None, settings, now="t", version=1,
-        tags=Tags({"host-1": {"k8s-zone": ["a"]}}),
+        subject, {VCENTER: INVENTORY}, None, settings, now="t", version=1,
+        tags={VCENTER: Tags({"host-1": {"k8s-zone": ["a"]}})},
     )  # fmt: skip
     assert known.placement is not None
     assert known.placement.zone == "a"
-    unread = reconcile_node(subject, INVENTORY, known.placement, settings, now="t", version=2)
+    unread = reconcile_node(
+        subject, {VCENTER: INVENTORY}, known.placement, settings, now="t", version=2
+    )
     assert unread.placement is None  # nothing to rewrite: same host, same domains
     moved = msgspec.structs.replace(known.placement, host_moid="host-2")
-    elsewhere = reconcile_node(subject, INVENTORY, moved, settings, now="t", version=2)
+    elsewhere = reconcile_node(subject, {VCENTER: INVENTORY}, moved, settings, now="t", version=2)
     assert elsewhere.placement is not None
     assert elsewhere.placement.zone == ""

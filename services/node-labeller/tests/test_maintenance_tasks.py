@@ -33,7 +33,7 @@ def test_only_an_unfinished_enter_maintenance_task_marks_its_host(
 
 def test_the_record_follows_the_task_from_running_to_done_and_gone() -> None:
     inventory = inventory_with()
-    before = reconcile_host("host-1", inventory, None, kv_stale=False).put
+    before = reconcile_host("host-1", "vc-1", inventory, None, kv_stale=False).put
     assert before is not None
     assert not before.entering_maintenance
     touched = inventory.apply(
@@ -47,7 +47,7 @@ def test_the_record_follows_the_task_from_running_to_done_and_gone() -> None:
     )
     assert touched == set()  # no VM moved
     assert inventory.host_of_task("task-9") == "host-1"
-    running = reconcile_host("host-1", inventory, before, kv_stale=False).put
+    running = reconcile_host("host-1", "vc-1", inventory, before, kv_stale=False).put
     assert running is not None
     assert running.entering_maintenance
     assert not running.in_maintenance_mode
@@ -55,7 +55,7 @@ def test_the_record_follows_the_task_from_running_to_done_and_gone() -> None:
     inventory.apply(
         ObjectUpdate("modify", "HostSystem", "host-1", {"runtime.inMaintenanceMode": True})
     )
-    done = reconcile_host("host-1", inventory, running, kv_stale=False).put
+    done = reconcile_host("host-1", "vc-1", inventory, running, kv_stale=False).put
     assert done is not None
     assert (done.entering_maintenance, done.in_maintenance_mode) == (False, True)
     inventory.apply(ObjectUpdate("leave", TASK, "task-9"))
