@@ -154,8 +154,9 @@ class InFlight:
 
 
 def _discard(index: dict[K, set[str]], bucket: K, key: str) -> None:
-    keys = index.get(bucket)
-    if keys is not None:
-        keys.discard(key)
-        if not keys:
-            del index[bucket]
+    """Take `key` out of its bucket (it is there: an unreserved entry is filed under each of its
+    labels), dropping the bucket once empty so that labels seen once do not pile up."""
+    keys = index[bucket]
+    keys.remove(key)
+    if not keys:
+        del index[bucket]
