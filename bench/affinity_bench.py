@@ -3,10 +3,12 @@
     uv run --frozen python bench/affinity_bench.py [--scale 0.1] [--filters 300] [--events 3000]
                                                    [--host-spread]
 
-Targets at scale 1.0 (5,000 nodes / 150,000 pods): filter p99 < 5 ms over all nodes, update
-< 50 µs per event, index memory < 1 GiB. `--host-spread` puts a topology spread over ESXi hosts
-on every pod and times the filter of replicas that carry it (target p99 < 0.5 ms in physical
-mode, the extender's). Prints figures; never fails on timing.
+Targets at scale 1.0 (5,000 nodes / 150,000 pods): filter p99 < 0.5 ms over all nodes in both
+modes, score (every node's total) p99 < 1 ms, update < 50 µs per event, index memory < 1 GiB.
+`--host-spread` puts a topology spread over ESXi hosts on every pod and times the filter of
+replicas that carry it (target p99 < 0.5 ms). Filter and score print wall clock and the thread's
+CPU time: on a shared machine the wall-clock tail is other processes' time slices. Prints
+figures; never fails on timing.
 """
 
 from __future__ import annotations
@@ -94,26 +96,42 @@ def bench_filters(engine: AffinityEngine, cluster: Cluster, rng: random.Random, 
     print(f"filter over all {nodes} nodes ({count} incoming pods, half with anti-affinity):")
     feasible: list[int] = []
 
-    def run(pod_mode: FilterMode) -> list[float]:
-        samples = []
+    def run(pod_mode: FilterMode) -> tuple[list[float], list[float]]:
+        samples, cpu = [], []
         for pod in incoming:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             result = engine.filter(pod, mode=pod_mode)
+            cpu.append(time.thread_time() - start_cpu)
             samples.append(time.perf_counter() - start)
             feasible.append(len(result.feasible))
-        return samples
+        return samples, cpu
 
     run(FilterMode.KUBE_SCHEDULER)  # warm-up
     feasible.clear()
-    report("kube-scheduler mode", run(FilterMode.KUBE_SCHEDULER), unit="ms")
-    print(f"    feasible nodes per pod: median {statistics.median(feasible):.0f}")
-    report("physical mode (extender)", run(FilterMode.PHYSICAL), unit="ms")
+    for pod_mode, label in (
+        (FilterMode.KUBE_SCHEDULER, "kube-scheduler mode"),
+        (FilterMode.PHYSICAL, "physical mode (extender)"),
+    ):
+        samples, cpu = run(pod_mode)
+        report(label, samples, unit="ms")
+        # On a shared machine the wall-clock tail is mostly time slices lost to other processes.
+        report("  same, thread CPU time", cpu, unit="ms")
+        if pod_mode is FilterMode.KUBE_SCHEDULER:
+            print(f"    feasible nodes per pod: median {statistics.median(feasible):.0f}")
     names = engine.index.node_names
-    report(
-        "score over all nodes",
-        [timed(lambda p=p: engine.score(p, names)) for p in incoming[: max(1, count // 3)]],
-        unit="ms",
-    )
+    for pod_mode, label in (
+        (FilterMode.KUBE_SCHEDULER, "score over all nodes"),
+        (FilterMode.PHYSICAL, "score, physical mode"),
+    ):
+        samples, cpu = [], []
+        for pod in incoming:
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            # Every node's weighted total, the ranking a caller reads.
+            _ = engine.score(pod, names, mode=pod_mode).total
+            cpu.append(time.thread_time() - start_cpu)
+            samples.append(time.perf_counter() - start)
+        report(label, samples, unit="ms")
+        report("  same, thread CPU time", cpu, unit="ms")
 
 
 def bench_spread_filters(

@@ -16,16 +16,19 @@ import msgspec
 from hostaffinity.affinity.model import (
     Affinity,
     LabelSelector,
+    LabelSelectorRequirement,
     ObjectMeta,
     Pod,
     PodAffinity,
     PodAffinityTerm,
     PodSpec,
 )
+from hostaffinity.affinity.selectors import NOTHING, compile_label_selector
 from hostaffinity.scheduler_extender import answers
 from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.extender_v1 import AskedNodes
 from hostaffinity.scheduler_extender.feeds import decode_observed_pod
+from hostaffinity.scheduler_extender.inflight import InFlight
 from hostaffinity.schema import LABEL_ESXI_HOST
 
 HOSTS: dict[str, str | None] = {"node1": "host1", "node2": "host1", "node3": "host2", "node4": None}
@@ -162,3 +165,36 @@ def test_the_informer_reads_pod_scheduled_false_only_for_unassigned_pods() -> No
     assigned = {**pending, "spec": {"nodeName": "node1"}}
     observed = decode_observed_pod(json.dumps(assigned).encode())
     assert (observed.pod.spec.node_name, observed.unschedulable) == ("node1", False)
+
+
+def test_the_label_lookup_of_unreserved_pods_finds_what_a_scan_would() -> None:
+    """`unplaced_selectable` narrows by each selector's anchor; whatever the selectors, it must
+    hold every unreserved entry that one of them matches, oldest first, and no reserved one."""
+    flight = InFlight(capacity=100, max_age_seconds=30.0, clock=lambda: 0.0)
+    labels = [{"app": "web"}, {"app": "db", "tier": "a"}, {"tier": "b"}, {}, {"app": "web"}]
+    for i, pod_labels in enumerate(labels):
+        flight.note(Pod(metadata=ObjectMeta(name=f"p{i}", namespace="default", labels=pod_labels)))
+    flight.note(Pod(metadata=ObjectMeta(name="p1", namespace="default", labels={"app": "db"})))
+    flight.note(
+        Pod(metadata=ObjectMeta(name="p4", namespace="default", labels={"app": "web"})), "n1"
+    )
+    flight.pop("default/p2")
+    web = compile_label_selector(LabelSelector(match_labels={"app": "web"}))
+    has_tier = compile_label_selector(
+        LabelSelector(match_expressions=[LabelSelectorRequirement("tier", "Exists")])
+    )
+    not_db = compile_label_selector(
+        LabelSelector(match_expressions=[LabelSelectorRequirement("app", "NotIn", ["db"])])
+    )
+    for selectors in ([web], [has_tier], [not_db], [NOTHING], [web, has_tier], [NOTHING, web], []):
+        found = [e.pod.key for e in flight.unplaced_selectable(selectors)]
+        scanned = [
+            e.pod.key
+            for e in flight.unplaced()
+            if any(s.matches(e.pod.metadata.labels) for s in selectors)
+        ]
+        assert [k for k in found if k in scanned] == scanned, selectors
+    assert [e.pod.key for e in flight.unplaced_selectable([web])] == ["default/p0"]
+    assert [e.pod.key for e in flight.unplaced_selectable([not_db])] == [
+        "default/p0", "default/p3", "default/p1"
+    ]  # fmt: skip

@@ -17,7 +17,7 @@ at a time, so neither costs the whole cluster.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 
 import msgspec
 
@@ -40,17 +40,20 @@ from hostaffinity.affinity.nodeaffinity import (
     required_nodes,
     term_nodes,
 )
+from hostaffinity.affinity.rejections import Rejections, Stage
 from hostaffinity.affinity.scoring import (
     INTER_POD_AFFINITY_WEIGHT,
     MAX_NODE_SCORE,
     NODE_AFFINITY_WEIGHT,
     POD_TOPOLOGY_SPREAD_WEIGHT,
     TAINT_TOLERATION_WEIGHT,
+    Groups,
     ScoreResult,
     SparseScores,
     combine,
     normalize_default,
     normalize_min_max,
+    normalize_min_max_groups,
 )
 from hostaffinity.affinity.spread_filtering import DomainCounts
 from hostaffinity.affinity.spread_scoring import PreScoreState, prescore
@@ -67,7 +70,6 @@ from hostaffinity.affinity.topology_spread import (
     compile_spread_constraints,
 )
 
-Stage = tuple[Set[str], Rejection]
 _NONE: frozenset[str] = frozenset()
 # Up to this many asked nodes, a filter tests them one by one where a stage would otherwise build
 # a set over every node (a set difference is cheaper per node, a Python test cheaper in total).
@@ -85,10 +87,11 @@ class FilterMode(enum.Enum):
 
 
 class FilterResult(msgspec.Struct, frozen=True):
-    """Nodes that passed, in the order asked, and why each other node failed."""
+    """Nodes that passed, in the order asked, and why each other node failed (found on
+    demand: read it before the index changes, see rejections.py)."""
 
     feasible: list[str]
-    rejected: dict[str, Rejection]
+    rejected: Mapping[str, Rejection]
 
     def summary(self) -> str:
         """kube-scheduler's one-line summary of the rejections."""
@@ -174,12 +177,14 @@ class AffinityEngine:
         """PodTopologySpread's PreScore over the (feasible) nodes; None when it skips the pod:
         no ScheduleAnyway spread of its own, nor (kube-scheduler mode) a default one."""
         soft = [c for c in self.spreads(pod, mode) if c.soft]
+        if not soft:  # before any set over the nodes: most pods have nothing to score here
+            return None
         defaulted = not pod.spec.topology_spread_constraints
         return prescore(
             self.index,
             pod,
             soft,
-            set(nodes) & self.index.all_nodes(),
+            self.index.all_nodes() & (nodes if isinstance(nodes, Set) else set(nodes)),
             require_all_keys=not (defaulted and self.spread_defaults.system_defaulted),
             inclusion=NodeInclusion(self.index, pod),
         )
@@ -208,13 +213,11 @@ class AffinityEngine:
         if mode is FilterMode.KUBE_SCHEDULER:
             stages.extend(self._node_stages(pod, few))
         stages.extend(self._pod_stages(pod, mode, few))
-        rejected: dict[str, Rejection] = {}
-        for failing, why in reversed(stages):
-            if failing:
-                rejected.update(dict.fromkeys(failing if asked is None else failing & asked, why))
+        rejected = Rejections(stages, asked)
+        failing = rejected.nodes()
         if asked is None:
-            return FilterResult(index.feasible_in_order(rejected), rejected)
-        return FilterResult([n for n in order if n not in rejected], rejected)
+            return FilterResult(index.feasible_in_order(failing), rejected)
+        return FilterResult([n for n in order if n not in failing], rejected)
 
     def first_fit(
         self, pod: Pod, order: Iterable[str], accept: Callable[[str], bool]
@@ -409,14 +412,19 @@ class AffinityEngine:
         if not asked <= known:  # set operations first: unknown nodes are rare
             names = [n for n in names if n in known]
             asked.intersection_update(known)
-        inter_pod = normalize_min_max(self._inter_pod_raw(pod, asked, mode), len(asked))
+        inter_pod, groups = self._inter_pod_scores(pod, asked, mode)
         prescored = self.spread_prescore(pod, asked, mode)
         spread = None if prescored is None else prescored.scores()
         unscored = SparseScores(0)
         if mode is FilterMode.PHYSICAL:
             if spread is None:
                 return ScoreResult(names, unscored, unscored, inter_pod, inter_pod, MAX_NODE_SCORE)
-            total = combine(lambda inter, spreads: inter + spreads, inter_pod, spread)
+            total = combine(
+                lambda inter, spreads: inter + spreads,
+                inter_pod,
+                spread,
+                grouped=None if groups is None else (0, groups),
+            )
             return ScoreResult(
                 names, unscored, unscored, inter_pod, total, 2 * MAX_NODE_SCORE, spread
             )
@@ -434,6 +442,7 @@ class AffinityEngine:
             node_affinity,
             inter_pod,
             unscored if spread is None else spread,
+            grouped=None if groups is None else (2, groups),
         )
         weights = TAINT_TOLERATION_WEIGHT + NODE_AFFINITY_WEIGHT + INTER_POD_AFFINITY_WEIGHT
         weights += spread_weight
@@ -463,9 +472,35 @@ class AffinityEngine:
                     raw[node] = raw.get(node, 0) + weight
         return SparseScores(0, raw)
 
-    def _inter_pod_raw(self, pod: Pod, asked: Set[str], mode: FilterMode) -> SparseScores:
-        """Sum of term weights per topology domain (scoring.go PreScore/Score), for the asked
-        nodes in a domain that some term credits."""
+    def _inter_pod_scores(
+        self, pod: Pod, asked: Set[str], mode: FilterMode
+    ) -> tuple[SparseScores, Groups | None]:
+        """InterPodAffinity's normalized scores of the asked nodes, with the node groups they
+        list when the scores come by topology domain (for `combine(grouped=...)`).
+
+        A domain's nodes share their raw score, so with one topology key (the usual case) the
+        domains are normalized as groups before any node is listed; asked about every node, a
+        domain's group is the index's own set of its nodes, not a copy.
+        """
+        credits = self._inter_pod_credits(pod, mode)
+        keys = {key for key, _ in credits}
+        if len(keys) != 1:
+            return normalize_min_max(self._inter_pod_raw(credits, asked), len(asked)), None
+        (key,) = keys
+        by_value = self.index.domains(key)
+        everyone = len(asked) == len(self.index.all_nodes())  # `asked` holds known nodes only
+        groups = []
+        for (_, value), weight in credits.items():
+            domain = by_value.get(value, _NONE)
+            members = domain if everyone else asked & domain
+            if members:
+                groups.append((weight, members))
+        others = len(asked) - sum(len(members) for _, members in groups)
+        return normalize_min_max_groups(groups, others)
+
+    def _inter_pod_credits(self, pod: Pod, mode: FilterMode) -> dict[tuple[str, str], int]:
+        """Sum of term weights per (topology key, domain) (scoring.go PreScore): the pod's
+        preferred terms over the pods they select, and existing pods' terms that select it."""
         index = self.index
         terms = self.terms(pod, mode)
         physical_only = mode is FilterMode.PHYSICAL
@@ -494,9 +529,14 @@ class AffinityEngine:
                 if record.key == pod.key or (physical_only and not term.physical):
                     continue
                 credit(record, term, HARD_POD_AFFINITY_WEIGHT if sign == 0 else sign * term.weight)
+        return topology
+
+    def _inter_pod_raw(self, credits: dict[tuple[str, str], int], asked: Set[str]) -> SparseScores:
+        """The raw score (scoring.go Score) of the asked nodes in a domain some term credits."""
+        index = self.index
         # One key's domains do not overlap: set operations fill its part, with no per-node loop.
         by_key: dict[str, dict[str, int]] = {}
-        for (key, value), weight in topology.items():
+        for (key, value), weight in credits.items():
             members = asked & index.domains(key).get(value, _NONE)
             by_key.setdefault(key, {}).update(dict.fromkeys(members, weight))
         parts = [SparseScores(0, part) for part in by_key.values()]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 from collections import deque
 from collections.abc import Iterator, Mapping, Set
-from itertools import repeat
+from itertools import filterfalse, repeat
 from typing import Final, Literal, TypeVar
 
 import msgspec
@@ -157,6 +157,7 @@ class ClusterIndex:
         }
         self._nodes_by_label: dict[str, dict[str, set[str]]] = {}
         self._nodes_by_host: dict[str, dict[str, set[str]]] = {}
+        self._host_of: dict[str, dict[str, str]] = {key: {} for key in HOST_KEYS}
         self._nodes_with: dict[str, set[str]] = {}
         self._nodes_by_taints: dict[tuple[Taint, ...], set[str]] = {}
         self._cordoned: set[str] = set()
@@ -178,6 +179,7 @@ class ClusterIndex:
             self._terms,
             self._nodes_by_label,
             self._nodes_by_host,
+            self._host_of,
             self._nodes_with,
             self._nodes_by_taints,
             self._cordoned,
@@ -314,6 +316,7 @@ class ClusterIndex:
             if value is not None:
                 _add2(self._nodes_by_host, key, value, node)
                 _add(self._nodes_with, key, node)
+                self._host_of[key][node] = value
 
     def _unindex_host(self, node: str) -> None:
         for key in HOST_KEYS:
@@ -321,6 +324,7 @@ class ClusterIndex:
             if value is not None:
                 _discard2(self._nodes_by_host, key, value, node)
                 _discard(self._nodes_with, key, node)
+                del self._host_of[key][node]
 
     # -- node queries --------------------------------------------------------------------------
 
@@ -360,6 +364,12 @@ class ClusterIndex:
             return self._nodes_by_host.get(key, {})
         return self._nodes_by_label.get(key, {})
 
+    def hosts_of_nodes(self, key: str) -> Mapping[str, str]:
+        """Node -> its domain for an ESXi-host `key` (as `domain` resolves it), for callers
+        that look up many nodes at once: `map(hosts.get, nodes)` runs without a Python call
+        per node."""
+        return self._host_of[key]
+
     def nodes_with(self, key: str) -> Set[str]:
         """Nodes that have a topology domain for `key` (do not mutate)."""
         return self._nodes_with.get(key, _EMPTY)
@@ -371,11 +381,13 @@ class ClusterIndex:
             return _EMPTY
         return self._all_nodes - with_key
 
-    def feasible_in_order(self, rejected: Mapping[str, object]) -> list[str]:
-        """Every node not in `rejected`, in `node_names` order, without a per-node Python loop
-        when few are rejected (a filter over all nodes returns most of them)."""
+    def feasible_in_order(self, rejected: Set[str]) -> list[str]:
+        """Every node not in `rejected` (indexed nodes), in `node_names` order, without a
+        per-node Python loop (a filter over all nodes returns most of them, or none)."""
+        if len(rejected) >= len(self._nodes):
+            return []
         if len(rejected) * 4 > len(self._nodes):
-            return [name for name in self._nodes if name not in rejected]
+            return list(filterfalse(rejected.__contains__, self._nodes))
         remaining = self._nodes.copy()
         deque(map(remaining.pop, rejected, repeat(None)), maxlen=0)  # a C loop, no Python one
         return list(remaining)

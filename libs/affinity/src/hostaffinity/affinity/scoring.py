@@ -11,7 +11,7 @@ node that differs, and nothing is built per node until an answer lists the nodes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from itertools import repeat
 from typing import Final
 
@@ -40,30 +40,55 @@ class SparseScores(msgspec.Struct, frozen=True, gc=False):
         return map(self.special.get, nodes, repeat(self.base))
 
 
-def combine(formula: Callable[..., int], *parts: SparseScores) -> SparseScores:
+# Disjoint sets of nodes, each with the score every node in it has (a topology domain's).
+Groups = Sequence[tuple[int, Set[str]]]
+
+
+def combine(
+    formula: Callable[..., int],
+    *parts: SparseScores,
+    grouped: tuple[int, Groups] | None = None,
+) -> SparseScores:
     """`formula` of the parts' scores, node by node.
 
     Computed once per distinct combination of scores (a domain's nodes share theirs), leaving
     the per-node work to C-level maps and zips: a zone-wide term credits thousands of nodes.
+    With several varying parts, the largest is combined that way with the others at their
+    base, and only the nodes the smaller parts list are computed again from every part.
+    `grouped` names a part (by position) whose `special` lists exactly these groups (as
+    `normalize_min_max_groups` makes it): that part is expanded group by group instead, with
+    no pass over its nodes.
     """
     varying = [i for i, part in enumerate(parts) if part.special]
-    keys: Sequence[int | tuple[int, ...]]
-    if len(varying) == 1:  # the usual case: a node's key is its one varying score, no tuple
-        special = parts[varying[0]].special
-        nodes, keys = list(special), list(special.values())
-    else:
-        nodes = list(set().union(*(parts[i].special for i in varying)))
-        keys = list(zip(*(parts[i].over(nodes) for i in varying), strict=True))
     args = [part.base for part in parts]
     base = formula(*args)
+    if not varying:
+        return SparseScores(base)
 
-    def at(key: int | tuple[int, ...]) -> int:
-        for i, value in zip(varying, key if isinstance(key, tuple) else (key,), strict=True):
-            args[i] = value
-        return formula(*args)
+    def at(position: int, score: int) -> int:
+        args[position] = score
+        value = formula(*args)
+        args[position] = parts[position].base
+        return value
 
-    results = {key: at(key) for key in set(keys)}
-    return SparseScores(base, dict(zip(nodes, map(results.__getitem__, keys), strict=True)))
+    combined: dict[str, int] = {}
+    if grouped is not None and grouped[0] in varying:
+        first = grouped[0]
+        for score, nodes in grouped[1]:
+            value = at(first, score)
+            if value != base:
+                combined.update(dict.fromkeys(nodes, value))
+    else:
+        first = max(varying, key=lambda i: len(parts[i].special))
+        special = parts[first].special
+        results = {score: at(first, score) for score in set(special.values())}
+        combined.update(zip(special, map(results.__getitem__, special.values()), strict=True))
+    if len(varying) > 1:
+        others = list(set().union(*(parts[i].special for i in varying if i != first)))
+        keys = list(zip(*(part.over(others) for part in parts), strict=True))
+        by_key = {key: formula(*key) for key in set(keys)}
+        combined.update(zip(others, map(by_key.__getitem__, keys), strict=True))
+    return SparseScores(base, combined)
 
 
 def normalize_default(raw: SparseScores, nodes: int, *, reverse: bool) -> SparseScores:
@@ -96,6 +121,37 @@ def normalize_min_max(raw: SparseScores, nodes: int) -> SparseScores:
     if spread <= 0:
         return SparseScores(0)
     return combine(lambda score: int(MAX_NODE_SCORE * ((score - low) / spread)), raw)
+
+
+def normalize_min_max_groups(groups: Groups, others: int) -> tuple[SparseScores, Groups]:
+    """`normalize_min_max` of raw scores given per group of nodes (disjoint node sets that
+    share a raw score: a topology domain), plus `others` nodes with a raw score of 0; with the
+    groups the result lists, normalized, for `combine(grouped=...)`.
+
+    The scores are normalized once per group, and only the groups that end up off the base
+    score are listed node by node: a zone-wide term no longer costs a pass over every node per
+    step. When the groups cover every node scored (`others` is 0), the base is the largest
+    group's score, so that group is not listed either.
+    """
+    values = [raw for raw, _ in groups]
+    if others:
+        values.append(0)
+    if not values:
+        return SparseScores(0), ()
+    low, high = min(values), max(values)
+    spread = high - low
+    if spread <= 0:
+        return SparseScores(0), ()
+
+    def scale(score: int) -> int:
+        return int(MAX_NODE_SCORE * ((score - low) / spread))
+
+    base = scale(max(groups, key=lambda group: len(group[1]))[0] if not others else 0)
+    listed = [(score, nodes) for raw, nodes in groups if (score := scale(raw)) != base]
+    special: dict[str, int] = {}
+    for score, nodes in listed:
+        special.update(dict.fromkeys(nodes, score))
+    return SparseScores(base, special), listed
 
 
 class NodeScore(msgspec.Struct, frozen=True):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Mapping
+from itertools import compress
 from typing import Final
 
 import msgspec
@@ -130,23 +131,29 @@ def in_flight_selected(cache: ExtenderCache, pod: Pod) -> list[str]:
         ns_labels = namespaces.get(meta.namespace, {})
         return any(term.matches(meta.namespace, meta.labels, ns_labels) for term in own)
 
+    selectors = [c.selector for c in spreads] + [term.selector for term in own]
+    key = pod.key
     return [
-        entry.pod.key
-        for entry in cache.in_flight.unplaced()
-        if entry.pod.key != pod.key and selects(entry.pod)
+        other
+        for entry in cache.in_flight.unplaced_selectable(selectors)
+        if (other := entry.pod.key) != key and selects(entry.pod)
     ]
 
 
-def _domains(cache: ExtenderCache, nodes: list[str]) -> Iterator[tuple[str, str]]:
-    for node in nodes:
-        host = cache.host_of(node)
-        yield (host if host is not None else f"node {node}"), node
+def _domains(cache: ExtenderCache, nodes: list[str]) -> list[str]:
+    """Each node's ESXi host (`node <name>` for a node without one), in order: one lookup
+    pass with no call per node, as a concerned pod's filter passes hundreds of nodes."""
+    hosts = map(cache.index.hosts_of_nodes(LABEL_ESXI_HOST).get, nodes)
+    return [
+        host if host is not None else f"node {node}"
+        for host, node in zip(hosts, nodes, strict=True)
+    ]
 
 
-def reserved_host(cache: ExtenderCache, passed: list[str], rng: random.Random) -> str:
-    """The ESXi host to hold a concerned pod: the one with the most passing nodes (the most
-    choice left to kube-scheduler's scoring), ties at random."""
-    counts = Counter(host for host, _ in _domains(cache, passed))
+def reserved_host(hosts: list[str], rng: random.Random) -> str:
+    """The ESXi host to hold a concerned pod, from its passing nodes' hosts: the one with the
+    most passing nodes (the most choice left to kube-scheduler's scoring), ties at random."""
+    counts = Counter(hosts)
     most = max(counts.values())
     return rng.choice(sorted(host for host, count in counts.items() if count == most))
 
@@ -173,7 +180,7 @@ def filter_nodes(
         return ExtenderFilterResult(error=waiting), Verdict(
             outcome=ERROR, asked=len(asked.names), message=waiting
         )
-    rejected: dict[str, Rejection] = {}
+    rejected: Mapping[str, Rejection] = {}
     passed = asked.names
     summary = ""
     concerned = concerns(cache, pod)
@@ -186,8 +193,9 @@ def filter_nodes(
     for node, why in rejected.items():
         (unresolvable if why.unresolvable else failed)[node] = failure_message(why)
     if concerned and passed:
-        host = reserved_host(cache, passed, rng or random.Random())
-        held = [node for domain, node in _domains(cache, passed) if domain == host]
+        hosts = _domains(cache, passed)
+        host = reserved_host(hosts, rng or random.Random())
+        held = list(compress(passed, map(host.__eq__, hosts)))
         failed.update(dict.fromkeys(set(passed).difference(held), reservation_message(pod, host)))
         passed = held
         cache.reserve(pod, held[0])
@@ -247,16 +255,19 @@ def prioritize(
         return None, Verdict(outcome=ERROR, asked=len(asked.names), message=waiting)
     names = asked.names
     scale = 2 * MAX_NODE_SCORE
-    scores = list(
-        combine(
-            lambda preferred, spread: (preferred + spread) * MAX_EXTENDER_PRIORITY // scale,
-            preferred_scores(cache, pod, names),
-            spread_scores(cache, pod, names),
-        ).over(names)
+    combined = combine(
+        lambda preferred, spread: (preferred + spread) * MAX_EXTENDER_PRIORITY // scale,
+        preferred_scores(cache, pod, names),
+        spread_scores(cache, pod, names),
     )
+    if combined.special:
+        scores = list(combined.over(names))
+        best = names[scores.index(max(scores))] if scores else ""
+    else:  # every node alike, as for most pods: nothing to look up or compare per node
+        scores = [combined.base] * len(names)
+        best = names[0] if names else ""
     # Positional HostPriority built in C (map): the answer is the one per-node object.
     priorities = list(map(HostPriority, names, scores))
-    best = names[scores.index(max(scores))] if scores else ""
     verdict = Verdict(
         outcome=SCORED,
         asked=len(asked.names),
