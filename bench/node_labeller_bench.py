@@ -125,11 +125,12 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
                     f"first complete labelling: {time.monotonic() - started:.2f} s "
                     f"({vms} nodes labelled)"
                 )
-                await measure_moves(work, vc, hosts, moves)
                 await measure_resync(work, vms)
-                await asyncio.to_thread(
-                    measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
-                )
+                if moves:
+                    await measure_moves(work, vc, hosts, moves)
+                    await asyncio.to_thread(
+                        measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
+                    )
                 print(
                     f"peak RSS of the labeller process: {peak_rss_mib():.0f} MiB "
                     f"(before the labeller started: {rss_before:.0f} MiB)"
