@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ from tests.platform.console import SCRIPTS
 from tests.platform.kube_double import KubeDouble
 from tests.platform.kube_double.store import Change
 from tests.platform.nats import free_port
-from tests.platform.nats_cluster import NatsCluster
+from tests.platform.nats_cluster import NatsCluster, running_cluster
 from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim
 
 ZONE = "topology.kubernetes.io/zone"
@@ -487,17 +487,6 @@ def cycle_seconds(log: Path, since_line: int) -> list[float]:
     return [float(m[1]) for line in lines if (m := CYCLE_LINE.search(line))]
 
 
-@contextlib.asynccontextmanager
-async def bus(workdir: Path) -> AsyncIterator[NatsCluster]:
-    cluster = NatsCluster(workdir / "bus")
-    await cluster.start()
-    try:
-        await cluster.provision()
-        yield cluster
-    finally:
-        await cluster.stop()
-
-
 async def run(args: argparse.Namespace, workdir: Path) -> None:
     print(
         f"scale: {args.nodes} node VMs and Nodes on {args.nodes // NODES_PER_HOST} ESXi hosts in "
@@ -536,7 +525,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         followers = [
             asyncio.create_task(follow(kube, storage, commits)) for storage in ("pods", "nodes")
         ]
-        async with bus(workdir) as nats:
+        async with running_cluster(workdir / "bus") as nats:
             await measure(
                 args, workdir, vc, admin, placement, world, kube, kubeconfig, nats, commits
             )
