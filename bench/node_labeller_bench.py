@@ -23,10 +23,9 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from figures import peak_rss_mib, percentile
-from pyVmomi import vim, vmodl
+from vcsim_reads import read_placement, relocate, simulator_floor
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.main import service_spec
@@ -38,7 +37,6 @@ from hostaffinity.runtime.process.config import (
     NatsSettings,
 )
 from hostaffinity.runtime.runner import running_service
-from tests.e2e.labeller_harness import host_by_name, vm_by_name
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim
 
@@ -70,16 +68,6 @@ def kube_double(nodes: int, workdir: Path) -> Iterator[Path]:
     finally:
         process.terminate()
         process.wait(30)
-
-
-def relocate(si: Any, vm_name: str, host_name: str) -> float:
-    """Move a VM; returns the task's completeTime as epoch seconds."""
-    spec = vim.vm.RelocateSpec(host=host_by_name(si, host_name))
-    task = vm_by_name(si, vm_name).RelocateVM_Task(spec)
-    while task.info.state not in ("success", "error"):
-        time.sleep(0.001)
-    assert task.info.state == "success", task.info.error
-    return float(task.info.completeTime.timestamp())
 
 
 @contextlib.asynccontextmanager
@@ -125,11 +113,12 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
                     f"first complete labelling: {time.monotonic() - started:.2f} s "
                     f"({vms} nodes labelled)"
                 )
-                await measure_moves(work, vc, hosts, moves)
                 await measure_resync(work, vms)
-                await asyncio.to_thread(
-                    measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
-                )
+                if moves:
+                    await measure_moves(work, vc, hosts, moves)
+                    await asyncio.to_thread(
+                        measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
+                    )
                 print(
                     f"peak RSS of the labeller process: {peak_rss_mib():.0f} MiB "
                     f"(before the labeller started: {rss_before:.0f} MiB)"
@@ -156,6 +145,8 @@ async def time_moves(work: NodeLabellerWork, vc: Vcsim, hosts: int, moves: int) 
     labeller = work.labeller
     assert labeller is not None
     si = vc.connect()
+    inventory = await asyncio.to_thread(read_placement, si)
+    host_moid = {name: moid for moid, name in inventory.host_name.items()}
     wall_minus_mono = time.time() - time.monotonic()
     timings = MoveTimings()
     total, seen, sent, answered = timings.total, timings.seen, timings.sent, timings.answered
@@ -166,7 +157,7 @@ async def time_moves(work: NodeLabellerWork, vc: Vcsim, hosts: int, moves: int) 
         if target == current:
             continue
         before = labeller.timings.get(vm)
-        completed_wall = await asyncio.to_thread(relocate, si, vm, target)
+        completed_wall = await asyncio.to_thread(relocate, si, inventory.vm[vm], host_moid[target])
         completed = completed_wall - wall_minus_mono  # on the monotonic clock
         while (timing := labeller.timings.get(vm)) is before or timing is None:  # noqa: ASYNC110
             await asyncio.sleep(0.0005)
@@ -220,39 +211,16 @@ async def measure_resync(work: NodeLabellerWork, vms: int, rounds: int = 5) -> N
 
 
 def measure_simulator_floor(vc: Vcsim, hosts: int, vms: int, moves: int) -> None:
-    """The same vMotion seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds.
-
-    govmomi 0.24's simulator gathers updates on a 250 ms ticker and re-collects the filter's
-    objects for each change, so this is the floor any client of it sees.
-    """
-    watcher_si, mover_si = vc.connect(), vc.connect()
-    content = watcher_si.RetrieveContent()
-    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
-    collector = vmodl.query.PropertyCollector
-    spec = collector.FilterSpec(
-        objectSet=[
-            collector.ObjectSpec(
-                obj=view,
-                skip=True,
-                selectSet=[collector.TraversalSpec(path="view", type=vim.view.ContainerView)],
-            )
-        ],
-        propSet=[collector.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.host"])],
-    )
-    pc = content.propertyCollector
-    pc.CreateFilter(spec, partialUpdates=False)
-    version = pc.WaitForUpdatesEx("", collector.WaitOptions(maxWaitSeconds=5)).version
-    delays = []
-    for index in range(moves):
-        vm = f"node-{index * 53 % vms + 1}"
-        completed = relocate(mover_si, vm, f"DC0_C0_H{index % hosts}")
-        while True:
-            update = pc.WaitForUpdatesEx(version, collector.WaitOptions(maxWaitSeconds=5))
-            if update is not None:
-                version = update.version
-                delays.append(time.time() - completed)
-                break
-    ms = [d * 1000 for d in delays]
+    """The same vMotion seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds."""
+    mover = vc.connect()
+    inventory = read_placement(mover)
+    host_moid = {name: moid for moid, name in inventory.host_name.items()}
+    names = [
+        (f"node-{index * 53 % vms + 1}", host_moid[f"DC0_C0_H{index % hosts}"])
+        for index in range(moves)
+    ]
+    planned = [(inventory.vm[vm], host) for vm, host in names if inventory.vm_host[vm] != host]
+    ms = [d * 1000 for d in simulator_floor(vc.connect(), mover, planned)]
     print(
         f"  simulator floor: bare WaitForUpdatesEx, {len(ms)} moves (ms)      "
         f"median {statistics.median(ms):7.1f}  p99 {percentile(ms, 0.99):7.1f}"

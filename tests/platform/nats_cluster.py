@@ -327,13 +327,20 @@ def _read_env(path: Path) -> dict[str, str]:
     return {name: value for name, value in pairs}
 
 
-@pytest.fixture
-async def nats_cluster(tmp_path: Path) -> AsyncIterator[NatsCluster]:
-    """The shipped 3-server cluster, provisioned (R3), stopped after the test."""
-    cluster = NatsCluster(tmp_path / "bus")
+@contextlib.asynccontextmanager
+async def running_cluster(workdir: Path) -> AsyncIterator[NatsCluster]:
+    """The shipped 3-server cluster in `workdir`, provisioned (R3), stopped after the block."""
+    cluster = NatsCluster(workdir)
     await cluster.start()
     try:
         await cluster.provision()
         yield cluster
     finally:
         await cluster.stop()
+
+
+@pytest.fixture
+async def nats_cluster(tmp_path: Path) -> AsyncIterator[NatsCluster]:
+    """The shipped 3-server cluster, provisioned (R3), stopped after the test."""
+    async with running_cluster(tmp_path / "bus") as cluster:
+        yield cluster

@@ -84,10 +84,12 @@ def to_storage(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def present(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-    """Render a stored object as `resource`'s version serialises it, zero values included."""
-    obj = copy.deepcopy(obj)
+    """Render a stored object as `resource`'s version serialises it, zero values included.
+    Only Events change, on a copy; anything else comes back as is, to be serialised, not
+    changed."""
     if resource.kind != "Event":
         return obj
+    obj = copy.deepcopy(obj)
     for path in _TIME_FIELDS:
         _reformat(obj, path, "%Y-%m-%dT%H:%M:%SZ")
     _reformat(obj, ("eventTime",), "%Y-%m-%dT%H:%M:%S.%fZ")

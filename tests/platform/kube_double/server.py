@@ -37,6 +37,7 @@ _CUSTOM_PATCH_TYPES = (
     "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
 )
 _BOOKMARK_EVERY_S = 60.0
+_TYPE = ("kind", "apiVersion")  # a built-in LIST's items carry neither
 _CONSISTENT_READ_WAIT_S = 3.0
 
 
@@ -315,26 +316,19 @@ class KubeApiServer:
 
     async def _list(self, request: Request) -> dict[str, Any]:
         route, query = request.route, request.query
-        matches = self._matcher(request)
         storage = route.resource.storage_key
         rv_param = query.get("resourceVersion", "")
-        start = ""
+        start, too_old = "", ""
+        at: int | None = None
         if query.get("continue"):
             list_rv, start = _decode_continue(query["continue"])
-            objs = self._list_at(
-                storage,
-                route.namespace,
+            at, too_old = (
                 list_rv,
                 "The provided continue parameter is too old to display a consistent list result.",
             )
         elif rv_param not in ("", "0") and query.get("resourceVersionMatch") == "Exact":
             list_rv = int(rv_param)
-            objs = self._list_at(
-                storage,
-                route.namespace,
-                list_rv,
-                "The resourceVersion for the provided list is too old.",
-            )
+            at, too_old = list_rv, "The resourceVersion for the provided list is too old."
         else:
             if rv_param not in ("", "0") and int(rv_param) > self.store.rv:
                 await asyncio.sleep(_CONSISTENT_READ_WAIT_S * self.time_scale)
@@ -354,44 +348,41 @@ class KubeApiServer:
                     headers={"Retry-After": "1"},
                 )
             list_rv = self.store.rv
-            objs = self.store.objects(storage, route.namespace)
-        objs = [o for o in objs if matches(o)]
         limit = int(query.get("limit") or 0) if rv_param != "0" else 0
+        selected = bool(query.get("labelSelector") or query.get("fieldSelector"))
+        try:
+            page = self.store.page(
+                storage,
+                route.namespace,
+                at,
+                after=start,
+                limit=limit,
+                matches=self._matcher(request),
+                counted=not selected,
+            )
+        except TooOld:
+            raise errors.status(410, "Expired", too_old) from None
         metadata: dict[str, Any] = {"resourceVersion": str(list_rv)}
-
-        def sort_key(o: dict[str, Any]) -> str:
-            meta = o["metadata"]
-            return f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
-
-        if start:
-            objs = [o for o in objs if sort_key(o) + "\x00" > start]
-        if limit and len(objs) > limit:
-            metadata["continue"] = _continue_token(list_rv, sort_key(objs[limit - 1]) + "\x00")
-            if not query.get("labelSelector") and not query.get("fieldSelector"):
-                metadata["remainingItemCount"] = len(objs) - limit
-            objs = objs[:limit]
+        if page.more:
+            metadata["continue"] = _continue_token(list_rv, page.last + "\x00")
+            if page.remaining is not None:
+                metadata["remainingItemCount"] = page.remaining
         resource = route.resource
-        items = [admission.present(resource, o) for o in objs]
         if resource.custom:
+            items = [admission.present(resource, o) for o in page.objects]
             metadata = {"continue": metadata.get("continue", ""), **metadata}
         else:
-            for item in items:
-                item.pop("kind", None)
-                item.pop("apiVersion", None)
+            # Rendered (json) before the next await, so the stored objects need no copy.
+            items = [
+                {k: v for k, v in admission.present(resource, o).items() if k not in _TYPE}
+                for o in page.objects
+            ]
         return {
             "kind": f"{resource.kind}List",
             "apiVersion": resource.api_version,
             "metadata": metadata,
             "items": items,
         }
-
-    def _list_at(
-        self, storage: str, namespace: str | None, rv: int, too_old: str
-    ) -> list[dict[str, Any]]:
-        try:
-            return self.store.objects_at(storage, namespace, rv)
-        except TooOld:
-            raise errors.status(410, "Expired", too_old) from None
 
     # -- watch -------------------------------------------------------------------------------
 

@@ -1,0 +1,106 @@
+"""What the benches read from and do to vcsim with a plain pyVmomi client, at any inventory size:
+the whole placement in one PropertyCollector read, a vMotion timed by its task, and vcsim's own
+floor (a bare RelocateVM_Task until a plain WaitForUpdatesEx client sees it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyVmomi import vim, vmodl
+
+_COLLECTOR = vmodl.query.PropertyCollector
+
+
+@dataclass(frozen=True)
+class Placement:
+    """vcsim's inventory as a table: VM name → moid and host moid, host moid → name, cluster."""
+
+    vm: dict[str, str]
+    vm_host: dict[str, str]
+    host_name: dict[str, str]
+    host_cluster: dict[str, str]
+
+    def hosts_of_cluster(self, cluster: str) -> list[str]:
+        return sorted(h for h, c in self.host_cluster.items() if c == cluster)
+
+
+def _view_spec(si: Any, kind: type, paths: list[str]) -> Any:
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [kind], True)
+    return _COLLECTOR.FilterSpec(
+        objectSet=[
+            _COLLECTOR.ObjectSpec(
+                obj=view,
+                skip=True,
+                selectSet=[_COLLECTOR.TraversalSpec(path="view", type=vim.view.ContainerView)],
+            )
+        ],
+        propSet=[_COLLECTOR.PropertySpec(type=kind, pathSet=paths)],
+    )
+
+
+def _retrieve(si: Any, kind: type, paths: list[str]) -> dict[str, dict[str, Any]]:
+    """moid → {path: value} of every object of `kind`, read in pages of 1,000."""
+    collector = si.RetrieveContent().propertyCollector
+    result = collector.RetrievePropertiesEx(
+        [_view_spec(si, kind, paths)], _COLLECTOR.RetrieveOptions(maxObjects=1000)
+    )
+    found: dict[str, dict[str, Any]] = {}
+    while result is not None:
+        for obj in result.objects:
+            found[obj.obj._moId] = {prop.name: prop.val for prop in obj.propSet}
+        if not result.token:
+            break
+        result = collector.ContinueRetrievePropertiesEx(result.token)
+    return found
+
+
+def read_placement(si: Any) -> Placement:
+    """Every VM's host and every host's cluster, in two reads (not two calls per VM)."""
+    vms = _retrieve(si, vim.VirtualMachine, ["name", "runtime.host"])
+    hosts = _retrieve(si, vim.HostSystem, ["name", "parent"])
+    return Placement(
+        vm={props["name"]: moid for moid, props in vms.items()},
+        vm_host={props["name"]: props["runtime.host"]._moId for props in vms.values()},
+        host_name={moid: props["name"] for moid, props in hosts.items()},
+        host_cluster={moid: props["parent"]._moId for moid, props in hosts.items()},
+    )
+
+
+def relocate(si: Any, vm_moid: str, host_moid: str) -> float:
+    """vMotion a VM to a host of its cluster; the task's completeTime as epoch seconds. vcsim
+    0.24 finishes a task before it answers the call, so one read of its info is enough."""
+    vm = vim.VirtualMachine(vm_moid, si._stub)
+    task = vm.RelocateVM_Task(vim.vm.RelocateSpec(host=vim.HostSystem(host_moid, si._stub)))
+    info = task.info
+    while info.state not in ("success", "error"):
+        time.sleep(0.001)
+        info = task.info
+    if info.state != "success":
+        raise RuntimeError(f"RelocateVM_Task of {vm_moid}: {info.error}")
+    return float(info.completeTime.timestamp())
+
+
+def simulator_floor(
+    watcher_si: Any, mover_si: Any, moves: Sequence[tuple[str, str]]
+) -> list[float]:
+    """Per (VM moid, host moid) move: seconds from the RelocateVM_Task's completeTime until a
+    bare WaitForUpdatesEx client, watching `runtime.host` of every VM, sees it. govmomi 0.24's
+    simulator gathers updates on a 250 ms ticker and collects the filter's objects again for
+    each change, so this is the floor any client of it sees (it grows with the VMs)."""
+    collector = watcher_si.RetrieveContent().propertyCollector
+    spec = _view_spec(watcher_si, vim.VirtualMachine, ["runtime.host"])
+    collector.CreateFilter(spec, partialUpdates=False)
+    options = _COLLECTOR.WaitOptions(maxWaitSeconds=5)
+    version = collector.WaitForUpdatesEx("", options).version
+    delays = []
+    for vm, host in moves:
+        completed = relocate(mover_si, vm, host)
+        while (update := collector.WaitForUpdatesEx(version, options)) is None:
+            pass
+        version = update.version
+        delays.append(time.time() - completed)
+    return delays
