@@ -59,7 +59,7 @@ from figures import percentile
 from pyVmomi import vim, vmodl
 from vcsim_reads import Placement, read_placement, relocate, simulator_floor
 
-from hostaffinity.runtime.config import HealthSettings, LeaseSettings, Settings
+from hostaffinity.runtime.process.config import HealthSettings, LeaseSettings, Settings
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.descheduler_harness import descheduler_config, node_object, pod_object
 from tests.e2e.drs_harness import drs_config
