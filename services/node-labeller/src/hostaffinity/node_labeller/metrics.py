@@ -1,9 +1,10 @@
 """The node-labeller's instruments, served on /metrics by the runtime's Prometheus exporter as
 `hostaffinity_labeller_label_patches_total`, `hostaffinity_labeller_node_warnings_total{reason}`,
 `hostaffinity_labeller_kv_repairs_total`, `hostaffinity_labeller_update_to_patch_seconds` and
-`hostaffinity_labeller_nodes{state}`, and the vCenter watch's
-`hostaffinity_labeller_vcenter_reconnects_total`; events not yet published are the runtime outbox's
-`hostaffinity_bus_outbox_*{outbox="node-labeller"}`.
+`hostaffinity_labeller_nodes{state}`, the vCenter watch's
+`hostaffinity_labeller_vcenter_reconnects_total{vcenter}` and the tag reads'
+`hostaffinity_labeller_tag_reads_total{vcenter,outcome}`; events not yet published are the
+runtime outbox's `hostaffinity_bus_outbox_*{outbox="node-labeller"}`.
 """
 
 from __future__ import annotations
@@ -89,6 +90,20 @@ class WatchMetrics:
 
     def reconnected(self, vcenter: str) -> None:
         self._reconnects.add(1, {"vcenter": vcenter})
+
+
+class TagReadMetrics:
+    """The tag reads' instrument (failure domains; apart from the inventory watch)."""
+
+    def __init__(self) -> None:
+        self._reads = metrics.get_meter("hostaffinity.node_labeller").create_counter(
+            "hostaffinity_labeller_tag_reads",
+            description="Reads of vCenter's tags for failure domains, by vCenter and outcome "
+            "(ok, failed)",
+        )
+
+    def read(self, vcenter: str, *, ok: bool) -> None:
+        self._reads.add(1, {"vcenter": vcenter, "outcome": "ok" if ok else "failed"})
 
 
 _reporting: LabellerMetrics | None = None

@@ -10,20 +10,15 @@ last read, as quickly as the host label.
 import asyncio
 import logging
 
-from opentelemetry import metrics
-
 from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
 from hostaffinity.node_labeller.host_groups import read_host_group_racks
 from hostaffinity.node_labeller.labeller import Labeller
+from hostaffinity.node_labeller.metrics import TagReadMetrics
 from hostaffinity.node_labeller.reconcile import Tags
 from hostaffinity.runtime.vcenter.session import VCenterError, VCenterSettings
 from hostaffinity.runtime.vcenter.tags import TagRead, read_tags
 
 log = logging.getLogger(__name__)
-_reads = metrics.get_meter("hostaffinity.node_labeller").create_counter(
-    "hostaffinity_labeller_tag_reads",
-    description="Reads of vCenter's tags for failure domains, by outcome (ok, failed)",
-)
 # A failed read is tried again sooner than the refresh period, at most this long after.
 RETRY_SECONDS = 10.0
 
@@ -34,11 +29,12 @@ async def refresh_tags_forever(
     """Read the configured categories' tags (and host groups) until cancelled and hand each read
     to `labeller`; a failed read is logged and counted, and the labels stay as the last read
     made them."""
+    counted = TagReadMetrics()
     while True:
         try:
             read = await _read(vcenter, settings)
         except VCenterError as error:
-            _reads.add(1, {"outcome": "failed"})
+            counted.read(vcenter.known_as, ok=False)
             delay = min(settings.refresh_seconds, RETRY_SECONDS)
             log.warning(
                 "%s; failure-domain labels stay as they are; next try in %.0fs", error, delay
@@ -46,7 +42,7 @@ async def refresh_tags_forever(
             labeller.on_tags(vcenter.known_as, None)
             await asyncio.sleep(delay)
             continue
-        _reads.add(1, {"outcome": "ok"})
+        counted.read(vcenter.known_as, ok=True)
         labeller.on_tags(vcenter.known_as, read)
         await asyncio.sleep(settings.refresh_seconds)
 
