@@ -198,16 +198,19 @@ async def test_the_descheduler_reads_no_consumer_of_the_events_stream(
     nats_cluster: NatsCluster,
 ) -> None:
     """It learns of a vMotion from the topology KV (descheduler/feeds.py says why), so it may
-    neither fetch from nor ack any consumer of the events stream, nor park in a DLQ."""
+    neither fetch from nor ack any consumer of the events stream; it parks what its topology
+    watch cannot decode in its own DLQ subject, and in no other service's."""
     async with session(nats_cluster, "descheduler") as descheduler:
         for subject in (
             f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.hostaffinity-descheduler",
             f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.hostaffinity-descheduler",
             f"$JS.ACK.{EVENTS_STREAM}.hostaffinity-descheduler.1.1.1.1.0",
             f"$JS.ACK._.HASH.{EVENTS_STREAM}.hostaffinity-descheduler.1.1.1.1.0",
-            "hostaffinity.dlq.descheduler",
+            "hostaffinity.dlq.drs-translator",
         ):
             assert await descheduler.publish_refused(subject), subject
+        stored = await descheduler.store("hostaffinity.dlq.descheduler", b"{}")
+        assert stored.get("stream") == DLQ_STREAM, stored
 
 
 async def test_anonymous_unknown_and_plaintext_clients_are_refused(

@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 
 from hostaffinity.runtime.bus.client import Bus
@@ -18,7 +19,15 @@ from hostaffinity.runtime.bus.kv import (
 )
 from hostaffinity.runtime.bus.layout import BusLayout
 from hostaffinity.runtime.process.config import NatsSettings
-from hostaffinity.schema import EVENTS_STREAM, TOPOLOGY_BUCKET, NodePlacement, node_key
+from hostaffinity.schema import (
+    DLQ_STREAM,
+    EVENTS_STREAM,
+    TOPOLOGY_BUCKET,
+    DeadLetter,
+    NodePlacement,
+    dlq_subject,
+    node_key,
+)
 from tests.platform.bus_values import ESXI_HOST
 from tests.platform.bus_values import node_placement as placement
 from tests.platform.nats import NatsServer, message_tasks
@@ -83,6 +92,32 @@ async def test_value_that_does_not_decode_is_skipped_by_the_watch(bus: Bus) -> N
     async with store.watch() as watch:
         assert await next_change(watch) == NodeChange(node="worker-2", placement=good, revision=4)
         assert await next_change(watch) == Bootstrapped()
+
+
+async def test_a_service_s_watch_parks_what_it_cannot_decode_once_with_its_reason(
+    bus: Bus,
+) -> None:
+    await bus.provision()
+    raw = await bus.js.key_value(TOPOLOGY_BUCKET)
+    await raw.put(node_key("broken"), b'{"node": "broken"}')
+    good = placement("worker-2", "host-11", version=1)
+    store = await bus.topology(parked_as="descheduler")
+    await store.put_node(good)
+
+    for _ in range(2):  # a second watch (a restart) meets the same revision: stored once
+        async with store.watch() as watch:
+            assert await next_change(watch) == NodeChange(
+                node="worker-2", placement=good, revision=2
+            )
+            assert await next_change(watch) == Bootstrapped()
+
+    assert (await bus.js.stream_info(DLQ_STREAM)).state.messages == 1
+    stored = await bus.js.get_last_msg(DLQ_STREAM, dlq_subject("descheduler"))
+    letter = msgspec.json.decode(stored.data, type=DeadLetter)
+    assert letter.subject == f"$KV.{TOPOLOGY_BUCKET}.{node_key('broken')}"
+    assert letter.payload == b'{"node": "broken"}'
+    assert letter.reason.startswith("undecodable value: ")
+    assert letter.service == "descheduler"
 
 
 async def test_snapshot_has_every_live_key_undecodable_ones_included(bus: Bus) -> None:

@@ -1,7 +1,7 @@
 """A real Prometheus (Debian's package) on loopback scrapes the five services, run in-process on
 vcsim, a nats-server and the Kubernetes double, while they do the work the dashboard and the
 alerts watch: a vMotion labelled, evictions, a DRS rule repaired after a hand edit and a conflict,
-a filter and an admission review answered. Then every dashboard
+a filter and an admission review answered, a topology value parked in the DLQ. Then every dashboard
 panel's and every alert's expression is evaluated through Prometheus' HTTP API (each names only
 metrics that exist; each panel returns data), the rules evaluate without error, every name
 served follows Prometheus' conventions, and `promtool check metrics` is clean on each /metrics.
@@ -37,6 +37,7 @@ from hostaffinity.descheduler.service import DeschedulerWork
 from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.runtime.process.telemetry import setup_telemetry
 from hostaffinity.runtime.runner import running_service
+from hostaffinity.schema import TOPOLOGY_BUCKET, node_key
 from tests.e2e.descheduler_harness import (
     descheduler_config,
     node_object,
@@ -244,7 +245,7 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
             await eventually(descheduler.synced, "descheduler synced", within=20)
             await check_counters_served_from_the_start(http, base)
             await check_exposure_alert_names_the_workloads_namespace(http, base)
-            await do_the_watched_work(kube, si, ext, webhook)
+            await do_the_watched_work(kube, si, ext, webhook, nats_server)
             await eventually(lambda: bool(terminating(kube)), "an eviction", within=10)
             watched = {n for _, e in panel_queries() for n in metric_names(e)}
             watched |= {n for a in alerts() for n in metric_names(a["expr"])}
@@ -267,6 +268,14 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
             nodes = await api(http, base, "query", query="hostaffinity_labeller_nodes")
             states = {s["metric"]["state"]: s["value"][1] for s in nodes["result"]}
             assert states == {"placed": "4", "unmatched": "1", "pending": "0"}
+            # The first parked message is seen by the alert's increase(): its counter was
+            # served at 0 before it.
+            dead = await until_answered(http, base, alert_expr("HostaffinityDeadLettersGrowing"))
+            assert {s["metric"]["service"] for s in dead} == {
+                "descheduler",
+                "drs-translator",
+                "scheduler-extender",
+            }
             leaders = await api(http, base, "query", query="hostaffinity_leader")
             assert {s["metric"]["job"]: s["value"][1] for s in leaders["result"]} == {
                 "node-labeller": "1",
@@ -284,6 +293,11 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
                 if found := promtool_check_metrics(text):
                     problems[job] = found
             assert problems == {}
+
+
+def alert_expr(name: str) -> str:
+    (expr,) = [a["expr"] for a in alerts() if a["alert"] == name]
+    return str(expr)
 
 
 async def until_answered(
@@ -330,6 +344,7 @@ async def do_the_watched_work(
     si: vim.ServiceInstance,
     extender: RunningExtender,
     webhook: RunningWebhook,
+    nats: NatsServer,
 ) -> None:
     """What the panels and alerts watch, done once each."""
     url = f"http://127.0.0.1:{extender.server.port}/filter"
@@ -353,6 +368,9 @@ async def do_the_watched_work(
         ),
     )
     await eventually(lambda: bool(ours(si)), "the rule repaired", within=10)
+    # A topology value no watch can decode: each service watching the topology parks it.
+    async with nats.connection("monitoring-test") as bus:
+        await (await bus.js.key_value(TOPOLOGY_BUCKET)).put(node_key("garbage"), b"[]")
     # The vMotion that puts both web replicas on one host: labelled, then one is evicted.
     relocate(si, "node2", "DC0_C0_H0")
 

@@ -38,6 +38,7 @@ from hostaffinity.schema import (
     DRS_BUCKET,
     EVENTS_STREAM,
     TOPOLOGY_BUCKET,
+    dlq_subject,
     event_subject,
 )
 
@@ -106,6 +107,11 @@ def publish_events(*types: str) -> list[str]:
     return [f"{API}.STREAM.INFO.{EVENTS_STREAM}", *(event_subject(t) for t in types)]
 
 
+def park_dead_letters(service: str) -> list[str]:
+    """Park what its topology watch cannot decode in its own dead-letter subject."""
+    return [dlq_subject(service)]
+
+
 def provision_layout() -> list[str]:
     """Create, update and inspect our streams and buckets; no deletes."""
     allowed = [f"{API}.INFO"]
@@ -143,6 +149,7 @@ IDENTITIES: Final = (
         read_bucket(DRS_BUCKET),
         write_bucket(DRS_BUCKET),
         publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift", "drs.rule.held"),
+        park_dead_letters("drs-translator"),
     ),
     _identity(
         "admission-webhook",
@@ -156,12 +163,14 @@ IDENTITIES: Final = (
         "reads the topology; reports sampled decisions",
         read_bucket(TOPOLOGY_BUCKET),
         publish_events("extender.decision"),
+        park_dead_letters("scheduler-extender"),
     ),
     _identity(
         "descheduler",
         "reads the topology; reports evictions",
         read_bucket(TOPOLOGY_BUCKET),
         publish_events("pod.evicted", "vmi.migration.requested"),
+        park_dead_letters("descheduler"),
     ),
     _identity(
         "cli",

@@ -126,7 +126,7 @@ class DeschedulerWork:
         policy = read_policy(config)
         ctx.add_readiness("state synced", self.synced)
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
-        topology = await ctx.bus.topology()
+        topology = await ctx.bus.topology(parked_as=SOURCE)
         state = self.state = ClusterState(
             physical_anti_affinity=shared.reads_hostname_as_host,
             fail_unplaced=shared.fails_unplaced,

@@ -58,7 +58,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         for announcements in kept.values():
             await announcements.forget(event)
 
-    topology = await ctx.bus.topology()
+    topology = await ctx.bus.topology(parked_as=SOURCE)
     metrics = DrsMetrics()
     outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=forget)
     ctx.start(outbox.run(), name="bus-outbox")

@@ -53,7 +53,7 @@ class SchedulerExtenderWork:
         for source in SOURCES:
             ctx.add_readiness(f"{source} synced", functools.partial(cache.is_synced, source))
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
-        topology = await ctx.bus.topology()
+        topology = await ctx.bus.topology(parked_as=SOURCE)
         feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)
         metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
         decisions = SampledPublisher(

@@ -21,6 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
 from hostaffinity.runtime.bus.consumer import ConsumerSettings
+from hostaffinity.runtime.bus.deadletters import DeadLetterQueue
 from hostaffinity.runtime.bus.kv import TopologyStore
 from hostaffinity.runtime.bus.layout import (
     BusLayout,
@@ -193,9 +194,14 @@ class Bus:
         if announced:
             _log.info("the bus is provisioned now")
 
-    async def topology(self) -> TopologyStore:
-        """The existing topology bucket, for a service that does not own the layout."""
-        return TopologyStore(await self.js.key_value(TOPOLOGY_BUCKET))
+    async def topology(self, *, parked_as: str | None = None) -> TopologyStore:
+        """The existing topology bucket, for a service that does not own the layout; with
+        `parked_as` (a service), its watches park the values they cannot decode in
+        `hostaffinity.dlq.<service>` (its identity must be allowed to publish there)."""
+        kv = await self.js.key_value(TOPOLOGY_BUCKET)
+        if parked_as is None:
+            return TopologyStore(kv)
+        return TopologyStore(kv, DeadLetterQueue(self.js, parked_as, f"KV_{TOPOLOGY_BUCKET}"))
 
     async def publish_event(self, event: Event) -> PubAck:
         """Publish on `hostaffinity.events.<type>` with `Nats-Msg-Id` = `event.id`.

@@ -38,14 +38,26 @@ class DeadLetterQueue:
     async def park(self, msg: Msg, reason: str) -> None:
         """Store a JetStream message with the reason; a redelivered copy is stored only once."""
         meta = msg.metadata
-        size = len(msg.data)
+        await self._store(msg.subject, meta.stream, meta.sequence.stream, msg.data, reason)
+
+    async def park_value(
+        self, stream: str, subject: str, revision: int, value: bytes, reason: str
+    ) -> None:
+        """Store a bucket value (`subject` is its `$KV.<bucket>.<key>`) with the reason; the same
+        revision, met again by a later watch, is stored only once."""
+        await self._store(subject, stream, revision, value, reason)
+
+    async def _store(
+        self, subject: str, stream: str, sequence: int, payload: bytes, reason: str
+    ) -> None:
+        size = len(payload)
         if size > PARKED_PAYLOAD_LIMIT:
             reason = f"{reason} (payload cut to its first {PARKED_PAYLOAD_LIMIT} of {size} bytes)"
         letter = DeadLetter(
             service=self._service,
-            subject=msg.subject,
+            subject=subject,
             reason=reason,
-            payload=msg.data[:PARKED_PAYLOAD_LIMIT],
+            payload=payload[:PARKED_PAYLOAD_LIMIT],
             received_at=datetime.now(UTC).isoformat(),
             payload_size=size,
         )
@@ -53,6 +65,6 @@ class DeadLetterQueue:
             self._js,
             self._subject,
             _encoder.encode(letter),
-            msg_id=f"dlq-{self._service}-{meta.stream}-{meta.sequence.stream}",
+            msg_id=f"dlq-{self._service}-{stream}-{sequence}",
         )
-        _parked.add(1, {"service": self._service, "stream": meta.stream})
+        _parked.add(1, {"service": self._service, "stream": stream})

@@ -12,9 +12,11 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 import msgspec
+from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from hostaffinity.runtime.bus.deadletters import DeadLetterQueue
 from hostaffinity.schema import UNDECODABLE, EsxiHost, NodePlacement, host_key, node_key
 from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
@@ -159,11 +161,13 @@ async def _stop(watcher: KeyValue.KeyWatcher) -> None:
 class TopologyWatch:
     """`async with store.watch() as changes: async for change in changes: ...`.
 
-    A value that does not decode is logged and skipped: one bad key must not stop a service.
+    A value that does not decode is logged, parked in the dead-letter queue (when the store has
+    one) and skipped: one bad key must not stop a service.
     """
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, dead_letters: DeadLetterQueue | None = None) -> None:
         self._kv = kv
+        self._dead_letters = dead_letters
         self._watch: _BucketWatch | None = None
 
     async def __aenter__(self) -> Self:
@@ -194,9 +198,24 @@ class TopologyWatch:
                 change = topology_change(entry)
             except UNDECODABLE as err:
                 _log.error("topology key %s skipped: %s", entry.key, err)
+                await self._park(entry, f"undecodable value: {err}")
                 continue
             if change is not None:
                 return change
+
+    async def _park(self, entry: KeyValue.Entry, reason: str) -> None:
+        """Keep the bad value with its reason; a DLQ out of reach costs the copy, not the watch."""
+        if self._dead_letters is None:
+            return
+        subject = f"$KV.{entry.bucket}.{entry.key}"
+        try:
+            await self._dead_letters.park_value(
+                f"KV_{entry.bucket}", subject, entry.revision or 0, entry.value or b"", reason
+            )
+        except NatsError as error:
+            _log.warning(
+                "topology key %s not parked in the dead-letter queue: %r", entry.key, error
+            )
 
 
 def _apply(
@@ -226,10 +245,12 @@ def _apply(
 
 
 class TopologyStore:
-    """Reads and writes of the topology bucket with the schema's types."""
+    """Reads and writes of the topology bucket with the schema's types; a watch parks the values
+    it cannot decode in `dead_letters` when given one."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, dead_letters: DeadLetterQueue | None = None) -> None:
         self._kv = kv
+        self._dead_letters = dead_letters
 
     async def put_node(self, placement: NodePlacement) -> int:
         """Store a node's placement; returns the new revision."""
@@ -272,7 +293,7 @@ class TopologyStore:
 
     def watch(self) -> TopologyWatch:
         """All current values, then `Bootstrapped`, then live changes, including deletes."""
-        return TopologyWatch(self._kv)
+        return TopologyWatch(self._kv, self._dead_letters)
 
     async def _get(self, key: str, decoder: msgspec.json.Decoder[_T]) -> _T | None:
         try:
