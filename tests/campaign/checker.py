@@ -196,10 +196,10 @@ def twinless_pods_reported(history: History) -> Result:
 
 
 def extender_agrees_with_engine(history: History) -> Result:
-    """Where what the scheduler knew at a /filter call had been still for STABLE_S (no fault the
-    extender suffers or that stalls its sources, no label change on the node's host, no pod bound
-    to or leaving that host), the extender's answer is the engine's physical filter over that
-    knowledge, in both directions:
+    """Where what the scheduler knew at a /filter call was still within STABLE_S of it (no fault
+    the extender suffers or that stalls its sources, no label change on the node's host, no pod
+    bound to or leaving that host), the extender's answer is the engine's physical filter over
+    that knowledge, in both directions:
     - every node the extender passed, the engine passes;
     - every node the engine passes, the extender passed, but for its one-host hold: a concerned
       pod is held on one ESXi host, so that pods scheduled after it see it before it is bound
@@ -244,11 +244,12 @@ def extender_agrees_with_engine(history: History) -> Result:
 def _host_still(
     node: str, t: float, host_of: dict[str, str | None], moves: dict[str, list[float]]
 ) -> bool:
-    """Nothing moved on the node's host (a label change, a pod bound or leaving) in the
-    STABLE_S before `t`."""
+    """Nothing moved on the node's host (a label change, a pod bound or leaving) within STABLE_S
+    of `t`, before or after: the extender reads a vMotion from the topology KV, which the
+    node-labeller writes before it patches the label the scheduler's snapshot shows."""
     host = host_of.get(node)
     neighbours = {n for n, h in host_of.items() if host is not None and h == host} | {node}
-    return not any(t - STABLE_S <= when <= t for n in neighbours for when in moves.get(n, ()))
+    return not any(abs(when - t) <= STABLE_S for n in neighbours for when in moves.get(n, ()))
 
 
 def _refused_beyond_the_hold(
@@ -271,7 +272,7 @@ def one_eviction_per_violation(history: History) -> Result:
     owners = _pod_owners(history.changes)
     incarnations = _pod_incarnations(history.changes)
     per_pod: Counter[tuple[str, str]] = Counter()
-    last_of_owner: dict[str, float] = {}
+    last_of_owner: dict[str, tuple[float, str, str]] = {}
     for request in _evictions(history):
         result.checked += 1
         pod = _evicted_pod(request.path)
@@ -281,9 +282,14 @@ def one_eviction_per_violation(history: History) -> Result:
         if per_pod[pod, uid] > 1:
             result.breach(request.t, f"{pod} (uid {uid}) evicted again by {request.actor}")
         owner = owners.get(pod, pod)
-        if request.t - last_of_owner.get(owner, -END) < history.cooldown_s:
-            result.breach(request.t, f"{owner} lost {pod} within its cooldown ({request.actor})")
-        last_of_owner[owner] = request.t
+        last = last_of_owner.get(owner)
+        if last is not None and request.t - last[0] < history.cooldown_s:
+            result.breach(
+                request.t,
+                f"{owner} lost {pod} within its cooldown ({request.actor}); "
+                f"it lost {last[1]} at {last[0]:.2f} s ({last[2]})",
+            )
+        last_of_owner[owner] = (request.t, pod, request.actor)
     return result
 
 

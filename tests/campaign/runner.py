@@ -95,9 +95,15 @@ def report(
     found = first_breach(results)
     if found is not None:
         result, breach = found
-        print(f"campaign: seed {history.seed} broke {result.name}; fault schedule:")
+        print(
+            f"campaign: seed {history.seed} broke {result.name}; fault schedule (on the run's "
+            f"clock, as the history; the workload started at {history.ready_at:.1f} s):"
+        )
         for fault in planned:
-            print(f"  {fault.describe()}")
+            shifted = PlannedFault(
+                fault.at + history.ready_at, fault.duration, fault.kind, fault.target
+            )
+            print(f"  {shifted.describe()}")
         when = "in the final state" if breach.t == END else f"at {breach.t:.2f} s"
         print(f"first breach {when}: {breach.message}")
         last = max((r.t for r in history.requests), default=0.0)
