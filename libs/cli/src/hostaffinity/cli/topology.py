@@ -13,7 +13,7 @@ from collections import Counter
 from hostaffinity.affinity.index import counts_on_its_node
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.cli.tables import table
-from hostaffinity.schema import NodePlacement
+from hostaffinity.schema import EsxiHost, NodePlacement
 from hostaffinity.schema.reports import (
     ClusterView,
     DatacenterView,
@@ -32,9 +32,12 @@ def _in_cluster(placement: NodePlacement, cluster: str | None) -> bool:
 
 
 def topology_report(snapshot: ClusterSnapshot, cluster: str | None = None) -> TopologyReport:
-    """The tree for every node the API knows (only `cluster`'s, by name or moid, when given)."""
+    """The tree for every node the API knows (only `cluster`'s, by name or moid, when given).
+    Datacenters, clusters and hosts are told apart by their vCenter: names and moids repeat
+    across vCenters."""
     pods = Counter(p.spec.node_name for p in snapshot.pods.values() if counts_on_its_node(p))
-    tree: dict[str, dict[tuple[str, str], dict[str, list[NodeView]]]] = {}
+    # (vcenter, datacenter) -> (cluster name, cluster moid) -> host moid -> nodes
+    tree: dict[tuple[str, str], dict[tuple[str, str], dict[str, list[NodeView]]]] = {}
     unplaced: list[NodeView] = []
     for name in sorted(snapshot.nodes):
         node = snapshot.nodes[name]
@@ -50,32 +53,47 @@ def topology_report(snapshot: ClusterSnapshot, cluster: str | None = None) -> To
                 unplaced.append(view)
             continue
         if _in_cluster(placement, cluster):
-            clusters = tree.setdefault(placement.datacenter, {})
+            clusters = tree.setdefault((placement.vcenter, placement.datacenter), {})
             hosts = clusters.setdefault((placement.cluster_name, placement.cluster_moid), {})
             hosts.setdefault(placement.host_moid, []).append(view)
-    for host in snapshot.hosts.values():  # hosts with no node VM still show
+    records = _records_by_vcenter(snapshot)
+    for (vcenter, moid), host in records.items():  # hosts with no node VM still show
         if cluster is None or cluster in (host.cluster_name, host.cluster_moid):
-            clusters = tree.setdefault(host.datacenter, {})
-            clusters.setdefault((host.cluster_name, host.cluster_moid), {}).setdefault(
-                host.moid, []
-            )
+            clusters = tree.setdefault((vcenter, host.datacenter), {})
+            clusters.setdefault((host.cluster_name, host.cluster_moid), {}).setdefault(moid, [])
     datacenters = [
         DatacenterView(
             name=datacenter,
+            vcenter=vcenter,
             clusters=[
-                ClusterView(name=name, moid=moid, hosts=_hosts(snapshot, hosts))
+                ClusterView(name=name, moid=moid, hosts=_hosts(snapshot, records, vcenter, hosts))
                 for (name, moid), hosts in sorted(clusters.items())
             ],
         )
-        for datacenter, clusters in sorted(tree.items())
+        for (vcenter, datacenter), clusters in sorted(tree.items())
     ]
     return TopologyReport(datacenters=datacenters, unplaced_nodes=unplaced)
 
 
-def _hosts(snapshot: ClusterSnapshot, hosts: dict[str, list[NodeView]]) -> list[HostView]:
+def _records_by_vcenter(snapshot: ClusterSnapshot) -> dict[tuple[str, str], EsxiHost]:
+    """The host records by (vCenter, moid): their KV keys differ in layout with one or several
+    vCenters, the records themselves name both. A record written before records named their
+    vCenter (the node-labeller rewrites it at its next resync) is taken as the placements'
+    vCenter when they name only one."""
+    named = {p.vcenter for p in snapshot.placements.values()}
+    only = next(iter(named)) if len(named) == 1 else ""
+    return {(host.vcenter or only, host.moid): host for host in snapshot.hosts.values()}
+
+
+def _hosts(
+    snapshot: ClusterSnapshot,
+    records: dict[tuple[str, str], EsxiHost],
+    vcenter: str,
+    hosts: dict[str, list[NodeView]],
+) -> list[HostView]:
     views = []
     for moid, nodes in hosts.items():
-        record = snapshot.hosts.get(moid)
+        record = records.get((vcenter, moid))
         placed = next((snapshot.placements[n.name] for n in nodes), None)
         name = record.name if record else placed.host_name if placed else moid
         domains = record or placed
@@ -100,15 +118,17 @@ def render_topology(report: TopologyReport) -> str:
     REGION, ZONE and RACK columns appear when some host has that failure domain."""
     all_hosts = [h for d in report.datacenters for c in d.clusters for h in c.hosts]
     levels = [level for level in _DOMAIN_LEVELS if any(getattr(h, level) for h in all_hosts)]
+    several = len({d.vcenter for d in report.datacenters}) > 1
     rows: list[list[str]] = []
     for datacenter in report.datacenters:
+        where_dc = f"{datacenter.name} ({datacenter.vcenter})" if several else datacenter.name
         for cluster in datacenter.clusters:
             for host in cluster.hosts:
                 state = host.connection_state + (
                     ", maintenance" if host.in_maintenance_mode else ""
                 )
                 domains = [getattr(host, level) or "-" for level in levels]
-                where = [datacenter.name, *domains, cluster.name, host.name, state]
+                where = [where_dc, *domains, cluster.name, host.name, state]
                 cells: list[NodeView | None] = list(host.nodes) or [None]
                 rows.extend(where + _node_cells(node) for node in cells)
     for node in report.unplaced_nodes:

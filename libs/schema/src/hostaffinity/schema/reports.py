@@ -55,10 +55,12 @@ class ClusterView(_Report, frozen=True):
 
 
 class DatacenterView(_Report, frozen=True):
-    """A datacenter; clusters sorted by name."""
+    """A datacenter of one vCenter (`vcenter`, as placements name it; names and moids repeat
+    across vCenters); clusters sorted by name."""
 
     name: str
     clusters: list[ClusterView]
+    vcenter: str = ""
 
 
 class TopologyReport(_Report, frozen=True):
