@@ -64,11 +64,16 @@ class HaAudit:
                 for p in snapshot.placements.values()
                 if p.vcenter == vcenter and p.cluster_moid == cluster_moid
             }
-            hosts |= {h.moid for h in snapshot.hosts.values() if h.cluster_moid == cluster_moid}
+            records = snapshot.hosts_by_vcenter
+            hosts |= {
+                moid
+                for (host_vcenter, moid), host in records.items()
+                if host_vcenter == vcenter and host.cluster_moid == cluster_moid
+            }
             self._usable[key] = {
                 moid
                 for moid in hosts
-                if (host := snapshot.hosts.get(moid)) is None
+                if (host := records.get((vcenter, moid))) is None
                 or (host.connection_state == "connected" and not host.in_maintenance_mode)
             }
         return self._usable[key]

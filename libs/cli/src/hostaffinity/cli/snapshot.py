@@ -47,6 +47,16 @@ class ClusterSnapshot:
     ha_settings: dict[tuple[str, str], ClusterHaSettings] = field(default_factory=dict)
 
     @cached_property
+    def hosts_by_vcenter(self) -> dict[tuple[str, str], EsxiHost]:
+        """The host records by (vCenter, moid): their KV keys differ in layout with one or
+        several vCenters, and moids repeat across vCenters; the records name both. A record
+        written before records named their vCenter (the node-labeller rewrites it at its next
+        resync) is taken as the placements' vCenter when they name only one."""
+        named = {p.vcenter for p in self.placements.values()}
+        only = next(iter(named)) if len(named) == 1 else ""
+        return {(host.vcenter or only, host.moid): host for host in self.hosts.values()}
+
+    @cached_property
     def drs_pods(self) -> frozenset[str]:
         """The pods (`namespace/name`) a record names that is not being removed."""
         return frozenset(

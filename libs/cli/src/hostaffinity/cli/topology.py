@@ -56,7 +56,7 @@ def topology_report(snapshot: ClusterSnapshot, cluster: str | None = None) -> To
             clusters = tree.setdefault((placement.vcenter, placement.datacenter), {})
             hosts = clusters.setdefault((placement.cluster_name, placement.cluster_moid), {})
             hosts.setdefault(placement.host_moid, []).append(view)
-    records = _records_by_vcenter(snapshot)
+    records = snapshot.hosts_by_vcenter
     for (vcenter, moid), host in records.items():  # hosts with no node VM still show
         if cluster is None or cluster in (host.cluster_name, host.cluster_moid):
             clusters = tree.setdefault((vcenter, host.datacenter), {})
@@ -73,16 +73,6 @@ def topology_report(snapshot: ClusterSnapshot, cluster: str | None = None) -> To
         for (vcenter, datacenter), clusters in sorted(tree.items())
     ]
     return TopologyReport(datacenters=datacenters, unplaced_nodes=unplaced)
-
-
-def _records_by_vcenter(snapshot: ClusterSnapshot) -> dict[tuple[str, str], EsxiHost]:
-    """The host records by (vCenter, moid): their KV keys differ in layout with one or several
-    vCenters, the records themselves name both. A record written before records named their
-    vCenter (the node-labeller rewrites it at its next resync) is taken as the placements'
-    vCenter when they name only one."""
-    named = {p.vcenter for p in snapshot.placements.values()}
-    only = next(iter(named)) if len(named) == 1 else ""
-    return {(host.vcenter or only, host.moid): host for host in snapshot.hosts.values()}
 
 
 def _hosts(
