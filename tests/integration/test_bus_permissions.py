@@ -171,7 +171,7 @@ async def test_consumers_only_on_streams_an_identity_may_read(nats_cluster: Nats
         "drs-translator": {TOPOLOGY_STREAM, DRS_STREAM},
         "admission-webhook": set(),
         "scheduler-extender": {TOPOLOGY_STREAM},
-        "descheduler": {TOPOLOGY_STREAM},
+        "descheduler": {TOPOLOGY_STREAM, EVENTS_STREAM},  # its predecessor's evictions
         "cli": {TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM},
         "provision": {DRS_STREAM},  # the ownership records, read at uninstall
     }
@@ -194,16 +194,17 @@ async def test_consumers_only_on_streams_an_identity_may_read(nats_cluster: Nats
                     )
 
 
-async def test_the_descheduler_reads_no_consumer_of_the_events_stream(
+async def test_the_descheduler_reads_the_events_stream_only_through_ephemeral_consumers(
     nats_cluster: NatsCluster,
 ) -> None:
-    """It learns of a vMotion from the topology KV (descheduler/feeds.py says why), so it may
-    neither fetch from nor ack any consumer of the events stream; it parks what its topology
-    watch cannot decode in its own DLQ subject, and in no other service's."""
+    """It learns of a vMotion from the topology KV (descheduler/feeds.py says why) and reads
+    back its predecessor's evictions with an ordered consumer (descheduler/cooldowns.py), so it
+    may neither fetch from nor ack a durable consumer of the events stream; it parks what its
+    topology watch cannot decode in its own DLQ subject, and in no other service's."""
     async with session(nats_cluster, "descheduler") as descheduler:
         for subject in (
             f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.hostaffinity-descheduler",
-            f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.hostaffinity-descheduler",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS_STREAM}.hostaffinity-descheduler",
             f"$JS.ACK.{EVENTS_STREAM}.hostaffinity-descheduler.1.1.1.1.0",
             f"$JS.ACK._.HASH.{EVENTS_STREAM}.hostaffinity-descheduler.1.1.1.1.0",
             "hostaffinity.dlq.drs-translator",

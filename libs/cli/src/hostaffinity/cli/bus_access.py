@@ -167,8 +167,9 @@ IDENTITIES: Final = (
     ),
     _identity(
         "descheduler",
-        "reads the topology; reports evictions",
+        "reads the topology and, on taking the Lease, its predecessor's evictions; reports them",
         read_bucket(TOPOLOGY_BUCKET),
+        read_stream(EVENTS_STREAM),
         publish_events("pod.evicted", "vmi.migration.requested"),
         park_dead_letters("descheduler"),
     ),

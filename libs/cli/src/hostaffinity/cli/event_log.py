@@ -13,11 +13,12 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.event_query import EventQuery
 from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.replay import replay
 from hostaffinity.schema import (
     EVENT_TYPES,
     EVENTS_STREAM,
@@ -93,34 +94,12 @@ async def read_events(
     bus: Bus, query: EventQuery, *, follow: bool, from_start: bool = False
 ) -> AsyncIterator[TopologyEvent]:
     """The events `query` asks for, in stream order: from its start time (else from the stream's
-    start with `from_start`, else from now), to the stream's end, and on with `follow`.
-
-    One ordered consumer filtered to the query's subjects and started at its time: the server
-    skips the rest, so the cost is what is shown."""
-    subjects = query.subjects()
-    if query.since is not None:
-        policy, start = DeliverPolicy.BY_START_TIME, query.since
-    else:
-        policy, start = (DeliverPolicy.ALL if from_start else DeliverPolicy.NEW), None
-    config = ConsumerConfig(
-        deliver_policy=policy,
-        opt_start_time=start,
-        filter_subjects=subjects if len(subjects) > 1 else None,
+    start with `from_start`, else from now), to the stream's end, and on with `follow`; the
+    server filters by subject and time (runtime bus/replay.py), the rest is `query.matches`."""
+    messages = replay(
+        bus.js, query.subjects(), since=query.since, from_start=from_start, follow=follow
     )
-    subscription = await bus.js.subscribe(
-        subjects[0], stream=EVENTS_STREAM, ordered_consumer=True, config=config
-    )
-    try:
-        # Nothing to read when the consumer neither holds nor already pushed a message.
-        info = await subscription.consumer_info()
-        pushed = info.delivered.consumer_seq if info.delivered is not None else 0
-        if not follow and not info.num_pending and not pushed:
-            return
-        async for message in subscription.messages:
-            event = _decoded(message.subject, message.data)
-            if event is not None and query.matches(event):
-                yield event
-            if not follow and not message.metadata.num_pending:
-                return
-    finally:
-        await subscription.unsubscribe()
+    async for message in messages:
+        event = _decoded(message.subject, message.data)
+        if event is not None and query.matches(event):
+            yield event

@@ -191,7 +191,10 @@ class PodEvicted(Event, frozen=True, kw_only=True, tag="pod.evicted"):
 
 class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration.requested"):
     """The descheduler created a VirtualMachineInstanceMigration instead of evicting a
-    virt-launcher pod, so the VM moves live rather than being restarted."""
+    virt-launcher pod, so the VM moves live rather than being restarted.
+
+    `result` is migrated or dry-run (empty from releases before 0.2.0); `owner` the workload
+    whose cooldown it started, as in `pod.evicted`."""
 
     vmi: str
     migration: str
@@ -199,6 +202,8 @@ class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration
     strategy: str
     rule: str
     pod: str = ""
+    result: str = ""
+    owner: str = ""
 
 
 TopologyEvent = (

@@ -165,9 +165,11 @@ class EvictionPlanner:
         self.in_progress: set[str] = set()
         self.retrying: dict[str, Retry] = {}
 
-    def record_evicted(self, workload: str) -> None:
-        """An eviction or migration of this workload went through: start its cooldown."""
-        self._cooldown[workload] = self._clock()
+    def record_evicted(self, workload: str, *, seconds_ago: float = 0.0) -> None:
+        """An eviction or migration of this workload went through (`seconds_ago`: one an earlier
+        Lease holder made): start its cooldown then, unless a later one already did."""
+        at = self._clock() - seconds_ago
+        self._cooldown[workload] = max(at, self._cooldown.get(workload, at))
 
     def attempts(self, pod: str) -> int:
         """How many evictions of `pod` were refused so far."""

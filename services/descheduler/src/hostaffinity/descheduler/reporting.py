@@ -91,6 +91,8 @@ class Reporter:
                     strategy=action.strategy,
                     rule=action.rule,
                     pod=action.pod,
+                    result=result,
+                    owner=action.workload,
                 )
             )
 

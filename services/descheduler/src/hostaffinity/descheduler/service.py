@@ -15,9 +15,11 @@ from datetime import UTC, datetime
 from typing import Final
 
 import msgspec
+from nats.errors import Error as NatsError
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.descheduler.config import DeschedulerConfig
+from hostaffinity.descheduler.cooldowns import inherit_cooldowns
 from hostaffinity.descheduler.cycle import CycleReport, decide
 from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings, Skip
 from hostaffinity.descheduler.executor import Executor
@@ -43,6 +45,8 @@ from hostaffinity.schema import EVENTS_STREAM
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS: Final = 0.2
+# Reading a cooldown's worth of evictions back: a stream that takes longer is not waited for.
+INHERIT_TIMEOUT_SECONDS: Final = 10.0
 
 
 def read_policy(config: DeschedulerConfig) -> Policy:
@@ -144,6 +148,7 @@ class DeschedulerWork:
             ),
             policy.limits,
         )
+        await _inherit_cooldowns(ctx, planner, settings.cooldown_seconds)
         outbox = Outbox(SOURCE, ctx.bus.publish_event)
         reporter = Reporter(EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, metrics)
         eviction = settings.eviction
@@ -174,3 +179,17 @@ class DeschedulerWork:
         ctx.start(executor.run(), name="executor")
         ctx.start(outbox.run(), name="bus-outbox")
         await self.loop.run()
+
+
+async def _inherit_cooldowns(
+    ctx: ServiceContext[DeschedulerConfig], planner: EvictionPlanner, cooldown_seconds: float
+) -> None:
+    """Before the first cycle: the cooldowns of the evictions an earlier Lease holder made. A
+    stream that does not answer in time costs them, not the work (said in the log)."""
+    try:
+        async with asyncio.timeout(INHERIT_TIMEOUT_SECONDS):
+            read = await inherit_cooldowns(ctx.bus.js, planner, cooldown_seconds, datetime.now(UTC))
+    except (NatsError, TimeoutError) as error:
+        _log.warning("earlier evictions not read (%r): cooldowns start empty", error)
+        return
+    _log.info("%d earlier evictions or migrations within the cooldown read back", read)
