@@ -17,6 +17,7 @@ import msgspec
 
 from hostaffinity.descheduler.main import service_spec as descheduler_spec
 from hostaffinity.descheduler.service import DeschedulerWork
+from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings, LeaseSettings
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig
@@ -128,7 +129,7 @@ async def test_drs_translator_keeps_leading_through_an_eight_second_api_kill(
         drs_config(vc, nats_server, kubeconfig),
         lease=PRODUCTION_LEASE,
         kubernetes=kubernetes(kubeconfig),
-        resync_seconds=2.0,  # cycles go on after the outage, proving the work does
+        drs=DrsSettings(resync_seconds=2.0),  # cycles go on after the outage: the work does
     )
     async with running_translator(config) as running:
         await ride_out_an_api_kill(running.runner, kube_double)
