@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import Final
 
-from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.event_query import EventQuery
@@ -29,9 +27,6 @@ from hostaffinity.schema import (
     event_subject,
 )
 
-# How long one message may take to arrive while reading a subject the stream says is not empty.
-MESSAGE_WAIT_SECONDS: Final = 5.0
-
 
 async def events_of(bus: Bus, types: Sequence[str]) -> list[TopologyEvent]:
     """Every event of these types the stream holds, in stream order (oldest first)."""
@@ -46,21 +41,13 @@ async def events_of(bus: Bus, types: Sequence[str]) -> list[TopologyEvent]:
 
 
 async def _read_subject(bus: Bus, subject: str) -> list[tuple[int, TopologyEvent]]:
-    subscription = await bus.js.subscribe(
-        subject, stream=EVENTS_STREAM, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-    )
+    """Every event on `subject`, with its stream sequence (the caller's timeout bounds it)."""
     read: list[tuple[int, TopologyEvent]] = []
-    try:
-        while True:
-            message = await subscription.next_msg(timeout=MESSAGE_WAIT_SECONDS)
-            metadata = message.metadata
-            decoded = _decoded(subject, message.data)
-            if decoded is not None:
-                read.append((metadata.sequence.stream, decoded))
-            if not metadata.num_pending:
-                return read
-    finally:
-        await subscription.unsubscribe()
+    async for message in replay(bus.js, [subject], from_start=True):
+        decoded = _decoded(subject, message.data)
+        if decoded is not None:
+            read.append((message.metadata.sequence.stream, decoded))
+    return read
 
 
 def _decoded(subject: str, data: bytes) -> TopologyEvent | None:
