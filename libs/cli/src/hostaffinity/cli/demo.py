@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from hostaffinity.cli.cluster_check import serves_kubevirt
 from hostaffinity.cli.connections import kubernetes_settings, open_api
@@ -42,8 +42,10 @@ from hostaffinity.schema import (
     VmMoved,
 )
 
+POLL_SECONDS = 0.2  # how often a step asks again for the state it waits for
 QUIET_SECONDS = 5.0  # after the expected evictions, how long no further one may come
 KUBEVIRT_CRS: Final = ResourceRef("kubevirt.io", "v1", "kubevirts")
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -64,6 +66,19 @@ class Demo:
 
     def show(self, wanted: Callable[[TopologyEvent], bool]) -> None:
         self.events.show = wanted
+
+    async def eventually(
+        self, probe: Callable[[], Awaitable[_T | None]], failure: Callable[[], str]
+    ) -> _T:
+        """`probe()`'s first answer that is not None, asked every POLL_SECONDS; StepFailed with
+        `failure()` when none came within `within` s. What the services do is asynchronous:
+        a step waits for the state it shows, not for a fixed time."""
+        deadline = time.monotonic() + self.within
+        while (found := await probe()) is None:
+            if time.monotonic() > deadline:
+                raise StepFailed(failure())
+            await asyncio.sleep(POLL_SECONDS)
+        return found
 
     async def evictions(self, app: str, count: int) -> list[PodEvicted]:
         """Wait for `count` evictions of the app's pods, then QUIET_SECONDS for no more."""
@@ -124,11 +139,13 @@ async def vmotion_relabels(demo: Demo) -> str:
         demo.within,
         f"vm.moved of node {node} to {target}",
     )
-    deadline = time.monotonic() + demo.within
-    while node not in (await demo.hosts()).get(target, []):
-        if time.monotonic() > deadline:
-            raise StepFailed(f"node {node} is not labelled {LABEL_ESXI_HOST}={target}")
-        await asyncio.sleep(0.2)
+
+    async def relabelled() -> bool | None:
+        return True if node in (await demo.hosts()).get(target, []) else None
+
+    await demo.eventually(
+        relabelled, lambda: f"node {node} is not labelled {LABEL_ESXI_HOST}={target}"
+    )
     return f"node {node} is labelled {LABEL_ESXI_HOST}={target}"
 
 
@@ -145,17 +162,16 @@ async def webhook_spreads(demo: Demo) -> str:
     for manifest in replicas:
         manifest["metadata"]["annotations"] = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
         await demo.kube.create_pod(manifest)
-    deadline = time.monotonic() + demo.within
-    while True:
-        placed = {
-            p["metadata"]["name"]: p["spec"].get("nodeName")
+    placed: dict[str, str | None] = {}
+
+    async def all_scheduled() -> bool | None:
+        placed.update(
+            (p["metadata"]["name"], p["spec"].get("nodeName"))
             for p in await demo.kube.pods_of("spread")
-        }
-        if all(placed.values()):
-            break
-        if time.monotonic() > deadline:
-            raise StepFailed(f"not every replica was scheduled: {placed}")
-        await asyncio.sleep(0.5)
+        )
+        return True if all(placed.values()) else None
+
+    await demo.eventually(all_scheduled, lambda: f"not every replica was scheduled: {placed}")
     on_host = {node: host for host, nodes in (await demo.hosts()).items() for node in nodes}
     used = {on_host.get(node or "") for node in placed.values()}
     if len(used) != len(placed):
@@ -178,10 +194,16 @@ async def drs_rule_made(demo: Demo) -> str:
         demo.within,
         "drs.rules.applied adding a rule",
     )
-    rules = [name for name, vms in await demo.vcenter.anti_affinity_rules() if vms == set(nodes)]
-    if not rules:
-        raise StepFailed(f"vCenter has no anti-affinity rule over the VMs {', '.join(nodes)}")
-    return f"vCenter keeps VMs {', '.join(nodes)} apart by DRS rule {rules[0]}"
+
+    async def rule_over_all() -> str | None:
+        # The first rule may be made before the last replica is seen; it grows to all three.
+        rules = await demo.vcenter.anti_affinity_rules()
+        return next((name for name, vms in rules if vms == set(nodes)), None)
+
+    rule = await demo.eventually(
+        rule_over_all, lambda: f"vCenter has no anti-affinity rule over the VMs {', '.join(nodes)}"
+    )
+    return f"vCenter keeps VMs {', '.join(nodes)} apart by DRS rule {rule}"
 
 
 async def drain_spreads(demo: Demo) -> str:
