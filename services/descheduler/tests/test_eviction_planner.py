@@ -316,6 +316,20 @@ def test_migration_limits_come_from_the_kubevirt_cr_and_our_config_overrides_the
     assert len(decide_once(state, TAINTS, settings=override).actions) == 4
 
 
+def test_a_kubevirt_cr_allowing_zero_parallel_migrations_gets_none_asked() -> None:
+    # KubeVirt reads the CR over its defaults: an explicit 0 lets no migration run, so asking
+    # for one would only leave it Pending. 0 is not "unset".
+    state = cluster(
+        [node("n1", taints=[NOSCHED]), node("free-1")],
+        [launcher("vm-a", "n1")],
+        vmis=[vmi("vm-a", "n1")],
+    )
+    state.upsert_kubevirt(decode_kubevirt(json.dumps(kubevirt_json("v1.6.0", per_cluster=0))))
+    plan = decide_once(state, TAINTS)
+    assert plan.actions == []
+    assert [skip.rule for skip in plan.skipped] != []
+
+
 @pytest.mark.parametrize(
     ("version", "pinned"),
     [("v1.5.0", True), ("v1.6.2", True), ("v1.4.1", False), ("", False), (None, False)],

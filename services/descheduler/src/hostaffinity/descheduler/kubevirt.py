@@ -263,10 +263,12 @@ def migration_limits(
     if override is not None:
         return override
     configured = kubevirt.spec.configuration.migrations if kubevirt else MigrationConfiguration()
+    # An explicit 0 is kept: KubeVirt reads the CR over its defaults, so 0 lets no migration run.
+    per_cluster = configured.parallel_migrations_per_cluster
+    outbound = configured.parallel_outbound_migrations_per_node
     return MigrationLimits(
-        per_cluster=configured.parallel_migrations_per_cluster or PARALLEL_MIGRATIONS_PER_CLUSTER,
-        outbound_per_node=configured.parallel_outbound_migrations_per_node
-        or PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
+        per_cluster=PARALLEL_MIGRATIONS_PER_CLUSTER if per_cluster is None else per_cluster,
+        outbound_per_node=PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE if outbound is None else outbound,
     )
 
 
