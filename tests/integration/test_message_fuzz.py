@@ -5,39 +5,42 @@ In process, per event type and per KV value: decoding either gives the type or r
 UNDECODABLE, what every reader catches (the consumer, the topology watch and snapshot, the
 drs-translator's loaders), never anything else. It found invalid UTF-8 (UnicodeDecodeError) and
 deep nesting (RecursionError) in KV values, which the KV readers did not catch. Through a real
-nats-server: every malformed event a durable consumer meets is parked in the DLQ with its reason
-and acked, and the consumer goes on. `FUZZ_INPUTS=10000` runs the full count through the bus too.
+nats-server: what reads the events stream back (the CLI, a new descheduler leader's cooldowns)
+skips every malformed event, the CLI saying so, and reads the valid ones around them.
+`FUZZ_INPUTS=10000` runs the full count through the bus too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import pytest
 from nats.js.kv import KeyValue
 
+from hostaffinity.cli.event_log import events_of
+from hostaffinity.descheduler.cooldowns import inherit_cooldowns
+from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings
+from hostaffinity.descheduler.executor import EVICTED
+from hostaffinity.descheduler.policy import EvictionLimits
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.consumer import ConsumerSettings, DurableConsumer
-from hostaffinity.runtime.bus.deadletters import PARKED_PAYLOAD_LIMIT
 from hostaffinity.runtime.bus.kv import topology_change
 from hostaffinity.schema import (
-    DLQ_STREAM,
     EVENT_MESSAGES,
-    EVENTS_STREAM,
+    EVENT_TYPES,
     UNDECODABLE,
-    DeadLetter,
     DrsOwnership,
     EsxiHost,
     NodePlacement,
+    PodEvicted,
     TopologyEvent,
     decode_event,
-    dlq_subject,
     event_subject,
     event_type_of,
+    utc_timestamp,
 )
 from tests.platform.fuzz_inputs import FULL_RUN, fuzz_count, fuzzed
 from tests.platform.schema_examples import example
@@ -46,7 +49,6 @@ from tests.platform.schema_examples import example
 BUS_SAMPLE = 1_000
 # What nats-server accepts in one message (max_payload, 1 MiB in the shipped configs).
 MAX_PAYLOAD = 1024 * 1024
-SERVICE = "fuzz"
 DRAIN_SECONDS = 120.0
 
 
@@ -111,59 +113,47 @@ def undecodable(body: bytes) -> bool:
     return False
 
 
-async def test_every_malformed_event_a_consumer_meets_is_parked_with_its_reason(
-    bus: Bus,
+def evicted_now(owner: str) -> PodEvicted:
+    """A valid pod.evicted a new descheduler leader inherits a cooldown from."""
+    evicted = msgspec.convert(example(PodEvicted), PodEvicted)
+    return msgspec.structs.replace(
+        evicted, id=f"fuzz-{owner}", result=EVICTED, owner=owner, occurred_at=utc_timestamp()
+    )
+
+
+async def test_the_events_readers_skip_every_malformed_event_and_read_the_valid_ones(
+    bus: Bus, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = ConsumerSettings(durable=SERVICE, batch=256, fetch_timeout_seconds=0.5)
-    await bus.provision(consumers=[settings])
+    """What reads the events stream back -- the CLI (`events_of`: explain, events) and a new
+    descheduler leader's cooldowns -- meets the sample of malformed events (every type's
+    subject) between valid ones, and reads each valid one and nothing else."""
     sample = fuzz_count(BUS_SAMPLE)
-    published: dict[int, bytes] = {}
     kinds = len(EVENT_MESSAGES)
+    malformed = 0
+    valid: list[TopologyEvent] = [evicted_now("default/ReplicaSet/first")]
+    await bus.publish_event(valid[0])
     for index, message in enumerate(EVENT_MESSAGES):
         share = sample // kinds + (index < sample % kinds)
         subject = event_subject(event_type_of(message))
         for _, body in fuzzed(example(message), share, seed=index):
             if len(body) < MAX_PAYLOAD and undecodable(body):
-                published[(await bus.js.publish(subject, body)).seq] = body
-    handled: list[TopologyEvent] = []
+                await bus.js.publish(subject, body)
+                malformed += 1
+    valid.append(evicted_now("default/ReplicaSet/last"))
+    await bus.publish_event(valid[1])
+    capsys.readouterr()
 
-    async def handle(event: TopologyEvent) -> None:
-        handled.append(event)
+    async with asyncio.timeout(DRAIN_SECONDS):
+        read = await events_of(bus, list(EVENT_TYPES))
+    reported = capsys.readouterr().err.splitlines()
+    planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
+    async with asyncio.timeout(DRAIN_SECONDS):
+        inherited = await inherit_cooldowns(bus.js, planner, 300.0, datetime.now(UTC))
 
-    consumer = DurableConsumer(
-        bus.js, service=SERVICE, settings=settings, decode=decode_event, handler=handle
-    )
-    running = asyncio.create_task(consumer.run())
-    try:
-        async with asyncio.timeout(DRAIN_SECONDS):
-            while True:  # the server's count of what is still to deliver or to ack
-                info = await bus.js.consumer_info(EVENTS_STREAM, SERVICE)
-                if not info.num_pending and not info.num_ack_pending:
-                    break
-                await asyncio.sleep(0.2)
-    finally:
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
-    assert handled == []
-    parked = await dead_letters(bus, len(published))
-    assert sorted(parked) == sorted(published)
-    for seq, letter in parked.items():
-        assert letter.payload == published[seq][:PARKED_PAYLOAD_LIMIT], seq
-        assert letter.reason.startswith("does not decode: "), letter.reason
-        assert letter.service == SERVICE
-    print(f"{len(published)} malformed events parked, each with its reason")
-
-
-async def dead_letters(bus: Bus, expected: int) -> dict[int, DeadLetter]:
-    """The DLQ's letters by the stream sequence of the message each parks (its Nats-Msg-Id)."""
-    letters: dict[int, DeadLetter] = {}
-    info = await bus.js.stream_info(DLQ_STREAM)
-    assert info.state.messages == expected, (info.state.messages, expected)
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        stored = await bus.js.get_msg(DLQ_STREAM, seq)
-        assert stored.subject == dlq_subject(SERVICE)
-        assert stored.headers is not None
-        parked_seq = int(stored.headers["Nats-Msg-Id"].rsplit("-", 1)[1])
-        letters[parked_seq] = msgspec.json.decode(stored.data or b"", type=DeadLetter)
-    return letters
+    assert read == valid
+    assert len(reported) == malformed
+    assert all(line.startswith("undecodable message on hostaffinity.events.") for line in reported)
+    assert inherited == 2
+    assert planner.cooling("default/ReplicaSet/first")
+    assert planner.cooling("default/ReplicaSet/last")
+    print(f"{malformed} malformed events skipped by every reader, each reported by the CLI")

@@ -466,6 +466,27 @@ def test_duplicates_spread_piled_replicas_when_other_nodes_fit() -> None:
     assert targets.count("n3") <= 2
 
 
+def test_duplicates_average_over_the_nodes_the_pods_fit_only() -> None:
+    """Four replicas on n1; n3 and n4 are tainted, so the pods fit n1 and n2 only: the average
+    is ceil(4/2) = 2 (counting every node, it would be 1, and one pod would move, not two)."""
+    pods = [pod(f"r{i}", "n1", WEB, created_minutes_ago=i) for i in range(4)]
+    nodes = [node("n1"), node("n2"), node("n3", taints=[NOSCHED]), node("n4", taints=[NOSCHED])]
+    plan = decide_once(cluster(nodes, pods), Duplicates(DuplicatesArgs()))
+    assert [(a.pod, a.target) for a in plan.actions] == [("default/r0", "n2"), ("default/r1", "n2")]
+    assert plan.actions[0].rule.endswith("at most 2 each over 2 feasible")
+
+
+def test_duplicates_count_feasible_nodes_only_until_the_average_is_one() -> None:
+    """Two replicas on n1 and five nodes that fit: once two nodes are found the average is 1,
+    whatever the others, so the rule says what was counted."""
+    pods = [pod(f"r{i}", "n1", WEB, created_minutes_ago=i) for i in range(2)]
+    plan = decide_once(cluster([node(f"n{i}") for i in range(1, 6)], pods),
+                       Duplicates(DuplicatesArgs()))  # fmt: skip
+    [action] = plan.actions
+    assert action.pod == "default/r0"
+    assert action.rule.endswith("at most 1 each over at least 2 feasible")
+
+
 def test_duplicates_leave_owner_kinds_that_are_excluded() -> None:
     pods = [pod(f"r{i}", "n1", WEB) for i in range(3)]
     state = cluster([node("n1"), node("n2")], pods)

@@ -1,28 +1,9 @@
-"""Consumer settings: the redelivery schedule and what the server would reject."""
+"""Consumer settings: the server-side consumer they make and what the server would reject."""
 
 import pytest
 from nats.js.api import AckPolicy
 
 from hostaffinity.runtime.bus.consumer import ConsumerSettings
-
-
-@pytest.mark.parametrize(
-    ("backoff", "delivered", "delay"),
-    [
-        ((1.0, 5.0, 30.0), 1, 1.0),
-        ((1.0, 5.0, 30.0), 2, 5.0),
-        ((1.0, 5.0, 30.0), 3, 30.0),
-        ((1.0, 5.0, 30.0), 7, 30.0),
-        ((), 4, 12.0),
-    ],
-    ids=["first", "second", "last-step", "beyond-last-step", "no-backoff-uses-ack-wait"],
-)
-def test_redelivery_delay_follows_the_backoff(
-    backoff: tuple[float, ...], delivered: int, delay: float
-) -> None:
-    settings = ConsumerSettings(durable="svc", backoff_seconds=backoff, ack_wait_seconds=12.0)
-
-    assert settings.redelivery_delay(delivered) == delay
 
 
 def test_backoff_as_long_as_max_deliver_is_rejected() -> None:

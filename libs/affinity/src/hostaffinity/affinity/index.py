@@ -17,6 +17,10 @@ Records and compiled terms are immutable and acyclic, so they are declared `gc=F
 garbage collector never tracks them, which keeps young collections rare during pod events. Once the
 initial lists are in, `freeze_gc_after_initial_load()` takes the rest of the long-lived objects out
 of full collections too.
+
+A decision that plans moves (the descheduler's cycle) opens `planned_moves()`: each pod it moves
+shows on its new node until the moves are closed, which puts every record back exactly; pod
+events are refused meanwhile, so nothing the undo does not know about lands underneath it.
 """
 
 from __future__ import annotations
@@ -162,6 +166,7 @@ class ClusterIndex:
         self._nodes_by_taints: dict[tuple[Taint, ...], set[str]] = {}
         self._cordoned: set[str] = set()
         self._all_nodes: set[str] = set()
+        self._planning: PlannedMoves | None = None
 
     # -- equality (for the property tests) ---------------------------------------------------
 
@@ -197,6 +202,7 @@ class ClusterIndex:
 
     def upsert_pod(self, pod: Pod) -> None:
         """Add or update a pod; an unassigned or finished pod is dropped from the index."""
+        self._refuse_while_planning()
         key = pod.key
         self.remove_pod(key)
         if not counts_on_its_node(pod):
@@ -224,6 +230,7 @@ class ClusterIndex:
 
     def remove_pod(self, key: str) -> None:
         """Forget a pod by its `namespace/name` key (a no-op for an unknown pod)."""
+        self._refuse_while_planning()
         record = self._pods.pop(key, None)
         if record is None:
             return
@@ -236,6 +243,31 @@ class ClusterIndex:
         for kind, position, term in self._each_term(record):
             for anchor in _anchors(term.selector):
                 _discard(self._terms[kind], anchor, (key, position))
+
+    def _refuse_while_planning(self) -> None:
+        if self._planning is not None:
+            raise RuntimeError("pod event while planned moves are open: close them first")
+
+    # -- planned moves -------------------------------------------------------------------------
+
+    def planned_moves(self) -> PlannedMoves:
+        """Open the planned moves of one decision (one at a time); close them to undo."""
+        if self._planning is not None:
+            raise RuntimeError("planned moves are already open on this index")
+        self._planning = PlannedMoves(self)
+        return self._planning
+
+    def _relocate(self, record: PodRecord) -> None:
+        """Swap in a record of the same pod on another node: a move changes the node only, so
+        its label and term buckets stay as they are."""
+        key = record.key
+        _discard(self._pods_by_node, self._pods[key].node, key)
+        _add(self._pods_by_node, record.node, key)
+        self._pods[key] = record
+
+    def _end_planning(self, moves: PlannedMoves) -> None:
+        if self._planning is moves:
+            self._planning = None
 
     @staticmethod
     def _each_term(record: PodRecord) -> Iterator[tuple[TermKind, int, AffinityTerm]]:
@@ -475,3 +507,34 @@ class ClusterIndex:
             term = getattr(record.terms, kind)[position]
             if term.matches(namespace, labels, ns_labels):
                 yield record, term
+
+
+class PlannedMoves:
+    """Pods shown on other nodes while one decision is made, put back when it closes.
+
+    Only the index's own records move (the same record with another node), so the undo restores
+    the very objects that were there; after `close` it refuses further moves.
+    """
+
+    def __init__(self, index: ClusterIndex) -> None:
+        self._index: ClusterIndex | None = index
+        self._originals: dict[str, PodRecord] = {}
+
+    def move(self, key: str, node: str) -> None:
+        """Show the indexed pod `key` on `node` until close."""
+        index = self._index
+        if index is None:
+            raise RuntimeError("planned moves are closed")
+        record = index._pods[key]
+        self._originals.setdefault(key, record)
+        index._relocate(msgspec.structs.replace(record, node=node))
+
+    def close(self) -> None:
+        """Put every moved pod back on its node (idempotent)."""
+        index, self._index = self._index, None
+        if index is None:
+            return
+        for original in reversed(self._originals.values()):  # last moved, first back
+            index._relocate(original)
+        self._originals.clear()
+        index._end_planning(self)

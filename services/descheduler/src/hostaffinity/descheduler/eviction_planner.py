@@ -6,12 +6,14 @@ DefaultEvictor protections, the per-node / per-namespace / total limits of the c
 workload's cooldown, KubeVirt's migration limits, and node fit. Node fit asks the engine in
 kube-scheduler mode for the nodes that would take the pod, then requires a Ready node with room
 for its requests (allocatable minus what is already requested there) where the violation would
-not recur. A chosen pod is then *planned* onto that node in the index, so later decisions of
-the same cycle see it there: two pods never count on the same free slot, and a pod that only has
-its own node (or places that would break the rule again) is never evicted.
+not recur. A chosen pod is then *planned* onto that node in the draft's scratch
+(ClusterState.scratch), so later decisions of the same cycle see it there: two pods never count
+on the same free slot, and a pod that only has its own node (or places that would break the rule
+again) is never evicted.
 
 Everything here is synchronous: one cycle runs on the event loop without a pause, so no
-informer event lands in the middle, and the planned moves are undone before it returns.
+informer event lands in the middle, and the draft closes its scratch (undoing the planned
+moves) before the cycle returns, an exception included.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from hostaffinity.descheduler.kubevirt import (
 )
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.protections import Protections, node_selected
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.state import ClusterState, Scratch
 from hostaffinity.descheduler.strategies.base import Violation
 from hostaffinity.descheduler.strategies.changes import Change
 
@@ -197,12 +199,14 @@ class EvictionPlanner:
         return True
 
     def draft(self, state: ClusterState, now: datetime) -> PlanDraft:
-        """Start the plan of one cycle; finish() it before the state changes again."""
+        """Start the plan of one cycle; finish() it before the state changes again (the state
+        takes no pod event while a draft is open)."""
         return PlanDraft(self, state, now)
 
 
 class PlanDraft:
-    """The plan of one cycle while it is built: per-cycle counts and the planned moves."""
+    """The plan of one cycle while it is built: per-cycle counts, and the scratch holding the
+    planned moves."""
 
     def __init__(self, planner: EvictionPlanner, state: ClusterState, now: datetime) -> None:
         self.planner = planner
@@ -213,7 +217,6 @@ class PlanDraft:
         self._cooling: dict[str, bool] = {}
         self._per_node: dict[str, int] = {}
         self._per_namespace: dict[str, int] = {}
-        self._moved: list[DeschedulerPod] = []
         self._migrations_out: dict[str, int] = {}
         self._migrating_vmis: set[str] = set()
         for migration in state.migrations_in_flight():
@@ -229,6 +232,7 @@ class PlanDraft:
         self._cursor = 0
         self._nodes: list[str] | None = None
         self._clock_now = planner.now()
+        self._scratch: Scratch = state.scratch()
 
     def resolve(self, violation: Violation, protections: Protections) -> Action | None:
         """Pick the first candidate that may go and has somewhere to go; plan its move."""
@@ -255,13 +259,11 @@ class PlanDraft:
         return None
 
     def finish(self) -> Plan:
-        """Undo the planned moves in the index and hand over the plan.
+        """Close the scratch (undoing the planned moves) and hand over the plan.
 
         A pod that was due for another try but was not chosen again no longer needs one (its
         rule holds now, or it cannot go): from here on it is decided like any other pod."""
-        for original in reversed(self._moved):
-            self.state.place(original)
-        self._moved.clear()
+        self._scratch.close()
         planner = self.planner
         for pod, retry in list(planner.retrying.items()):
             if retry.not_before <= self._clock_now and pod not in self._chosen:
@@ -436,4 +438,4 @@ class PlanDraft:
             self._migrating_vmis.add(action.vmi)
             self._migrations_total += 1
             self._migrations_out[action.node] = self._migrations_out.get(action.node, 0) + 1
-        self._moved.append(self.state.move_pod(action.pod, action.target))
+        self._scratch.move(action.pod, action.target)

@@ -5,18 +5,24 @@ Fed event by event by the informers (Pods, Nodes, Namespaces, PodDisruptionBudge
 VMIs and migrations) and the topology KV watch, all on one event loop; a decision cycle reads it
 without listing anything. Beyond the index it keeps each pod's requests and each node's sum of
 them (for node fit), the replicas of each owner, and the PDBs, VMIs and migrations.
+
+A cycle's planner shows its planned moves through a `Scratch` it opens for the cycle: the moved
+pods sit on their targets (pods, index, usage) until it closes and puts every one back. They are
+not pod changes: the journal of pod_changes never records them (see `pod_changes` for what its
+readers are told instead), and no pod event is taken while a scratch is open.
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Final
 
 import msgspec
 
 from hostaffinity.affinity.engine import AffinityEngine
-from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.index import ClusterIndex, PlannedMoves
 from hostaffinity.affinity.model import Namespace
 from hostaffinity.descheduler.kubevirt import (
     KubeVirt,
@@ -89,10 +95,14 @@ class ClusterState:
         # re-tainted, cordoned, or its VM placed on another host): a strategy that keeps
         # per-domain results between cycles starts over when it moves.
         self.topology_version = 0
-        # The keys of pods placed or forgotten, in order (a planned move and its undoing too),
-        # so a strategy that keeps results between cycles reads what changed, not every pod.
+        # The keys of pods placed or forgotten, in order (never a planned move), so a strategy
+        # that keeps results between cycles reads what changed, not every pod.
         self._journal: list[str] = []
         self._journal_start = 0  # the position of _journal[0]
+        # (journal position, keys) of pods a closed scratch put back after a reader of
+        # pod_changes saw them moved; ascending by position.
+        self._put_back: list[tuple[int, frozenset[str]]] = []
+        self._scratch: Scratch | None = None
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -105,10 +115,11 @@ class ClusterState:
         if vmi is not None:
             self._launchers[vmi] = pod
             pod = with_vmi_rules(pod, self.vmis.get(vmi))
-        self.place(pod)
+        self._place(pod)
 
-    def place(self, pod: DeschedulerPod) -> None:
-        """Index the pod as it is (a planned move, or undoing one)."""
+    def _place(self, pod: DeschedulerPod) -> None:
+        """Index the pod as it is."""
+        self._refuse_while_planning()
         key = pod.key
         self._forget(key)
         if not pod.spec.node_name or pod.status.phase in _TERMINAL:
@@ -144,6 +155,7 @@ class ClusterState:
         return f"{namespace}/{owner[0]}/{owner[1]}"
 
     def remove_pod(self, key: str) -> None:
+        self._refuse_while_planning()
         pod = self._forget(key)
         vmi = None if pod is None else launcher_vmi(pod)
         launcher = None if vmi is None else self._launchers.get(vmi)
@@ -171,20 +183,53 @@ class ClusterState:
             dropped = len(self._journal) // 2
             del self._journal[:dropped]
             self._journal_start += dropped
+            kept = bisect_left(self._put_back, self._journal_start, key=_position)
+            del self._put_back[:kept]
 
     def pod_changes(self, since: int) -> tuple[list[str] | None, int]:
         """The keys of pods placed or forgotten since position `since`, and the position now;
-        None when the journal no longer reaches back that far (read every pod instead)."""
+        None when the journal no longer reaches back that far (read every pod instead).
+
+        Read while a scratch is open, the keys also name the pods it moved so far (the reader
+        sees them on their targets); once that scratch closes, a read from that position or
+        earlier names them again, since they are back where they were. A key may come twice.
+        """
         end = self._journal_start + len(self._journal)
+        scratch = self._scratch
+        if scratch is not None:
+            scratch.seen = True
         if since < self._journal_start:
             return None, end
-        return self._journal[since - self._journal_start :], end
+        changed = self._journal[since - self._journal_start :]
+        for _, keys in self._put_back[bisect_left(self._put_back, since, key=_position) :]:
+            changed.extend(keys)
+        if scratch is not None:
+            changed.extend(scratch.moved())
+        return changed, end
 
-    def move_pod(self, key: str, node: str) -> DeschedulerPod:
-        """Place a pod on another node in the index (a planned move); returns the original."""
-        pod = self.pods[key]
-        self.place(_on_node(pod, node))
-        return pod
+    # -- planned moves -------------------------------------------------------------------------
+
+    def scratch(self) -> Scratch:
+        """Open the planned moves of one cycle (one at a time); close the scratch to undo them."""
+        if self._scratch is not None:
+            raise RuntimeError("a scratch is already open on this state")
+        self._scratch = Scratch(self, self.index.planned_moves())
+        return self._scratch
+
+    def _refuse_while_planning(self) -> None:
+        if self._scratch is not None:
+            raise RuntimeError("pod event while a scratch is open: close it first")
+
+    def _scratch_closed(self, scratch: Scratch, moved: frozenset[str]) -> None:
+        if self._scratch is not scratch:
+            return
+        self._scratch = None
+        if not scratch.seen or not moved:
+            return
+        end = self._journal_start + len(self._journal)
+        if self._put_back and self._put_back[-1][0] == end:
+            moved |= self._put_back.pop()[1]
+        self._put_back.append((end, moved))
 
     # -- nodes, namespaces, placements ---------------------------------------------------------
 
@@ -247,7 +292,7 @@ class ClusterState:
     def _rederive(self, vmi: str) -> None:
         launcher = self._launchers.get(vmi)
         if launcher is not None and launcher.key in self.pods:
-            self.place(with_vmi_rules(launcher, self.vmis.get(vmi)))
+            self._place(with_vmi_rules(launcher, self.vmis.get(vmi)))
 
     @property
     def kubevirt(self) -> KubeVirt | None:
@@ -291,6 +336,68 @@ class ClusterState:
             if amount and name in allocatable and used.get(name, 0) + amount > allocatable[name]:
                 return name
         return None
+
+
+class Scratch:
+    """One cycle's planned moves: each moved pod shows on its target in the pods, the index and
+    the usage of both nodes, until `close` puts everything back as it was; closed, it refuses
+    further moves. Usable as a context manager."""
+
+    def __init__(self, state: ClusterState, index_moves: PlannedMoves) -> None:
+        self._state: ClusterState | None = state
+        self._index_moves = index_moves
+        self._pods: dict[str, DeschedulerPod] = {}  # the originals of the moved pods
+        self._usage: dict[str, Resources | None] = {}  # each touched node's usage before
+        # A reader of pod_changes looked while it was open (it must hear of the undo).
+        self.seen = False
+
+    def move(self, key: str, node: str) -> None:
+        """Show the pod `key` on `node` until close."""
+        state = self._state
+        if state is None:
+            raise RuntimeError("the scratch is closed")
+        pod = state.pods[key]
+        self._pods.setdefault(key, pod)
+        source = pod.spec.node_name
+        for name in (source, node):
+            if name not in self._usage:
+                usage = state.usage.get(name)
+                self._usage[name] = None if usage is None else dict(usage)
+        requests = state.requests[key]
+        _add(state.usage.setdefault(source, {}), requests, -1)
+        _add(state.usage.setdefault(node, {}), requests, 1)
+        self._index_moves.move(key, node)
+        state.pods[key] = _on_node(pod, node)
+
+    def moved(self) -> list[str]:
+        """The keys of the pods moved so far."""
+        return list(self._pods)
+
+    def close(self) -> None:
+        """Put every moved pod back, with its nodes' usage (idempotent)."""
+        state, self._state = self._state, None
+        if state is None:
+            return
+        state.pods.update(self._pods)
+        for name, usage in self._usage.items():
+            if usage is None:
+                state.usage.pop(name, None)
+            else:
+                state.usage[name] = usage
+        self._index_moves.close()
+        state._scratch_closed(self, frozenset(self._pods))
+        self._pods.clear()
+        self._usage.clear()
+
+    def __enter__(self) -> Scratch:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _position(entry: tuple[int, frozenset[str]]) -> int:
+    return entry[0]
 
 
 def _on_node(pod: DeschedulerPod, node: str) -> DeschedulerPod:

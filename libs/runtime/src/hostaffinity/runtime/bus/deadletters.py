@@ -8,7 +8,6 @@ size recorded: what a message was and why it was refused is kept, even when the 
 from datetime import UTC, datetime
 
 import msgspec
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import metrics
 
@@ -35,21 +34,11 @@ class DeadLetterQueue:
         # Served at 0 from the start, so an alert's increase() sees the first parked message.
         _parked.add(0, {"service": service, "stream": stream})
 
-    async def park(self, msg: Msg, reason: str) -> None:
-        """Store a JetStream message with the reason; a redelivered copy is stored only once."""
-        meta = msg.metadata
-        await self._store(msg.subject, meta.stream, meta.sequence.stream, msg.data, reason)
-
     async def park_value(
-        self, stream: str, subject: str, revision: int, value: bytes, reason: str
+        self, stream: str, subject: str, revision: int, payload: bytes, reason: str
     ) -> None:
         """Store a bucket value (`subject` is its `$KV.<bucket>.<key>`) with the reason; the same
         revision, met again by a later watch, is stored only once."""
-        await self._store(subject, stream, revision, value, reason)
-
-    async def _store(
-        self, subject: str, stream: str, sequence: int, payload: bytes, reason: str
-    ) -> None:
         size = len(payload)
         if size > PARKED_PAYLOAD_LIMIT:
             reason = f"{reason} (payload cut to its first {PARKED_PAYLOAD_LIMIT} of {size} bytes)"
@@ -65,6 +54,6 @@ class DeadLetterQueue:
             self._js,
             self._subject,
             _encoder.encode(letter),
-            msg_id=f"dlq-{self._service}-{stream}-{sequence}",
+            msg_id=f"dlq-{self._service}-{stream}-{revision}",
         )
         _parked.add(1, {"service": self._service, "stream": stream})

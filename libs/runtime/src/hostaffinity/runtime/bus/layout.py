@@ -1,5 +1,5 @@
 """The JetStream layout: the events and DLQ streams, the topology bucket, the drs-translator's
-ownership bucket and the descheduler's durable consumer.
+ownership bucket, and any durable consumer asked for (`ConsumerSettings`).
 
 Only the provisioning step (`hostaffinity bus provision`, with the `provision` identity) creates
 or updates them: creating what exists with the same settings is a no-op on the server, changed

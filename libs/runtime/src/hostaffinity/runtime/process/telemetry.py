@@ -1,15 +1,16 @@
 """OpenTelemetry for a service: metrics on `/metrics`, traces over OTLP, trace context in headers.
 
 Metrics go through the Prometheus exporter into prometheus_client's default REGISTRY, so the
-health server serves them with `generate_latest()`. Traces are always recorded (so trace context
-flows from publisher to consumer) and exported only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+health server serves them with `generate_latest()`. Traces are always recorded (so an event
+carries its publisher's trace context to whoever reads it) and exported only when
+`OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 OpenTelemetry lets a process set its global providers once; `setup_telemetry` therefore installs
 them on the first call and hands back the same providers on every later call.
 """
 
 import logging
 import os
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
@@ -82,8 +83,3 @@ def seconds_histogram(
 def inject_trace_context(headers: MutableMapping[str, str], context: Context | None = None) -> None:
     """Write W3C `traceparent` (and `tracestate`) of the current or given context into headers."""
     _propagator.inject(headers, context=context)
-
-
-def extract_trace_context(headers: Mapping[str, str] | None) -> Context:
-    """The context a message's headers carry; an empty context when they carry none."""
-    return _propagator.extract(dict(headers or {}))

@@ -3,9 +3,13 @@ or zone).
 
 Upstream (pkg/framework/plugins/removeduplicates/removeduplicates.go) counts replicas of each
 owner per node and evicts down to the average over the nodes the pods fit,
-ceil(replicas / feasible nodes). Here the domain can be the ESXi host (placements from the
-topology KV) or a failure domain above it (its node label), and a replica is moved only to a
-domain below that average, so spreading never piles pods up somewhere else.
+ceil(replicas / feasible nodes) (getTargetNodes). Here the domain can be the ESXi host
+(placements from the topology KV) or a failure domain above it (its node label), and a replica is
+moved only to a domain below that average, so spreading never piles pods up somewhere else.
+
+The feasible domains are counted only as far as the average needs: the engine is asked one node
+at a time (`AffinityEngine.first_fit`, as node fit does) and stops once there are as many
+domains as replicas (the average is then 1 whatever the rest) or every domain is found.
 """
 
 from __future__ import annotations
@@ -80,11 +84,10 @@ class Duplicates:
     def _spread(
         self, state: ClusterState, workload: str, sample: str, by_domain: dict[str, list[str]]
     ) -> list[Violation]:
-        feasible = state.engine.filter(state.pods[sample]).feasible
-        domains = {d for d in (self._domain(state, n) for n in feasible) if d is not None}
-        domains.update(by_domain)
         total = sum(len(group) for group in by_domain.values())
+        domains, complete = self._feasible_domains(state, sample, set(by_domain), total)
         ceiling = math.ceil(total / max(1, len(domains)))
+        over = f"{len(domains)}" if complete else f"at least {len(domains)}"
         found = []
         for domain, group in sorted(by_domain.items()):
             if len(group) <= ceiling:
@@ -92,7 +95,7 @@ class Duplicates:
             order = eviction_order(state, group)
             rule = (
                 f"{len(group)} replicas of {workload} on {self.args.domain} {domain}; "
-                f"at most {ceiling} each over {len(domains)} feasible"
+                f"at most {ceiling} each over {over} feasible"
             )
             for key in order[: len(group) - ceiling]:
                 found.append(
@@ -101,6 +104,28 @@ class Duplicates:
                     )
                 )
         return found
+
+    def _feasible_domains(
+        self, state: ClusterState, sample: str, domains: set[str], replicas: int
+    ) -> tuple[set[str], bool]:
+        """The domains the replicas occupy plus those of nodes the engine lets `sample` on,
+        gathered until they number `replicas` (True: all of them were counted)."""
+        index = state.index
+        if self.args.domain == "node":
+            every = len(state.nodes)
+        else:
+            every = len(index.domains(DOMAIN_KEYS[self.args.domain]))
+        enough = min(replicas, every)
+
+        def counted(node: str) -> bool:
+            domain = self._domain(state, node)
+            if domain is not None:
+                domains.add(domain)
+            return len(domains) >= enough
+
+        if len(domains) < enough:
+            state.engine.first_fit(state.pods[sample], index.node_names, counted)
+        return domains, len(domains) < replicas or len(domains) >= every
 
     def _below(self, state: ClusterState, workload: str, ceiling: int) -> TargetCheck:
         def improves(pod_key: str, node: str) -> bool:
