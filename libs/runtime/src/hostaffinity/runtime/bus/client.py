@@ -11,7 +11,7 @@ service never creates the layout: it waits until provisioning made what it uses.
 import asyncio
 import logging
 import ssl
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Final
 
 from nats.aio.client import Client
@@ -20,7 +20,6 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
-from hostaffinity.runtime.bus.consumer import ConsumerSettings
 from hostaffinity.runtime.bus.deadletters import DeadLetterQueue
 from hostaffinity.runtime.bus.kv import TopologyStore
 from hostaffinity.runtime.bus.layout import (
@@ -133,11 +132,9 @@ class Bus:
             return None
         return int(self.nc.stats["reconnects"])
 
-    async def provision(
-        self, layout: BusLayout | None = None, consumers: Sequence[ConsumerSettings] | None = None
-    ) -> TopologyStore:
-        """Create or update the streams, buckets and durable consumers (the provisioning step's
-        job, with the `provision` identity); returns the topology bucket, typed.
+    async def provision(self, layout: BusLayout | None = None) -> TopologyStore:
+        """Create or update the streams and buckets (the provisioning step's job, with the
+        `provision` identity); returns the topology bucket, typed.
 
         Without a layout, the one `NatsSettings` describes applies.
         """
@@ -145,9 +142,7 @@ class Bus:
         attempt = 1
         while True:
             try:
-                if consumers is None:
-                    return TopologyStore(await provision_layout(self.js, chosen))
-                return TopologyStore(await provision_layout(self.js, chosen, consumers))
+                return TopologyStore(await provision_layout(self.js, chosen))
             except NatsTimeoutError:
                 # A cluster that has just formed may leave a request unanswered while its
                 # stream leaders are elected; every step is create-or-update, so ask again.
@@ -165,18 +160,17 @@ class Bus:
     async def wait_for_layout(
         self,
         streams: Iterable[str],
-        consumers: Iterable[ConsumerSettings] = (),
         *,
         retry_seconds: float = LAYOUT_RETRY_SECONDS,
     ) -> None:
-        """Return once every stream (a bucket: KV_<bucket>) and durable consumer exists; until
+        """Return once every stream (a bucket: KV_<bucket>) exists as provisioned; until
         then say which are missing and how to make them, and look again. A service started
         before the provisioning Job stays not ready instead of failing."""
-        wanted, durables = list(streams), list(consumers)
+        wanted = list(streams)
         announced: list[str] = []
         while True:
             try:
-                missing = await missing_parts(self.js, wanted, durables)
+                missing = await missing_parts(self.js, wanted)
             except NatsError as error:
                 # No answer is not "missing": a partition or a stream leader being elected. Ask
                 # again rather than fail the work (which would restart the process for nothing).

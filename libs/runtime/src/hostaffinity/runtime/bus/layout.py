@@ -1,5 +1,5 @@
 """The JetStream layout: the events and DLQ streams, the topology bucket, the drs-translator's
-ownership bucket, and any durable consumer asked for (`ConsumerSettings`).
+ownership bucket.
 
 Only the provisioning step (`hostaffinity bus provision`, with the `provision` identity) creates
 or updates them: creating what exists with the same settings is a no-op on the server, changed
@@ -26,7 +26,6 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
-from hostaffinity.runtime.bus.consumer import ConsumerSettings
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import (
     DLQ_STREAM,
@@ -156,13 +155,8 @@ async def _ensure_bucket(
     return store
 
 
-async def provision_layout(
-    js: JetStreamContext,
-    layout: BusLayout,
-    consumers: Iterable[ConsumerSettings] = (),
-) -> KeyValue:
-    """Create or update both streams, both buckets and the durable consumers; returns the
-    topology bucket."""
+async def provision_layout(js: JetStreamContext, layout: BusLayout) -> KeyValue:
+    """Create or update both streams and both buckets; returns the topology bucket."""
     events_age, events_bytes = layout.events_max_age_seconds, layout.events_max_bytes
     await _ensure_stream(
         js, _stream(EVENTS_STREAM, EVENTS_SUBJECT_PREFIX, events_age, events_bytes, layout)
@@ -172,17 +166,12 @@ async def provision_layout(
     # The ownership records of DRS rules: one value per key is all a reader needs.
     await _ensure_bucket(js, DRS_BUCKET, 1, layout)
     topology = await _ensure_bucket(js, TOPOLOGY_BUCKET, layout.topology_history, layout)
-    for consumer in consumers:
-        # Create or update: the server applies changed settings of an existing durable.
-        await js.add_consumer(consumer.stream, config=consumer.consumer_config())
     return topology
 
 
-async def missing_parts(
-    js: JetStreamContext, streams: Iterable[str], consumers: Iterable[ConsumerSettings] = ()
-) -> list[str]:
-    """What among `streams` (a bucket is its stream, KV_<bucket>) and durable `consumers` does
-    not exist or is not as this release provisions it, each named for a person."""
+async def missing_parts(js: JetStreamContext, streams: Iterable[str]) -> list[str]:
+    """What among `streams` (a bucket is its stream, KV_<bucket>) does not exist or is not as
+    this release provisions it, each named for a person."""
     missing = []
     for name in streams:
         try:
@@ -195,9 +184,4 @@ async def missing_parts(
                 f"bucket stream {name} allows roll-ups (any writer could wipe the bucket with "
                 "one Nats-Rollup message; provisioned before this release)"
             )
-    for consumer in consumers:
-        try:
-            await js.consumer_info(consumer.stream, consumer.durable)
-        except NotFoundError:
-            missing.append(f"consumer {consumer.stream}/{consumer.durable} missing")
     return missing
