@@ -1,7 +1,7 @@
 """What DRS should hold, per vSphere cluster: a pure function of pods, namespaces and topology.
 
 Like the node-labeller's `reconcile.py`: state in, a plan out; the applier does the I/O. Term
-matching is the affinity engine's (`ClusterIndex.terms_matching`, `matching_pods`,
+matching is the affinity engine's (`ClusterIndex.matching_pods`, `AffinityTerm.matches`,
 `incoming_scope`), so namespaces, namespaceSelector and the matchLabelKeys the API server merged
 into the selectors mean here exactly what they mean to kube-scheduler. Only terms on the ESXi-host
 domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`, and
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
-from hostaffinity.affinity.interpod import HOST_KEYS, NamespaceScope, incoming_scope
+from hostaffinity.affinity.interpod import HOST_KEYS, AffinityTerm, NamespaceScope, incoming_scope
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.nodeaffinity import (
     NodeTerm,
@@ -56,6 +56,7 @@ from hostaffinity.drs_translator.rules import ConflictReason, DrsObject, object_
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 CONNECTED: Final = "connected"
+_EVERYWHERE: Final = NamespaceScope(everywhere=True)
 # A VM-Host rule's identity: (cluster moid, host moids, mandatory).
 _HostGroupKey = tuple[str, tuple[str, ...], bool]
 
@@ -141,67 +142,130 @@ class _Placements:
     def __call__(self, node: str) -> _Vm | None:
         return self._vm.get(node)
 
+    def clusters_with_pods(self, index: ClusterIndex) -> set[str]:
+        """The clusters of our VMs that carry at least one indexed pod."""
+        return {
+            vm.cluster
+            for node, vm in self._vm.items()
+            if next(index.pods_on(node), None) is not None
+        }
+
+
+def asks_for_placement(pod: Pod) -> bool:
+    """Whether the pod's spec carries anything the planner reads: inter-pod (anti-)affinity,
+    node affinity or a nodeSelector, or a topology spread. The other pods (most of them) only
+    count as what those terms select, which the index answers; the planner never visits them."""
+    spec = pod.spec
+    return (
+        spec.affinity is not None
+        or spec.node_selector is not None
+        or bool(spec.topology_spread_constraints)
+    )
+
 
 def plan(
     index: ClusterIndex,
     placements: Mapping[str, NodePlacement],
     hosts: Mapping[str, EsxiHost],
-    pods: Iterable[Pod],
+    constrained: Iterable[Pod],
     settings: PlannerSettings,
 ) -> Plan:
     """The desired DRS state of every cluster that has placed pods or host rules.
 
-    `index` holds the assigned pods and the namespaces; `pods` are the same pods as API objects
-    (node affinity is read from the spec, which the index does not keep). Only the nodes and
-    hosts of `settings.vcenter` count: a plan is for one vCenter.
+    `index` holds the assigned pods and the namespaces; `constrained` are, as API objects, at
+    least the pods for which `asks_for_placement` holds (node affinity is read from the spec,
+    which the index does not keep; other pods passed are skipped). The cost follows the pods
+    with terms and what their terms select, not the cluster's size. Only the nodes and hosts of
+    `settings.vcenter` count: a plan is for one vCenter.
     """
-    pods = list(pods)
+    constrained = list(constrained)
     vm_of = _Placements(placements, settings.vcenter)
     # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
     hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
     result = Plan()
-    graphs: dict[str, _Graph] = {}
+    # Every cluster with a placed pod is planned, so one that lost its last rule is emptied.
+    graphs = {cluster: _Graph() for cluster in vm_of.clusters_with_pods(index)}
     anti_kinds: tuple[TermKind, ...] = ("required_anti",)
     if settings.translate_preferred:
         anti_kinds = ("required_anti", "preferred_anti")
-    for record in index.pods():
+    apart = _Apart(index, vm_of)
+    for pod in constrained:
+        record = index.pod(pod.key)
+        if record is None or not record.terms:
+            continue
         vm = vm_of(record.node)
         if vm is None:
             continue
-        graph = graphs.setdefault(vm.cluster, _Graph())
-        _add_apart(index, record, vm, vm_of, graph, anti_kinds)
+        graph = graphs[vm.cluster]
+        apart.add(record, vm, graph, anti_kinds)
         _add_together(index, record, vm, vm_of, graph, result)
-    _add_spreads(index, pods, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs)
+    _add_spreads(
+        index, constrained, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs
+    )
     for cluster, graph in sorted(graphs.items()):
         _plan_vm_rules(cluster, graph, _ClusterHosts.of(hosts, cluster), result)
-    _plan_host_rules(pods, vm_of, hosts, settings, result)
+    _plan_host_rules(constrained, vm_of, hosts, settings, result)
+    # By pod, not by the order pods arrived in: the same state gives the same plan.
+    result.untranslatable.sort(key=lambda problem: (problem.pod, problem.message))
     return result
 
 
-def _add_apart(
-    index: ClusterIndex,
-    record: PodRecord,
-    vm: _Vm,
-    vm_of: _Placements,
-    graph: _Graph,
-    kinds: tuple[TermKind, ...],
-) -> None:
-    """Edges from every host-domain anti-affinity term that selects this pod."""
-    for kind in kinds:
-        for owner, term in index.terms_matching(kind, record.namespace, record.labels):
-            if not term.physical or owner.key == record.key:
-                continue
-            other = vm_of(owner.node)
-            if other is None or other.cluster != vm.cluster or other.moid == vm.moid:
-                continue  # another cluster never shares a host; one VM cannot be split
-            graph.apart.setdefault(edge(vm.moid, other.moid), set()).update((owner.key, record.key))
-    ns_labels = index.namespaces.get(record.namespace, {})
-    for kind in kinds:
-        for term in getattr(record.terms, kind):
-            if term.physical and term.matches(record.namespace, record.labels, ns_labels):
-                key = f"anti:{term.describe()}"
-                graph.seeds.setdefault(key, set()).add(vm.moid)
-                graph.seed_pods.setdefault(key, set()).add(record.key)
+class _Apart:
+    """Anti-affinity edges driven from the pods that hold the terms.
+
+    A pod P on VM p with a host-domain anti-affinity term selecting pod Q on another VM q of the
+    cluster keeps p and q apart, for P and Q. Asking each term which pods it selects, rather
+    than each pod which terms select it, finds the same pairs at a cost that follows the terms,
+    not the cluster. The replicas of a workload hold equal terms: each distinct term is looked
+    up once per plan."""
+
+    def __init__(self, index: ClusterIndex, vm_of: _Placements) -> None:
+        self._index = index
+        self._vm_of = vm_of
+        self._selected: dict[AffinityTerm, _Selected] = {}
+
+    def add(self, owner: PodRecord, vm: _Vm, graph: _Graph, kinds: tuple[TermKind, ...]) -> None:
+        """Edges from the owner's VM to every other VM of its cluster a term of it selects a
+        pod on, and the term's seed when it selects the owner too (self-anti-affine replicas)."""
+        for kind in kinds:
+            for term in getattr(owner.terms, kind):
+                if term.physical:
+                    self._add_term(owner.key, vm, term, graph)
+
+    def _add_term(self, owner: str, vm: _Vm, term: AffinityTerm, graph: _Graph) -> None:
+        selected = self._selected_by(term)
+        selects_itself = False
+        for key, moid in selected.by_cluster.get(vm.cluster, ()):
+            if key == owner:
+                selects_itself = True
+            elif moid != vm.moid:  # one VM cannot be split
+                graph.apart.setdefault(edge(vm.moid, moid), set()).update((owner, key))
+        if selects_itself:
+            graph.seeds.setdefault(selected.seed, set()).add(vm.moid)
+            graph.seed_pods.setdefault(selected.seed, set()).add(owner)
+
+    def _selected_by(self, term: AffinityTerm) -> "_Selected":
+        """The placed pods an existing pod's term selects, by cluster (another cluster never
+        shares a host): the namespaces its namespaceSelector picks by their real labels, as
+        `ClusterIndex.terms_matching` reads them."""
+        selected = self._selected.get(term)
+        if selected is None:
+            selected = self._selected[term] = _Selected(f"anti:{term.describe()}")
+            namespaces = self._index.namespaces
+            for record in self._index.matching_pods(_EVERYWHERE, term.selector):
+                ns_labels = namespaces.get(record.namespace, {})
+                vm = self._vm_of(record.node)
+                if vm is not None and term.matches(record.namespace, record.labels, ns_labels):
+                    selected.by_cluster.setdefault(vm.cluster, []).append((record.key, vm.moid))
+        return selected
+
+
+@dataclass(slots=True)
+class _Selected:
+    """What one anti-affinity term selects: its seed's key, and (pod, VM) per cluster."""
+
+    seed: str
+    by_cluster: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 def _add_together(
@@ -478,6 +542,8 @@ def _host_groups(
     }
     groups: dict[_HostGroupKey, dict[str, set[str]]] = {}
     for pod in pods:
+        if not _selects_nodes(pod):
+            continue
         vm = vm_of(pod.spec.node_name) if pod.spec.node_name else None
         if vm is None or pod.status.phase in ("Succeeded", "Failed"):
             continue
@@ -495,6 +561,14 @@ def _host_groups(
             asked = groups.setdefault((vm.cluster, moids, mandatory), {})
             asked.setdefault(vm.moid, set()).add(pod.metadata.namespace + "/" + pod.metadata.name)
     return groups
+
+
+def _selects_nodes(pod: Pod) -> bool:
+    """Whether the pod has a nodeSelector or node affinity (else it asks for no host)."""
+    affinity = pod.spec.affinity
+    return pod.spec.node_selector is not None or (
+        affinity is not None and affinity.node_affinity is not None
+    )
 
 
 def _vm_host_objects(

@@ -25,6 +25,7 @@ from hostaffinity.drs_translator.planner import (
     Plan,
     PlannerSettings,
     Untranslatable,
+    asks_for_placement,
     plan,
 )
 from hostaffinity.drs_translator.records import OwnershipRecords
@@ -89,6 +90,8 @@ class DrsTranslator:
         self.targets = list(targets)
         self.index = ClusterIndex(physical_anti_affinity=physical_cluster_wide)
         self.pods: dict[str, Pod] = {}
+        # The pods whose spec the planner reads (`asks_for_placement`): a plan visits these only.
+        self.constrained: dict[str, Pod] = {}
         self.placements: dict[str, NodePlacement] = {}
         self.hosts: dict[str, EsxiHost] = {}
         self.topology_synced = False
@@ -106,11 +109,16 @@ class DrsTranslator:
 
     def upsert_pod(self, pod: Pod) -> None:
         self.pods[pod.key] = pod
+        if asks_for_placement(pod):
+            self.constrained[pod.key] = pod
+        else:
+            self.constrained.pop(pod.key, None)
         self.index.upsert_pod(pod)
         self._touch()
 
     def remove_pod(self, key: str) -> None:
         self.pods.pop(key, None)
+        self.constrained.pop(key, None)
         self.index.remove_pod(key)
         self._touch()
 
@@ -212,7 +220,9 @@ class DrsTranslator:
     async def cycle(self, target: VCenterTarget, *, reread: bool = False) -> Plan:
         """Plan every cluster of one vCenter and apply it there; returns the plan."""
         started = time.perf_counter()
-        desired = plan(self.index, self.placements, self.hosts, self.pods.values(), target.settings)
+        desired = plan(
+            self.index, self.placements, self.hosts, self.constrained.values(), target.settings
+        )
         self.last_plan_seconds = time.perf_counter() - started
         self._metrics.plan_duration.record(self.last_plan_seconds)
         await self._report(
