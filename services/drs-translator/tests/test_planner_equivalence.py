@@ -2,7 +2,8 @@
 visiting every pod (drs_reference_planner.py), over generated clusters: several vSphere clusters,
 a node of another vCenter and one without placement, namespaces picked by name and by labels,
 required and preferred (anti-)affinity on every host key, node affinity on hosts, topology
-spreads, hosts entering maintenance, pods finished, terminating or not yet assigned."""
+spreads, hosts entering maintenance, pods finished, terminating or not yet assigned; and the pods
+the translator keeps for the plan, through pods created, updated and deleted."""
 
 from typing import Any
 
@@ -14,8 +15,10 @@ from hypothesis import strategies as st
 
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import HOSTNAME_KEY
-from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.model import Namespace, ObjectMeta, Pod
+from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import Plan, PlannerSettings, asks_for_placement, plan
+from hostaffinity.drs_translator.translator import DrsTranslator
 from hostaffinity.schema import LABEL_ESXI_HOST, LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
 
 # node1-6 in domain-c1 over h0-h2, node7-8 in domain-c2 over h3-h4, node9 in another vCenter,
@@ -39,7 +42,7 @@ SCOPES: tuple[dict[str, Any], ...] = (
 pod_specs = st.fixed_dictionaries(
     {
         "node": st.sampled_from(NODES),
-        "namespace": st.sampled_from([*NAMESPACES, "unknown"]),
+        "namespace": st.sampled_from((*NAMESPACES, "unknown")),
         "app": st.sampled_from(APPS),
         "anti": st.one_of(
             st.none(),
@@ -144,3 +147,38 @@ def test_the_planner_plans_what_visiting_every_pod_planned(
     assert comparable(plan(index, PLACEMENTS, hosts, constrained, planner_settings)) == comparable(
         expected
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.integers(0, 5), pod_specs),  # upsert pod p<i>: new, or an update
+            st.tuples(st.integers(0, 5), st.none()),  # remove pod p<i>
+        ),
+        max_size=20,
+    ),
+    st.booleans(),
+)
+def test_the_pods_the_translator_keeps_for_the_plan_plan_what_all_its_pods_plan(
+    events: list[tuple[int, dict[str, Any] | None]], translate_preferred: bool
+) -> None:
+    translator = DrsTranslator([], None, DrsMetrics())
+    for name, labels in NAMESPACES.items():
+        translator.upsert_namespace(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
+    for i, spec in events:
+        if spec is None:
+            for namespace in (*NAMESPACES, "unknown"):
+                translator.remove_pod(f"{namespace}/p{i}")
+        else:
+            translator.upsert_pod(build(i, spec))
+    hosts = {f"h{i}": host(f"h{i}", "domain-c1" if i < 3 else "domain-c2") for i in range(5)}
+    planner_settings = PlannerSettings(vcenter=VCENTER, translate_preferred=translate_preferred)
+
+    kept = plan(
+        translator.index, PLACEMENTS, hosts, translator.constrained.values(), planner_settings
+    )
+    every_pod = reference_plan(
+        translator.index, PLACEMENTS, hosts, translator.pods.values(), planner_settings
+    )
+    assert comparable(kept) == comparable(every_pod)
