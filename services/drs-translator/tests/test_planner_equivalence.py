@@ -3,7 +3,8 @@ visiting every pod (drs_reference_planner.py), over generated clusters: several 
 a node of another vCenter and one without placement, namespaces picked by name and by labels,
 required and preferred (anti-)affinity on every host key, node affinity on hosts, topology
 spreads, hosts entering maintenance, pods finished, terminating or not yet assigned; and the pods
-the translator keeps for the plan, through pods created, updated and deleted."""
+the translator keeps for the plan, through pods created, updated and deleted; and a plan made in
+steps with the inputs changing between them."""
 
 from typing import Any
 
@@ -17,8 +18,15 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import HOSTNAME_KEY
 from hostaffinity.affinity.model import Namespace, ObjectMeta, Pod
 from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.planner import Plan, PlannerSettings, asks_for_placement, plan
+from hostaffinity.drs_translator.planner import (
+    Plan,
+    PlannerSettings,
+    Planning,
+    asks_for_placement,
+    plan,
+)
 from hostaffinity.drs_translator.translator import DrsTranslator
+from hostaffinity.runtime.bus.kv import HostChange, NodeChange
 from hostaffinity.schema import LABEL_ESXI_HOST, LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
 
 # node1-6 in domain-c1 over h0-h2, node7-8 in domain-c2 over h3-h4, node9 in another vCenter,
@@ -29,6 +37,8 @@ PLACEMENTS = {
     "node9": msgspec.structs.replace(placement("node9", "vm9", "h0"), vcenter="elsewhere"),
 }
 NODES = [*PLACEMENTS, "node10", ""]
+HOSTS = {f"h{i}": host(f"h{i}", "domain-c1" if i < 3 else "domain-c2") for i in range(5)}
+SETTINGS = PlannerSettings(vcenter=VCENTER)
 NAMESPACES = {"default": {}, "a": {"team": "x"}, "b": {"team": "y"}}
 APPS = ("a", "b", "c")
 ZONE = "topology.kubernetes.io/zone"
@@ -172,13 +182,54 @@ def test_the_pods_the_translator_keeps_for_the_plan_plan_what_all_its_pods_plan(
                 translator.remove_pod(f"{namespace}/p{i}")
         else:
             translator.upsert_pod(build(i, spec))
-    hosts = {f"h{i}": host(f"h{i}", "domain-c1" if i < 3 else "domain-c2") for i in range(5)}
     planner_settings = PlannerSettings(vcenter=VCENTER, translate_preferred=translate_preferred)
 
     kept = plan(
-        translator.index, PLACEMENTS, hosts, translator.constrained.values(), planner_settings
+        translator.index, PLACEMENTS, HOSTS, translator.constrained.values(), planner_settings
     )
     every_pod = reference_plan(
-        translator.index, PLACEMENTS, hosts, translator.pods.values(), planner_settings
+        translator.index, PLACEMENTS, HOSTS, translator.pods.values(), planner_settings
     )
     assert comparable(kept) == comparable(every_pod)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), pod_specs), max_size=12),
+    st.lists(st.tuples(st.integers(0, 5), st.one_of(st.none(), pod_specs)), max_size=8),
+    st.sampled_from([*PLACEMENTS, None]),
+)
+def test_what_changes_between_the_steps_of_a_plan_changes_nothing_in_it(
+    pods: list[tuple[int, dict[str, Any]]],
+    meanwhile: list[tuple[int, dict[str, Any] | None]],
+    moved_node: str | None,
+) -> None:
+    """The translator lets its informers run between the steps of a plan: the plan stays the
+    plan of the state it was begun on."""
+    translator = DrsTranslator([], None, DrsMetrics())
+    for name, labels in NAMESPACES.items():
+        translator.upsert_namespace(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
+    for moid, esxi in HOSTS.items():
+        translator.on_topology(HostChange(moid=moid, host=esxi, revision=1))
+    for node, where in PLACEMENTS.items():
+        translator.on_topology(NodeChange(node=node, placement=where, revision=1))
+    for i, spec in pods:
+        translator.upsert_pod(build(i, spec))
+    inputs = (translator.index, translator.placements, translator.hosts)
+    before = plan(*inputs, translator.constrained.values(), SETTINGS)
+
+    planning = Planning(*inputs, translator.constrained.values(), SETTINGS)  # then informers run
+    for i, spec in meanwhile:
+        if spec is None:
+            for namespace in (*NAMESPACES, "unknown"):
+                translator.remove_pod(f"{namespace}/p{i}")
+        else:
+            translator.upsert_pod(build(i, spec))
+    if moved_node is not None:
+        translator.on_topology(NodeChange(node=moved_node, placement=None, revision=2))
+    translator.on_topology(HostChange(moid="h1", host=None, revision=2))
+    translator.on_topology(HostChange(moid="h3", host=None, revision=2))
+    for _ in planning.steps():  # and a pod goes between each step
+        for key in list(translator.pods)[:1]:
+            translator.remove_pod(key)
+    assert comparable(planning.result) == comparable(before)

@@ -37,7 +37,7 @@ domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`,
   in maintenance as domains, so its rule is held like the others rather than dropped.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -170,19 +170,67 @@ def plan(
     constrained: Iterable[Pod],
     settings: PlannerSettings,
 ) -> Plan:
-    """The desired DRS state of every cluster that has placed pods or host rules.
+    """The desired DRS state of every cluster that has placed pods or host rules, in one go
+    (`Planning` says what the arguments are)."""
+    planning = Planning(index, placements, hosts, constrained, settings)
+    for _ in planning.steps():
+        pass
+    return planning.result
+
+
+class Planning:
+    """The desired DRS state of every cluster that has placed pods or host rules, made in steps
+    between which the caller may run other work.
 
     `index` holds the assigned pods and the namespaces; `constrained` are, as API objects, at
     least the pods for which `asks_for_placement` holds (node affinity is read from the spec,
     which the index does not keep; other pods passed are skipped). The cost follows the pods
     with terms and what their terms select, not the cluster's size. Only the nodes and hosts of
     `settings.vcenter` count: a plan is for one vCenter.
+
+    Construction reads every input and builds each cluster's VM graph, in one piece; each of
+    `steps()` then plans one cluster's rules, the last the VM-Host rules, from that graph and
+    this plan's own copies of the placements, hosts and pods. So the inputs may change between
+    steps (informers on the same event loop) without the plan mixing two states. `result` is
+    complete once the steps are done.
     """
-    constrained = list(constrained)
-    vm_of = _Placements(placements, settings.vcenter)
-    # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
-    hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
-    result = Plan()
+
+    def __init__(
+        self,
+        index: ClusterIndex,
+        placements: Mapping[str, NodePlacement],
+        hosts: Mapping[str, EsxiHost],
+        constrained: Iterable[Pod],
+        settings: PlannerSettings,
+    ) -> None:
+        self.result = Plan()
+        self._settings = settings
+        self._constrained = list(constrained)
+        self._vm_of = _Placements(placements, settings.vcenter)
+        # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
+        self._hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
+        self._graphs = _graphs(index, self._vm_of, self._constrained, settings, self.result)
+        domains = _host_domains(placements, self._hosts, settings.vcenter)
+        _add_spreads(index, self._constrained, self._vm_of, domains, self._graphs)
+
+    def steps(self) -> Iterator[None]:
+        """Plan the rest, one cluster's VM rules per step, then the VM-Host rules."""
+        for cluster, graph in sorted(self._graphs.items()):
+            _plan_vm_rules(cluster, graph, _ClusterHosts.of(self._hosts, cluster), self.result)
+            yield
+        _plan_host_rules(self._constrained, self._vm_of, self._hosts, self._settings, self.result)
+        # By pod, not by the order pods arrived in: the same state gives the same plan.
+        self.result.untranslatable.sort(key=lambda problem: (problem.pod, problem.message))
+
+
+def _graphs(
+    index: ClusterIndex,
+    vm_of: _Placements,
+    constrained: list[Pod],
+    settings: PlannerSettings,
+    result: Plan,
+) -> dict[str, _Graph]:
+    """Each cluster's anti-affinity and affinity between VMs, from the pods that hold terms."""
     # Every cluster with a placed pod is planned, so one that lost its last rule is emptied.
     graphs = {cluster: _Graph() for cluster in vm_of.clusters_with_pods(index)}
     anti_kinds: tuple[TermKind, ...] = ("required_anti",)
@@ -199,15 +247,7 @@ def plan(
         graph = graphs[vm.cluster]
         apart.add(record, vm, graph, anti_kinds)
         _add_together(index, record, vm, vm_of, graph, result)
-    _add_spreads(
-        index, constrained, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs
-    )
-    for cluster, graph in sorted(graphs.items()):
-        _plan_vm_rules(cluster, graph, _ClusterHosts.of(hosts, cluster), result)
-    _plan_host_rules(constrained, vm_of, hosts, settings, result)
-    # By pod, not by the order pods arrived in: the same state gives the same plan.
-    result.untranslatable.sort(key=lambda problem: (problem.pod, problem.message))
-    return result
+    return graphs
 
 
 class _Apart:

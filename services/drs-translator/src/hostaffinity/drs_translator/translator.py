@@ -24,9 +24,9 @@ from hostaffinity.drs_translator.planner import (
     Conflict,
     Plan,
     PlannerSettings,
+    Planning,
     Untranslatable,
     asks_for_placement,
-    plan,
 )
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
@@ -220,9 +220,7 @@ class DrsTranslator:
     async def cycle(self, target: VCenterTarget, *, reread: bool = False) -> Plan:
         """Plan every cluster of one vCenter and apply it there; returns the plan."""
         started = time.perf_counter()
-        desired = plan(
-            self.index, self.placements, self.hosts, self.constrained.values(), target.settings
-        )
+        desired = await self._plan(target.settings)
         self.last_plan_seconds = time.perf_counter() - started
         self._metrics.plan_duration.record(self.last_plan_seconds)
         await self._report(
@@ -235,6 +233,16 @@ class DrsTranslator:
         self.completed[target.name] += 1
         self.cycles += 1
         return desired
+
+    async def _plan(self, settings: PlannerSettings) -> Plan:
+        """The plan, letting the loop run between its steps: informers, the Lease's renewal and
+        the other vCenters' cycles wait for one step of it at most, never for the whole plan."""
+        planning = Planning(
+            self.index, self.placements, self.hosts, self.constrained.values(), settings
+        )
+        for _ in planning.steps():
+            await asyncio.sleep(0)
+        return planning.result
 
     async def _report(
         self,
