@@ -1,8 +1,9 @@
 """The translator's loop: keeps pods, namespaces and topology, plans, applies, reports.
 
 Every change marks the state dirty; after `debounce_seconds` one plan per vCenter is made from
-scratch (the planner is fast enough that incremental planning would only add ways to be wrong)
-and every cluster that needs it gets one reconfigure. Each vCenter is a `VCenterTarget` of its
+scratch, no earlier plan carried over: its cost follows the pods that carry constraints (kept in
+`constrained`), not the cluster, and the loop runs between its clusters (`Planning`). Every
+cluster that needs it gets one reconfigure. Each vCenter is a `VCenterTarget` of its
 own: its plan holds only its nodes' VMs and hosts, its rules go only to it, and its ownership
 records name it. A periodic resync reads each vCenter again and repairs drift. A vCenter whose
 cycle fails (it or NATS away) is logged and retried after `error_retry_seconds` on its own; the
