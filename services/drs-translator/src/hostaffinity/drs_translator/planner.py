@@ -138,16 +138,20 @@ class _Placements:
             for node, p in placements.items()
             if p.vcenter == vcenter and p.cluster_moid
         }
+        self._nodes_of: dict[str, list[str]] = {}
+        for node, vm in self._vm.items():
+            self._nodes_of.setdefault(vm.cluster, []).append(node)
 
     def __call__(self, node: str) -> _Vm | None:
         return self._vm.get(node)
 
     def clusters_with_pods(self, index: ClusterIndex) -> set[str]:
-        """The clusters of our VMs that carry at least one indexed pod."""
+        """The clusters of our VMs that carry at least one indexed pod (each cluster's nodes are
+        looked at until one has a pod: one or two per cluster in a busy one)."""
         return {
-            vm.cluster
-            for node, vm in self._vm.items()
-            if next(index.pods_on(node), None) is not None
+            cluster
+            for cluster, nodes in self._nodes_of.items()
+            if any(next(index.pods_on(node), None) is not None for node in nodes)
         }
 
 
@@ -188,11 +192,12 @@ class Planning:
     with terms and what their terms select, not the cluster's size. Only the nodes and hosts of
     `settings.vcenter` count: a plan is for one vCenter.
 
-    Construction reads every input and builds each cluster's VM graph, in one piece; each of
-    `steps()` then plans one cluster's rules, the last the VM-Host rules, from that graph and
-    this plan's own copies of the placements, hosts and pods. So the inputs may change between
-    steps (informers on the same event loop) without the plan mixing two states. `result` is
-    complete once the steps are done.
+    Construction reads every input, in one piece: which pods each anti-affinity term selects,
+    the affinity and spread edges of each cluster's VM graph. Each of `steps()` then adds one
+    cluster's anti-affinity edges and plans its rules, the last the VM-Host rules, from what
+    construction kept and this plan's own copies of the placements, hosts and pods. So the
+    inputs may change between steps (informers on the same event loop) without the plan mixing
+    two states. `result` is complete once the steps are done.
     """
 
     def __init__(
@@ -209,13 +214,17 @@ class Planning:
         self._vm_of = _Placements(placements, settings.vcenter)
         # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
         self._hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
-        self._graphs = _graphs(index, self._vm_of, self._constrained, settings, self.result)
+        self._apart = _Apart(index, self._vm_of)
+        self._graphs = _graphs(
+            index, self._vm_of, self._apart, self._constrained, settings, self.result
+        )
         domains = _host_domains(placements, self._hosts, settings.vcenter)
         _add_spreads(index, self._constrained, self._vm_of, domains, self._graphs)
 
     def steps(self) -> Iterator[None]:
         """Plan the rest, one cluster's VM rules per step, then the VM-Host rules."""
         for cluster, graph in sorted(self._graphs.items()):
+            self._apart.add_edges(cluster, graph)
             _plan_vm_rules(cluster, graph, _ClusterHosts.of(self._hosts, cluster), self.result)
             yield
         _plan_host_rules(self._constrained, self._vm_of, self._hosts, self._settings, self.result)
@@ -226,17 +235,18 @@ class Planning:
 def _graphs(
     index: ClusterIndex,
     vm_of: _Placements,
+    apart: "_Apart",
     constrained: list[Pod],
     settings: PlannerSettings,
     result: Plan,
 ) -> dict[str, _Graph]:
-    """Each cluster's anti-affinity and affinity between VMs, from the pods that hold terms."""
+    """Each cluster's affinity between VMs, and what its pods' anti-affinity terms select (for
+    `apart` to make edges of), from the pods that hold terms."""
     # Every cluster with a placed pod is planned, so one that lost its last rule is emptied.
     graphs = {cluster: _Graph() for cluster in vm_of.clusters_with_pods(index)}
     anti_kinds: tuple[TermKind, ...] = ("required_anti",)
     if settings.translate_preferred:
         anti_kinds = ("required_anti", "preferred_anti")
-    apart = _Apart(index, vm_of)
     for pod in constrained:
         record = index.pod(pod.key)
         if record is None or not record.terms:
@@ -244,9 +254,8 @@ def _graphs(
         vm = vm_of(record.node)
         if vm is None:
             continue
-        graph = graphs[vm.cluster]
-        apart.add(record, vm, graph, anti_kinds)
-        _add_together(index, record, vm, vm_of, graph, result)
+        apart.collect(record, vm, anti_kinds)
+        _add_together(index, record, vm, vm_of, graphs[vm.cluster], result)
     return graphs
 
 
@@ -257,32 +266,36 @@ class _Apart:
     cluster keeps p and q apart, for P and Q. Asking each term which pods it selects, rather
     than each pod which terms select it, finds the same pairs at a cost that follows the terms,
     not the cluster. The replicas of a workload hold equal terms: each distinct term is looked
-    up once per plan."""
+    up once per plan. `collect` reads the index; `add_edges` only what `collect` kept."""
 
     def __init__(self, index: ClusterIndex, vm_of: _Placements) -> None:
         self._index = index
         self._vm_of = vm_of
         self._selected: dict[AffinityTerm, _Selected] = {}
+        # Cluster → (owner's key, owner's VM, what one of its terms selects).
+        self._owners: dict[str, list[tuple[str, str, _Selected]]] = {}
 
-    def add(self, owner: PodRecord, vm: _Vm, graph: _Graph, kinds: tuple[TermKind, ...]) -> None:
-        """Edges from the owner's VM to every other VM of its cluster a term of it selects a
-        pod on, and the term's seed when it selects the owner too (self-anti-affine replicas)."""
+    def collect(self, owner: PodRecord, vm: _Vm, kinds: tuple[TermKind, ...]) -> None:
+        """What each host-domain anti-affinity term of the owner selects."""
         for kind in kinds:
             for term in getattr(owner.terms, kind):
                 if term.physical:
-                    self._add_term(owner.key, vm, term, graph)
+                    owners = self._owners.setdefault(vm.cluster, [])
+                    owners.append((owner.key, vm.moid, self._selected_by(term)))
 
-    def _add_term(self, owner: str, vm: _Vm, term: AffinityTerm, graph: _Graph) -> None:
-        selected = self._selected_by(term)
-        selects_itself = False
-        for key, moid in selected.by_cluster.get(vm.cluster, ()):
-            if key == owner:
-                selects_itself = True
-            elif moid != vm.moid:  # one VM cannot be split
-                graph.apart.setdefault(edge(vm.moid, moid), set()).update((owner, key))
-        if selects_itself:
-            graph.seeds.setdefault(selected.seed, set()).add(vm.moid)
-            graph.seed_pods.setdefault(selected.seed, set()).add(owner)
+    def add_edges(self, cluster: str, graph: _Graph) -> None:
+        """Edges from each owner's VM to every other VM of its cluster its term selects a pod
+        on, and the term's seed where it selects its owner too (self-anti-affine replicas)."""
+        for owner, mine, selected in self._owners.get(cluster, ()):
+            selects_itself = False
+            for key, moid in selected.by_cluster.get(cluster, ()):
+                if key == owner:
+                    selects_itself = True
+                elif moid != mine:  # one VM cannot be split
+                    graph.apart.setdefault(edge(mine, moid), set()).update((owner, key))
+            if selects_itself:
+                graph.seeds.setdefault(selected.seed, set()).add(mine)
+                graph.seed_pods.setdefault(selected.seed, set()).add(owner)
 
     def _selected_by(self, term: AffinityTerm) -> "_Selected":
         """The placed pods an existing pod's term selects, by cluster (another cluster never
