@@ -113,6 +113,16 @@ def build(i: int, spec: dict[str, Any]) -> Pod:
     return built
 
 
+def pod_events(translator: DrsTranslator, events: list[tuple[int, dict[str, Any] | None]]) -> None:
+    """Pod p<i> created or updated to the spec, or deleted (None), as the informer says it."""
+    for i, spec in events:
+        if spec is None:
+            for namespace in (*NAMESPACES, "unknown"):
+                translator.remove_pod(f"{namespace}/p{i}")
+        else:
+            translator.upsert_pod(build(i, spec))
+
+
 def comparable(result: Plan) -> tuple[object, ...]:
     """The whole plan; problems of pods by pod (the reference listed them in index order)."""
     untranslatable = sorted(result.untranslatable, key=lambda u: (u.pod, u.message))
@@ -176,12 +186,7 @@ def test_the_pods_the_translator_keeps_for_the_plan_plan_what_all_its_pods_plan(
     translator = DrsTranslator([], None, DrsMetrics())
     for name, labels in NAMESPACES.items():
         translator.upsert_namespace(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
-    for i, spec in events:
-        if spec is None:
-            for namespace in (*NAMESPACES, "unknown"):
-                translator.remove_pod(f"{namespace}/p{i}")
-        else:
-            translator.upsert_pod(build(i, spec))
+    pod_events(translator, events)
     planner_settings = PlannerSettings(vcenter=VCENTER, translate_preferred=translate_preferred)
 
     kept = plan(
@@ -219,12 +224,7 @@ def test_what_changes_between_the_steps_of_a_plan_changes_nothing_in_it(
     before = plan(*inputs, translator.constrained.values(), SETTINGS)
 
     planning = Planning(*inputs, translator.constrained.values(), SETTINGS)  # then informers run
-    for i, spec in meanwhile:
-        if spec is None:
-            for namespace in (*NAMESPACES, "unknown"):
-                translator.remove_pod(f"{namespace}/p{i}")
-        else:
-            translator.upsert_pod(build(i, spec))
+    pod_events(translator, meanwhile)
     if moved_node is not None:
         translator.on_topology(NodeChange(node=moved_node, placement=None, revision=2))
     translator.on_topology(HostChange(moid="h1", host=None, revision=2))
