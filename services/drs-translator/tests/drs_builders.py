@@ -7,7 +7,7 @@ import msgspec
 
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod
-from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
+from hostaffinity.drs_translator.planner import Plan, PlannerSettings, asks_for_placement, plan
 from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
 
 VCENTER = "vc"
@@ -145,7 +145,8 @@ def run_plan(
         index.set_namespace(name, labels)
     for item in pods:
         index.upsert_pod(item)
-    return plan(index, placements, hosts, pods, PlannerSettings(vcenter=VCENTER, **settings))
+    constrained = [item for item in pods if asks_for_placement(item)]  # as the translator keeps
+    return plan(index, placements, hosts, constrained, PlannerSettings(vcenter=VCENTER, **settings))
 
 
 def held(result: Plan) -> dict[str, str]:

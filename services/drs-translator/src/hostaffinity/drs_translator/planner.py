@@ -1,7 +1,7 @@
 """What DRS should hold, per vSphere cluster: a pure function of pods, namespaces and topology.
 
 Like the node-labeller's `reconcile.py`: state in, a plan out; the applier does the I/O. Term
-matching is the affinity engine's (`ClusterIndex.terms_matching`, `matching_pods`,
+matching is the affinity engine's (`ClusterIndex.matching_pods`, `AffinityTerm.matches`,
 `incoming_scope`), so namespaces, namespaceSelector and the matchLabelKeys the API server merged
 into the selectors mean here exactly what they mean to kube-scheduler. Only terms on the ESXi-host
 domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`, and
@@ -37,12 +37,12 @@ domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`,
   in maintenance as domains, so its rule is held like the others rather than dropped.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
-from hostaffinity.affinity.interpod import HOST_KEYS, NamespaceScope, incoming_scope
+from hostaffinity.affinity.interpod import HOST_KEYS, AffinityTerm, NamespaceScope, incoming_scope
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.nodeaffinity import (
     NodeTerm,
@@ -56,6 +56,7 @@ from hostaffinity.drs_translator.rules import ConflictReason, DrsObject, object_
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 CONNECTED: Final = "connected"
+_EVERYWHERE: Final = NamespaceScope(everywhere=True)
 # A VM-Host rule's identity: (cluster moid, host moids, mandatory).
 _HostGroupKey = tuple[str, tuple[str, ...], bool]
 
@@ -137,71 +138,187 @@ class _Placements:
             for node, p in placements.items()
             if p.vcenter == vcenter and p.cluster_moid
         }
+        self._nodes_of: dict[str, list[str]] = {}
+        for node, vm in self._vm.items():
+            self._nodes_of.setdefault(vm.cluster, []).append(node)
 
     def __call__(self, node: str) -> _Vm | None:
         return self._vm.get(node)
+
+    def clusters_with_pods(self, index: ClusterIndex) -> set[str]:
+        """The clusters of our VMs that carry at least one indexed pod (each cluster's nodes are
+        looked at until one has a pod: one or two per cluster in a busy one)."""
+        return {
+            cluster
+            for cluster, nodes in self._nodes_of.items()
+            if any(next(index.pods_on(node), None) is not None for node in nodes)
+        }
+
+
+def asks_for_placement(pod: Pod) -> bool:
+    """Whether the pod's spec carries anything the planner reads: inter-pod (anti-)affinity,
+    node affinity or a nodeSelector, or a topology spread. The other pods (most of them) only
+    count as what those terms select, which the index answers; the planner never visits them."""
+    spec = pod.spec
+    return (
+        spec.affinity is not None
+        or spec.node_selector is not None
+        or bool(spec.topology_spread_constraints)
+    )
 
 
 def plan(
     index: ClusterIndex,
     placements: Mapping[str, NodePlacement],
     hosts: Mapping[str, EsxiHost],
-    pods: Iterable[Pod],
+    constrained: Iterable[Pod],
     settings: PlannerSettings,
 ) -> Plan:
-    """The desired DRS state of every cluster that has placed pods or host rules.
+    """The desired DRS state of every cluster that has placed pods or host rules, in one go
+    (`Planning` says what the arguments are)."""
+    planning = Planning(index, placements, hosts, constrained, settings)
+    for _ in planning.steps():
+        pass
+    return planning.result
 
-    `index` holds the assigned pods and the namespaces; `pods` are the same pods as API objects
-    (node affinity is read from the spec, which the index does not keep). Only the nodes and
-    hosts of `settings.vcenter` count: a plan is for one vCenter.
+
+class Planning:
+    """The desired DRS state of every cluster that has placed pods or host rules, made in steps
+    between which the caller may run other work.
+
+    `index` holds the assigned pods and the namespaces; `constrained` are, as API objects, at
+    least the pods for which `asks_for_placement` holds (node affinity is read from the spec,
+    which the index does not keep; other pods passed are skipped). The cost follows the pods
+    with terms and what their terms select, not the cluster's size. Only the nodes and hosts of
+    `settings.vcenter` count: a plan is for one vCenter.
+
+    Construction reads every input, in one piece: which pods each anti-affinity term selects,
+    the affinity and spread edges of each cluster's VM graph. Each of `steps()` then adds one
+    cluster's anti-affinity edges and plans its rules, the last the VM-Host rules, from what
+    construction kept and this plan's own copies of the placements, hosts and pods. So the
+    inputs may change between steps (informers on the same event loop) without the plan mixing
+    two states. `result` is complete once the steps are done.
     """
-    pods = list(pods)
-    vm_of = _Placements(placements, settings.vcenter)
-    # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
-    hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
-    result = Plan()
-    graphs: dict[str, _Graph] = {}
+
+    def __init__(
+        self,
+        index: ClusterIndex,
+        placements: Mapping[str, NodePlacement],
+        hosts: Mapping[str, EsxiHost],
+        constrained: Iterable[Pod],
+        settings: PlannerSettings,
+    ) -> None:
+        self.result = Plan()
+        self._settings = settings
+        self._constrained = list(constrained)
+        self._vm_of = _Placements(placements, settings.vcenter)
+        # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
+        self._hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
+        self._apart = _Apart(index, self._vm_of)
+        self._graphs = _graphs(
+            index, self._vm_of, self._apart, self._constrained, settings, self.result
+        )
+        domains = _host_domains(placements, self._hosts, settings.vcenter)
+        _add_spreads(index, self._constrained, self._vm_of, domains, self._graphs)
+
+    def steps(self) -> Iterator[None]:
+        """Plan the rest, one cluster's VM rules per step, then the VM-Host rules."""
+        for cluster, graph in sorted(self._graphs.items()):
+            self._apart.add_edges(cluster, graph)
+            _plan_vm_rules(cluster, graph, _ClusterHosts.of(self._hosts, cluster), self.result)
+            yield
+        _plan_host_rules(self._constrained, self._vm_of, self._hosts, self._settings, self.result)
+        # By pod, not by the order pods arrived in: the same state gives the same plan.
+        self.result.untranslatable.sort(key=lambda problem: (problem.pod, problem.message))
+
+
+def _graphs(
+    index: ClusterIndex,
+    vm_of: _Placements,
+    apart: "_Apart",
+    constrained: list[Pod],
+    settings: PlannerSettings,
+    result: Plan,
+) -> dict[str, _Graph]:
+    """Each cluster's affinity between VMs, and what its pods' anti-affinity terms select (for
+    `apart` to make edges of), from the pods that hold terms."""
+    # Every cluster with a placed pod is planned, so one that lost its last rule is emptied.
+    graphs = {cluster: _Graph() for cluster in vm_of.clusters_with_pods(index)}
     anti_kinds: tuple[TermKind, ...] = ("required_anti",)
     if settings.translate_preferred:
         anti_kinds = ("required_anti", "preferred_anti")
-    for record in index.pods():
+    for pod in constrained:
+        record = index.pod(pod.key)
+        if record is None or not record.terms:
+            continue
         vm = vm_of(record.node)
         if vm is None:
             continue
-        graph = graphs.setdefault(vm.cluster, _Graph())
-        _add_apart(index, record, vm, vm_of, graph, anti_kinds)
-        _add_together(index, record, vm, vm_of, graph, result)
-    _add_spreads(index, pods, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs)
-    for cluster, graph in sorted(graphs.items()):
-        _plan_vm_rules(cluster, graph, _ClusterHosts.of(hosts, cluster), result)
-    _plan_host_rules(pods, vm_of, hosts, settings, result)
-    return result
+        apart.collect(record, vm, anti_kinds)
+        _add_together(index, record, vm, vm_of, graphs[vm.cluster], result)
+    return graphs
 
 
-def _add_apart(
-    index: ClusterIndex,
-    record: PodRecord,
-    vm: _Vm,
-    vm_of: _Placements,
-    graph: _Graph,
-    kinds: tuple[TermKind, ...],
-) -> None:
-    """Edges from every host-domain anti-affinity term that selects this pod."""
-    for kind in kinds:
-        for owner, term in index.terms_matching(kind, record.namespace, record.labels):
-            if not term.physical or owner.key == record.key:
-                continue
-            other = vm_of(owner.node)
-            if other is None or other.cluster != vm.cluster or other.moid == vm.moid:
-                continue  # another cluster never shares a host; one VM cannot be split
-            graph.apart.setdefault(edge(vm.moid, other.moid), set()).update((owner.key, record.key))
-    ns_labels = index.namespaces.get(record.namespace, {})
-    for kind in kinds:
-        for term in getattr(record.terms, kind):
-            if term.physical and term.matches(record.namespace, record.labels, ns_labels):
-                key = f"anti:{term.describe()}"
-                graph.seeds.setdefault(key, set()).add(vm.moid)
-                graph.seed_pods.setdefault(key, set()).add(record.key)
+class _Apart:
+    """Anti-affinity edges driven from the pods that hold the terms.
+
+    A pod P on VM p with a host-domain anti-affinity term selecting pod Q on another VM q of the
+    cluster keeps p and q apart, for P and Q. Asking each term which pods it selects, rather
+    than each pod which terms select it, finds the same pairs at a cost that follows the terms,
+    not the cluster. The replicas of a workload hold equal terms: each distinct term is looked
+    up once per plan. `collect` reads the index; `add_edges` only what `collect` kept."""
+
+    def __init__(self, index: ClusterIndex, vm_of: _Placements) -> None:
+        self._index = index
+        self._vm_of = vm_of
+        self._selected: dict[AffinityTerm, _Selected] = {}
+        # Cluster → (owner's key, owner's VM, what one of its terms selects).
+        self._owners: dict[str, list[tuple[str, str, _Selected]]] = {}
+
+    def collect(self, owner: PodRecord, vm: _Vm, kinds: tuple[TermKind, ...]) -> None:
+        """What each host-domain anti-affinity term of the owner selects."""
+        for kind in kinds:
+            for term in getattr(owner.terms, kind):
+                if term.physical:
+                    owners = self._owners.setdefault(vm.cluster, [])
+                    owners.append((owner.key, vm.moid, self._selected_by(term)))
+
+    def add_edges(self, cluster: str, graph: _Graph) -> None:
+        """Edges from each owner's VM to every other VM of its cluster its term selects a pod
+        on, and the term's seed where it selects its owner too (self-anti-affine replicas)."""
+        for owner, mine, selected in self._owners.get(cluster, ()):
+            selects_itself = False
+            for key, moid in selected.by_cluster.get(cluster, ()):
+                if key == owner:
+                    selects_itself = True
+                elif moid != mine:  # one VM cannot be split
+                    graph.apart.setdefault(edge(mine, moid), set()).update((owner, key))
+            if selects_itself:
+                graph.seeds.setdefault(selected.seed, set()).add(mine)
+                graph.seed_pods.setdefault(selected.seed, set()).add(owner)
+
+    def _selected_by(self, term: AffinityTerm) -> "_Selected":
+        """The placed pods an existing pod's term selects, by cluster (another cluster never
+        shares a host): the namespaces its namespaceSelector picks by their real labels, as
+        `ClusterIndex.terms_matching` reads them."""
+        selected = self._selected.get(term)
+        if selected is None:
+            selected = self._selected[term] = _Selected(f"anti:{term.describe()}")
+            namespaces = self._index.namespaces
+            for record in self._index.matching_pods(_EVERYWHERE, term.selector):
+                ns_labels = namespaces.get(record.namespace, {})
+                vm = self._vm_of(record.node)
+                if vm is not None and term.matches(record.namespace, record.labels, ns_labels):
+                    selected.by_cluster.setdefault(vm.cluster, []).append((record.key, vm.moid))
+        return selected
+
+
+@dataclass(slots=True)
+class _Selected:
+    """What one anti-affinity term selects: its seed's key, and (pod, VM) per cluster."""
+
+    seed: str
+    by_cluster: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 def _add_together(
@@ -478,6 +595,8 @@ def _host_groups(
     }
     groups: dict[_HostGroupKey, dict[str, set[str]]] = {}
     for pod in pods:
+        if not _selects_nodes(pod):
+            continue
         vm = vm_of(pod.spec.node_name) if pod.spec.node_name else None
         if vm is None or pod.status.phase in ("Succeeded", "Failed"):
             continue
@@ -495,6 +614,14 @@ def _host_groups(
             asked = groups.setdefault((vm.cluster, moids, mandatory), {})
             asked.setdefault(vm.moid, set()).add(pod.metadata.namespace + "/" + pod.metadata.name)
     return groups
+
+
+def _selects_nodes(pod: Pod) -> bool:
+    """Whether the pod has a nodeSelector or node affinity (else it asks for no host)."""
+    affinity = pod.spec.affinity
+    return pod.spec.node_selector is not None or (
+        affinity is not None and affinity.node_affinity is not None
+    )
 
 
 def _vm_host_objects(

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
@@ -142,6 +143,9 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:
                 break
             await asyncio.sleep(_SYNC_POLL_SECONDS)
+        # A full collection over 150,000 pods' objects paused the loop ~0.5 s in the middle of
+        # a plan (whose sets and tuples are what trigger collections): keep them out of it.
+        freeze_gc_after_initial_load()
         await translator.run()
     finally:
         for session in sessions:

@@ -1,8 +1,9 @@
 """The translator's loop: keeps pods, namespaces and topology, plans, applies, reports.
 
 Every change marks the state dirty; after `debounce_seconds` one plan per vCenter is made from
-scratch (the planner is fast enough that incremental planning would only add ways to be wrong)
-and every cluster that needs it gets one reconfigure. Each vCenter is a `VCenterTarget` of its
+scratch, no earlier plan carried over: its cost follows the pods that carry constraints (kept in
+`constrained`), not the cluster, and the loop runs between its clusters (`Planning`). Every
+cluster that needs it gets one reconfigure. Each vCenter is a `VCenterTarget` of its
 own: its plan holds only its nodes' VMs and hosts, its rules go only to it, and its ownership
 records name it. A periodic resync reads each vCenter again and repairs drift. A vCenter whose
 cycle fails (it or NATS away) is logged and retried after `error_retry_seconds` on its own; the
@@ -24,8 +25,9 @@ from hostaffinity.drs_translator.planner import (
     Conflict,
     Plan,
     PlannerSettings,
+    Planning,
     Untranslatable,
-    plan,
+    asks_for_placement,
 )
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
@@ -89,6 +91,8 @@ class DrsTranslator:
         self.targets = list(targets)
         self.index = ClusterIndex(physical_anti_affinity=physical_cluster_wide)
         self.pods: dict[str, Pod] = {}
+        # The pods whose spec the planner reads (`asks_for_placement`): a plan visits these only.
+        self.constrained: dict[str, Pod] = {}
         self.placements: dict[str, NodePlacement] = {}
         self.hosts: dict[str, EsxiHost] = {}
         self.topology_synced = False
@@ -106,11 +110,16 @@ class DrsTranslator:
 
     def upsert_pod(self, pod: Pod) -> None:
         self.pods[pod.key] = pod
+        if asks_for_placement(pod):
+            self.constrained[pod.key] = pod
+        else:
+            self.constrained.pop(pod.key, None)
         self.index.upsert_pod(pod)
         self._touch()
 
     def remove_pod(self, key: str) -> None:
         self.pods.pop(key, None)
+        self.constrained.pop(key, None)
         self.index.remove_pod(key)
         self._touch()
 
@@ -212,7 +221,7 @@ class DrsTranslator:
     async def cycle(self, target: VCenterTarget, *, reread: bool = False) -> Plan:
         """Plan every cluster of one vCenter and apply it there; returns the plan."""
         started = time.perf_counter()
-        desired = plan(self.index, self.placements, self.hosts, self.pods.values(), target.settings)
+        desired = await self._plan(target.settings)
         self.last_plan_seconds = time.perf_counter() - started
         self._metrics.plan_duration.record(self.last_plan_seconds)
         await self._report(
@@ -225,6 +234,16 @@ class DrsTranslator:
         self.completed[target.name] += 1
         self.cycles += 1
         return desired
+
+    async def _plan(self, settings: PlannerSettings) -> Plan:
+        """The plan, letting the loop run between its steps: informers, the Lease's renewal and
+        the other vCenters' cycles wait for one step of it at most, never for the whole plan."""
+        planning = Planning(
+            self.index, self.placements, self.hosts, self.constrained.values(), settings
+        )
+        for _ in planning.steps():
+            await asyncio.sleep(0)
+        return planning.result
 
     async def _report(
         self,
