@@ -10,6 +10,7 @@ them (for node fit), the replicas of each owner, and the PDBs, VMIs and migratio
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from typing import Final
 
@@ -18,6 +19,7 @@ import msgspec
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace
+from hostaffinity.affinity.sharing import Interner
 from hostaffinity.descheduler.kubevirt import (
     KubeVirt,
     VirtualMachine,
@@ -41,6 +43,8 @@ _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 # Pod changes kept for readers of pod_changes(); half are dropped beyond this.
 JOURNAL_LIMIT: Final = 1_000_000
+# Replicas request the same: one read-only Resources per distinct request, not one per pod.
+_SHARED_REQUESTS: Final[Interner[tuple[tuple[str, int], ...], Resources]] = Interner()
 
 
 def controller_of(pod: DeschedulerPod) -> str | None:
@@ -55,7 +59,7 @@ def controller_of(pod: DeschedulerPod) -> str | None:
 def _own_workload(pod: DeschedulerPod) -> str:
     """The workload read from the pod alone: its controller, or the pod itself."""
     owner = controller_of(pod)
-    return f"{pod.metadata.namespace}/{owner}" if owner else pod.key
+    return sys.intern(f"{pod.metadata.namespace}/{owner}") if owner else pod.key
 
 
 def _add(into: Resources, amount: Resources, sign: int) -> None:
@@ -72,7 +76,7 @@ class ClusterState:
         self.pods: dict[str, DeschedulerPod] = {}
         self.nodes: dict[str, DeschedulerNode] = {}
         self.allocatable: dict[str, Resources] = {}
-        self.requests: dict[str, Resources] = {}
+        self.requests: dict[str, Resources] = {}  # read-only: replicas share one
         self.usage: dict[str, Resources] = {}
         self.workloads: dict[str, set[str]] = {}
         self.pdbs: dict[str, PodDisruptionBudget] = {}
@@ -118,6 +122,7 @@ class ClusterState:
         except ValueError as error:
             _log.warning("pod %s: requests not understood (%s); counted as none", key, error)
             requests = {"pods": 1000}
+        requests = _SHARED_REQUESTS.share(tuple(requests.items()), requests)
         self.index.upsert_pod(pod)
         self.pods[key] = pod
         self._note(key)
