@@ -15,7 +15,7 @@ import pytest
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import compile_pod_terms
 from hostaffinity.affinity.model import Pod
-from hostaffinity.affinity.sharing import DEFAULT_CAPACITY, Interner
+from hostaffinity.affinity.sharing import DEFAULT_CAPACITY, Interner, with_shared_fields
 from hostaffinity.affinity.topology_spread import compile_spread_constraints
 from hostaffinity.affinity.workloads import workload_of
 from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_KUBEVIRT_VMI_UID
@@ -138,3 +138,15 @@ def test_interner_lets_the_least_recently_used_go_first() -> None:
 def test_interner_needs_room_for_one_value() -> None:
     with pytest.raises(ValueError, match="at least one"):
         Interner(capacity=0)
+
+
+def test_decoded_structs_share_fields_with_equal_json_and_intern_strings() -> None:
+    first, second, other = (
+        with_shared_fields(p.metadata, ("labels", "namespace"))
+        for p in (_web("web-1"), _web("web-2"), _web("web-3", tier="gold"))
+    )
+    assert first.labels is second.labels
+    assert other.labels is not first.labels
+    assert other.labels == {"app": "web", "tier": "gold"}
+    assert first.namespace is second.namespace
+    assert with_shared_fields(second, ("labels",)) is second  # nothing to replace: itself

@@ -11,11 +11,16 @@ anyone holding one: a holder can never tell a shared object from its own.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
-from typing import Final, Generic, TypeVar
+from collections.abc import Iterable
+from typing import Any, Final, Generic, TypeVar
+
+import msgspec
 
 K = TypeVar("K")
 V = TypeVar("V")
+S = TypeVar("S", bound=msgspec.Struct)
 
 # Enough for the workloads whose pods arrive together (an informer lists pods by key, so a
 # workload's replicas are adjacent), small enough to stay a few MiB whatever the cluster.
@@ -50,3 +55,33 @@ class Interner(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+_ENCODE: Final = msgspec.json.Encoder().encode
+# One interner per (struct type, field): a fixed set, named by the callers' code.
+_FIELDS: Final[dict[tuple[type, str], Interner[bytes, Any]]] = {}
+
+
+def with_shared_fields(struct: S, fields: Iterable[str]) -> S:
+    """`struct` with each of `fields` replaced by an equal value an earlier struct of its type
+    holds, where one is kept: what a decoded object repeats from its workload's other replicas
+    (labels, containers, affinity, spreads) is then held once, and its strings are interned.
+
+    Equal means the same JSON, so nothing a reader sees changes; the dicts and lists handed out
+    are shared, so no holder may change them (decoded API objects are read, never written).
+    """
+    changes: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(struct, name)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            kept = sys.intern(value)
+        else:
+            interner = _FIELDS.get((type(struct), name))
+            if interner is None:
+                interner = _FIELDS[type(struct), name] = Interner()
+            kept = interner.share(_ENCODE(value), value)
+        if kept is not value:
+            changes[name] = kept
+    return msgspec.structs.replace(struct, **changes) if changes else struct
