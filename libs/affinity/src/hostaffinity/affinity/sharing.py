@@ -7,6 +7,9 @@ values instead. It is bounded, least recently used first out, so a churning clus
 it: a value it has dropped stays shared by the pods already holding it, and the next equal one
 simply starts a new shared copy. The values must be immutable, or at least never changed by
 anyone holding one: a holder can never tell a shared object from its own.
+
+`with_shared_fields` does the same for the fields of a freshly decoded API object (a decode
+shares nothing between objects), by their JSON.
 """
 
 from __future__ import annotations
