@@ -24,7 +24,7 @@ def test_replicas_with_equal_requests_share_one_map_and_usage_stays_exact() -> N
     assert state.usage["node-1"] == {"cpu": 2200, "memory": 3 * MEMORY, "pods": 3000}
 
     state.remove_pod("default/web-1")
-    state.move_pod("default/web-2", "node-2")
+    state.upsert_pod(pod("web-2", "node-2", {"app": "web"}))  # rescheduled elsewhere
     assert state.usage["node-1"] == {"cpu": 2000, "memory": MEMORY, "pods": 1000}
     assert state.usage["node-2"] == {"cpu": 100, "memory": MEMORY, "pods": 1000}
     assert state.requests["default/web-2"] == {"cpu": 100, "memory": MEMORY, "pods": 1000}
