@@ -15,14 +15,16 @@ the upstream README's RemovePodsViolatingTopologySpreadConstraint profile
 
 Prints: the cycle over the warm cache (median and p99 over `--cycles`, per strategy, each with
 the node fit of what it found; the first cycle apart, since it also compiles every pod's spread
-constraints once; and the spread strategy's own pass alone), peak RSS
-of this process (the decoded Pods and Nodes, the index and the descheduler's state included),
-whether the decisions equal the planted set; with several `--scales` (e.g. 0.5,1.0,2.0: 2,500 to
-10,000 nodes, the violations planted in proportion), each scale in turn and then, per strategy,
-the median per scale and the growth exponent log(t2/t1)/log(n2/n1) between consecutive scales
-(1.0: linear in the cluster). Then all planned evictions of the largest scale through the Kubernetes
-double (its own process) with `--latency` seconds added to each eviction call, by the executor
-with its default parallelism. Upstream (descheduler v0.36 on a real apiserver, same cluster):
+constraints once; and the spread strategy's own pass alone), the RSS of this process once
+the cluster is built (its Pods and Nodes round-tripped through API JSON, so they share no more
+than the informers' decoded ones do), once the descheduler's state is loaded (the difference: the
+state and index themselves) and after the first cycle, its peak RSS, whether the decisions
+equal the planted set; with several `--scales` (e.g. 0.5,1.0,2.0: 2,500 to 10,000 nodes, the
+violations planted in proportion), each scale in turn and then, per strategy, the median per scale
+and the growth exponent log(t2/t1)/log(n2/n1) between consecutive scales (1.0: linear in the
+cluster). Then all planned evictions of the largest scale through the Kubernetes double (its own
+process) with `--latency` seconds added to each eviction call, by the executor with its default
+parallelism. Upstream (descheduler v0.36 on a real apiserver, same cluster):
 45.5 s per dry-run cycle, 4.85 GB peak, 103 s for the evictions. Never fails on timing.
 """
 
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 from cluster import (
     ANTI_AFFINITY_WORKLOADS,
     FULL_NODES,
@@ -58,7 +61,7 @@ from cluster import (
     Cluster,
     feed,
 )
-from figures import peak_rss_mib, percentile
+from figures import peak_rss_mib, percentile, rss_mib
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
@@ -95,6 +98,8 @@ from hostaffinity.descheduler.model import (
     NodeStatus,
     PodMeta,
     ResourceRequirements,
+    decode_node,
+    decode_pod,
 )
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.descheduler.state import ClusterState
@@ -160,7 +165,7 @@ def _pod(
     owner = OwnerReference(
         kind="ReplicaSet", name=f"{app}-rs", uid=f"{namespace}-{app}", controller=True
     )
-    return DeschedulerPod(
+    built = DeschedulerPod(
         metadata=PodMeta(
             name=f"{app}-{replica}",
             namespace=namespace,
@@ -179,6 +184,7 @@ def _pod(
         ),
         status=PodStatus(phase="Running"),
     )
+    return as_decoded(built)
 
 
 def _host_spread(app: str) -> TopologySpreadConstraint:
@@ -226,7 +232,8 @@ def build(scale: float, seed: int = 7) -> BenchCluster:
         labels = {HOSTNAME: name, ZONE: f"zone-{i % 3}", LABEL_ESXI_HOST: host}
         if name in ssd:
             labels["disk"] = "ssd"
-        nodes.append(_node(name, labels, [TAINT] if name in tainted else []))
+        node = _node(name, labels, [TAINT] if name in tainted else [])
+        nodes.append(decode_node(_ENCODER.encode(node)))
         placement[name] = host
         by_host.setdefault(host, []).append(name)
     names = [n.metadata.name for n in nodes]
@@ -306,6 +313,19 @@ def build(scale: float, seed: int = 7) -> BenchCluster:
     return BenchCluster(nodes, placement, namespaces, pods, planted)
 
 
+_ENCODER = msgspec.json.Encoder()
+
+
+def as_decoded(pod: DeschedulerPod) -> DeschedulerPod:
+    """The pod as the informer holds it: encoded to API JSON and decoded (model.decode_pod).
+
+    The builder hands one label value string, containers list and affinity struct to every
+    replica; a decode from the API shares only what the decoder shares, so without this the
+    memory figures would be those of a cluster no informer holds.
+    """
+    return decode_pod(_ENCODER.encode(pod))
+
+
 def _plant(
     rng: random.Random,
     pods: list[DeschedulerPod],
@@ -331,8 +351,8 @@ def _plant(
                 **spec,
             }
         )
-        pods[index[pod.key]] = DeschedulerPod(
-            metadata=pod.metadata, spec=new_spec, status=pod.status
+        pods[index[pod.key]] = as_decoded(
+            DeschedulerPod(metadata=pod.metadata, spec=new_spec, status=pod.status)
         )
 
     host_of = {n: h for h, members in by_host.items() for n in members}
@@ -510,13 +530,14 @@ def measure(scale: float, cycles: int) -> tuple[Measured, Plan, ClusterState]:
         f"{sum(1 for p in cluster.pods if p.spec.topology_spread_constraints):,} with a host "
         f"spread; planted {len(cluster.planted.pairs)} pairs, "
         f"{len(cluster.planted.node_affinity)} node affinity, {len(cluster.planted.taints)} "
-        f"taints, {len(cluster.planted.spreads)} piled spreads (built in {built:.1f} s)"
+        f"taints, {len(cluster.planted.spreads)} piled spreads (built in {built:.1f} s, "
+        f"RSS {rss_mib():.0f} MiB)"
     )
     began = time.perf_counter()
     state = load_state(cluster)
     del cluster.pods[:]  # the state holds them now, as the informers' caches would
     freeze_gc_after_initial_load()
-    print(f"warm cache loaded in {time.perf_counter() - began:.1f} s")
+    print(f"warm cache loaded in {time.perf_counter() - began:.1f} s, RSS {rss_mib():.0f} MiB")
     affinity = load_policy(POLICY)
     policy = dataclasses.replace(
         affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
@@ -526,7 +547,10 @@ def measure(scale: float, cycles: int) -> tuple[Measured, Plan, ClusterState]:
     first = decide(
         state, policy, EvictionPlanner(PlannerSettings(), policy.limits), datetime.now(UTC)
     )
-    print(f"first cycle (compiles every pod's spreads): {first.seconds:.3f} s")
+    print(
+        f"first cycle (compiles every pod's spreads): {first.seconds:.3f} s, "
+        f"RSS {rss_mib():.0f} MiB"
+    )
     for _ in range(cycles):
         planner = EvictionPlanner(PlannerSettings(), policy.limits)
         cpu = time.process_time()

@@ -36,6 +36,7 @@ from hostaffinity.affinity.selectors import (
     Selector,
     compile_label_selector,
 )
+from hostaffinity.affinity.sharing import Interner
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     LABEL_KUBEVIRT_MIGRATION_JOB,
@@ -105,6 +106,11 @@ class PodTerms(msgspec.Struct, frozen=True, gc=False):
             or self.preferred_affinity
             or self.preferred_anti
         )
+
+
+NO_TERMS: Final = PodTerms()
+# Replicas compile equal terms: the index keeps one PodTerms per workload, not one per pod.
+_SHARED_TERMS: Final[Interner[PodTerms, PodTerms]] = Interner()
 
 
 class NamespaceScope(msgspec.Struct, frozen=True, gc=False):
@@ -191,10 +197,11 @@ def compile_pod_terms(pod: Pod, physical_anti_affinity: bool = False) -> PodTerm
     """Compile a pod's affinity and anti-affinity, required and preferred.
 
     `physical_anti_affinity` is the cluster-wide opt-in; the pod annotation opts in one pod.
+    Equal terms (a workload's replicas) come back as one shared, immutable object.
     """
     affinity = pod.spec.affinity
     if affinity is None or (affinity.pod_affinity is None and affinity.pod_anti_affinity is None):
-        return PodTerms()
+        return NO_TERMS
     physical = physical_opt_in(pod, physical_anti_affinity)
     together, apart = affinity.pod_affinity, affinity.pod_anti_affinity
 
@@ -205,12 +212,13 @@ def compile_pod_terms(pod: Pod, physical_anti_affinity: bool = False) -> PodTerm
             for w in weighted or ()
         )
 
-    return PodTerms(
+    compiled = PodTerms(
         required_affinity=tuple(_compile_term(pod, t, 0, False) for t in _required(together)),
         required_anti=tuple(d for t in _required(apart) for d in _required_anti(pod, t, physical)),
         preferred_affinity=preferred(together, False),
         preferred_anti=preferred(apart, physical),
     )
+    return _SHARED_TERMS.share(compiled, compiled)
 
 
 def incoming_scope(

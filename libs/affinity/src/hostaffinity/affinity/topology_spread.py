@@ -40,6 +40,7 @@ from hostaffinity.affinity.selectors import (
     compile_label_selector,
     selector_from_map,
 )
+from hostaffinity.affinity.sharing import Interner
 from hostaffinity.affinity.taints import first_untolerated
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
@@ -103,6 +104,11 @@ class SpreadConstraint(msgspec.Struct, frozen=True, gc=False):
         )
 
 
+# Replicas compile equal spreads: the index keeps one tuple per workload, not one per pod.
+Spreads = tuple[SpreadConstraint, ...]
+_SHARED_SPREADS: Final[Interner[Spreads, Spreads]] = Interner()
+
+
 def merge_label_keys(
     selector: Selector, keys: list[str] | None, labels: Mapping[str, str]
 ) -> Selector:
@@ -152,13 +158,15 @@ def compile_spread_constraints(
 
     `physical_anti_affinity` is the cluster-wide opt-in; the pod annotation
     (`hostaffinity.io/physical-anti-affinity: "true"`) opts in one pod. Opted in, a
-    `kubernetes.io/hostname` constraint is compiled on `hostaffinity.io/esxi-host`.
+    `kubernetes.io/hostname` constraint is compiled on `hostaffinity.io/esxi-host`. Equal
+    constraints (a workload's replicas) come back as one shared, immutable tuple.
     """
     written = pod.spec.topology_spread_constraints
     if not written:
         return ()
     physical = physical_opt_in(pod, physical_anti_affinity)
-    return tuple(compile_constraint(pod, c, physical) for c in written)
+    compiled = tuple(compile_constraint(pod, c, physical) for c in written)
+    return _SHARED_SPREADS.share(compiled, compiled)
 
 
 # plugin.go systemDefaultConstraints: the default profile's spreading for pods without their own.

@@ -17,6 +17,7 @@ from typing import Final
 import msgspec
 
 from hostaffinity.affinity.model import OwnerReference, Pod
+from hostaffinity.affinity.sharing import Interner
 
 POD_TEMPLATE_HASH: Final = "pod-template-hash"
 REPLICA_SET: Final = "ReplicaSet"
@@ -38,6 +39,10 @@ class WorkloadRef(msgspec.Struct, frozen=True, gc=False, order=True):
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
+# The index keeps one per pod: replicas share one (and, once it is dropped, its strings).
+_SHARED: Final[Interner[WorkloadRef, WorkloadRef]] = Interner()
+
+
 def controller_of(pod: Pod) -> OwnerReference | None:
     """The pod's controller ownerReference, if any."""
     for ref in pod.metadata.owner_references:
@@ -55,9 +60,10 @@ def workload_of(pod: Pod) -> WorkloadRef | None:
     if ref.kind == REPLICA_SET:
         suffix = "-" + pod.metadata.labels.get(POD_TEMPLATE_HASH, "")
         if len(suffix) > 1 and ref.name.endswith(suffix) and len(ref.name) > len(suffix):
-            return WorkloadRef(DEPLOYMENT, namespace, sys.intern(ref.name[: -len(suffix)]))
-    # Interned: the index keeps one per pod, and replicas share their owner's strings.
-    return WorkloadRef(sys.intern(ref.kind), namespace, sys.intern(ref.name))
+            workload = WorkloadRef(DEPLOYMENT, namespace, sys.intern(ref.name[: -len(suffix)]))
+            return _SHARED.share(workload, workload)
+    workload = WorkloadRef(sys.intern(ref.kind), namespace, sys.intern(ref.name))
+    return _SHARED.share(workload, workload)
 
 
 def stays_with_node(pod: Pod) -> bool:

@@ -24,6 +24,7 @@ from hostaffinity.affinity.model import (
     PodSpec,
     PodStatus,
 )
+from hostaffinity.affinity.sharing import with_shared_fields
 
 
 class ResourceRequirements(_ApiStruct, frozen=True):
@@ -101,8 +102,37 @@ _NODE: Final = msgspec.json.Decoder(DeschedulerNode)
 _PDB: Final = msgspec.json.Decoder(PodDisruptionBudget)
 
 
+# What a workload's replicas repeat: the state holds every pod, so these are held once.
+_SHARED_META: Final = (
+    "namespace",
+    "labels",
+    "annotations",
+    "owner_references",
+    "creation_timestamp",
+)
+_SHARED_SPEC: Final = (
+    "node_name",
+    "node_selector",
+    "affinity",
+    "tolerations",
+    "topology_spread_constraints",
+    "priority_class_name",
+    "containers",
+    "init_containers",
+    "volumes",
+    "overhead",
+)
+
+
 def decode_pod(data: bytes | str) -> DeschedulerPod:
-    return _POD.decode(data)
+    """Decode one Pod, sharing what it repeats from its replicas (sharing.with_shared_fields)."""
+    pod = _POD.decode(data)
+    return msgspec.structs.replace(
+        pod,
+        metadata=with_shared_fields(pod.metadata, _SHARED_META),
+        spec=with_shared_fields(pod.spec, _SHARED_SPEC),
+        status=with_shared_fields(pod.status, ("phase",)),
+    )
 
 
 def decode_node(data: bytes | str) -> DeschedulerNode:

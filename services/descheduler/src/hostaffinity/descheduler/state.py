@@ -15,6 +15,7 @@ readers are told instead), and no pod event is taken while a scratch is open.
 from __future__ import annotations
 
 import logging
+import sys
 from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Final
@@ -24,6 +25,7 @@ import msgspec
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex, PlannedMoves
 from hostaffinity.affinity.model import Namespace
+from hostaffinity.affinity.sharing import Interner
 from hostaffinity.descheduler.kubevirt import (
     KubeVirt,
     VirtualMachine,
@@ -47,6 +49,8 @@ _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 # Pod changes kept for readers of pod_changes(); half are dropped beyond this.
 JOURNAL_LIMIT: Final = 1_000_000
+# Replicas request the same: one read-only Resources per distinct request, not one per pod.
+_SHARED_REQUESTS: Final[Interner[tuple[tuple[str, int], ...], Resources]] = Interner()
 
 
 def controller_of(pod: DeschedulerPod) -> str | None:
@@ -61,7 +65,7 @@ def controller_of(pod: DeschedulerPod) -> str | None:
 def _own_workload(pod: DeschedulerPod) -> str:
     """The workload read from the pod alone: its controller, or the pod itself."""
     owner = controller_of(pod)
-    return f"{pod.metadata.namespace}/{owner}" if owner else pod.key
+    return sys.intern(f"{pod.metadata.namespace}/{owner}") if owner else pod.key
 
 
 def _add(into: Resources, amount: Resources, sign: int) -> None:
@@ -78,7 +82,7 @@ class ClusterState:
         self.pods: dict[str, DeschedulerPod] = {}
         self.nodes: dict[str, DeschedulerNode] = {}
         self.allocatable: dict[str, Resources] = {}
-        self.requests: dict[str, Resources] = {}
+        self.requests: dict[str, Resources] = {}  # read-only: replicas share one
         self.usage: dict[str, Resources] = {}
         self.workloads: dict[str, set[str]] = {}
         self.pdbs: dict[str, PodDisruptionBudget] = {}
@@ -129,6 +133,7 @@ class ClusterState:
         except ValueError as error:
             _log.warning("pod %s: requests not understood (%s); counted as none", key, error)
             requests = {"pods": 1000}
+        requests = _SHARED_REQUESTS.share(tuple(requests.items()), requests)
         self.index.upsert_pod(pod)
         self.pods[key] = pod
         self._note(key)
