@@ -2,10 +2,13 @@
 
 Prints the time to the first complete labelling, then for a series of RelocateVM_Task calls the
 latency from the task's `info.completeTime` to the label patch being answered by the API, split
-into (vCenter update seen by the labeller, patch sent, patch answered), and the peak RSS of this
-process (the labeller runs in it; the Kubernetes double, vcsim and nats-server run apart).
+into (vCenter update seen by the labeller, patch sent, patch answered), vcsim's own floor for the
+same moves, and the peak RSS of this process (the labeller runs in it; the Kubernetes double,
+vcsim and nats-server run apart). `--unplaced N` adds N Nodes no VM matches (bare metal, another
+provider's), which the labeller reports as unmatched and must not replan on every update.
 
     uv run --frozen python bench/node_labeller_bench.py [--hosts 50] [--vms 2000] [--moves 100]
+        [--unplaced 0]
 """
 
 import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
@@ -89,8 +92,11 @@ async def running_labeller(
         yield work
 
 
-async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
-    print(f"scale: 1 cluster, {hosts} ESXi hosts, {vms} node VMs and Nodes, {moves} vMotions")
+async def run(hosts: int, vms: int, moves: int, unplaced: int, workdir: Path) -> None:
+    print(
+        f"scale: 1 cluster, {hosts} ESXi hosts, {vms} node VMs and Nodes, {unplaced} Nodes "
+        f"without a VM, {moves} vMotions"
+    )
     started = time.monotonic()
     vc: Vcsim = start_vcsim(
         build_vcsim(),
@@ -104,7 +110,7 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
     try:
         async with nats.connection("provision") as provisioning:  # services only check it
             await provisioning.provision()
-        with kube_double(vms, workdir) as kubeconfig:
+        with kube_double(vms + unplaced, workdir) as kubeconfig:
             rss_before = peak_rss_mib()
             async with running_labeller(vc, nats.settings(), kubeconfig) as work:
                 started = time.monotonic()
@@ -213,7 +219,10 @@ async def measure_resync(work: NodeLabellerWork, vms: int, rounds: int = 5) -> N
 
 def measure_simulator_floor(vc: Vcsim, hosts: int, vms: int, moves: int) -> None:
     """The same vMotions seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds,
-    with the floor's filter (`runtime.host` of every VM) and with the labeller's own."""
+    with the floor's filter (`runtime.host` of every VM) and with the labeller's own. vcsim 0.24
+    feeds changes to the session-default collector of the session that last started a watch
+    (each session's instance has the same moref, and its handlers are kept by moref), so the
+    labeller hears nothing from here on and vcsim works for this loop alone."""
     mover = vc.connect()
     inventory = read_placement(mover)
     host_moid = {name: moid for moid, name in inventory.host_name.items()}
@@ -242,9 +251,10 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=50)
     parser.add_argument("--vms", type=int, default=2000)
     parser.add_argument("--moves", type=int, default=100)
+    parser.add_argument("--unplaced", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        asyncio.run(run(args.hosts, args.vms, args.moves, Path(workdir)))
+        asyncio.run(run(args.hosts, args.vms, args.moves, args.unplaced, Path(workdir)))
 
 
 if __name__ == "__main__":
