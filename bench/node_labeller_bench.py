@@ -2,10 +2,13 @@
 
 Prints the time to the first complete labelling, then for a series of RelocateVM_Task calls the
 latency from the task's `info.completeTime` to the label patch being answered by the API, split
-into (vCenter update seen by the labeller, patch sent, patch answered), and the peak RSS of this
-process (the labeller runs in it; the Kubernetes double, vcsim and nats-server run apart).
+into (vCenter update seen by the labeller, patch sent, patch answered), vcsim's own floor for the
+same moves, and the peak RSS of this process (the labeller runs in it; the Kubernetes double,
+vcsim and nats-server run apart). `--unplaced N` adds N Nodes no VM matches (bare metal, another
+provider's), which the labeller reports as unmatched and must not replan on every update.
 
     uv run --frozen python bench/node_labeller_bench.py [--hosts 50] [--vms 2000] [--moves 100]
+        [--unplaced 0]
 """
 
 import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
@@ -30,6 +33,7 @@ from vcsim_reads import read_placement, relocate, simulator_floor
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.main import service_spec
 from hostaffinity.node_labeller.service import NodeLabellerWork
+from hostaffinity.node_labeller.vcenter_watch import inventory_filter_spec
 from hostaffinity.runtime.process.config import (
     HealthSettings,
     KubernetesSettings,
@@ -88,8 +92,11 @@ async def running_labeller(
         yield work
 
 
-async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
-    print(f"scale: 1 cluster, {hosts} ESXi hosts, {vms} node VMs and Nodes, {moves} vMotions")
+async def run(hosts: int, vms: int, moves: int, unplaced: int, workdir: Path) -> None:
+    print(
+        f"scale: 1 cluster, {hosts} ESXi hosts, {vms} node VMs and Nodes, {unplaced} Nodes "
+        f"without a VM, {moves} vMotions"
+    )
     started = time.monotonic()
     vc: Vcsim = start_vcsim(
         build_vcsim(),
@@ -103,7 +110,7 @@ async def run(hosts: int, vms: int, moves: int, workdir: Path) -> None:
     try:
         async with nats.connection("provision") as provisioning:  # services only check it
             await provisioning.provision()
-        with kube_double(vms, workdir) as kubeconfig:
+        with kube_double(vms + unplaced, workdir) as kubeconfig:
             rss_before = peak_rss_mib()
             async with running_labeller(vc, nats.settings(), kubeconfig) as work:
                 started = time.monotonic()
@@ -211,20 +218,32 @@ async def measure_resync(work: NodeLabellerWork, vms: int, rounds: int = 5) -> N
 
 
 def measure_simulator_floor(vc: Vcsim, hosts: int, vms: int, moves: int) -> None:
-    """The same vMotion seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds."""
+    """The same vMotions seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds,
+    with the floor's filter (`runtime.host` of every VM) and with the labeller's own. vcsim 0.24
+    feeds changes to the session-default collector of the session that last started a watch
+    (each session's instance has the same moref, and its handlers are kept by moref), so the
+    labeller hears nothing from here on and vcsim works for this loop alone."""
     mover = vc.connect()
     inventory = read_placement(mover)
     host_moid = {name: moid for moid, name in inventory.host_name.items()}
-    names = [
-        (f"node-{index * 53 % vms + 1}", host_moid[f"DC0_C0_H{index % hosts}"])
-        for index in range(moves)
-    ]
-    planned = [(inventory.vm[vm], host) for vm, host in names if inventory.vm_host[vm] != host]
-    ms = [d * 1000 for d in simulator_floor(vc.connect(), mover, planned)]
-    print(
-        f"  simulator floor: bare WaitForUpdatesEx, {len(ms)} moves (ms)      "
-        f"median {statistics.median(ms):7.1f}  p99 {percentile(ms, 0.99):7.1f}"
-    )
+    for offset, (label, spec_of) in enumerate(
+        (
+            ("bare WaitForUpdatesEx", lambda _si: None),
+            ("the labeller's filter", lambda si: inventory_filter_spec(si.RetrieveContent())[1]),
+        )
+    ):
+        names = [
+            (f"node-{(index * 53 + offset) % vms + 1}", host_moid[f"DC0_C0_H{index % hosts}"])
+            for index in range(moves)
+        ]
+        planned = [(inventory.vm[vm], host) for vm, host in names if inventory.vm_host[vm] != host]
+        watcher = vc.connect()
+        ms = [d * 1000 for d in simulator_floor(watcher, mover, planned, spec_of(watcher))]
+        print(
+            f"  simulator floor: {label}, {len(ms)} moves (ms)".ljust(63)
+            + f"median {statistics.median(ms):7.1f}  p99 {percentile(ms, 0.99):7.1f}"
+        )
+        inventory = read_placement(mover)  # the first round moved some VMs
 
 
 def main() -> None:
@@ -232,9 +251,10 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=50)
     parser.add_argument("--vms", type=int, default=2000)
     parser.add_argument("--moves", type=int, default=100)
+    parser.add_argument("--unplaced", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        asyncio.run(run(args.hosts, args.vms, args.moves, Path(workdir)))
+        asyncio.run(run(args.hosts, args.vms, args.moves, args.unplaced, Path(workdir)))
 
 
 if __name__ == "__main__":

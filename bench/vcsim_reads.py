@@ -85,22 +85,40 @@ def relocate(si: Any, vm_moid: str, host_moid: str) -> float:
 
 
 def simulator_floor(
-    watcher_si: Any, mover_si: Any, moves: Sequence[tuple[str, str]]
+    watcher_si: Any, mover_si: Any, moves: Sequence[tuple[str, str]], spec: Any = None
 ) -> list[float]:
     """Per (VM moid, host moid) move: seconds from the RelocateVM_Task's completeTime until a
-    bare WaitForUpdatesEx client, watching `runtime.host` of every VM, sees it. govmomi 0.24's
+    bare WaitForUpdatesEx client sees the VM change. The client watches `runtime.host` of every
+    VM, or `spec` (a filter spec made on `watcher_si`, e.g. the node-labeller's). govmomi 0.24's
     simulator gathers updates on a 250 ms ticker and collects the filter's objects again for
-    each change, so this is the floor any client of it sees (it grows with the VMs)."""
+    each change (simulator/property_collector.go, WaitForUpdatesEx and apply), so this is the
+    floor any client of that filter sees (it grows with what the filter covers)."""
     collector = watcher_si.RetrieveContent().propertyCollector
-    spec = _view_spec(watcher_si, vim.VirtualMachine, ["runtime.host"])
+    if spec is None:
+        spec = _view_spec(watcher_si, vim.VirtualMachine, ["runtime.host"])
     collector.CreateFilter(spec, partialUpdates=False)
     options = _COLLECTOR.WaitOptions(maxWaitSeconds=5)
-    version = collector.WaitForUpdatesEx("", options).version
+    update = collector.WaitForUpdatesEx("", options)
+    while update.truncated:  # a big first read comes in parts
+        update = collector.WaitForUpdatesEx(update.version, options)
+    version = update.version
     delays = []
     for vm, host in moves:
         completed = relocate(mover_si, vm, host)
-        while (update := collector.WaitForUpdatesEx(version, options)) is None:
-            pass
-        version = update.version
+        while True:
+            update = collector.WaitForUpdatesEx(version, options)
+            if update is None:
+                continue
+            version = update.version
+            if vm in _moids(update):
+                break
         delays.append(time.time() - completed)
     return delays
+
+
+def _moids(update_set: Any) -> set[str]:
+    return {
+        change.obj._moId
+        for filter_update in update_set.filterSet or []
+        for change in filter_update.objectSet or []
+    }

@@ -1,9 +1,9 @@
 """What our vcsim (govmomi 0.24) does, seen from pyVmomi: the facts the node-labeller relies on.
 
 These tests document the simulator and catch a bad build: the inventory shape and the awkward
-cases main.go adds, the UUIDs a node is matched by, a relocation reported by WaitForUpdatesEx, and
-the things vcsim 0.24 does not do (MigrateVM_Task, renaming a host, reporting maintenance mode or
-UUID changes to a property collector).
+cases main.go adds, the UUIDs a node is matched by, a relocation reported by WaitForUpdatesEx (to
+one session's default collector only), and the things vcsim 0.24 does not do (MigrateVM_Task,
+renaming a host, reporting maintenance mode or UUID changes to a property collector).
 """
 
 import re
@@ -39,18 +39,24 @@ def task_result(task: vim.Task) -> Any:
 
 
 class Watch:
-    """A property collector with one filter over all VMs and hosts, as the node-labeller uses."""
+    """A property collector with one filter over all VMs and hosts, as the node-labeller uses:
+    one of its own, or (`own_collector=False`) the session's default one."""
 
     VM_PATHS = ("runtime.host", "config.uuid")
     HOST_PATHS = ("name", "runtime.inMaintenanceMode")
 
-    def __init__(self, si: vim.ServiceInstance) -> None:
+    def __init__(self, si: vim.ServiceInstance, *, own_collector: bool = True) -> None:
         content = si.RetrieveContent()
         assert content.viewManager is not None
         self.view = content.viewManager.CreateContainerView(
             content.rootFolder, [vim.VirtualMachine, vim.HostSystem], True
         )
-        self.collector = content.propertyCollector.CreatePropertyCollector()
+        self.own_collector = own_collector
+        self.collector = (
+            content.propertyCollector.CreatePropertyCollector()
+            if own_collector
+            else content.propertyCollector
+        )
         traverse = PC.TraversalSpec(name="view", type=vim.view.ContainerView, path="view")
         spec = PC.FilterSpec(
             objectSet=[PC.ObjectSpec(obj=self.view, skip=True, selectSet=[traverse])],
@@ -85,7 +91,8 @@ class Watch:
         ]
 
     def close(self) -> None:
-        self.collector.DestroyPropertyCollector()
+        if self.own_collector:
+            self.collector.DestroyPropertyCollector()
         self.view.DestroyView()
 
 
@@ -217,6 +224,28 @@ def test_maintenance_and_uuid_changes_are_not_reported_to_property_collectors(
     assert host.runtime.inMaintenanceMode is True, "a fresh read sees the change"
     assert vms["node-2"].config.uuid == vms["node-1"].config.uuid
     assert watch.next() == [(vms["node-4"]._moId, "runtime.host", hosts["DC0_C0_H0"]._moId)]
+
+
+def test_only_the_last_session_watching_with_its_default_collector_hears_changes(
+    vcsim: VcsimFactory,
+) -> None:
+    """Each session's default PropertyCollector has the moref `propertyCollector`, and vcsim
+    0.24 keeps one change handler per moref, set by WaitForUpdatesEx from version "": the
+    session that started watching last takes the changes from the others
+    (simulator/property_collector.go WaitForUpdatesEx, registry.go AddHandler). A collector of
+    its own (CreatePropertyCollector, as `Watch` here) has a moref of its own."""
+    vc = vcsim(clusters=1, hosts=2, vms=2)
+    mover = vc.connect()
+    first, last = (Watch(vc.connect(), own_collector=False) for _ in range(2))
+    own = Watch(vc.connect())
+    vm = by_name(mover, vim.VirtualMachine)["node-1"]
+    target = by_name(mover, vim.HostSystem)["DC0_C0_H1"]
+
+    task_result(vm.RelocateVM_Task(vim.vm.RelocateSpec(host=target)))
+
+    assert first.next(max_wait_seconds=1) == []
+    assert last.next() == [(vm._moId, "runtime.host", target._moId)]
+    assert own.next() == [(vm._moId, "runtime.host", target._moId)]
 
 
 def test_vcsim_does_not_implement_migrate_vm_or_disconnect_host(

@@ -3,12 +3,15 @@
 import pytest
 from node_labeller_builders import inventory_with
 
+from hostaffinity.node_labeller.inventory import VmFacts
 from hostaffinity.node_labeller.matching import (
     Fallback,
     Matched,
     Unmatched,
     match_node,
+    node_match_keys,
     swap_uuid_byte_order,
+    vm_match_keys,
 )
 from hostaffinity.node_labeller.nodes import Node, NodeMeta, NodeSpec, NodeStatus, NodeSystemInfo
 
@@ -63,6 +66,17 @@ def test_a_node_matches_exactly_one_vm(
     candidate: Node, fallback: Fallback, expected: Matched
 ) -> None:
     assert match_node(candidate, INVENTORIES, fallback) == expected
+    vm = INVENTORY.vm(expected.vm_moid)
+    assert vm is not None
+    assert node_match_keys(candidate, fallback) & vm_match_keys(vm), "a change to it concerns x"
+
+
+def test_a_guest_hostname_is_a_match_key_only_with_that_fallback() -> None:
+    vm = VmFacts("vm-20", "vm-20", "", "", "host-1", guest_hostname="worker-g")
+
+    assert node_match_keys(node("worker-g"), "guest-hostname") & vm_match_keys(vm)
+    assert not node_match_keys(node("worker-g"), "vm-name") & vm_match_keys(vm)
+    assert not node_match_keys(node("worker-g"), "none")
 
 
 def test_a_duplicate_bios_uuid_is_reported_with_both_vms() -> None:

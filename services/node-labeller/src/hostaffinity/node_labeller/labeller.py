@@ -31,8 +31,10 @@ import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry.metrics import Observation
 
-from hostaffinity.node_labeller.inventory import HOST, Inventory
+from hostaffinity.node_labeller.inventory import HOST, VM, Inventory
+from hostaffinity.node_labeller.matching import MatchKey, vm_match_keys
 from hostaffinity.node_labeller.metrics import LabellerMetrics
+from hostaffinity.node_labeller.node_index import NodeIndex
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import (
     NO_TAGS,
@@ -159,6 +161,8 @@ class Labeller:
         self._publish = publish
         self._recorder = recorder
         self._nodes = nodes
+        # The Nodes by what their VM is matched by: which nodes a changed VM may concern.
+        self._node_index = NodeIndex(settings.fallback)
         self._workers = workers
         self.queue: WorkQueue[str] = WorkQueue(
             "node-labeller", base_delay=retry.base_seconds, max_delay=retry.max_seconds
@@ -271,17 +275,23 @@ class Labeller:
             return True
 
     def on_inventory(self, batch: UpdateBatch) -> None:
-        """Apply one batch of one vCenter and queue every key it may have changed."""
+        """Apply one batch of one vCenter and queue every key it may have changed: the nodes
+        placed on the VMs it touched, and the nodes those VMs could be (or could have been)
+        the VM of, by their BIOS UUID, name or guest hostname before and after the change
+        (a VM appearing for a node not placed yet, or a twin of a placed node's VM)."""
         vcenter = batch.vcenter
         if batch.resync:
             self.state.inventories[vcenter] = Inventory()
             self.inventory_reads += 1
         inventory = self.state.inventories.setdefault(vcenter, Inventory())
         affected_vms: set[str] = set()
+        match_keys: set[MatchKey] = set()
         hosts: set[str] = set()
         everything = batch.resync
         for update in batch.updates:
             task_host = inventory.host_of_task(update.moid)  # before a task leaves
+            if update.obj_type == VM and (before := inventory.vm(update.moid)) is not None:
+                match_keys |= vm_match_keys(before)  # the node it was found by may lose it
             touched = inventory.apply(update)
             if touched is None:  # a cluster, folder or datacenter: any host may have moved
                 everything = True
@@ -299,7 +309,10 @@ class Labeller:
         else:
             mapped = self.state.node_of_vm
             placed = {mapped[(vcenter, vm)] for vm in affected_vms if (vcenter, vm) in mapped}
-            nodes = placed | self._unplaced_nodes()
+            for vm in affected_vms:
+                if (facts := inventory.vm(vm)) is not None:
+                    match_keys |= vm_match_keys(facts)
+            nodes = placed | self._node_index.nodes_with(match_keys)
             self._queue(nodes, hosts)
         for name in nodes:
             self.timings[name] = Timing(seen=batch.received_at)
@@ -321,6 +334,7 @@ class Labeller:
 
     def on_node(self, name: str) -> None:
         """A Node was added, changed (perhaps a hand-edited label) or deleted."""
+        self._node_index.update(name, self._nodes.cache.get(name))
         self.queue.add(node_key(name))
 
     def _queue(self, nodes: Iterable[str], hosts: Iterable[str]) -> None:
@@ -342,9 +356,6 @@ class Labeller:
         for key in self._stale:
             self.queue.add(key)
         return nodes
-
-    def _unplaced_nodes(self) -> set[str]:
-        return {name for name in self._nodes.cache if name not in self.state.placements}
 
     async def _reconcile_key(self, key: str) -> None:
         if key.startswith(NODE_KEY_PREFIX) and not self.inventory_synced.is_set():

@@ -9,13 +9,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from hostaffinity.node_labeller.inventory import Inventory
+from hostaffinity.node_labeller.inventory import Inventory, VmFacts
 from hostaffinity.node_labeller.nodes import Node
 
 PROVIDER_PREFIX = "vsphere://"
 Fallback = Literal["vm-name", "guest-hostname", "none"]
 # A VM anywhere: (the vCenter's name, the VM's moid); moids repeat across vCenters.
 VmRef = tuple[str, str]
+# What a VM is looked up by: ("uuid", BIOS UUID), ("name", VM name), ("guest", guest hostname).
+MatchKey = tuple[Literal["uuid", "name", "guest"], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +56,8 @@ def match_node(
         return {(vc, moid) for vc, inventory in inventories.items() for moid in lookup(inventory)}
 
     several = len(inventories) > 1
-    provider_id = node.spec.provider_id
-    if provider_id.startswith(PROVIDER_PREFIX):
-        uuid = provider_id[len(PROVIDER_PREFIX) :].strip("/").lower()
+    uuid = _provider_uuid(node)
+    if uuid is not None:
         by_uuid = everywhere(lambda inventory: inventory.vms_with_uuid(uuid))
         found = _exactly_one(by_uuid, "providerID", f"BIOS UUID {uuid}", several)
         if found is not None:
@@ -82,6 +83,43 @@ def match_node(
         return found
     tried = ["providerID", "systemUUID"] + ([fallback] if fallback != "none" else [])
     return Unmatched(reason=f"no VM in vCenter matches this node (tried {', '.join(tried)})")
+
+
+def node_match_keys(node: Node, fallback: Fallback) -> frozenset[MatchKey]:
+    """Every key `match_node` looks the node's VM up by: a VM holding none of them is no
+    candidate, so a change to such a VM cannot change the node's match."""
+    keys: set[MatchKey] = set()
+    uuid = _provider_uuid(node)
+    if uuid:
+        keys.add(("uuid", uuid))
+    system_uuid = node.status.node_info.system_uuid.lower()
+    if system_uuid:
+        keys.update((("uuid", system_uuid), ("uuid", swap_uuid_byte_order(system_uuid))))
+    if fallback == "vm-name":
+        keys.add(("name", node.name))
+    elif fallback == "guest-hostname":
+        keys.add(("guest", node.name))
+    return frozenset(keys)
+
+
+def vm_match_keys(vm: VmFacts) -> set[MatchKey]:
+    """The keys `match_node` can find this VM by (the Inventory's indexes hold it under them)."""
+    keys: set[MatchKey] = set()
+    if vm.bios_uuid:
+        keys.add(("uuid", vm.bios_uuid))
+    if vm.name:
+        keys.add(("name", vm.name))
+    if vm.guest_hostname:
+        keys.add(("guest", vm.guest_hostname))
+    return keys
+
+
+def _provider_uuid(node: Node) -> str | None:
+    """The BIOS UUID in a `vsphere://` providerID; None for another provider's (or none)."""
+    provider_id = node.spec.provider_id
+    if not provider_id.startswith(PROVIDER_PREFIX):
+        return None
+    return provider_id[len(PROVIDER_PREFIX) :].strip("/").lower()
 
 
 def _exactly_one(

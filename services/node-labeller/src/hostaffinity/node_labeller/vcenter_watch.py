@@ -158,9 +158,15 @@ def _create_filter(content: Any) -> tuple[Any, Any]:
 
     Both live in the session: a logout or an ended session removes them.
     """
-    view = content.viewManager.CreateContainerView(content.rootFolder, _managed_types(), True)
-    spec = _filter_spec(view, content.taskManager)
+    view, spec = inventory_filter_spec(content)
     return view, content.propertyCollector.CreateFilter(spec, partialUpdates=False)
+
+
+def inventory_filter_spec(content: Any) -> tuple[Any, Any]:
+    """A new container view over every watched entity type, and the filter spec the watcher
+    asks for on it (the benches time vCenter's answers to this very spec)."""
+    view = content.viewManager.CreateContainerView(content.rootFolder, _managed_types(), True)
+    return view, _filter_spec(view, content.taskManager)
 
 
 def _destroy(view: Any, property_filter: Any) -> None:
