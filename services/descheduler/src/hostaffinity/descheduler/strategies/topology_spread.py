@@ -57,6 +57,7 @@ from hostaffinity.descheduler.strategies.base import (
     eviction_order,
 )
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.schema.names import LABEL_KUBEVIRT_VMI_UID
 
 ACTIONS: Final = (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)
@@ -134,7 +135,9 @@ class TopologySpread:
         self._topology = -1
         self._journal_position = -1  # before any journal: the first refresh reads every pod
 
-    def violations(self, state: ClusterState) -> list[Violation]:
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
+        """The scope is not needed: the bookkeeping already reads only what changed (the
+        journal of pod changes, the topology version)."""
         self._refresh(state)
         found: list[Violation] = []
         for group, holders in self._holders.items():
