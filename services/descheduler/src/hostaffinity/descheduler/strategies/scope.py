@@ -16,8 +16,11 @@ from hostaffinity.affinity.index import PodRecord
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
 
-# Beyond this share of the nodes (or of the pods) a full cycle costs about as much: judge all.
+# Beyond this share of the nodes (or of the pods) a full cycle costs about as much: judge all;
+# in a small cluster, beyond these counts.
 FULL_CYCLE_SHARE: Final = 0.03
+SCOPED_NODES_AT_LEAST: Final = 10
+SCOPED_PODS_AT_LEAST: Final = 300
 
 
 @dataclass
@@ -50,9 +53,10 @@ def narrowed(scope: Scope | None, state: ClusterState) -> Scope | None:
     """The scope, or None (a full cycle) when it is as large as a few percent of the cluster."""
     if scope is None:
         return None
-    if len(scope.nodes) > FULL_CYCLE_SHARE * max(1, len(state.nodes)):
+    if len(scope.nodes) > max(SCOPED_NODES_AT_LEAST, FULL_CYCLE_SHARE * len(state.nodes)):
         return None
-    if len(scope.pods) + len(scope.departed) > FULL_CYCLE_SHARE * max(1, len(state.pods)):
+    pods = len(scope.pods) + len(scope.departed)
+    if pods > max(SCOPED_PODS_AT_LEAST, FULL_CYCLE_SHARE * len(state.pods)):
         return None
     return scope
 
