@@ -3,9 +3,10 @@
 A cluster has nodes on ESXi hosts (placements from the topology KV) in two zones, some nodes
 labelled disk=ssd or tainted, two namespaces, and pods with required and preferred pod
 (anti-)affinity over the node, host and zone keys (some with a namespaceSelector, the NotIn kind
-included), node selectors and tolerations. Each change is applied to the state the way the feeds
-apply it, and returns the Scope the feeds hand the trigger for it (triggers.node_scope /
-pod_scope), so a property compares what a scoped cycle sees with what a full one sees.
+included), node selectors, tolerations and topology spreads (some honouring taints). Each change
+is applied to the state the way the feeds apply it, and returns the Scope the feeds hand the
+trigger for it (the triggers' change tests, then triggers.node_scope / pod_scope; a deletion is
+noted without a reason), so a property compares what a scoped cycle sees with a full one.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import msgspec
 from descheduler_builders import ESXI, HOSTNAME, cluster, node, pod
 
+from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.scope import Scope
-from hostaffinity.descheduler.triggers import node_scope, pod_scope
+from hostaffinity.descheduler.triggers import node_scope, node_trigger, pod_scope, pod_trigger
 
 ZONE = "topology.kubernetes.io/zone"
 KEYS = (HOSTNAME, ESXI, ZONE)
@@ -92,6 +95,20 @@ class RandomCluster:
             }
         return affinity or None
 
+    def _spread(self) -> list[dict[str, Any]]:
+        rng = self.rng
+        if rng.random() > 0.4:
+            return []
+        constraint: dict[str, Any] = {
+            "maxSkew": rng.choice((1, 1, 2)),
+            "topologyKey": rng.choice(KEYS),
+            "whenUnsatisfiable": rng.choice(("DoNotSchedule", "DoNotSchedule", "ScheduleAnyway")),
+            "labelSelector": {"matchLabels": {"app": rng.choice(APPS)}},
+        }
+        if rng.random() < 0.3:
+            constraint["nodeTaintsPolicy"] = "Honor"
+        return [constraint]
+
     def _pod(self, on: str | None = None) -> Any:
         rng = self.rng
         self.serial += 1
@@ -105,12 +122,21 @@ class RandomCluster:
             node_selector={"disk": "ssd"} if rng.random() < 0.15 else None,
             tolerations=[TOLERATE] if rng.random() < 0.5 else [],
             created_minutes_ago=rng.randint(1, 500),
+            topology_spread=self._spread(),
         )
 
     def change(self) -> tuple[str, Scope]:
         """Apply one random change; returns what it was and the scope the feeds gather."""
         rng, state = self.rng, self.state
-        kind = rng.choice(("vmotion", "vmotion", "assign", "relabel", "node-labels", "delete"))
+        kinds = ("vmotion", "vmotion", "assign", "relabel", "node-labels", "delete", "cordon")
+        kind = rng.choice(kinds)
+        if kind == "cordon":  # starts no cycle: only the state's journal of node changes has it
+            name = rng.choice(self.node_names)
+            old = state.nodes[name]
+            flipped = msgspec.structs.replace(old.spec, unschedulable=not old.spec.unschedulable)
+            new = msgspec.structs.replace(old, spec=flipped)
+            state.upsert_node(new)
+            return f"node {name} cordoned or uncordoned", _node_changed(name, old, new)
         if kind == "vmotion":
             name = rng.choice(self.node_names)
             state.set_placement(name, rng.choice(self.hosts))
@@ -118,12 +144,13 @@ class RandomCluster:
         if kind == "node-labels":
             name = rng.choice(self.node_names)
             old = state.nodes[name]
-            state.upsert_node(self._node(name))
-            return f"node {name} relabelled or re-tainted", node_scope(name, old)
+            new = self._node(name)
+            state.upsert_node(new)
+            return f"node {name} relabelled or re-tainted", _node_changed(name, old, new)
         if kind == "assign":
             new = self._pod()
             state.upsert_pod(new)
-            return f"{new.key} assigned", pod_scope(new.key, None)
+            return f"{new.key} assigned", _pod_changed(None, new)
         key = rng.choice(sorted(state.pods))
         old = state.pods[key]
         if kind == "relabel":
@@ -135,6 +162,15 @@ class RandomCluster:
                 affinity=None,
             )
             state.upsert_pod(relabelled)
-            return f"{key} relabelled", pod_scope(key, old)
+            return f"{key} relabelled", _pod_changed(old, relabelled)
         state.remove_pod(key)
         return f"{key} deleted", pod_scope(key, old)
+
+
+def _node_changed(name: str, old: DeschedulerNode, new: DeschedulerNode) -> Scope:
+    """What the feeds hand the trigger: the node when the change starts a cycle, else nothing."""
+    return node_scope(name, old) if node_trigger(old, new) is not None else Scope()
+
+
+def _pod_changed(old: DeschedulerPod | None, new: DeschedulerPod) -> Scope:
+    return pod_scope(new.key, old) if pod_trigger(old, new) is not None else Scope()

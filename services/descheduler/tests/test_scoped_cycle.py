@@ -47,6 +47,7 @@ from hostaffinity.descheduler.strategies.node_affinity import (
 )
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
+from hostaffinity.descheduler.strategies.topology_spread import TopologySpread, TopologySpreadArgs
 from hostaffinity.descheduler.triggers import node_scope
 
 STRATEGIES: list[Strategy] = [
@@ -105,6 +106,24 @@ def test_the_random_clusters_have_violations_to_find() -> None:
             world.change()
             brought.update(strategy for strategy, _ in _full(world.state) - before)
     assert brought == {s.name for s in STRATEGIES}
+
+
+SPREAD_ARGS = TopologySpreadArgs(include_soft_constraints=True)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_the_spread_strategy_kept_between_changes_finds_what_a_fresh_one_finds(seed: int) -> None:
+    """It unsettles only the groups the changed pods and nodes can unbalance (cordons
+    included, which start no cycle): whatever it kept settled is still balanced."""
+    rng = random.Random(seed)
+    world = RandomCluster(rng)
+    kept = TopologySpread(SPREAD_ARGS)
+    kept.violations(world.state)
+    for _round in range(6):
+        what = [world.change()[0] for _ in range(rng.randint(1, 3))]
+        found = _found(kept.violations(world.state))
+        fresh = _found(TopologySpread(SPREAD_ARGS).violations(world.state))
+        assert found == fresh, what
 
 
 # -- the scope is what a cycle after a vMotion judges -------------------------------------------

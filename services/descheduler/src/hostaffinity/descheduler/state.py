@@ -63,6 +63,32 @@ def _add(into: Resources, amount: Resources, sign: int) -> None:
         into[name] = into.get(name, 0) + sign * value
 
 
+class Journal:
+    """Keys in the order they changed, so a reader that keeps results between cycles reads what
+    changed since its position instead of everything; beyond `limit` the older half is dropped
+    (a reader that far behind is told to read everything)."""
+
+    def __init__(self, limit: int = JOURNAL_LIMIT) -> None:
+        self._keys: list[str] = []
+        self._start = 0  # the position of _keys[0]
+        self._limit = limit
+
+    def note(self, key: str) -> None:
+        self._keys.append(key)
+        if len(self._keys) > self._limit:
+            dropped = len(self._keys) // 2
+            del self._keys[:dropped]
+            self._start += dropped
+
+    def since(self, position: int) -> tuple[list[str] | None, int]:
+        """The keys noted since `position`, and the position now; None when the journal no
+        longer reaches back that far."""
+        end = self._start + len(self._keys)
+        if position < self._start:
+            return None, end
+        return self._keys[position - self._start :], end
+
+
 class ClusterState:
     """The index and engine the strategies read, plus pods, nodes and usage for the planner."""
 
@@ -85,14 +111,12 @@ class ClusterState:
         self.kubevirts: dict[str, KubeVirt] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
-        # Raised whenever a node's domains may have changed (added, removed, relabelled,
-        # re-tainted, cordoned, or its VM placed on another host): a strategy that keeps
-        # per-domain results between cycles starts over when it moves.
-        self.topology_version = 0
-        # The keys of pods placed or forgotten, in order (a planned move and its undoing too),
-        # so a strategy that keeps results between cycles reads what changed, not every pod.
-        self._journal: list[str] = []
-        self._journal_start = 0  # the position of _journal[0]
+        # The names of nodes whose domains may have changed (added, removed, relabelled,
+        # re-tainted, cordoned, or its VM placed on another host), and the keys of pods placed
+        # or forgotten (a planned move and its undoing too), in order: a strategy that keeps
+        # results between cycles reads what changed, not every node and pod.
+        self._node_journal = Journal()
+        self._pod_journal = Journal()
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -120,7 +144,7 @@ class ClusterState:
             requests = {"pods": 1000}
         self.index.upsert_pod(pod)
         self.pods[key] = pod
-        self._note(key)
+        self._pod_journal.note(key)
         self.requests[key] = requests
         _add(self.usage.setdefault(pod.spec.node_name, {}), requests, 1)
         workload = self._workload[key] = self.workload_of(pod)
@@ -154,7 +178,7 @@ class ClusterState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
-        self._note(key)
+        self._pod_journal.note(key)
         self.index.remove_pod(key)
         _add(self.usage.setdefault(pod.spec.node_name, {}), self.requests.pop(key), -1)
         workload = self._workload.pop(key)
@@ -165,20 +189,15 @@ class ClusterState:
                 del self.workloads[workload]
         return pod
 
-    def _note(self, key: str) -> None:
-        self._journal.append(key)
-        if len(self._journal) > JOURNAL_LIMIT:
-            dropped = len(self._journal) // 2
-            del self._journal[:dropped]
-            self._journal_start += dropped
-
     def pod_changes(self, since: int) -> tuple[list[str] | None, int]:
         """The keys of pods placed or forgotten since position `since`, and the position now;
         None when the journal no longer reaches back that far (read every pod instead)."""
-        end = self._journal_start + len(self._journal)
-        if since < self._journal_start:
-            return None, end
-        return self._journal[since - self._journal_start :], end
+        return self._pod_journal.since(since)
+
+    def node_changes(self, since: int) -> tuple[list[str] | None, int]:
+        """The nodes whose domains may have changed since position `since`, and the position
+        now; None when the journal no longer reaches back that far (every node may have)."""
+        return self._node_journal.since(since)
 
     def move_pod(self, key: str, node: str) -> DeschedulerPod:
         """Place a pod on another node in the index (a planned move); returns the original."""
@@ -197,13 +216,13 @@ class ClusterState:
             or old.spec.taints != node.spec.taints
             or old.spec.unschedulable != node.spec.unschedulable
         ):
-            self.topology_version += 1
+            self._node_journal.note(name)
         self.index.upsert_node(node)
         self.nodes[name] = node
         self.allocatable[name] = node_allocatable(node)
 
     def remove_node(self, name: str) -> None:
-        self.topology_version += 1
+        self._node_journal.note(name)
         self.index.remove_node(name)
         self.nodes.pop(name, None)
         self.allocatable.pop(name, None)
@@ -218,7 +237,7 @@ class ClusterState:
         before = self.index.domain(node, LABEL_ESXI_HOST)
         self.index.set_placement(node, host)
         if self.index.domain(node, LABEL_ESXI_HOST) != before:
-            self.topology_version += 1
+            self._node_journal.note(node)
 
     # -- PDBs and KubeVirt ---------------------------------------------------------------------
 
