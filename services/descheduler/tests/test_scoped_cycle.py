@@ -30,32 +30,27 @@ from hostaffinity.descheduler.eviction_planner import (
 from hostaffinity.descheduler.policy import Policy, Profile
 from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
 from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.strategies import build_strategy
 from hostaffinity.descheduler.strategies.base import Strategy, Violation
-from hostaffinity.descheduler.strategies.interpod_affinity import (
-    InterPodAffinity,
-    InterPodAffinityArgs,
-)
-from hostaffinity.descheduler.strategies.interpod_anti_affinity import (
-    InterPodAntiAffinity,
-    InterPodAntiAffinityArgs,
-)
-from hostaffinity.descheduler.strategies.node_affinity import (
-    PREFERRED,
-    REQUIRED,
-    NodeAffinity,
-    NodeAffinityArgs,
-)
-from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
-from hostaffinity.descheduler.strategies.topology_spread import TopologySpread, TopologySpreadArgs
 from hostaffinity.descheduler.triggers import node_scope
 
+ANTI = "RemovePodsViolatingInterPodAntiAffinity"
+SPREAD = "RemovePodsViolatingTopologySpreadConstraint"
 STRATEGIES: list[Strategy] = [
-    InterPodAntiAffinity(InterPodAntiAffinityArgs()),
-    InterPodAntiAffinity(InterPodAntiAffinityArgs(include_preferred=True)),
-    InterPodAffinity(InterPodAffinityArgs()),
-    NodeAffinity(NodeAffinityArgs(node_affinity_type=[REQUIRED, PREFERRED])),
-    NodeTaints(NodeTaintsArgs(include_prefer_no_schedule=True)),
+    build_strategy(ANTI, {}),
+    build_strategy(ANTI, {"includePreferred": True}),
+    build_strategy("RemovePodsViolatingInterPodAffinity", {}),
+    build_strategy(
+        "RemovePodsViolatingNodeAffinity",
+        {
+            "nodeAffinityType": [
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                "preferredDuringSchedulingIgnoredDuringExecution",
+            ]
+        },
+    ),
+    build_strategy("RemovePodsViolatingNodeTaints", {"includePreferNoSchedule": True}),
 ]
 Found = set[tuple[str, frozenset[str]]]
 
@@ -108,7 +103,7 @@ def test_the_random_clusters_have_violations_to_find() -> None:
     assert brought == {s.name for s in STRATEGIES}
 
 
-SPREAD_ARGS = TopologySpreadArgs(include_soft_constraints=True)
+SPREAD_ARGS = {"constraints": ["DoNotSchedule", "ScheduleAnyway"]}
 
 
 @pytest.mark.parametrize("seed", range(80))
@@ -117,12 +112,12 @@ def test_the_spread_strategy_kept_between_changes_finds_what_a_fresh_one_finds(s
     included, which start no cycle): whatever it kept settled is still balanced."""
     rng = random.Random(seed)
     world = RandomCluster(rng)
-    kept = TopologySpread(SPREAD_ARGS)
+    kept = build_strategy(SPREAD, SPREAD_ARGS)
     kept.violations(world.state)
     for _round in range(6):
         what = [world.change()[0] for _ in range(rng.randint(1, 3))]
         found = _found(kept.violations(world.state))
-        fresh = _found(TopologySpread(SPREAD_ARGS).violations(world.state))
+        fresh = _found(build_strategy(SPREAD, SPREAD_ARGS).violations(world.state))
         assert found == fresh, what
 
 
@@ -168,7 +163,7 @@ def _policy(*strategies: Strategy) -> Policy:
 
 def test_a_cycle_after_a_vmotion_judges_only_the_moved_nodes_pods() -> None:
     state = _moved_cluster()
-    policy = _policy(InterPodAntiAffinity(InterPodAntiAffinityArgs()))
+    policy = _policy(build_strategy(ANTI, {}))
     planner = EvictionPlanner(PlannerSettings(), policy.limits)
     state.set_placement("n1", "esx-1")
     scoped = decide(state, policy, planner, NOW, node_scope("n1"))
@@ -191,7 +186,7 @@ def test_a_scoped_cycle_judges_again_what_the_last_one_left_alone() -> None:
             pod("web-3", "n2", WEB, affinity=anti_affinity(WEB), created_minutes_ago=1),
         ],
     )
-    policy = _policy(InterPodAntiAffinity(InterPodAntiAffinityArgs()))
+    policy = _policy(build_strategy(ANTI, {}))
     planner = EvictionPlanner(PlannerSettings(), policy.limits)
     first = decide(state, policy, planner, NOW, next_scope(Scope(), None, planner, state))
     assert first.scope is None  # the first cycle judges every pod
