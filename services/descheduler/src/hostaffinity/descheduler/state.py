@@ -10,6 +10,7 @@ them (for node fit), the replicas of each owner, and the PDBs, VMIs and migratio
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterator
 from typing import Final
 
@@ -41,6 +42,8 @@ _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 # Pod changes kept for readers of pod_changes(); half are dropped beyond this.
 JOURNAL_LIMIT: Final = 1_000_000
+# Node changes kept for readers of node_changes(): a reader further behind starts over.
+NODE_CHANGES_KEPT: Final = 10_000
 
 
 def controller_of(pod: DeschedulerPod) -> str | None:
@@ -61,32 +64,6 @@ def _own_workload(pod: DeschedulerPod) -> str:
 def _add(into: Resources, amount: Resources, sign: int) -> None:
     for name, value in amount.items():
         into[name] = into.get(name, 0) + sign * value
-
-
-class Journal:
-    """Keys in the order they changed, so a reader that keeps results between cycles reads what
-    changed since its position instead of everything; beyond `limit` the older half is dropped
-    (a reader that far behind is told to read everything)."""
-
-    def __init__(self, limit: int = JOURNAL_LIMIT) -> None:
-        self._keys: list[str] = []
-        self._start = 0  # the position of _keys[0]
-        self._limit = limit
-
-    def note(self, key: str) -> None:
-        self._keys.append(key)
-        if len(self._keys) > self._limit:
-            dropped = len(self._keys) // 2
-            del self._keys[:dropped]
-            self._start += dropped
-
-    def since(self, position: int) -> tuple[list[str] | None, int]:
-        """The keys noted since `position`, and the position now; None when the journal no
-        longer reaches back that far."""
-        end = self._start + len(self._keys)
-        if position < self._start:
-            return None, end
-        return self._keys[position - self._start :], end
 
 
 class ClusterState:
@@ -111,12 +88,15 @@ class ClusterState:
         self.kubevirts: dict[str, KubeVirt] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
-        # The names of nodes whose domains may have changed (added, removed, relabelled,
-        # re-tainted, cordoned, or its VM placed on another host), and the keys of pods placed
-        # or forgotten (a planned move and its undoing too), in order: a strategy that keeps
-        # results between cycles reads what changed, not every node and pod.
-        self._node_journal = Journal()
-        self._pod_journal = Journal()
+        # The last names of nodes whose domains may have changed (added, removed, relabelled,
+        # re-tainted, cordoned, or its VM placed on another host), and how many changed ever:
+        # a strategy that keeps per-domain results between cycles reads which (node_changes).
+        self._nodes_changed: deque[str] = deque(maxlen=NODE_CHANGES_KEPT)
+        self._node_change_count = 0
+        # The keys of pods placed or forgotten, in order (a planned move and its undoing too),
+        # so a strategy that keeps results between cycles reads what changed, not every pod.
+        self._journal: list[str] = []
+        self._journal_start = 0  # the position of _journal[0]
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -144,7 +124,7 @@ class ClusterState:
             requests = {"pods": 1000}
         self.index.upsert_pod(pod)
         self.pods[key] = pod
-        self._pod_journal.note(key)
+        self._note(key)
         self.requests[key] = requests
         _add(self.usage.setdefault(pod.spec.node_name, {}), requests, 1)
         workload = self._workload[key] = self.workload_of(pod)
@@ -178,7 +158,7 @@ class ClusterState:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
-        self._pod_journal.note(key)
+        self._note(key)
         self.index.remove_pod(key)
         _add(self.usage.setdefault(pod.spec.node_name, {}), self.requests.pop(key), -1)
         workload = self._workload.pop(key)
@@ -189,15 +169,20 @@ class ClusterState:
                 del self.workloads[workload]
         return pod
 
+    def _note(self, key: str) -> None:
+        self._journal.append(key)
+        if len(self._journal) > JOURNAL_LIMIT:
+            dropped = len(self._journal) // 2
+            del self._journal[:dropped]
+            self._journal_start += dropped
+
     def pod_changes(self, since: int) -> tuple[list[str] | None, int]:
         """The keys of pods placed or forgotten since position `since`, and the position now;
         None when the journal no longer reaches back that far (read every pod instead)."""
-        return self._pod_journal.since(since)
-
-    def node_changes(self, since: int) -> tuple[list[str] | None, int]:
-        """The nodes whose domains may have changed since position `since`, and the position
-        now; None when the journal no longer reaches back that far (every node may have)."""
-        return self._node_journal.since(since)
+        end = self._journal_start + len(self._journal)
+        if since < self._journal_start:
+            return None, end
+        return self._journal[since - self._journal_start :], end
 
     def move_pod(self, key: str, node: str) -> DeschedulerPod:
         """Place a pod on another node in the index (a planned move); returns the original."""
@@ -216,16 +201,29 @@ class ClusterState:
             or old.spec.taints != node.spec.taints
             or old.spec.unschedulable != node.spec.unschedulable
         ):
-            self._node_journal.note(name)
+            self._node_changed(name)
         self.index.upsert_node(node)
         self.nodes[name] = node
         self.allocatable[name] = node_allocatable(node)
 
     def remove_node(self, name: str) -> None:
-        self._node_journal.note(name)
+        self._node_changed(name)
         self.index.remove_node(name)
         self.nodes.pop(name, None)
         self.allocatable.pop(name, None)
+
+    def _node_changed(self, name: str) -> None:
+        self._nodes_changed.append(name)
+        self._node_change_count += 1
+
+    def node_changes(self, since: int) -> tuple[list[str] | None, int]:
+        """The nodes whose domains may have changed since count `since`, and the count now;
+        None when more changed than are kept (every node may have)."""
+        end = self._node_change_count
+        missed = end - since
+        if missed > len(self._nodes_changed):
+            return None, end
+        return list(self._nodes_changed)[len(self._nodes_changed) - missed :], end
 
     def upsert_namespace(self, namespace: Namespace) -> None:
         self.index.upsert_namespace(namespace)
@@ -237,7 +235,7 @@ class ClusterState:
         before = self.index.domain(node, LABEL_ESXI_HOST)
         self.index.set_placement(node, host)
         if self.index.domain(node, LABEL_ESXI_HOST) != before:
-            self._node_journal.note(node)
+            self._node_changed(node)
 
     # -- PDBs and KubeVirt ---------------------------------------------------------------------
 
