@@ -102,7 +102,7 @@ from hostaffinity.descheduler.model import (
     PodMeta,
     ResourceRequirements,
 )
-from hostaffinity.descheduler.policy import Policy, load_policy
+from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import node_scope
 from hostaffinity.runtime.kube.client import KubeClient
@@ -506,14 +506,6 @@ class Measured:
     per_strategy: dict[str, list[float]]
 
 
-def bench_policy() -> Policy:
-    """The recorded affinity policy with the upstream spread profile after it."""
-    affinity = load_policy(POLICY)
-    return dataclasses.replace(
-        affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
-    )
-
-
 def measure(scale: float, cycles: int) -> tuple[Measured, Plan, ClusterState]:
     """Build the cluster at `scale`, load the warm cache, run `cycles` decision cycles."""
     began = time.perf_counter()
@@ -532,7 +524,10 @@ def measure(scale: float, cycles: int) -> tuple[Measured, Plan, ClusterState]:
     del cluster.pods[:]  # the state holds them now, as the informers' caches would
     freeze_gc_after_initial_load()
     print(f"warm cache loaded in {time.perf_counter() - began:.1f} s")
-    policy = bench_policy()
+    affinity = load_policy(POLICY)
+    policy = dataclasses.replace(
+        affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
+    )
     measured = Measured(len(cluster.nodes), [], [], {})
     plans = []
     first = decide(
@@ -622,7 +617,10 @@ def measure_vmotions(state: ClusterState, count: int, full: int) -> None:
     cycle it triggers, scoped to the moved node (and the node moved back before it), against a
     full cycle after the same kind of move. Each cycle has its own planner, so no cooldown or
     limit carries over."""
-    policy = bench_policy()
+    affinity = load_policy(POLICY)
+    policy = dataclasses.replace(
+        affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
+    )
     anti = policy.profiles[0].strategies[0].name
     # A first full cycle of this policy compiles its spreads; the pods it would evict are then
     # removed, as their evictions would, so each move starts from a cluster with no violation.

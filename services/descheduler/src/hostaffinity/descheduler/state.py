@@ -10,7 +10,6 @@ them (for node fit), the replicas of each owner, and the PDBs, VMIs and migratio
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterator
 from typing import Final
 
@@ -42,8 +41,6 @@ _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 # Pod changes kept for readers of pod_changes(); half are dropped beyond this.
 JOURNAL_LIMIT: Final = 1_000_000
-# Node changes kept for readers of node_changes(): a reader further behind starts over.
-NODE_CHANGES_KEPT: Final = 10_000
 
 
 def controller_of(pod: DeschedulerPod) -> str | None:
@@ -69,6 +66,9 @@ def _add(into: Resources, amount: Resources, sign: int) -> None:
 class ClusterState:
     """The index and engine the strategies read, plus pods, nodes and usage for the planner."""
 
+    # Node changes node_changes() can name: a reader further behind starts over.
+    NODE_CHANGES_KEPT: Final = 10_000
+
     def __init__(self, *, physical_anti_affinity: bool = False, fail_unplaced: bool = True) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
         self.engine = AffinityEngine(self.index, fail_unplaced=fail_unplaced)
@@ -88,11 +88,12 @@ class ClusterState:
         self.kubevirts: dict[str, KubeVirt] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
-        # The last names of nodes whose domains may have changed (added, removed, relabelled,
-        # re-tainted, cordoned, or its VM placed on another host), and how many changed ever:
-        # a strategy that keeps per-domain results between cycles reads which (node_changes).
-        self._nodes_changed: deque[str] = deque(maxlen=NODE_CHANGES_KEPT)
-        self._node_change_count = 0
+        # The last nodes that raised topology_version, for node_changes().
+        self._nodes_changed: list[str] = []
+        # Raised whenever a node's domains may have changed (added, removed, relabelled,
+        # re-tainted, cordoned, or its VM placed on another host): a strategy that keeps
+        # per-domain results between cycles reads which through node_changes().
+        self.topology_version = 0
         # The keys of pods placed or forgotten, in order (a planned move and its undoing too),
         # so a strategy that keeps results between cycles reads what changed, not every pod.
         self._journal: list[str] = []
@@ -213,17 +214,19 @@ class ClusterState:
         self.allocatable.pop(name, None)
 
     def _node_changed(self, name: str) -> None:
+        self.topology_version += 1
         self._nodes_changed.append(name)
-        self._node_change_count += 1
+        if len(self._nodes_changed) > 2 * self.NODE_CHANGES_KEPT:
+            del self._nodes_changed[: -self.NODE_CHANGES_KEPT]
 
     def node_changes(self, since: int) -> tuple[list[str] | None, int]:
-        """The nodes whose domains may have changed since count `since`, and the count now;
-        None when more changed than are kept (every node may have)."""
-        end = self._node_change_count
+        """The nodes whose domains may have changed since `topology_version` was `since`, and
+        the version now; None when more changed than are kept (every node may have)."""
+        end = self.topology_version
         missed = end - since
         if missed > len(self._nodes_changed):
             return None, end
-        return list(self._nodes_changed)[len(self._nodes_changed) - missed :], end
+        return self._nodes_changed[len(self._nodes_changed) - missed :], end
 
     def upsert_namespace(self, namespace: Namespace) -> None:
         self.index.upsert_namespace(namespace)
