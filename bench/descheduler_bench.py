@@ -1,6 +1,7 @@
 """Descheduler benchmark: one decision cycle at Kubernetes' limits, and the evictions it plans.
 
     uv run --frozen python bench/descheduler_bench.py [--scales 1.0] [--cycles 3] [--latency 0.1]
+        [--vmotions 50] [--full-vmotions 10]
 
 The cluster (bench/cluster.py's shape: 5,000 nodes on 500 ESXi hosts in 3 zones, 150,000 pods in
 workloads of 10, 10% of pods with pod anti-affinity; the plain workloads' pods, about 85% of all,
@@ -12,6 +13,10 @@ piled as a vMotion piles them (two more replicas onto the host of a third: two m
 policy is the recorded fixture (tests/fixtures/descheduler/policy-affinity-v1alpha2.yaml) with
 the upstream README's RemovePodsViolatingTopologySpreadConstraint profile
 (policy-topology-spread-v1alpha2.yaml) after it, both unchanged.
+
+Then `--vmotions` single vMotions, each moving one node's VM onto the ESXi host of a replica its
+pod's required host anti-affinity keeps away, and the cycle that follows scoped to the moved node
+(median, p99, per strategy), against `--full-vmotions` full cycles after the same kind of move.
 
 Prints: the cycle over the warm cache (median and p99 over `--cycles`, per strategy, each with
 the node fit of what it found; the first cycle apart, since it also compiles every pod's spread
@@ -65,6 +70,7 @@ from figures import peak_rss_mib, percentile, rss_mib
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.affinity.interpod import incoming_scope
 from hostaffinity.affinity.model import (
     Affinity,
     LabelSelector,
@@ -103,6 +109,7 @@ from hostaffinity.descheduler.model import (
 )
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.triggers import node_scope
 from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
@@ -611,6 +618,80 @@ def print_growth(runs: list[Measured]) -> None:
         print(f"  {name:<55} {cells}; exponent {exponents(medians)} (fastest: {fastest})")
 
 
+def vmotions(state: ClusterState, count: int, seed: int = 11) -> list[tuple[str, str]]:
+    """(node, ESXi host) moves that each put a pod with required host anti-affinity onto the
+    host of a replica its term keeps away: one new anti-affinity pair per move at least."""
+    index = state.index
+    moves = []
+    for record in index.pods():
+        for term in record.terms.required_anti if record.terms else ():
+            if term.topology_key != LABEL_ESXI_HOST:
+                continue
+            own = index.domain(record.node, LABEL_ESXI_HOST)
+            for other in index.matching_pods(incoming_scope(term, index.namespaces), term.selector):
+                host = index.domain(other.node, LABEL_ESXI_HOST)
+                if other.key != record.key and host is not None and host != own:
+                    moves.append((record.node, host))
+                    break
+    return random.Random(seed).sample(sorted(set(moves)), count)
+
+
+def measure_vmotions(state: ClusterState, count: int, full: int) -> None:
+    """One vMotion at a time (moved, decided, moved back) in a cluster without violations: the
+    cycle it triggers, scoped to the moved node (and the node moved back before it), against a
+    full cycle after the same kind of move. Each cycle has its own planner, so no cooldown or
+    limit carries over."""
+    affinity = load_policy(POLICY)
+    policy = dataclasses.replace(
+        affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
+    )
+    anti = policy.profiles[0].strategies[0].name
+    # A first full cycle of this policy compiles its spreads; the pods it would evict are then
+    # removed, as their evictions would, so each move starts from a cluster with no violation.
+    first = decide(
+        state, policy, EvictionPlanner(PlannerSettings(), policy.limits), datetime.now(UTC)
+    )
+    for action in first.plan.actions:
+        state.remove_pod(action.pod)
+    print(f"the planted violations' {len(first.plan.actions)} pods removed, as if evicted")
+    scoped: list[float] = []
+    whole: list[float] = []
+    per_strategy: dict[str, list[float]] = {}
+    found: list[int] = []
+    previous: str | None = None
+    for position, (node, host) in enumerate(vmotions(state, count + full)):
+        back = state.index.domain(node, LABEL_ESXI_HOST)
+        state.set_placement(node, host)
+        scope = node_scope(node)
+        if previous is not None:
+            scope.absorb(node_scope(previous))
+        planner = EvictionPlanner(PlannerSettings(), policy.limits)
+        judged = None if position < full else scope
+        report = decide(state, policy, planner, datetime.now(UTC), judged)
+        if judged is None:
+            whole.append(report.seconds)
+        else:
+            scoped.append(report.seconds)
+            found.append(sum(1 for a in report.plan.actions if a.strategy == anti))
+            for name, spent in report.per_strategy.items():
+                per_strategy.setdefault(name, []).append(spent)
+        state.set_placement(node, back)
+        previous = node
+    print(
+        f"one vMotion (a node's VM onto the host of a replica its pod's required host "
+        f"anti-affinity keeps away): full cycle over {full} moves median "
+        f"{statistics.median(whole):.3f} s, p99 {percentile(whole, 0.99):.3f} s; scoped cycle "
+        f"over {count} moves median {statistics.median(scoped):.4f} s, p99 "
+        f"{percentile(scoped, 0.99):.4f} s; anti-affinity evictions planned per move: "
+        f"{min(found)}-{max(found)}"
+    )
+    for name, spent in per_strategy.items():
+        print(
+            f"  {name:<60} median {statistics.median(spent):.4f} s, "
+            f"p99 {percentile(spent, 0.99):.4f} s"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -620,6 +701,8 @@ def main() -> None:
     )
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--vmotions", type=int, default=50, help="scoped cycles timed")
+    parser.add_argument("--full-vmotions", type=int, default=10, help="full cycles timed")
     args = parser.parse_args()
     scales = sorted(float(s) for s in args.scales.split(","))
     runs = []
@@ -637,6 +720,7 @@ def main() -> None:
         f"per call, parallelism {settings.parallelism}: {evicted}/{len(plan.actions)} evicted in "
         f"{spent:.2f} s, {evicted / spent:.0f}/s (upstream: 103 s)"
     )
+    measure_vmotions(state, args.vmotions, args.full_vmotions)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from descheduler_builders import anti_affinity, node, pod
 
 from hostaffinity.descheduler import triggers
 from hostaffinity.descheduler.strategies.changes import Change
+from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.triggers import CycleTrigger, node_trigger, pod_trigger
 
 NOSCHED = {"key": "k", "effect": "NoSchedule"}
@@ -88,20 +89,20 @@ async def test_a_burst_of_triggers_makes_one_cycle_after_the_debounce() -> None:
     trigger.poke("node n1 uncordoned")
     await asyncio.sleep(0.02)
     trigger.poke("node n2 uncordoned")
-    reasons = await asyncio.wait_for(waiting, 1)
-    assert reasons == ["node n1 uncordoned", "node n2 uncordoned"]
+    triggered = await asyncio.wait_for(waiting, 1)
+    assert triggered.reasons == ["node n1 uncordoned", "node n2 uncordoned"]
 
 
 async def test_the_interval_runs_a_cycle_without_triggers() -> None:
     trigger = CycleTrigger(debounce_s=0.0, interval_s=0.05)
-    assert await asyncio.wait_for(trigger.next(), 1) == ["interval"]
+    assert (await asyncio.wait_for(trigger.next(), 1)).reasons == ["interval"]
 
 
 async def test_a_flood_of_triggers_keeps_a_few_reasons_and_counts_the_rest() -> None:
     trigger = CycleTrigger(debounce_s=0.0, interval_s=60)
     for i in range(1000):
         trigger.poke(f"pod {i} assigned")
-    reasons = await asyncio.wait_for(trigger.next(), 1)
+    reasons = (await asyncio.wait_for(trigger.next(), 1)).reasons
     assert len(reasons) == CycleTrigger.KEPT_REASONS + 1
     assert reasons[-1] == f"{1000 - CycleTrigger.KEPT_REASONS} more"
 
@@ -132,3 +133,50 @@ def test_vmi_and_migration_changes() -> None:
     assert migration_trigger(migration("Running"), migration("Succeeded")) is not None  # type: ignore[arg-type]
     assert migration_trigger(migration("Succeeded"), migration("Succeeded")) is None  # type: ignore[arg-type]
     assert migration_trigger(None, migration("Running")) is None  # type: ignore[arg-type]
+
+
+async def _triggered_after(trigger: CycleTrigger) -> triggers.Triggered:
+    return await asyncio.wait_for(trigger.next(), 1)
+
+
+async def test_changes_gathered_between_cycles_scope_the_next_one() -> None:
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=60)
+    trigger.poke("state synced")
+    assert (await _triggered_after(trigger)).scope is None  # the first cycle judges every pod
+    deleted = pod("gone", "n3", {"app": "web"})
+    trigger.note(Scope(pods={"default/gone"}, departed=[deleted]))
+    trigger.poke("placement of n1 changed", Scope(nodes={"n1"}))
+    trigger.poke("pod default/a assigned to n2", Scope(pods={"default/a"}))
+    scope = (await _triggered_after(trigger)).scope
+    assert scope is not None
+    assert scope.nodes == {"n1"}
+    assert scope.pods == {"default/a", "default/gone"}
+    assert scope.departed == [deleted]
+    # Gathered once: the cycle after starts from nothing.
+    trigger.poke("placement of n2 changed", Scope(nodes={"n2"}))
+    scope = (await _triggered_after(trigger)).scope
+    assert scope is not None
+    assert scope.nodes == {"n2"}
+    assert not scope.pods
+
+
+async def test_a_reason_without_changes_or_too_many_changes_judge_every_pod() -> None:
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=60)
+    trigger.poke("state synced")
+    await _triggered_after(trigger)
+    trigger.poke("placement of n1 changed", Scope(nodes={"n1"}))
+    trigger.poke("retry eviction of default/a (attempt 2)")  # the executor names no change
+    assert (await _triggered_after(trigger)).scope is None
+    for i in range(CycleTrigger.KEPT_CHANGES + 1):
+        trigger.poke(f"pod default/p{i} assigned", Scope(pods={f"default/p{i}"}))
+    assert (await _triggered_after(trigger)).scope is None
+
+
+async def test_the_interval_judges_every_pod() -> None:
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=0.05)
+    trigger.poke("state synced")
+    await _triggered_after(trigger)
+    trigger.note(Scope(pods={"default/gone"}))  # a deletion starts no cycle
+    triggered = await _triggered_after(trigger)
+    assert triggered.reasons == ["interval"]
+    assert triggered.scope is None

@@ -13,9 +13,11 @@ class DeschedulerSettings(Settings, frozen=True):
     """When cycles run and what the eviction planner enforces beyond the policy."""
 
     policy_file: str | None = None
-    # A cycle runs this long after the first trigger (node uncordoned/Ready/added, vm.moved, pod
-    # labels or affinity changed), so a burst of changes makes one cycle; and every interval.
-    debounce_seconds: Delay = 0.5
+    # A cycle runs this long after the first trigger (node uncordoned/Ready/added, relabelled or
+    # re-tainted, a placement changed in the topology KV, a pod assigned or its labels or affinity
+    # changed), so a burst of changes makes one cycle (a vMotion's KV put and label patch arrive
+    # within milliseconds); and every interval, judging every pod.
+    debounce_seconds: Delay = 0.1
     interval_seconds: Seconds = 300.0
     # Plan and report evictions without sending them.
     dry_run: bool = False

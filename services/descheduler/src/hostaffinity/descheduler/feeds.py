@@ -32,10 +32,13 @@ from hostaffinity.descheduler.model import (
     decode_pod,
 )
 from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.triggers import (
     CycleTrigger,
     migration_trigger,
+    node_scope,
     node_trigger,
+    pod_scope,
     pod_trigger,
     vmi_trigger,
 )
@@ -84,12 +87,18 @@ class Feeds:
         self.required: list[Informer[Any]] = [
             informer(
                 PODS,
-                handle(state.pods.get, state.upsert_pod, state.remove_pod, pod_trigger),
+                handle(state.pods.get, state.upsert_pod, state.remove_pod, pod_trigger, pod_scope),
                 decode_pod,
             ),
             informer(
                 NODES,
-                handle(state.nodes.get, state.upsert_node, state.remove_node, node_trigger),
+                handle(
+                    state.nodes.get,
+                    state.upsert_node,
+                    state.remove_node,
+                    node_trigger,
+                    node_scope,
+                ),
                 decode_node,
             ),
             informer(
@@ -153,21 +162,26 @@ class Feeds:
         upsert: Callable[[T], None],
         remove: Callable[[str], None],
         why: Callable[[T | None, T], str | None] | None = None,
+        changed: Callable[[str, T | None], Scope] | None = None,
         then: Callable[[T], Awaitable[None]] | None = None,
     ) -> Handler[T]:
-        """Apply an informer event to the state; poke the trigger when `why` names a reason."""
+        """Apply an informer event to the state; poke the trigger when `why` names a reason,
+        with what `changed` says the cycle must judge (without it: every pod). A deletion
+        starts no cycle, but the next one judges what it changed."""
 
         async def handle(event: InformerEvent[T]) -> None:
             old = current(event.key)
             if event.type == "DELETED":
                 remove(event.key)
+                if changed is not None and old is not None:
+                    self._trigger.note(changed(event.key, old))
                 return
             upsert(event.obj)
             if then is not None:
                 await then(event.obj)
             reason = None if why is None else why(old, event.obj)
             if reason is not None:
-                self._trigger.poke(reason)
+                self._trigger.poke(reason, None if changed is None else changed(event.key, old))
 
         return handle
 
@@ -175,7 +189,8 @@ class Feeds:
         if isinstance(change, NodeChange):
             host = change.placement.host_label if change.placement else None
             if host != self._state.index.domain(change.node, LABEL_ESXI_HOST):
-                self._trigger.poke(f"placement of {change.node} changed")
+                reason = f"placement of {change.node} changed"
+                self._trigger.poke(reason, node_scope(change.node))
             self._state.set_placement(change.node, host)
         elif isinstance(change, Bootstrapped):
             self.placements_synced = True

@@ -20,7 +20,7 @@ from nats.errors import Error as NatsError
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.cooldowns import inherit_cooldowns
-from hostaffinity.descheduler.cycle import CycleReport, decide
+from hostaffinity.descheduler.cycle import CycleReport, decide, next_scope
 from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings, Skip
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
@@ -89,6 +89,8 @@ class DeschedulingLoop:
         self._left_alone = left_alone
         self.cycles = 0
         self.last: CycleReport | None = None
+        # Changes a skipped cycle did not judge: the next cycle judges every pod.
+        self._unjudged = False
 
     async def run(self) -> None:
         while not self._synced():  # noqa: ASYNC110 - the feeds expose no event for this
@@ -97,12 +99,16 @@ class DeschedulingLoop:
         _log.info("state complete; descheduling")
         self._trigger.poke("state synced")
         while True:
-            reasons = await self._trigger.next()
+            triggered = await self._trigger.next()
             if not self._synced():
                 _log.warning("skipping a cycle: the state is incomplete (a feed is re-listing)")
+                self._unjudged = True
                 continue
-            _log.info("cycle triggered by %s", "; ".join(reasons[:5]))
-            report = decide(self._state, self._policy, self._planner, datetime.now(UTC))
+            _log.info("cycle triggered by %s", "; ".join(triggered.reasons[:5]))
+            last = None if self._unjudged else self.last
+            scope = next_scope(triggered.scope, last, self._planner, self._state)
+            report = decide(self._state, self._policy, self._planner, datetime.now(UTC), scope)
+            self._unjudged = False
             self._metrics.cycle(report.seconds)
             self.cycles += 1
             self.last = report

@@ -76,6 +76,9 @@ def _add(into: Resources, amount: Resources, sign: int) -> None:
 class ClusterState:
     """The index and engine the strategies read, plus pods, nodes and usage for the planner."""
 
+    # Node changes node_changes() can name: a reader further behind starts over.
+    NODE_CHANGES_KEPT: Final = 10_000
+
     def __init__(self, *, physical_anti_affinity: bool = False, fail_unplaced: bool = True) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
         self.engine = AffinityEngine(self.index, fail_unplaced=fail_unplaced)
@@ -95,9 +98,11 @@ class ClusterState:
         self.kubevirts: dict[str, KubeVirt] = {}
         # virt-launcher pods as the API has them, by VMI: re-derived when the VMI's rules change.
         self._launchers: dict[str, DeschedulerPod] = {}
+        # The last nodes that raised topology_version, for node_changes().
+        self._nodes_changed: list[str] = []
         # Raised whenever a node's domains may have changed (added, removed, relabelled,
         # re-tainted, cordoned, or its VM placed on another host): a strategy that keeps
-        # per-domain results between cycles starts over when it moves.
+        # per-domain results between cycles reads which through node_changes().
         self.topology_version = 0
         # The keys of pods placed or forgotten, in order (never a planned move), so a strategy
         # that keeps results between cycles reads what changed, not every pod.
@@ -247,16 +252,31 @@ class ClusterState:
             or old.spec.taints != node.spec.taints
             or old.spec.unschedulable != node.spec.unschedulable
         ):
-            self.topology_version += 1
+            self._node_changed(name)
         self.index.upsert_node(node)
         self.nodes[name] = node
         self.allocatable[name] = node_allocatable(node)
 
     def remove_node(self, name: str) -> None:
-        self.topology_version += 1
+        self._node_changed(name)
         self.index.remove_node(name)
         self.nodes.pop(name, None)
         self.allocatable.pop(name, None)
+
+    def _node_changed(self, name: str) -> None:
+        self.topology_version += 1
+        self._nodes_changed.append(name)
+        if len(self._nodes_changed) > 2 * self.NODE_CHANGES_KEPT:
+            del self._nodes_changed[: -self.NODE_CHANGES_KEPT]
+
+    def node_changes(self, since: int) -> tuple[list[str] | None, int]:
+        """The nodes whose domains may have changed since `topology_version` was `since`, and
+        the version now; None when more changed than are kept (every node may have)."""
+        end = self.topology_version
+        missed = end - since
+        if missed > len(self._nodes_changed):
+            return None, end
+        return self._nodes_changed[len(self._nodes_changed) - missed :], end
 
     def upsert_namespace(self, namespace: Namespace) -> None:
         self.index.upsert_namespace(namespace)
@@ -268,7 +288,7 @@ class ClusterState:
         before = self.index.domain(node, LABEL_ESXI_HOST)
         self.index.set_placement(node, host)
         if self.index.domain(node, LABEL_ESXI_HOST) != before:
-            self.topology_version += 1
+            self._node_changed(node)
 
     # -- PDBs and KubeVirt ---------------------------------------------------------------------
 

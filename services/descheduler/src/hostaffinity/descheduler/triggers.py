@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Final
 
 from hostaffinity.descheduler.eviction_planner import NODE_FIT_TRIGGERS
@@ -19,6 +20,7 @@ from hostaffinity.descheduler.kubevirt import (
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
 from hostaffinity.descheduler.strategies import registered_triggers
 from hostaffinity.descheduler.strategies.changes import Change
+from hostaffinity.descheduler.strategies.scope import Scope
 
 # What the registered plugins and node fit declared; nothing else starts a cycle.
 REGISTERED: Final = registered_triggers() | NODE_FIT_TRIGGERS
@@ -56,6 +58,12 @@ def _node_changes(old: DeschedulerNode | None, new: DeschedulerNode) -> Changes:
         yield Change.NODE_LABELS, f"node {name} labels changed"
 
 
+def node_scope(name: str, _old: DeschedulerNode | None = None) -> Scope:
+    """What a node change has the next cycle judge: the pods on it, whose domains, labels or
+    taints changed (a removed node's pods stay indexed, without a domain, until deleted)."""
+    return Scope(nodes={name})
+
+
 def pod_trigger(old: DeschedulerPod | None, new: DeschedulerPod | None) -> str | None:
     """Why a pod change may create a violation, or None (deletions only ever resolve them)."""
     if new is None or not new.spec.node_name:
@@ -71,6 +79,12 @@ def _pod_changes(old: DeschedulerPod | None, new: DeschedulerPod) -> Changes:
         yield Change.POD_LABELS, f"pod {new.key} labels changed"
     if old.spec.affinity != new.spec.affinity:
         yield Change.POD_AFFINITY, f"pod {new.key} affinity changed"
+
+
+def pod_scope(key: str, old: DeschedulerPod | None) -> Scope:
+    """What a pod change (or deletion) has the next cycle judge: the pod, and what it was
+    before, which its partners may have relied on."""
+    return Scope(pods={key}, departed=[] if old is None else [old])
 
 
 def vmi_trigger(old: VirtualMachineInstance | None, new: VirtualMachineInstance) -> str | None:
@@ -91,13 +105,25 @@ def migration_trigger(
     return _if_registered(Change.MIGRATION_FINISHED, f"migration {new.key} {new.status.phase}")
 
 
+@dataclass(frozen=True)
+class Triggered:
+    """Why a cycle runs, and what it judges: `scope` None for every pod (the first cycle, the
+    interval, a reason that names no change), else the changes gathered since the last one."""
+
+    reasons: list[str]
+    scope: Scope | None
+
+
 class CycleTrigger:
-    """Collects reasons; `next()` returns them one debounce window after the first one.
+    """Collects reasons and the changes behind them; `next()` returns them one debounce window
+    after the first one.
 
     Only the first `KEPT_REASONS` are kept word for word (an initial list of 150,000 pods pokes
-    once per pod); the rest are counted."""
+    once per pod); the rest are counted. Past `KEPT_CHANGES` changed objects the next cycle is a
+    full one anyway, so no more are kept."""
 
     KEPT_REASONS = 10
+    KEPT_CHANGES = 10_000
 
     def __init__(self, debounce_s: float, interval_s: float) -> None:
         self._debounce = debounce_s
@@ -105,24 +131,42 @@ class CycleTrigger:
         self._reasons: list[str] = []
         self._more = 0
         self._poked = asyncio.Event()
+        # The changes since the last cycle; None: the next cycle judges every pod.
+        self._scope: Scope | None = None
 
-    def poke(self, reason: str) -> None:
+    def poke(self, reason: str, changed: Scope | None = None) -> None:
+        """A cycle should run; `changed` names what changed (None: judge every pod)."""
         if len(self._reasons) < self.KEPT_REASONS:
             self._reasons.append(reason)
         else:
             self._more += 1
+        if changed is None:
+            self._scope = None
+        else:
+            self.note(changed)
         self._poked.set()
 
-    async def next(self) -> list[str]:
-        """Wait for a trigger (or the interval), then the debounce window; return the reasons."""
+    def note(self, changed: Scope) -> None:
+        """A change that starts no cycle but that the next one judges (a pod deleted)."""
+        if self._scope is None:
+            return  # the next cycle judges every pod anyway
+        self._scope.absorb(changed)
+        if self._scope.size() > self.KEPT_CHANGES:
+            self._scope = None
+
+    async def next(self) -> Triggered:
+        """Wait for a trigger (or the interval), then the debounce window; return the reasons
+        and what the cycle judges."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._poked.wait(), self._interval)
         if not self._poked.is_set():
             self._reasons.append("interval")
+            self._scope = None
         await asyncio.sleep(self._debounce)
         reasons, self._reasons = self._reasons, []
         if self._more:
             reasons.append(f"{self._more} more")
             self._more = 0
+        scope, self._scope = self._scope, Scope()
         self._poked.clear()
-        return reasons
+        return Triggered(reasons, scope)

@@ -19,6 +19,7 @@ from hostaffinity.affinity.selectors import Selector, compile_label_selector
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.changes import Change
+from hostaffinity.descheduler.strategies.scope import Scope
 
 PREFER_NO_EVICTION: Final = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
 
@@ -87,12 +88,15 @@ class PodScope:
 
 
 class Strategy(Protocol):
-    """A descheduling plugin: finds violations in the cluster state."""
+    """A descheduling plugin: finds violations in the cluster state.
+
+    `scope` None judges every pod; a Scope judges at least every violation the scope's changes
+    can have created (a strategy that cannot tell which judges every pod)."""
 
     name: ClassVar[str]
     triggers: ClassVar[Change]
 
-    def violations(self, state: ClusterState) -> list[Violation]: ...
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]: ...
 
 
 class Plugin(Protocol):

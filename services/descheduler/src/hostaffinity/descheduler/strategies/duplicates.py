@@ -30,6 +30,7 @@ from hostaffinity.descheduler.strategies.base import (
     eviction_order,
 )
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_RACK, LABEL_ZONE
 
 DOMAIN_KEYS: Final = {
@@ -60,7 +61,10 @@ class Duplicates:
             return node if node in state.nodes else None
         return state.index.domain(node, DOMAIN_KEYS[self.args.domain])
 
-    def violations(self, state: ClusterState) -> list[Violation]:
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
+        """Every workload, whatever the scope: the ceiling a workload is held to counts the
+        domains of the nodes it fits, which a move, relabel or re-taint of any node and other
+        pods' rules change, so no smaller set of workloads is known to be enough."""
         found: list[Violation] = []
         for workload, keys in state.workloads.items():
             if len(keys) < 2:

@@ -13,10 +13,13 @@ from typing import ClassVar, Final
 
 import msgspec
 
+from hostaffinity.affinity.index import PodRecord
 from hostaffinity.affinity.nodeaffinity import preferred_node_terms, required_node_affinity
+from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, TargetCheck, Violation
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
 
 REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -47,11 +50,13 @@ class NodeAffinity:
         self.args = args
         self._scope = PodScope(args)
 
-    def violations(self, state: ClusterState) -> list[Violation]:
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
         found: list[Violation] = []
         required = REQUIRED in self.args.node_affinity_type
         preferred = PREFERRED in self.args.node_affinity_type
-        for key, pod in state.pods.items():
+        # A pod's verdict reads only the pod and its own node's labels.
+        pods = state.pods if scope is None else _pods(state, touched_pods(state, scope))
+        for key, pod in pods.items():
             spec = pod.spec
             has_node_affinity = spec.affinity is not None and spec.affinity.node_affinity
             if spec.node_selector is None and not has_node_affinity:
@@ -97,3 +102,7 @@ class NodeAffinity:
         check: TargetCheck = improves
         text = f"preferred node affinity of {key} scores {current} on node {pod.spec.node_name}"
         return Violation(self.name, text, (key,), improves=check)
+
+
+def _pods(state: ClusterState, records: list[PodRecord]) -> dict[str, DeschedulerPod]:
+    return {record.key: state.pods[record.key] for record in records}

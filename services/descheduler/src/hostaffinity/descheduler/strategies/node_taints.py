@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import msgspec
 
+from hostaffinity.affinity.index import PodRecord
 from hostaffinity.affinity.model import Taint
 from hostaffinity.affinity.taints import (
     NO_SCHEDULE,
@@ -21,6 +22,7 @@ from hostaffinity.affinity.taints import (
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, TargetCheck, Violation
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
 
 
 class NodeTaintsArgs(ScopedArgs, frozen=True):
@@ -59,27 +61,34 @@ class NodeTaints:
             return _named(taint, self.args.included_taints)
         return not _named(taint, self.args.excluded_taints)
 
-    def violations(self, state: ClusterState) -> list[Violation]:
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
         found: list[Violation] = []
-        for taints, nodes in state.index.taint_groups().items():
-            enforced = [t for t in taints if self.counts(t)]
-            if not enforced:
-                continue
-            for node in sorted(nodes):
-                for record in list(state.index.pods_on(node)):
-                    pod = state.pods[record.key]
-                    if not self._scope.covers(pod):
-                        continue
-                    for taint in enforced:
-                        if not tolerated(pod.spec.tolerations, taint):
-                            text = f"node {node} has taint {describe_taint(taint)} not tolerated"
-                            found.append(
-                                Violation(
-                                    self.name, text, (record.key,), improves=self._untainted(state)
-                                )
-                            )
-                            break
+        if scope is None:
+            for taints, nodes in state.index.taint_groups().items():
+                enforced = [t for t in taints if self.counts(t)]
+                for node in sorted(nodes) if enforced else ():
+                    for record in list(state.index.pods_on(node)):
+                        found.extend(self._judge(state, record, enforced))
+            return found
+        # A pod's verdict reads only the pod and its own node's taints.
+        for record in touched_pods(state, scope):
+            on = state.index.node(record.node)
+            enforced = [t for t in on.taints if self.counts(t)] if on is not None else []
+            found.extend(self._judge(state, record, enforced))
         return found
+
+    def _judge(
+        self, state: ClusterState, record: PodRecord, enforced: list[Taint]
+    ) -> list[Violation]:
+        """The pod's violation, if it is in scope and does not tolerate an enforced taint."""
+        pod = state.pods[record.key]
+        if not enforced or not self._scope.covers(pod):
+            return []
+        for taint in enforced:
+            if not tolerated(pod.spec.tolerations, taint):
+                text = f"node {record.node} has taint {describe_taint(taint)} not tolerated"
+                return [Violation(self.name, text, (record.key,), improves=self._untainted(state))]
+        return []
 
     def _untainted(self, state: ClusterState) -> TargetCheck | None:
         """PreferNoSchedule is not filtered by kube-scheduler: check the target ourselves."""

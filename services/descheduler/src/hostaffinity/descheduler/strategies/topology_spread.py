@@ -30,7 +30,7 @@ What differs, each on purpose:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Set
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
@@ -57,9 +57,12 @@ from hostaffinity.descheduler.strategies.base import (
     eviction_order,
 )
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.schema.names import LABEL_KUBEVIRT_VMI_UID
 
 ACTIONS: Final = (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)
+# The inclusion of a group whose holders' node affinity and taints leave no node out.
+_EVERY_NODE: Final = msgspec.json.encode((None, None))
 
 
 class TopologySpreadArgs(ScopedArgs, frozen=True):
@@ -104,8 +107,12 @@ class TopologySpread:
     it declares; per group, the pods declaring it;
     and the groups found with nothing to move. A pod whose object changed (added, removed,
     relabelled, moved -- a planned move too) makes every group of its namespace whose selector
-    matches it (before or after) be balanced again; a change of the nodes' domains
-    (`ClusterState.topology_version`) makes all of them.
+    matches it (before or after) be balanced again. A node whose domains may have changed (the
+    state's journal of node changes: a vMotion, a relabel, a re-taint) does the same for the
+    pods on it, whose domains moved; beyond that it can only change a group's domains, which
+    for a group counting every node with its key are that key's domains in the cluster: when
+    those changed, every group of that key is balanced again, and so is every group whose nodes
+    depend on its holders' node affinity or taints (inclusion policies), on any node change.
     """
 
     name: ClassVar[str] = "RemovePodsViolatingTopologySpreadConstraint"
@@ -131,10 +138,14 @@ class TopologySpread:
         self._by_anchor: dict[tuple[str, str | None, str | None], set[SpreadGroup]] = {}
         self._interned: dict[tuple[str, SpreadConstraint, bytes], SpreadGroup] = {}
         self._settled: set[SpreadGroup] = set()
-        self._topology = -1
+        # Per topology key of some group: its domains in the cluster when last refreshed.
+        self._domains: dict[str, frozenset[str]] = {}
+        self._node_position = -1  # before any journal: the first refresh unsettles every group
         self._journal_position = -1  # before any journal: the first refresh reads every pod
 
-    def violations(self, state: ClusterState) -> list[Violation]:
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
+        """The scope is not needed: the bookkeeping already reads only what changed (the
+        state's journals of pod and node changes)."""
         self._refresh(state)
         found: list[Violation] = []
         for group, holders in self._holders.items():
@@ -151,9 +162,12 @@ class TopologySpread:
 
     def _refresh(self, state: ClusterState) -> None:
         """Bring the bookkeeping up to the state: recompile changed pods, unsettle groups."""
-        if state.topology_version != self._topology:
-            self._topology = state.topology_version
+        nodes, self._node_position = state.node_changes(self._node_position)
+        if nodes is None:
             self._settled.clear()
+            self._domains = {key: frozenset(state.index.domains(key)) for key in self._domains}
+        elif nodes:
+            self._nodes_changed(state, set(nodes))
         changed, self._journal_position = state.pod_changes(self._journal_position)
         keys = set(state.pods) | set(self._seen) if changed is None else set(changed)
         for key in keys:
@@ -166,9 +180,27 @@ class TopologySpread:
             else:
                 self._learn(state, key, pod)
 
+    def _nodes_changed(self, state: ClusterState, nodes: set[str]) -> None:
+        """Unsettle what a change of these nodes' domains can unbalance (see the class)."""
+        index = state.index
+        for node in nodes:
+            for record in index.pods_on(node):
+                self._unsettle(record.namespace, record.labels)
+        moved: set[str] = set()
+        for key, before in self._domains.items():
+            now = frozenset(index.domains(key))
+            if now != before:
+                moved.add(key)
+                self._domains[key] = now
+        self._settled = {
+            group
+            for group in self._settled
+            if group.inclusion == _EVERY_NODE and group.constraint.topology_key not in moved
+        }
+
     def _learn(self, state: ClusterState, key: str, pod: DeschedulerPod) -> None:
         self._seen[key] = pod
-        self._unsettle(pod)
+        self._unsettle(pod.metadata.namespace, pod.metadata.labels)
         if not pod.spec.topology_spread_constraints:
             return
         groups = self._compile(state, pod)
@@ -176,13 +208,16 @@ class TopologySpread:
             self._declared[key] = groups
         for group in groups:
             self._holders.setdefault(group, set()).add(key)
+            topology_key = group.constraint.topology_key
+            if topology_key not in self._domains:
+                self._domains[topology_key] = frozenset(state.index.domains(topology_key))
             for slot in _anchor_slots(group):
                 self._by_anchor.setdefault(slot, set()).add(group)
 
     def _forget(self, key: str, old: DeschedulerPod | None) -> None:
         if old is None:
             return
-        self._unsettle(old)
+        self._unsettle(old.metadata.namespace, old.metadata.labels)
         for group in self._declared.pop(key, ()):
             holders = self._holders[group]
             holders.discard(key)
@@ -193,12 +228,12 @@ class TopologySpread:
                     self._by_anchor[slot].discard(group)
                 self._settled.discard(group)
 
-    def _unsettle(self, pod: DeschedulerPod) -> None:
-        """The groups that count this pod must be balanced again (found through the anchors
-        of their selectors, so a change costs the pod's labels, not the namespace's groups)."""
+    def _unsettle(self, namespace: str, labels: Mapping[str, str]) -> None:
+        """The groups that count a pod of this namespace and labels must be balanced again
+        (found through the anchors of their selectors, so a change costs the pod's labels, not
+        the namespace's groups)."""
         if not self._settled:
             return
-        namespace, labels = pod.metadata.namespace, pod.metadata.labels
         slots: list[tuple[str, str | None, str | None]] = [(namespace, None, None)]
         for key, value in labels.items():
             slots.extend(((namespace, key, value), (namespace, key, None)))

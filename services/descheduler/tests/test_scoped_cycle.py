@@ -1,0 +1,201 @@
+"""A cycle started only by changes judges only what they can put in violation, and misses none.
+
+The property runs over seeded random clusters (random_clusters.py): after random changes
+(vMotions, pods assigned, relabelled or deleted, nodes relabelled or re-tainted), each strategy
+with the changes' scope finds only violations a full pass finds, every one the changes brought,
+and every one a changed pod is a candidate of.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from descheduler_builders import (
+    ESXI,
+    NOW,
+    anti_affinity,
+    cluster,
+    node,
+    pod,
+)
+from random_clusters import RandomCluster
+
+from hostaffinity.descheduler.cycle import decide, next_scope
+from hostaffinity.descheduler.eviction_planner import (
+    EvictionLimits,
+    EvictionPlanner,
+    PlannerSettings,
+)
+from hostaffinity.descheduler.policy import Policy, Profile
+from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
+from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.strategies import build_strategy
+from hostaffinity.descheduler.strategies.base import Strategy, Violation
+from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
+from hostaffinity.descheduler.triggers import node_scope
+
+ANTI = "RemovePodsViolatingInterPodAntiAffinity"
+SPREAD = "RemovePodsViolatingTopologySpreadConstraint"
+STRATEGIES: list[Strategy] = [
+    build_strategy(ANTI, {}),
+    build_strategy(ANTI, {"includePreferred": True}),
+    build_strategy("RemovePodsViolatingInterPodAffinity", {}),
+    build_strategy(
+        "RemovePodsViolatingNodeAffinity",
+        {
+            "nodeAffinityType": [
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                "preferredDuringSchedulingIgnoredDuringExecution",
+            ]
+        },
+    ),
+    build_strategy("RemovePodsViolatingNodeTaints", {"includePreferNoSchedule": True}),
+]
+Found = set[tuple[str, frozenset[str]]]
+
+
+def _found(violations: list[Violation]) -> Found:
+    """Violations by strategy and candidates (a pair's rule names whichever pod held it)."""
+    return {(v.strategy, frozenset(v.candidates)) for v in violations}
+
+
+def _full(state: ClusterState) -> Found:
+    return set().union(*(_found(s.violations(state)) for s in STRATEGIES))
+
+
+def _scoped(state: ClusterState, scope: Scope) -> Found:
+    return set().union(*(_found(s.violations(state, scope)) for s in STRATEGIES))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_scoped_pass_finds_what_the_changes_brought_and_nothing_a_full_pass_does_not(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    world = RandomCluster(rng)
+    for _round in range(4):
+        before = _full(world.state)
+        scope, what = Scope(), []
+        for _ in range(rng.randint(1, 3)):
+            change, changed = world.change()
+            scope.absorb(changed)
+            what.append(change)
+        after = _full(world.state)
+        scoped = _scoped(world.state, scope)
+        touched = {record.key for record in touched_pods(world.state, scope)}
+        involving = {found for found in after if found[1] & touched}
+        assert scoped <= after, (what, scoped - after)
+        assert after - before <= scoped, (what, (after - before) - scoped)
+        assert involving <= scoped, (what, involving - scoped)
+
+
+def test_the_random_clusters_have_violations_to_find() -> None:
+    """The property above is not vacuous: changes do bring new violations of each kind."""
+    brought: set[str] = set()
+    for seed in range(40):
+        rng = random.Random(seed)
+        world = RandomCluster(rng)
+        for _round in range(4):
+            before = _full(world.state)
+            world.change()
+            brought.update(strategy for strategy, _ in _full(world.state) - before)
+    assert brought == {s.name for s in STRATEGIES}
+
+
+SPREAD_ARGS = {"constraints": ["DoNotSchedule", "ScheduleAnyway"]}
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_the_spread_strategy_kept_between_changes_finds_what_a_fresh_one_finds(seed: int) -> None:
+    """It unsettles only the groups the changed pods and nodes can unbalance (cordons
+    included, which start no cycle): whatever it kept settled is still balanced."""
+    rng = random.Random(seed)
+    world = RandomCluster(rng)
+    kept = build_strategy(SPREAD, SPREAD_ARGS)
+    kept.violations(world.state)
+    for _round in range(6):
+        what = [world.change()[0] for _ in range(rng.randint(1, 3))]
+        found = _found(kept.violations(world.state))
+        fresh = _found(build_strategy(SPREAD, SPREAD_ARGS).violations(world.state))
+        assert found == fresh, what
+
+
+# -- the scope is what a cycle after a vMotion judges -------------------------------------------
+
+WEB = {"app": "web"}
+DB = {"app": "db"}
+
+
+def _moved_cluster() -> ClusterState:
+    """Two hosts; a standing anti-affinity violation on esx-2 (db pods, untouched), and a web
+    pod whose node n1 is about to be vMotioned onto esx-1, next to its replica on n2."""
+    return cluster(
+        [node(f"n{i}") for i in range(1, 7)],
+        [
+            pod("web-1", "n1", WEB, affinity=anti_affinity(WEB, ESXI), created_minutes_ago=5),
+            pod("web-2", "n2", WEB, affinity=anti_affinity(WEB, ESXI), created_minutes_ago=9),
+            pod("db-1", "n3", DB, owner=("ReplicaSet", "db"), affinity=anti_affinity(DB, ESXI)),
+            pod(
+                "db-2",
+                "n4",
+                DB,
+                owner=("ReplicaSet", "db"),
+                affinity=anti_affinity(DB, ESXI),
+                created_minutes_ago=2,
+            ),
+        ],
+        placements={
+            "n1": "esx-0",
+            "n2": "esx-1",
+            "n3": "esx-2",
+            "n4": "esx-2",
+            "n5": "esx-3",
+            "n6": "esx-4",
+        },
+    )
+
+
+def _policy(*strategies: Strategy) -> Policy:
+    profile = Profile("test", Protections(DefaultEvictorArgs()), strategies)
+    return Policy((profile,), EvictionLimits())
+
+
+def test_a_cycle_after_a_vmotion_judges_only_the_moved_nodes_pods() -> None:
+    state = _moved_cluster()
+    policy = _policy(build_strategy(ANTI, {}))
+    planner = EvictionPlanner(PlannerSettings(), policy.limits)
+    state.set_placement("n1", "esx-1")
+    scoped = decide(state, policy, planner, NOW, node_scope("n1"))
+    assert scoped.scope is not None
+    assert [a.pod for a in scoped.plan.actions] == ["default/web-1"]  # the newer of the pair
+    assert scoped.violations == 1  # the db pair on esx-2 was not judged
+    full = decide(state, policy, EvictionPlanner(PlannerSettings(), policy.limits), NOW)
+    assert full.violations == 2
+    assert sorted(a.pod for a in full.plan.actions) == ["default/db-2", "default/web-1"]
+
+
+def test_a_scoped_cycle_judges_again_what_the_last_one_left_alone() -> None:
+    """A pair with nowhere to go is skipped; when a node is uncordoned elsewhere the next
+    scoped cycle (its scope names only that node) judges the pair again and moves one."""
+    state = cluster(
+        [node("n1"), node("n2"), node("n3", unschedulable=True)],
+        [
+            pod("web-1", "n1", WEB, affinity=anti_affinity(WEB), created_minutes_ago=9),
+            pod("web-2", "n1", WEB, affinity=anti_affinity(WEB), created_minutes_ago=5),
+            pod("web-3", "n2", WEB, affinity=anti_affinity(WEB), created_minutes_ago=1),
+        ],
+    )
+    policy = _policy(build_strategy(ANTI, {}))
+    planner = EvictionPlanner(PlannerSettings(), policy.limits)
+    first = decide(state, policy, planner, NOW, next_scope(Scope(), None, planner, state))
+    assert first.scope is None  # the first cycle judges every pod
+    assert not first.plan.actions
+    assert first.plan.skipped
+    state.upsert_node(node("n3"))
+    assert not decide(state, policy, planner, NOW, node_scope("n3")).plan.actions  # n3 is empty
+    scope = next_scope(node_scope("n3"), first, planner, state)
+    assert scope is not None
+    assert scope.pods == {"default/web-1", "default/web-2"}
+    second = decide(state, policy, planner, NOW, scope)
+    assert [(a.pod, a.target) for a in second.plan.actions] == [("default/web-2", "n3")]
