@@ -59,6 +59,7 @@ from figures import percentile
 from pyVmomi import vim, vmodl
 from vcsim_reads import Placement, read_placement, relocate, simulator_floor
 
+from hostaffinity.node_labeller.vcenter_watch import inventory_filter_spec
 from hostaffinity.runtime.process.config import HealthSettings, LeaseSettings, Settings
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.descheduler_harness import descheduler_config, node_object, pod_object
@@ -573,7 +574,7 @@ async def measure(
         print(f"  descheduler cycles meanwhile (its log)    {ms(cycle_seconds(log, log_from))}")
         print(f"  evictions committed (all pods)            {commits.evictions}")
         if moves.missed:
-            print(f"  no eviction within {SAMPLE_TIMEOUT_S:.0f} s: {len(moves.missed)}")
+            print(f"  no eviction within {SAMPLE_TIMEOUT_S:.0f} s: {', '.join(moves.missed)}")
         drs = services["drs-translator"]
         plans_before = await asyncio.to_thread(plan_seconds, drs.health_port)
         rules = await drs_samples(vc, admin, kube, placement, world, commits)
@@ -588,7 +589,7 @@ async def measure(
                 f"mean {spent / count * 1000:.1f} ms"
             )
         if rules.missed:
-            print(f"  no rule within {SAMPLE_TIMEOUT_S:.0f} s: {len(rules.missed)}")
+            print(f"  no rule within {SAMPLE_TIMEOUT_S:.0f} s: {', '.join(rules.missed)}")
         for item in services.values():
             print(f"peak RSS of {item.name}: {item.peak_rss_mib():.0f} MiB")
     floors(vc, admin, placement, world, max(10, args.samples // 5))
@@ -621,9 +622,15 @@ def quiet(commits: Commits, for_seconds: float = 5.0) -> bool:
 
 def floors(vc: Vcsim, admin: Any, placement: Placement, world: World, count: int) -> None:
     """vcsim's own part, at the same inventory, the services stopped: a bare vMotion (a sampled
-    VM back to its first host) seen by a plain client, and a bare reconfigure adding a rule."""
-    moves = [(placement.vm[node], placement.vm_host[node]) for _, node, _ in world.moves[:count]]
-    seen = simulator_floor(vc.connect(), admin, moves)
+    VM back to its first host) seen by a plain client watching `runtime.host` and by one watching
+    the node-labeller's own filter (vcsim collects the whole filter again per change, so this is
+    the labeller's floor), and a bare reconfigure adding a rule."""
+    moves = [(placement.vm[node], placement.vm_host[node]) for _, node, _ in world.moves]
+    count = max(1, min(count, len(moves) // 2))  # each floor moves VMs of its own
+    seen = simulator_floor(vc.connect(), admin, moves[:count])
+    watcher = vc.connect()
+    labeller_spec = inventory_filter_spec(watcher.RetrieveContent())[1]
+    seen_by_labeller = simulator_floor(watcher, admin, moves[count : 2 * count], labeller_spec)
     reconfigure = []
     for index, (_, first, second) in enumerate(world.rules[:count]):
         cluster = placement.host_cluster[placement.vm_host[second]]
@@ -631,6 +638,7 @@ def floors(vc: Vcsim, admin: Any, placement: Placement, world: World, count: int
         reconfigure.append(bare_reconfigure(admin, cluster, vms, f"bench-floor-{index}"))
     print("vcsim's own floor at this inventory:")
     print(f"  bare RelocateVM_Task → WaitForUpdatesEx   {ms(seen)}")
+    print(f"  the same, the labeller's filter          {ms(seen_by_labeller)}")
     print(f"  bare ReconfigureComputeResource_Task     {ms(reconfigure)}")
 
 
@@ -640,7 +648,14 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=150_000)
     parser.add_argument("--clusters", type=int, default=10)
     parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument(
+        "--workdir", type=Path, help="keep the services' configs and logs here (default: temp)"
+    )
     args = parser.parse_args()
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        asyncio.run(run(args, args.workdir))
+        return
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="reaction-", dir=shm) as workdir:
         asyncio.run(run(args, Path(workdir)))

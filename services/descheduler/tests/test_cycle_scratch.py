@@ -16,6 +16,7 @@ from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.base import Violation
 from hostaffinity.descheduler.strategies.changes import Change
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.strategies.topology_spread import TopologySpread, TopologySpreadArgs
 
 NOSCHED = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
@@ -48,7 +49,7 @@ class Boom:
     name: ClassVar[str] = "Boom"
     triggers: ClassVar[Change] = Change.NODE_ADDED
 
-    def violations(self, state: ClusterState) -> list[Violation]:
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
         raise RuntimeError("boom")
 
 
