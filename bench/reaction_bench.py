@@ -59,6 +59,7 @@ from figures import percentile
 from pyVmomi import vim, vmodl
 from vcsim_reads import Placement, read_placement, relocate, simulator_floor
 
+from hostaffinity.node_labeller.inventory import watched_properties
 from hostaffinity.node_labeller.vcenter_watch import inventory_filter_spec
 from hostaffinity.runtime.process.config import HealthSettings, LeaseSettings, Settings
 from hostaffinity.schema import LABEL_ESXI_HOST
@@ -80,6 +81,8 @@ ANTI_AFFINITY_SHARE = 10  # one workload in 10
 NAMESPACES = 20
 BENCH_NS = "bench"
 SAMPLE_TIMEOUT_S = 30.0
+# What the node-labeller watches with its default `match_fallback` (vm-name), as in this bench.
+LABELLER_PROPERTIES = watched_properties(guest_hostname=False)
 CYCLE_LINE = re.compile(r"cycle: \d+ violations, \d+ actions.* in ([\d.]+)s")
 
 
@@ -629,7 +632,7 @@ def floors(vc: Vcsim, admin: Any, placement: Placement, world: World, count: int
     count = max(1, min(count, len(moves) // 2))  # each floor moves VMs of its own
     seen = simulator_floor(vc.connect(), admin, moves[:count])
     watcher = vc.connect()
-    labeller_spec = inventory_filter_spec(watcher.RetrieveContent())[1]
+    labeller_spec = inventory_filter_spec(watcher.RetrieveContent(), LABELLER_PROPERTIES)[1]
     seen_by_labeller = simulator_floor(watcher, admin, moves[count : 2 * count], labeller_spec)
     reconfigure = []
     for index, (_, first, second) in enumerate(world.rules[:count]):

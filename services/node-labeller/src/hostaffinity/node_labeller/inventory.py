@@ -29,6 +29,20 @@ WATCHED_PROPERTIES: dict[str, tuple[str, ...]] = {
     # Reached through TaskManager.recentTask, not the container view (a task is no entity).
     TASK: ("info.descriptionId", "info.entity", "info.state"),
 }
+GUEST_HOSTNAME = "guest.hostName"
+
+
+def watched_properties(*, guest_hostname: bool) -> dict[str, tuple[str, ...]]:
+    """What the watcher asks vCenter for: the guest's hostname only where nodes are matched by it
+    (`match_fallback: guest-hostname`). VMware Tools reports it again and again, and every
+    watched property is work for vCenter on each change of every VM."""
+    if guest_hostname:
+        return WATCHED_PROPERTIES
+    return {
+        name: tuple(path for path in paths if path != GUEST_HOSTNAME)
+        for name, paths in WATCHED_PROPERTIES.items()
+    }
+
 
 PropertyValue = str | bool | None
 
@@ -123,7 +137,7 @@ class Inventory:
             bios_uuid=_text(props.get("config.uuid")).lower(),
             instance_uuid=_text(props.get("config.instanceUuid")).lower(),
             host_moid=_optional_text(props.get("runtime.host")),
-            guest_hostname=_optional_text(props.get("guest.hostName")),
+            guest_hostname=_optional_text(props.get(GUEST_HOSTNAME)),
         )
 
     def host(self, moid: str) -> HostFacts | None:

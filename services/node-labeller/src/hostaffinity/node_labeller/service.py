@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
+from hostaffinity.node_labeller.inventory import watched_properties
 from hostaffinity.node_labeller.labeller import Labeller, Retry
 from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import PlannerSettings
@@ -48,7 +49,10 @@ class NodeLabellerWork:
         log.info("%s leads; labelling nodes", ctx.identity)
         config = ctx.config
         ctx.add_readiness("labelling done", self.ready)
-        self.watchers = [InventoryWatcher(vcenter) for vcenter in config.vcenters]
+        properties = watched_properties(
+            guest_hostname=config.labeller.match_fallback == "guest-hostname"
+        )
+        self.watchers = [InventoryWatcher(vcenter, properties) for vcenter in config.vcenters]
         for watcher in self.watchers:
             ctx.add_readiness(f"vcenter read: {watcher.vcenter}", self._read_once(watcher.vcenter))
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])

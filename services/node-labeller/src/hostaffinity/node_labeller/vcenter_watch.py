@@ -6,10 +6,9 @@ vCenter's name, and its failures and reconnects are its own.
 
 One container view over the root folder covers VMs, hosts, clusters, folders and datacenters, and
 the TaskManager's `recentTask` adds the tasks (so a host's EnterMaintenanceMode task is seen while
-it runs, before the host is in maintenance mode); the filter asks only for the properties in
-`WATCHED_PROPERTIES`. The first answer after a (re)login,
-or after `request_full_read`, is the complete inventory (a resync); later answers carry only
-changes.
+it runs, before the host is in maintenance mode); the filter asks only for the properties it is
+given (`inventory.watched_properties`). The first answer after a (re)login, or after
+`request_full_read`, is the complete inventory (a resync); later answers carry only changes.
 
 The watcher owns its `VCenterSession` (runtime/vcenter/session.py): every long poll blocks that
 session's one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most
@@ -22,17 +21,13 @@ the session, which logs the old vCenter session out first, so reconnects never p
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pyVmomi import VmomiSupport, vim, vmodl
 
-from hostaffinity.node_labeller.inventory import (
-    TASK,
-    WATCHED_PROPERTIES,
-    ObjectUpdate,
-    PropertyValue,
-)
+from hostaffinity.node_labeller.inventory import TASK, ObjectUpdate, PropertyValue
 from hostaffinity.node_labeller.metrics import WatchMetrics
 from hostaffinity.runtime.vcenter.session import VCenterSession, VCenterSettings
 
@@ -71,8 +66,11 @@ class _Answer:
 class InventoryWatcher:
     """Runs the WaitForUpdatesEx loop on its own vCenter session; batches arrive on `batches`."""
 
-    def __init__(self, settings: VCenterSettings) -> None:
+    def __init__(
+        self, settings: VCenterSettings, properties: Mapping[str, tuple[str, ...]]
+    ) -> None:
         self._settings = settings
+        self._properties = properties
         self.vcenter = settings.known_as
         self.batches: asyncio.Queue[UpdateBatch] = asyncio.Queue()
         # Times the watch started over: after a failure, or after vCenter ended the session.
@@ -123,7 +121,9 @@ class InventoryWatcher:
         while True:
             relogins = session.relogins
             self._full_read = False
-            view, property_filter = await session.call(_create_filter, session.content)
+            view, property_filter = await session.call(
+                _create_filter, session.content, self._properties
+            )
             await self._poll(session, collector, relogins)
             if session.relogins != relogins:
                 log.info(
@@ -153,20 +153,23 @@ class InventoryWatcher:
             self._failures = 0
 
 
-def _create_filter(content: Any) -> tuple[Any, Any]:
+def _create_filter(content: Any, properties: Mapping[str, tuple[str, ...]]) -> tuple[Any, Any]:
     """A container view over everything and one filter on it and on the recent tasks.
 
     Both live in the session: a logout or an ended session removes them.
     """
-    view, spec = inventory_filter_spec(content)
+    view, spec = inventory_filter_spec(content, properties)
     return view, content.propertyCollector.CreateFilter(spec, partialUpdates=False)
 
 
-def inventory_filter_spec(content: Any) -> tuple[Any, Any]:
+def inventory_filter_spec(
+    content: Any, properties: Mapping[str, tuple[str, ...]]
+) -> tuple[Any, Any]:
     """A new container view over every watched entity type, and the filter spec the watcher
     asks for on it (the benches time vCenter's answers to this very spec)."""
-    view = content.viewManager.CreateContainerView(content.rootFolder, _managed_types(), True)
-    return view, _filter_spec(view, content.taskManager)
+    types = [getattr(vim, name) for name in properties if name != TASK]  # tasks come another way
+    view = content.viewManager.CreateContainerView(content.rootFolder, types, True)
+    return view, _filter_spec(view, content.taskManager, properties)
 
 
 def _destroy(view: Any, property_filter: Any) -> None:
@@ -190,12 +193,7 @@ def _wait_for_updates(collector: Any, version: str, options: Any) -> _Answer | N
     return _Answer(str(update_set.version), bool(update_set.truncated), _object_updates(update_set))
 
 
-def _managed_types() -> list[Any]:
-    """The entity types of the container view (a view holds entities; tasks come another way)."""
-    return [getattr(vim, name) for name in WATCHED_PROPERTIES if name != TASK]
-
-
-def _filter_spec(view: Any, task_manager: Any) -> Any:
+def _filter_spec(view: Any, task_manager: Any, properties: Mapping[str, tuple[str, ...]]) -> Any:
     """The view's objects, and each task in TaskManager.recentTask (queued, running and recently
     finished tasks; vSphere Web Services API, vim.TaskManager)."""
     traverse = _COLLECTOR.TraversalSpec(
@@ -211,7 +209,7 @@ def _filter_spec(view: Any, task_manager: Any) -> Any:
         ],
         propSet=[
             _COLLECTOR.PropertySpec(type=getattr(vim, name), pathSet=list(paths), all=False)
-            for name, paths in WATCHED_PROPERTIES.items()
+            for name, paths in properties.items()
         ],
     )
 
