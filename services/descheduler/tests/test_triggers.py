@@ -180,3 +180,18 @@ async def test_the_interval_judges_every_pod() -> None:
     triggered = await _triggered_after(trigger)
     assert triggered.reasons == ["interval"]
     assert triggered.scope is None
+
+
+async def test_changes_coming_faster_than_the_interval_do_not_put_off_the_full_cycle() -> None:
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=0.2)
+    trigger.poke("state synced")
+    await _triggered_after(trigger)
+    scopes = []
+    for i in range(8):  # a busy cluster: a pod assigned every 50 ms, never an idle interval
+        await asyncio.sleep(0.05)
+        trigger.poke(f"pod default/p{i} assigned", Scope(pods={f"default/p{i}"}))
+        scopes.append(await _triggered_after(trigger))
+    full = [t for t in scopes if t.scope is None]
+    assert full, "no full cycle while changes kept coming"
+    assert all("interval" in t.reasons for t in full)
+    assert any(t.scope is not None for t in scopes)

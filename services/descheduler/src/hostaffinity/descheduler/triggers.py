@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -133,6 +134,7 @@ class CycleTrigger:
         self._poked = asyncio.Event()
         # The changes since the last cycle; None: the next cycle judges every pod.
         self._scope: Scope | None = None
+        self._last_full = time.monotonic()
 
     def poke(self, reason: str, changed: Scope | None = None) -> None:
         """A cycle should run; `changed` names what changed (None: judge every pod)."""
@@ -169,4 +171,12 @@ class CycleTrigger:
             self._more = 0
         scope, self._scope = self._scope, Scope()
         self._poked.clear()
+        now = time.monotonic()
+        if scope is not None and now - self._last_full >= self._interval:
+            # Changes that come faster than the interval must not put off the full cycle: what
+            # no change names (a namespace relabelled, a node freed by a deletion) waits for it.
+            reasons.append("interval")
+            scope = None
+        if scope is None:
+            self._last_full = now
         return Triggered(reasons, scope)
