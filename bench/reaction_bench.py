@@ -122,7 +122,8 @@ def background_affinity(index: int, app: str) -> dict[str, Any] | None:
 
 def plan_world(placement: Placement, pods: int, samples: int) -> World:
     """Every replica of a workload on its own host, nodes filled round-robin; then the sample
-    pairs, each on two hosts of one vSphere cluster, every node used by at most one sample."""
+    pairs, each on two hosts of one vSphere cluster, every node used by at most one sample and
+    no pair kept apart already by an anti-affine workload (`sample_pair`)."""
     world = World()
     by_host: dict[str, list[str]] = {}
     for vm, host in sorted(placement.vm_host.items()):
@@ -152,6 +153,7 @@ def plan_world(placement: Placement, pods: int, samples: int) -> World:
                 )
             )
     used: set[str] = set()
+    kept_apart = anti_affine_workloads(world.pods)
     clusters = sorted(set(placement.host_cluster.values()))
     for index in range(2 * samples):
         cluster_hosts = [
@@ -161,10 +163,7 @@ def plan_world(placement: Placement, pods: int, samples: int) -> World:
         second = cluster_hosts[
             (index // len(clusters) + len(cluster_hosts) // 2) % len(cluster_hosts)
         ]
-        pair = (
-            next(n for n in by_host[first] if n not in used),
-            next(n for n in by_host[second] if n not in used),
-        )
+        pair = sample_pair(by_host[first], by_host[second], used, kept_apart)
         used.update(pair)
         target = world.moves if index % 2 == 0 else world.rules
         target.append((f"{'react' if index % 2 == 0 else 'drs'}-{index // 2:03d}", *pair))
@@ -174,6 +173,35 @@ def plan_world(placement: Placement, pods: int, samples: int) -> World:
     for app, first, _ in world.rules:
         world.pods.append(bench_pod(app, 0, first))
     return world
+
+
+def anti_affine_workloads(pods: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Node → the workloads with pod anti-affinity (any key, required or preferred) it holds a
+    replica of."""
+    found: dict[str, set[str]] = {}
+    for pod in pods:
+        if (pod["spec"].get("affinity") or {}).get("podAntiAffinity"):
+            found.setdefault(pod["spec"]["nodeName"], set()).add(pod["metadata"]["labels"]["app"])
+    return found
+
+
+def sample_pair(
+    first: list[str], second: list[str], used: set[str], kept_apart: dict[str, set[str]]
+) -> tuple[str, str]:
+    """The first free node of each host whose two nodes hold no replicas of one anti-affine
+    workload. Such a pair is kept apart already: its VMs have a DRS rule (a sample's rule is
+    then contained in it and not sent, so no reconfigure follows the pod), and moving one onto
+    the other's host evicts those replicas too. The round-robin fill puts the anti-affine
+    workloads on the same few nodes of each host, so the first free nodes often are such a
+    pair."""
+    for one in (n for n in first if n not in used):
+        for other in (n for n in second if n not in used):
+            if kept_apart.get(one, set()).isdisjoint(kept_apart.get(other, ())):
+                return one, other
+    raise RuntimeError(
+        f"no two free nodes on hosts of {first[0]} and {second[0]} outside every anti-affine "
+        "workload's pairs: fewer samples or more nodes"
+    )
 
 
 def bench_pod(app: str, replica: int, node: str) -> dict[str, Any]:
