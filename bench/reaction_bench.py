@@ -125,7 +125,8 @@ def background_affinity(index: int, app: str) -> dict[str, Any] | None:
 
 def plan_world(placement: Placement, pods: int, samples: int) -> World:
     """Every replica of a workload on its own host, nodes filled round-robin; then the sample
-    pairs, each on two hosts of one vSphere cluster, every node used by at most one sample."""
+    pairs, each on two hosts of one vSphere cluster, every node used by at most one sample and
+    none kept apart already by another workload's host anti-affinity (`sample_pair`)."""
     world = World()
     by_host: dict[str, list[str]] = {}
     for vm, host in sorted(placement.vm_host.items()):
@@ -155,6 +156,8 @@ def plan_world(placement: Placement, pods: int, samples: int) -> World:
                 )
             )
     used: set[str] = set()
+    kept_apart = host_apart_workloads(world.pods)
+    residents = {host: list(nodes) for host, nodes in by_host.items()}  # after the moves planned
     clusters = sorted(set(placement.host_cluster.values()))
     for index in range(2 * samples):
         cluster_hosts = [
@@ -164,19 +167,61 @@ def plan_world(placement: Placement, pods: int, samples: int) -> World:
         second = cluster_hosts[
             (index // len(clusters) + len(cluster_hosts) // 2) % len(cluster_hosts)
         ]
-        pair = (
-            next(n for n in by_host[first] if n not in used),
-            next(n for n in by_host[second] if n not in used),
-        )
+        moving = index % 2 == 0
+        pair = sample_pair(residents[first], residents[second], used, kept_apart, moving)
         used.update(pair)
-        target = world.moves if index % 2 == 0 else world.rules
-        target.append((f"{'react' if index % 2 == 0 else 'drs'}-{index // 2:03d}", *pair))
+        if moving:
+            residents[first].remove(pair[0])
+            residents[second].append(pair[0])
+        target = world.moves if moving else world.rules
+        target.append((f"{'react' if moving else 'drs'}-{index // 2:03d}", *pair))
     for app, first, second in world.moves:
         for replica, node in enumerate((first, second)):
             world.pods.append(bench_pod(app, replica, node))
     for app, first, _ in world.rules:
         world.pods.append(bench_pod(app, 0, first))
     return world
+
+
+def host_apart_workloads(pods: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Node → the workloads with required anti-affinity on the ESXi-host key it holds a replica
+    of: what the descheduler evicts for after a vMotion and the drs-translator, at its default
+    settings, keeps apart with DRS rules."""
+    found: dict[str, set[str]] = {}
+    for pod in pods:
+        anti = (pod["spec"].get("affinity") or {}).get("podAntiAffinity", {})
+        terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+        if any(term["topologyKey"] == LABEL_ESXI_HOST for term in terms):
+            found.setdefault(pod["spec"]["nodeName"], set()).add(pod["metadata"]["labels"]["app"])
+    return found
+
+
+def sample_pair(
+    first: list[str],
+    second: list[str],
+    used: set[str],
+    kept_apart: dict[str, set[str]],
+    moving: bool,
+) -> tuple[str, str]:
+    """The first free nodes of the two hosts whose sample starts a violation of its own
+    workload only (`kept_apart`: `host_apart_workloads`). A DRS sample's two nodes hold no
+    replicas of one such workload: else their VMs have a DRS rule already, the sample's rule is
+    contained in it and never sent, and no reconfigure follows the pod. A vMotion sample's
+    moving node shares none with any node of the target host: else the move also puts those
+    replicas in violation and the cycle measured evicts them too. The round-robin fill can put
+    the anti-affine workloads on the same few nodes of each host (at 200 nodes on 20 hosts, 24
+    of them on both of a pair's nodes), so the first free nodes may be such a pair."""
+    for one in (n for n in first if n not in used):
+        mine = kept_apart.get(one, set())
+        for other in (n for n in second if n not in used):
+            company = second if moving else [other]
+            if all(mine.isdisjoint(kept_apart.get(node, ())) for node in company):
+                return one, other
+    raise RuntimeError(
+        f"no free node on the host of {first[0]} that no host anti-affinity keeps from "
+        f"{'the host of ' if moving else 'a free node on the host of '}{second[0]}: "
+        "fewer samples or more nodes"
+    )
 
 
 def bench_pod(app: str, replica: int, node: str) -> dict[str, Any]:

@@ -165,6 +165,19 @@ def test_the_rule_keeps_its_name_while_replicas_come_and_go() -> None:
     assert names("node1", "node5") == first
 
 
+def test_a_workload_on_vms_a_rule_already_keeps_apart_adds_no_rule() -> None:
+    """A clique inside another is dropped: a second workload kept apart on the same two VMs
+    changes nothing DRS holds, so no reconfigure follows its pods (why reaction_bench picks
+    sample pairs that no other workload keeps apart)."""
+    worker = {"app": "worker"}
+    web = replicas("node1", "node3")
+    workers = [pod(f"worker-{n}", n, worker, apart_from=worker) for n in ("node1", "node3")]
+    alone = run_plan(web, PLACEMENTS, HOSTS).clusters["domain-c1"].objects
+    both = run_plan(web + workers, PLACEMENTS, HOSTS).clusters["domain-c1"].objects
+    assert both == alone
+    assert [obj.vms for obj in both.values()] == [("vm1", "vm3")]
+
+
 def test_groups_spanning_clusters_are_split_per_cluster() -> None:
     placements = {
         f"node{i}": placement(f"node{i}", f"vm{i}", f"{h}{i % 3}", cluster)
