@@ -20,6 +20,7 @@ from typing import Any, Final, TypeVar
 from hostaffinity.affinity.model import decode_namespace
 from hostaffinity.descheduler.kubevirt import (
     VirtualMachine,
+    VirtualMachineInstance,
     VirtualMachineInstanceMigration,
     decode_kubevirt,
     decode_migration,
@@ -71,6 +72,7 @@ class Feeds:
         kubevirt: bool,
         on_migration: Callable[[VirtualMachineInstanceMigration], Awaitable[None]],
         on_vm: Callable[[VirtualMachine], Awaitable[None]],
+        on_vmi: Callable[[VirtualMachineInstance], Awaitable[None]],
         link: Link,
         settings: InformerSettings | None = None,
     ) -> None:
@@ -113,7 +115,13 @@ class Feeds:
             self.optional = [
                 informer(
                     VMIS,
-                    handle(state.vmis.get, state.upsert_vmi, state.remove_vmi, vmi_trigger),
+                    handle(
+                        state.vmis.get,
+                        state.upsert_vmi,
+                        state.remove_vmi,
+                        vmi_trigger,
+                        then=on_vmi,
+                    ),
                     decode_vmi,
                 ),
                 informer(

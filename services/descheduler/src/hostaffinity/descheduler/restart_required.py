@@ -10,7 +10,11 @@ fields, and `hostaffinity_descheduler_vms_awaiting_restart` counts them (for an 
 
 from __future__ import annotations
 
-from hostaffinity.descheduler.kubevirt import VirtualMachine, placement_awaiting_restart
+from hostaffinity.descheduler.kubevirt import (
+    VirtualMachine,
+    VirtualMachineInstance,
+    placement_awaiting_restart,
+)
 from hostaffinity.descheduler.metrics import AwaitingRestartGauge
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
@@ -35,6 +39,13 @@ class PlacementsAwaitingRestart:
             for key, vm in state.vms.items()
         }
         return {key: fields for key, fields in found.items() if fields}
+
+    async def vmi_changed(self, vmi: VirtualMachineInstance) -> None:
+        """A VMI arrived or changed: its VM is judged again (the informers list VMs and VMIs in
+        either order, so a VM seen before its VMI had nothing to compare with yet)."""
+        vm = self._state.vms.get(vmi.key)
+        if vm is not None:
+            await self.vm_changed(vm)
 
     async def vm_changed(self, vm: VirtualMachine) -> None:
         """One Event per VM and set of waiting fields."""

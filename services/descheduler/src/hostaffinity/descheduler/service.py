@@ -176,6 +176,7 @@ class DeschedulerWork:
             kubevirt=settings.kubevirt,
             on_migration=reporter.migration_changed,
             on_vm=awaiting_restart.vm_changed,
+            on_vmi=awaiting_restart.vmi_changed,
             link=ctx.bus.link_epoch,
         )
         self.loop = DeschedulingLoop(
