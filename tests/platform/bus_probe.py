@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from nats.errors import NoRespondersError
 
 from tests.platform.nats_cluster import NatsCluster
 
 REPLY_SECONDS = 3.0
+LEADER_SECONDS = 15.0
 
 
 @dataclass
@@ -56,10 +58,20 @@ class Session:
     async def store(
         self, subject: str, payload: bytes, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        """Publish to a stream's subject and return its answer (a PubAck or an error)."""
-        reply = await self.nc.request(subject, payload, timeout=REPLY_SECONDS, headers=headers)
-        answer: dict[str, Any] = json.loads(reply.data)
-        return answer
+        """Publish to a stream's subject and return its answer (a PubAck or an error). No
+        responder means a just-formed cluster is still electing the stream's leader: asked
+        again, as the services' writers do, for up to LEADER_SECONDS."""
+        async with asyncio.timeout(LEADER_SECONDS):
+            while True:
+                try:
+                    reply = await self.nc.request(
+                        subject, payload, timeout=REPLY_SECONDS, headers=headers
+                    )
+                except NoRespondersError:
+                    await asyncio.sleep(0.2)
+                    continue
+                answer: dict[str, Any] = json.loads(reply.data)
+                return answer
 
     async def stream_messages(self, stream: str) -> int:
         info = await self.api(f"$JS.API.STREAM.INFO.{stream}")
