@@ -9,22 +9,30 @@ from hostaffinity.schema import EsxiHost, NodePlaced, NodePlacement, VmMoved, ev
 
 
 def node_placement(
-    node: str, host_moid: str = "host-11", version: int = 1, *, host_label: str = ""
+    node: str,
+    host_moid: str = "host-11",
+    version: int = 1,
+    *,
+    host_label: str = "",
+    vm_moid: str = "",
+    cluster_moid: str = "domain-c7",
+    vcenter: str = "vcenter.example.com",
 ) -> NodePlacement:
-    """`node` (VM `vm-<node>`) on the ESXi host `host_moid` (named `<moid>.esx.example.com`,
-    labelled `host_label`, by default its moid) of cluster-a."""
+    """`node` (VM `vm_moid`, by default `vm-<node>`) on the ESXi host `host_moid` (named
+    `<moid>.esx.example.com`, labelled `host_label`, by default its moid) of the vSphere
+    cluster `cluster_moid` of `vcenter`."""
     return NodePlacement(
         node=node,
-        vm_moid=f"vm-{node}",
+        vm_moid=vm_moid or f"vm-{node}",
         bios_uuid="4230c1d2-0000-0000-0000-000000000001",
         instance_uuid="5030c1d2-0000-0000-0000-000000000001",
         host_moid=host_moid,
         host_name=f"{host_moid}.esx.example.com",
         host_label=host_label or host_moid,
-        cluster_moid="domain-c7",
-        cluster_name="cluster-a",
+        cluster_moid=cluster_moid,
+        cluster_name="cluster-a" if cluster_moid == "domain-c7" else cluster_moid,
         datacenter="dc-1",
-        vcenter="vcenter.example.com",
+        vcenter=vcenter,
         observed_at="2026-01-01T00:00:00+00:00",
         version=version,
     )

@@ -9,6 +9,7 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod
 from hostaffinity.drs_translator.planner import Plan, PlannerSettings, asks_for_placement, plan
 from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
+from tests.platform.bus_values import node_placement
 
 VCENTER = "vc"
 
@@ -85,21 +86,7 @@ def pod(
 
 
 def placement(node: str, vm: str, host: str, cluster: str = "domain-c1") -> NodePlacement:
-    return NodePlacement(
-        node=node,
-        vm_moid=vm,
-        bios_uuid="",
-        instance_uuid="",
-        host_moid=host,
-        host_name=host,
-        host_label=host,
-        cluster_moid=cluster,
-        cluster_name=cluster,
-        datacenter="DC0",
-        vcenter=VCENTER,
-        observed_at="2026-11-22T08:00:00Z",
-        version=1,
-    )
+    return node_placement(node, host, vm_moid=vm, cluster_moid=cluster, vcenter=VCENTER)
 
 
 def host(
