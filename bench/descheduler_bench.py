@@ -107,7 +107,7 @@ from hostaffinity.descheduler.model import (
     decode_node,
     decode_pod,
 )
-from hostaffinity.descheduler.policy import load_policy
+from hostaffinity.descheduler.policy import DEFAULT_POLICY, load_policy, parse_policy
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import node_scope
 from hostaffinity.runtime.kube.client import KubeClient
@@ -636,15 +636,19 @@ def vmotions(state: ClusterState, count: int, seed: int = 11) -> list[tuple[str,
     return random.Random(seed).sample(sorted(set(moves)), count)
 
 
-def measure_vmotions(state: ClusterState, count: int, full: int) -> None:
+def measure_vmotions(state: ClusterState, count: int, full: int, shipped: bool) -> None:
     """One vMotion at a time (moved, decided, moved back) in a cluster without violations: the
     cycle it triggers, scoped to the moved node (and the node moved back before it), against a
     full cycle after the same kind of move. Each cycle has its own planner, so no cooldown or
-    limit carries over."""
-    affinity = load_policy(POLICY)
-    policy = dataclasses.replace(
-        affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
-    )
+    limit carries over. `shipped`: the service's built-in policy (RemoveDuplicates too) instead
+    of the bench's."""
+    if shipped:
+        policy = parse_policy(DEFAULT_POLICY)
+    else:
+        affinity = load_policy(POLICY)
+        policy = dataclasses.replace(
+            affinity, profiles=(*affinity.profiles, *load_policy(SPREAD_POLICY).profiles)
+        )
     anti = policy.profiles[0].strategies[0].name
     # A first full cycle of this policy compiles its spreads; the pods it would evict are then
     # removed, as their evictions would, so each move starts from a cluster with no violation.
@@ -703,6 +707,11 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--vmotions", type=int, default=50, help="scoped cycles timed")
     parser.add_argument("--full-vmotions", type=int, default=10, help="full cycles timed")
+    parser.add_argument(
+        "--shipped-policy",
+        action="store_true",
+        help="time the vMotions' cycles with the service's built-in policy (RemoveDuplicates too)",
+    )
     args = parser.parse_args()
     scales = sorted(float(s) for s in args.scales.split(","))
     runs = []
@@ -720,7 +729,7 @@ def main() -> None:
         f"per call, parallelism {settings.parallelism}: {evicted}/{len(plan.actions)} evicted in "
         f"{spent:.2f} s, {evicted / spent:.0f}/s (upstream: 103 s)"
     )
-    measure_vmotions(state, args.vmotions, args.full_vmotions)
+    measure_vmotions(state, args.vmotions, args.full_vmotions, args.shipped_policy)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,8 @@ class Duplicates:
                 continue
             if not self._scope.covers(sample):
                 continue
+            if self.args.domain == "node" and _one_per_node(state, keys):
+                continue  # no node holds two of them, whatever the ceiling
             by_domain: dict[str, list[str]] = {}
             for key in keys:
                 domain = self._domain(state, state.pods[key].spec.node_name)
@@ -143,3 +145,10 @@ class Duplicates:
             return counts[target] < ceiling
 
         return improves
+
+
+def _one_per_node(state: ClusterState, keys: set[str]) -> bool:
+    """Whether every replica is on a node of its own: the common case, answered by one set
+    built in C instead of a domain looked up and grouped per replica."""
+    pods = state.pods
+    return len({pods[key].spec.node_name for key in keys}) == len(keys)
