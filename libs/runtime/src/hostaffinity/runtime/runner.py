@@ -365,7 +365,41 @@ def run_service(spec: ServiceSpec[C], argv: Sequence[str] | None = None) -> None
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(printable)).decode() + "\n")
         parser.exit(0)
     configure_logging(config.logging)
-    sys.exit(asyncio.run(_serve(ServiceRunner(spec, config))))
+    sys.exit(asyncio.run(_serve_then_end(ServiceRunner(spec, config))))
+
+
+async def _serve_then_end(runner: ServiceRunner[Any]) -> int:
+    """`_serve`, then the tasks it left behind are cancelled; one that will not end keeps the
+    process from exiting (asyncio.run waits for it), so the process ends without it."""
+    code = await _serve(runner)
+    stuck = await end_leftover_tasks(LEFTOVER_SECONDS)
+    if stuck:
+        _log.warning(
+            "%d task(s) ignored cancellation for %.1f s after the stop (%s); ending the process",
+            len(stuck),
+            LEFTOVER_SECONDS,
+            ", ".join(sorted({task.get_name() for task in stuck})),
+        )
+        logging.shutdown()
+        os._exit(code)
+    return code
+
+
+async def end_leftover_tasks(within: float) -> list[asyncio.Task[Any]]:
+    """Cancel every task but the caller's; those still running after `within` s. A library's
+    task can swallow its cancellation (3.11's `wait_for`, nats-py's reconnect loop when the
+    server went away as the service stopped) and would otherwise hold the process forever."""
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    if not others:
+        return []
+    _, pending = await asyncio.wait(others, timeout=within)
+    return list(pending)
+
+
+# After the stop, how long the tasks left behind get to end once cancelled.
+LEFTOVER_SECONDS: Final = 5.0
 
 
 def _probe(spec: ServiceSpec[C], config: C, parser: argparse.ArgumentParser) -> None:
