@@ -126,24 +126,12 @@ async def seed(bus: Bus) -> None:
 SHOWS = {"topology": NODE, "events": node_placed(NODE).id}
 
 
-def _ctrl_c_as_at_a_terminal() -> None:
-    """In the child: SIGINT does what it does for a person at a terminal. A test run started in
-    the background by a shell without job control (`pytest ... &`) passes SIGINT on ignored, and
-    a Python started so never turns Ctrl-C into KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 async def run_as_written(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
     """Exit status, stdout and stderr. A command that printed and then stays quiet while it keeps
     running follows the bus: it is interrupted as a person would (Ctrl-C), and counts as working
     when it then exits 130."""
     process = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        preexec_fn=_ctrl_c_as_at_a_terminal,
+        *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     assert process.stdout is not None
     printed = b""
