@@ -1,33 +1,43 @@
 """Follows a vCenter's inventory with PropertyCollector `WaitForUpdatesEx`: no polling loop.
 
-One watcher per configured vCenter, each with its own session and property collector (as the
-vSphere cloud provider keeps one connection per VirtualCenter section); its batches carry the
-vCenter's name, and its failures and reconnects are its own.
+One watcher per configured vCenter (as the vSphere cloud provider keeps one connection per
+VirtualCenter section); its batches carry the vCenter's name, and its failures and reconnects are
+its own.
 
-One container view over the root folder covers VMs, hosts, clusters, folders and datacenters, and
-the TaskManager's `recentTask` adds the tasks (so a host's EnterMaintenanceMode task is seen while
-it runs, before the host is in maintenance mode); the filter asks only for the properties it is
-given (`inventory.watched_properties`). The first answer after a (re)login, or after
-`request_full_read`, is the complete inventory (a resync); later answers carry only changes.
+The watch is split in two feeds, each with its own session and its own property collector
+(`CreatePropertyCollector`, as govmomi's `property.Wait` makes one per wait): the VMs, whose
+`runtime.host` a vMotion changes, and the rest (hosts, clusters, folders, datacenters, and the
+tasks of TaskManager's `recentTask`, so a host's EnterMaintenanceMode task is seen while it runs).
+A collector answers for all its filter covers at once, so a burst of task or host changes never
+holds a VM's move back; vcsim (govmomi 0.24) even collects a filter's whole object set again for
+every change anywhere in its inventory, which made one filter over everything twice as slow to
+report a vMotion (bench/README.md). A collector of our own also never shares the session's default
+one with another watch. Each filter asks only for the properties it is given
+(`inventory.watched_properties`).
 
-The watcher owns its `VCenterSession` (runtime/vcenter/session.py): every long poll blocks that
+The first batch after a (re)login, or after `request_full_read`, is the complete inventory (a
+resync), both feeds' first answers together; later batches carry only changes, each feed's as they
+come. A failure in either feed starts both over.
+
+Each feed owns its `VCenterSession` (runtime/vcenter/session.py): every long poll blocks that
 session's one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most
-one poll and no other part of the service queues behind it; a stop cancels the poll in flight
-(CancelWaitForUpdates) instead of waiting for it. A session vCenter ended is logged in again by
-the session itself; the watcher then rebuilds its view and filter. Any other failure reconnects
-the session, which logs the old vCenter session out first, so reconnects never pile sessions up.
+one poll and no other part of the service queues behind it; a stop cancels the polls in flight
+(CancelWaitForUpdates) instead of waiting for them. A session vCenter ended is logged in again by
+the session itself; the watcher then rebuilds its collectors, views and filters. Any other failure
+reconnects the sessions, which log the old vCenter sessions out first, so reconnects never pile
+sessions up.
 """
 
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyVmomi import VmomiSupport, vim, vmodl
 
-from hostaffinity.node_labeller.inventory import TASK, ObjectUpdate, PropertyValue
+from hostaffinity.node_labeller.inventory import TASK, VM, ObjectUpdate, PropertyValue
 from hostaffinity.node_labeller.metrics import WatchMetrics
 from hostaffinity.runtime.vcenter.session import VCenterSession, VCenterSettings
 
@@ -41,6 +51,10 @@ RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0)
 # pyVmomi builds its data types at run time; these names are the typed boundary to them.
 _COLLECTOR: Any = vmodl.query.PropertyCollector
 _MANAGED_OBJECT: Any = VmomiSupport.ManagedObject
+_WAIT: Any = _COLLECTOR.WaitOptions(maxWaitSeconds=MAX_WAIT_SECONDS)
+
+T = TypeVar("T")
+Properties = Mapping[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +77,71 @@ class _Answer:
     updates: list[ObjectUpdate]
 
 
-class InventoryWatcher:
-    """Runs the WaitForUpdatesEx loop on its own vCenter session; batches arrive on `batches`."""
+def feed_properties(properties: Properties) -> list[dict[str, tuple[str, ...]]]:
+    """The watched properties split into the feeds: the VMs', and every other type's."""
+    vms = {name: paths for name, paths in properties.items() if name == VM}
+    rest = {name: paths for name, paths in properties.items() if name != VM}
+    return [part for part in (vms, rest) if part]
 
-    def __init__(
-        self, settings: VCenterSettings, properties: Mapping[str, tuple[str, ...]]
-    ) -> None:
+
+class _Feed:
+    """One part of the inventory on a session of its own: the collector, view and filter made on
+    it (session objects: a logout or an ended session removes them)."""
+
+    def __init__(self, settings: VCenterSettings, properties: Properties) -> None:
+        self.properties = properties
+        self.session = VCenterSession(settings)
+        self._collector: Any = None
+        self._view: Any = None
+        self._built_in = 0  # the session's relogins when the objects were made
+
+    def build(self) -> None:
+        """On the session's thread: a collector of its own with one filter on a new view."""
+        content = self.session.content
+        self._built_in = self.session.relogins
+        self._collector = content.propertyCollector.CreatePropertyCollector()
+        self._view, spec = inventory_filter_spec(content, self.properties)
+        self._collector.CreateFilter(spec, partialUpdates=False)
+
+    def destroy(self) -> None:
+        """On the session's thread: the collector (with its filter) and the view."""
+        self._collector.DestroyPropertyCollector()
+        self._view.Destroy()
+
+    def wait_for_updates(self, version: str, options: Any) -> _Answer | None:
+        """One long poll; None when it timed out, or when vCenter ended the session meanwhile
+        (the session logged in again and retried, but the collector died with the old one)."""
+        try:
+            update_set = self._collector.WaitForUpdatesEx(version, options)
+        except vmodl.fault.ManagedObjectNotFound:
+            if self.session.relogins == self._built_in:
+                raise
+            return None
+        if update_set is None:
+            return None
+        return _Answer(
+            str(update_set.version), bool(update_set.truncated), _object_updates(update_set)
+        )
+
+    def cancel_wait(self) -> None:
+        """End the long poll in flight (from a thread of its own, as the session's thread is
+        busy with it), so that stopping waits for neither the poll nor the logout behind it."""
+        try:
+            if self._collector is not None:
+                self._collector.CancelWaitForUpdates()
+        except Exception:  # not logged in, or the session is gone: no poll is waiting then
+            log.debug("CancelWaitForUpdates failed", exc_info=True)
+
+
+class InventoryWatcher:
+    """Runs the WaitForUpdatesEx loops of its feeds; batches arrive on `batches`."""
+
+    def __init__(self, settings: VCenterSettings, properties: Properties) -> None:
         self._settings = settings
         self._properties = properties
         self.vcenter = settings.known_as
         self.batches: asyncio.Queue[UpdateBatch] = asyncio.Queue()
-        # Times the watch started over: after a failure, or after vCenter ended the session.
+        # Times the watch started over: after a failure, or after vCenter ended a session.
         self.reconnects = 0
         self._metrics = WatchMetrics()
         self._failures = 0
@@ -85,14 +153,15 @@ class InventoryWatcher:
 
     async def run(self) -> None:
         """Watch until cancelled; reconnects (and resyncs) after any session or network error."""
-        session = VCenterSession(self._settings)
-        login = session.start
+        feeds = [_Feed(self._settings, part) for part in feed_properties(self._properties)]
+        logged_in = False
         try:
             while True:
                 try:
-                    await login()
-                    login = session.reconnect
-                    await self._follow(session)
+                    for feed in feeds:
+                        await (feed.session.reconnect() if logged_in else feed.session.start())
+                    logged_in = True
+                    await self._follow(feeds)
                 except Exception as error:  # any failure: log in again and resync
                     delay = RETRY_DELAYS[min(self._failures, len(RETRY_DELAYS) - 1)]
                     self._failures += 1
@@ -105,108 +174,124 @@ class InventoryWatcher:
                         delay,
                     )
                     await asyncio.sleep(delay)
+                    logged_in = True  # a failed start is retried by `reconnect`
                 self._started_over()
         finally:
-            await asyncio.to_thread(_cancel_wait, session)
-            await session.close()
+            await asyncio.gather(*(asyncio.to_thread(feed.cancel_wait) for feed in feeds))
+            for feed in feeds:
+                await feed.session.close()
 
     def _started_over(self) -> None:
         self.reconnects += 1
         self._metrics.reconnected(self.vcenter)
 
-    async def _follow(self, session: VCenterSession) -> None:
-        """Build the view and filter, then poll; rebuild them when the session was renewed, or
-        when a full read is asked for (a new filter reports every object as entering)."""
-        collector = session.content.propertyCollector
+    async def _follow(self, feeds: list[_Feed]) -> None:
+        """Build the feeds' filters, then poll; rebuild them when a session was renewed, or when
+        a full read is asked for (a new filter reports every object as entering)."""
         while True:
-            relogins = session.relogins
+            relogins = _relogins(feeds)
             self._full_read = False
-            view, property_filter = await session.call(
-                _create_filter, session.content, self._properties
-            )
-            await self._poll(session, collector, relogins)
-            if session.relogins != relogins:
+            for feed in feeds:
+                await feed.session.call(feed.build)
+            await self._poll(feeds, relogins)
+            if _relogins(feeds) != relogins:
                 log.info(
-                    "vCenter %s session renewed; rebuilding the inventory filter", self.vcenter
+                    "vCenter %s session renewed; rebuilding the inventory filters", self.vcenter
                 )
                 self._started_over()
             else:
-                await session.call(_destroy, view, property_filter)
+                for feed in feeds:
+                    await feed.session.call(feed.destroy)
 
-    async def _poll(self, session: VCenterSession, collector: Any, relogins: int) -> None:
-        """Deliver batches until the session is renewed under us (its objects are gone then)
-        or a full read is asked for."""
-        version = ""
-        resync = True
+    async def _poll(self, feeds: list[_Feed], relogins: list[int]) -> None:
+        """The feeds' complete answers as one resync batch, then each feed's changes as they
+        come, until a session is renewed under us (its objects are gone then) or a full read is
+        asked for."""
+
+        def unchanged() -> bool:
+            return _relogins(feeds) == relogins
+
+        wholes = await _side_by_side([_read_whole(feed, unchanged) for feed in feeds])
+        if not unchanged():
+            return
+        updates = [update for _, part in wholes for update in part]
+        self.batches.put_nowait(UpdateBatch(self.vcenter, updates, True, time.monotonic()))
+        self._failures = 0
+        await _side_by_side(
+            [
+                self._follow_changes(feed, version, unchanged)
+                for feed, (version, _) in zip(feeds, wholes, strict=True)
+            ]
+        )
+
+    async def _follow_changes(
+        self, feed: _Feed, version: str, unchanged: Callable[[], bool]
+    ) -> None:
         pending: list[ObjectUpdate] = []
-        options = _COLLECTOR.WaitOptions(maxWaitSeconds=MAX_WAIT_SECONDS)
-        while session.relogins == relogins and not self._full_read:
-            answer = await session.call(_wait_for_updates, collector, version, options)
-            if answer is None or session.relogins != relogins:
+        while unchanged() and not self._full_read:
+            answer = await feed.session.call(feed.wait_for_updates, version, _WAIT)
+            if answer is None or not unchanged():
                 continue
             version = answer.version
             pending.extend(answer.updates)
             if answer.truncated:
                 continue  # the rest of this answer comes with the next call
-            self.batches.put_nowait(UpdateBatch(self.vcenter, pending, resync, time.monotonic()))
-            pending, resync = [], False
-            self._failures = 0
+            self.batches.put_nowait(UpdateBatch(self.vcenter, pending, False, time.monotonic()))
+            pending = []
 
 
-def _create_filter(content: Any, properties: Mapping[str, tuple[str, ...]]) -> tuple[Any, Any]:
-    """A container view over everything and one filter on it and on the recent tasks.
+async def _read_whole(feed: _Feed, unchanged: Callable[[], bool]) -> tuple[str, list[ObjectUpdate]]:
+    """A feed's first answer, every part of it (a big one comes truncated, in parts)."""
+    version, updates = "", []
+    while unchanged():
+        answer = await feed.session.call(feed.wait_for_updates, version, _WAIT)
+        if answer is None:
+            continue
+        version = answer.version
+        updates.extend(answer.updates)
+        if not answer.truncated:
+            break
+    return version, updates
 
-    Both live in the session: a logout or an ended session removes them.
-    """
-    view, spec = inventory_filter_spec(content, properties)
-    return view, content.propertyCollector.CreateFilter(spec, partialUpdates=False)
+
+def _relogins(feeds: list[_Feed]) -> list[int]:
+    return [feed.session.relogins for feed in feeds]
 
 
-def inventory_filter_spec(
-    content: Any, properties: Mapping[str, tuple[str, ...]]
-) -> tuple[Any, Any]:
-    """A new container view over every watched entity type, and the filter spec the watcher
-    asks for on it (the benches time vCenter's answers to this very spec)."""
+async def _side_by_side(work: list[Awaitable[T]]) -> list[T]:
+    """Run side by side; the first failure cancels the rest and is raised as itself (its
+    message names what to fix, which an exception group would hide)."""
+    tasks = [asyncio.ensure_future(item) for item in work]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def inventory_filter_spec(content: Any, properties: Properties) -> tuple[Any, Any]:
+    """A new container view over every watched entity type, and the filter spec a feed asks for
+    on it (the benches time vCenter's answers to this very spec)."""
     types = [getattr(vim, name) for name in properties if name != TASK]  # tasks come another way
     view = content.viewManager.CreateContainerView(content.rootFolder, types, True)
     return view, _filter_spec(view, content.taskManager, properties)
 
 
-def _destroy(view: Any, property_filter: Any) -> None:
-    property_filter.Destroy()
-    view.Destroy()
-
-
-def _cancel_wait(session: VCenterSession) -> None:
-    """End the long poll in flight (from a thread of its own, as the session's thread is busy
-    with it), so that stopping waits for neither the poll nor the logout queued behind it."""
-    try:
-        session.content.propertyCollector.CancelWaitForUpdates()
-    except Exception:  # not logged in, or the session is gone: no poll is waiting then
-        log.debug("CancelWaitForUpdates failed", exc_info=True)
-
-
-def _wait_for_updates(collector: Any, version: str, options: Any) -> _Answer | None:
-    update_set = collector.WaitForUpdatesEx(version, options)
-    if update_set is None:
-        return None
-    return _Answer(str(update_set.version), bool(update_set.truncated), _object_updates(update_set))
-
-
-def _filter_spec(view: Any, task_manager: Any, properties: Mapping[str, tuple[str, ...]]) -> Any:
-    """The view's objects, and each task in TaskManager.recentTask (queued, running and recently
-    finished tasks; vSphere Web Services API, vim.TaskManager)."""
+def _filter_spec(view: Any, task_manager: Any, properties: Properties) -> Any:
+    """The view's objects, and where tasks are watched each task in TaskManager.recentTask
+    (queued, running and recently finished tasks; vSphere Web Services API, vim.TaskManager)."""
     traverse = _COLLECTOR.TraversalSpec(
         name="view", path="view", skip=False, type=vim.view.ContainerView
     )
-    tasks = _COLLECTOR.TraversalSpec(
-        name="recentTask", path="recentTask", skip=False, type=vim.TaskManager
-    )
+    objects = [_COLLECTOR.ObjectSpec(obj=view, skip=True, selectSet=[traverse])]
+    if TASK in properties:
+        tasks = _COLLECTOR.TraversalSpec(
+            name="recentTask", path="recentTask", skip=False, type=vim.TaskManager
+        )
+        objects.append(_COLLECTOR.ObjectSpec(obj=task_manager, skip=True, selectSet=[tasks]))
     return _COLLECTOR.FilterSpec(
-        objectSet=[
-            _COLLECTOR.ObjectSpec(obj=view, skip=True, selectSet=[traverse]),
-            _COLLECTOR.ObjectSpec(obj=task_manager, skip=True, selectSet=[tasks]),
-        ],
+        objectSet=objects,
         propSet=[
             _COLLECTOR.PropertySpec(type=getattr(vim, name), pathSet=list(paths), all=False)
             for name, paths in properties.items()
