@@ -3,6 +3,8 @@ passes so that a cycle need not group every workload's replicas again.
 
 A workload is *crowded* when some domain holds two or more of its replicas. One that is not is
 within any ceiling (the ceiling is at least 1), so only crowded workloads can be in violation.
+Crowding is read from placements alone, whatever the owner kinds excluded or the pods' labels
+and namespace: the strategy applies those to each crowded workload on every pass.
 A workload becomes crowded only when one of its replicas lands in a domain: a pod placed or
 moved (its node changed, a planned move of the cycle, or its owner changed so that it joins
 another workload) or a node whose domain changed (relabelled, its VM moved to another host,
@@ -11,8 +13,10 @@ crowds the workload it leaves.
 
 Those changes are read from the state's journals (`ClusterState.pod_changes`,
 `node_changes`), not from the cycle's Scope: the journals also name what starts no cycle (an
-ownerReferences edit, a VMI adopted by a replica set, a cordon) and the moves earlier strategies
-of the same cycle planned, which a Scope never holds.
+ownerReferences edit, a VMI adopted by a replica set) and the moves earlier strategies of the
+same cycle planned, which a Scope never holds. The strategy lives as long as the state it
+judges (a policy is loaded with a new state for each Lease term); a full cycle (the first, the
+interval's, after a watch restart) groups every workload again.
 """
 
 from __future__ import annotations
