@@ -1,12 +1,13 @@
 """Small random clusters and random changes to them, for the scoped-cycle properties.
 
-A cluster has nodes on ESXi hosts (placements from the topology KV) in two zones, some nodes
-labelled disk=ssd or tainted, two namespaces, and pods with required and preferred pod
-(anti-)affinity over the node, host and zone keys (some with a namespaceSelector, the NotIn kind
-included), node selectors, tolerations and topology spreads (some honouring taints). Each change
-is applied to the state the way the feeds apply it, and returns the Scope the feeds hand the
-trigger for it (the triggers' change tests, then triggers.node_scope / pod_scope; a deletion is
-noted without a reason), so a property compares what a scoped cycle sees with a full one.
+A cluster has nodes on ESXi hosts (placements from the topology KV, else an esxi-host label some
+nodes carry) in two zones, some nodes labelled disk=ssd or tainted, two namespaces, and pods of
+a few ReplicaSets per app with required and preferred pod (anti-)affinity over the node, host and
+zone keys (some with a namespaceSelector, the NotIn kind included), node selectors, tolerations
+and topology spreads (some honouring taints). Each change is applied to the state the way the
+feeds apply it, and returns the Scope the feeds hand the trigger for it (the triggers' change
+tests, then triggers.node_scope / pod_scope; a deletion is noted without a reason), so a
+property compares what a scoped cycle sees with a full one.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class RandomCluster:
         self.rng = rng
         self.hosts = [f"esx-{h}" for h in range(hosts)]
         self.node_names = [f"n{i}" for i in range(nodes)]
+        self.deleted: list[DeschedulerNode] = []  # nodes removed, their pods left on them
         self.serial = 0
         self.state: ClusterState = cluster(
             [self._node(name) for name in self.node_names],
@@ -52,6 +54,8 @@ class RandomCluster:
         labels = {ZONE: rng.choice(("z1", "z2"))}
         if rng.random() < 0.5:
             labels["disk"] = "ssd"
+        if rng.random() < 0.3:  # read when the node has no placement
+            labels[ESXI] = rng.choice(self.hosts)
         taints = [t for t in (TAINT, SOFT_TAINT) if rng.random() < 0.15]
         return node(name, labels, taints=taints)
 
@@ -117,7 +121,7 @@ class RandomCluster:
             on or rng.choice(self.node_names),
             self._labels(),
             namespace=rng.choice(sorted(NAMESPACES)),
-            owner=("ReplicaSet", f"rs-{rng.choice(APPS)}"),
+            owner=("ReplicaSet", f"rs-{rng.choice(APPS)}-{rng.randrange(2)}"),
             affinity=self._affinity(),
             node_selector={"disk": "ssd"} if rng.random() < 0.15 else None,
             tolerations=[TOLERATE] if rng.random() < 0.5 else [],
@@ -128,10 +132,18 @@ class RandomCluster:
     def change(self) -> tuple[str, Scope]:
         """Apply one random change; returns what it was and the scope the feeds gather."""
         rng, state = self.rng, self.state
-        kinds = ("vmotion", "vmotion", "assign", "relabel", "node-labels", "delete", "cordon")
+        kinds = (
+            *("vmotion", "vmotion", "assign", "relabel", "node-labels", "delete", "cordon"),
+            *("move", "adopt", "unplace", "node-delete", "node-add"),
+        )
         kind = rng.choice(kinds)
+        if kind == "node-add" and not self.deleted:
+            kind = "node-delete"
+        if kind == "node-delete" and len(self.deleted) >= 3:
+            kind = "node-add"
+        present = sorted(state.nodes)
         if kind == "cordon":  # starts no cycle: only the state's journal of node changes has it
-            name = rng.choice(self.node_names)
+            name = rng.choice(present)
             old = state.nodes[name]
             flipped = msgspec.structs.replace(old.spec, unschedulable=not old.spec.unschedulable)
             new = msgspec.structs.replace(old, spec=flipped)
@@ -141,18 +153,50 @@ class RandomCluster:
             name = rng.choice(self.node_names)
             state.set_placement(name, rng.choice(self.hosts))
             return f"vMotion of {name}", node_scope(name)
-        if kind == "node-labels":
+        if kind == "unplace":  # its VM no longer matched: its esxi-host label decides
             name = rng.choice(self.node_names)
+            state.set_placement(name, None)
+            return f"placement of {name} removed", node_scope(name)
+        if kind == "node-labels":
+            name = rng.choice(present)
             old = state.nodes[name]
             new = self._node(name)
             state.upsert_node(new)
             return f"node {name} relabelled or re-tainted", _node_changed(name, old, new)
+        if kind == "node-delete":
+            name = rng.choice(present)
+            self.deleted.append(state.nodes[name])
+            state.remove_node(name)  # a deletion starts no cycle; the next one judges it
+            return f"node {name} deleted", node_scope(name)
+        if kind == "node-add":
+            back = self.deleted.pop(rng.randrange(len(self.deleted)))
+            state.upsert_node(back)
+            return f"node {back.metadata.name} added back", _node_changed(
+                back.metadata.name, None, back
+            )
         if kind == "assign":
             new = self._pod()
             state.upsert_pod(new)
             return f"{new.key} assigned", _pod_changed(None, new)
         key = rng.choice(sorted(state.pods))
         old = state.pods[key]
+        if kind == "move":  # onto a node of a replica of its workload, where one is
+            siblings = state.workloads[state.workload_key(key) or key] - {key}
+            target = state.pods[min(siblings)].spec.node_name if siblings else rng.choice(present)
+            moved = msgspec.structs.replace(
+                old, spec=msgspec.structs.replace(old.spec, node_name=target)
+            )
+            state.upsert_pod(moved)
+            return f"{key} moved to {target}", _pod_changed(old, moved)
+        if kind == "adopt":  # its owner changed, nothing else: starts no cycle
+            refs = [
+                msgspec.structs.replace(ref, name=f"rs-{rng.choice(APPS)}-{rng.randrange(2)}")
+                for ref in old.metadata.owner_references
+            ]
+            meta = msgspec.structs.replace(old.metadata, owner_references=refs)
+            adopted = msgspec.structs.replace(old, metadata=meta)
+            state.upsert_pod(adopted)
+            return f"{key} adopted", _pod_changed(old, adopted)
         if kind == "relabel":
             relabelled = pod(
                 old.metadata.name,
@@ -167,7 +211,7 @@ class RandomCluster:
         return f"{key} deleted", pod_scope(key, old)
 
 
-def _node_changed(name: str, old: DeschedulerNode, new: DeschedulerNode) -> Scope:
+def _node_changed(name: str, old: DeschedulerNode | None, new: DeschedulerNode) -> Scope:
     """What the feeds hand the trigger: the node when the change starts a cycle, else nothing."""
     return node_scope(name, old) if node_trigger(old, new) is not None else Scope()
 

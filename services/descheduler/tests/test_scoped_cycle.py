@@ -9,6 +9,8 @@ and every one a changed pod is a candidate of.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from descheduler_builders import (
@@ -119,6 +121,115 @@ def test_the_spread_strategy_kept_between_changes_finds_what_a_fresh_one_finds(s
         found = _found(kept.violations(world.state))
         fresh = _found(build_strategy(SPREAD, SPREAD_ARGS).violations(world.state))
         assert found == fresh, what
+
+
+# -- RemoveDuplicates keeps the crowded workloads between cycles ---------------------------------
+
+DUPLICATES = "RemoveDuplicates"
+DUPLICATES_ARGS: list[dict[str, Any]] = [
+    {},
+    {"domain": "esxi-host"},
+    {"domain": "zone"},
+    {"domain": "esxi-host", "labelSelector": {"matchLabels": {"tier": "x"}}},
+]
+# The changes that can crowd a workload, as change() describes them.
+CROWDING = ("moved to", "assigned", "adopted", "relabelled", "vMotion", "placement", "added back")
+
+
+def _in_order(violations: list[Violation]) -> list[tuple[str, tuple[str, ...]]]:
+    return [(v.rule, v.candidates) for v in violations]
+
+
+def _duplicates_rounds(seed: int) -> Iterator[tuple[str, list[Found], list[Found]]]:
+    """One change per round over a random cluster: what it was, then per DUPLICATES_ARGS what
+    the strategy kept since the first round finds scoped to the change (the Scope the feeds
+    gather), and what a fresh one finds in a full pass (in order)."""
+    rng = random.Random(seed)
+    world = RandomCluster(rng)
+    kept = [build_strategy(DUPLICATES, args) for args in DUPLICATES_ARGS]
+    for strategy in kept:
+        strategy.violations(world.state)
+    for _round in range(8):
+        what, scope = world.change()
+        scoped = [_in_order(s.violations(world.state, scope)) for s in kept]
+        fresh = [
+            _in_order(build_strategy(DUPLICATES, args).violations(world.state))
+            for args in DUPLICATES_ARGS
+        ]
+        yield what, scoped, fresh
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_duplicates_kept_between_changes_find_what_a_fresh_pass_finds(seed: int) -> None:
+    """Every violation, in the same order (the planner takes them in order), whichever change
+    crowded a workload: a pod moved next to a sibling, assigned or adopted (no cycle starts for
+    an owner change: only the state's journal names it), a node moved to another host, its
+    placement lost (its esxi-host label decides), relabelled, deleted and added back."""
+    for what, scoped, fresh in _duplicates_rounds(seed):
+        assert scoped == fresh, what
+
+
+def test_the_random_changes_crowd_workloads_every_way() -> None:
+    """The property above is not vacuous: each kind of change brings new duplicates, for the
+    node domain and the host domain."""
+    brought: set[tuple[str, str]] = set()
+    domains = [args.get("domain", "node") for args in DUPLICATES_ARGS]
+    for seed in range(60):
+        before: list[Found] | None = None
+        for what, _, fresh in _duplicates_rounds(seed):
+            for domain, now, then in zip(domains, fresh, before or fresh, strict=True):
+                if set(now) - set(then):
+                    brought.update((domain, kind) for kind in CROWDING if kind in what)
+            before = fresh
+    assert {(domain, kind) for domain in ("node", "esxi-host") for kind in CROWDING} - brought <= {
+        ("node", "vMotion"),
+        ("node", "placement"),
+    }
+
+
+class JudgesAll:
+    """A strategy that judges every pod whatever the scope and hands its violations over in a
+    fixed order, so that it plans the same moves in a scoped and in a full cycle (a full pass
+    follows the index's sets, whose order a closed scratch may change)."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.name = strategy.name
+        self.triggers = strategy.triggers
+
+    def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
+        return sorted(self.strategy.violations(state), key=lambda v: (v.candidates, v.rule))
+
+
+def _duplicates_policy(*duplicates: Strategy) -> Policy:
+    """Strategies that plan moves first (onto nodes that may hold a sibling), then duplicates."""
+    earlier = [
+        build_strategy("RemovePodsViolatingNodeTaints", {}),
+        build_strategy(ANTI, {}),
+    ]
+    return _policy(*(JudgesAll(s) for s in earlier), *duplicates)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_scoped_cycle_plans_what_a_full_one_plans_for_duplicates(seed: int) -> None:
+    """Through the planner: the moves earlier strategies of the cycle planned (a pod planned
+    onto a node of its sibling) count as a full pass counts them."""
+    rng = random.Random(seed)
+    world = RandomCluster(rng)
+
+    def plan(policy: Policy, scope: Scope | None) -> list[tuple[str, str, str, str]]:
+        planner = EvictionPlanner(PlannerSettings(), policy.limits)
+        report = decide(world.state, policy, planner, NOW, scope)
+        return [(a.pod, a.target, a.strategy, a.rule) for a in report.plan.actions]
+
+    def duplicates() -> list[Strategy]:
+        return [build_strategy(DUPLICATES, {"domain": d}) for d in ("node", "esxi-host")]
+
+    kept = _duplicates_policy(*duplicates())
+    plan(kept, None)
+    for _round in range(6):
+        what, scope = world.change()
+        assert plan(kept, scope) == plan(_duplicates_policy(*duplicates()), None), what
 
 
 # -- the scope is what a cycle after a vMotion judges -------------------------------------------

@@ -164,6 +164,10 @@ class ClusterState:
             owner = (vm_owner(vm) if vm is not None else None) or owner
         return f"{namespace}/{owner[0]}/{owner[1]}"
 
+    def workload_key(self, key: str) -> str | None:
+        """The workload the pod `key` is counted under in `workloads` (None: not placed)."""
+        return self._workload.get(key)
+
     def remove_pod(self, key: str) -> None:
         self._refuse_while_planning()
         pod = self._forget(key)

@@ -10,6 +10,12 @@ moved only to a domain below that average, so spreading never piles pods up some
 The feasible domains are counted only as far as the average needs: the engine is asked one node
 at a time (`AffinityEngine.first_fit`, as node fit does) and stops once there are as many
 domains as replicas (the average is then 1 whatever the rest) or every domain is found.
+
+Only a crowded workload (some domain holds two or more of its replicas) can exceed the average,
+which is at least 1. A full pass groups every workload's replicas and keeps which are crowded
+(crowded.py); a scoped pass groups only those and the workloads its changes can have crowded
+(read from the state's journals, so planned moves and changes that start no cycle count too),
+and counts each one's feasible domains again, since any node's change can move its average.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from hostaffinity.descheduler.strategies.base import (
     eviction_order,
 )
 from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.strategies.crowded import CrowdedWorkloads
 from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_RACK, LABEL_ZONE
 
@@ -55,6 +62,7 @@ class Duplicates:
         self.args = args
         self._scope = PodScope(args)
         self._excluded = frozenset(args.exclude_owner_kinds)
+        self._crowded = CrowdedWorkloads()
 
     def _domain(self, state: ClusterState, node: str) -> str | None:
         if self.args.domain == "node":
@@ -62,30 +70,43 @@ class Duplicates:
         return state.index.domain(node, DOMAIN_KEYS[self.args.domain])
 
     def violations(self, state: ClusterState, scope: Scope | None = None) -> list[Violation]:
-        """Every workload, whatever the scope: the ceiling a workload is held to counts the
-        domains of the nodes it fits, which a move, relabel or re-taint of any node and other
-        pods' rules change, so no smaller set of workloads is known to be enough."""
+        """The crowded workloads, each held to its ceiling. A scoped cycle groups only those
+        that may be crowded (CrowdedWorkloads), in the order a full pass takes them; the
+        ceiling of each is counted again, since any node's change can move it."""
+        judged = self._crowded.to_judge(state, full=scope is None)
+        crowded: set[str] = set()
         found: list[Violation] = []
         for workload, keys in state.workloads.items():
-            if len(keys) < 2:
+            if judged is not None and workload not in judged:
                 continue
+            by_domain = self._crowding(state, keys)
+            if by_domain is None:
+                continue
+            crowded.add(workload)
             sample = state.pods[next(iter(keys))]
             refs = sample.metadata.owner_references
             if not refs or any(r.kind in self._excluded for r in refs):
                 continue
             if not self._scope.covers(sample):
                 continue
-            if self.args.domain == "node" and _one_per_node(state, keys):
-                continue  # no node holds two of them, whatever the ceiling
-            by_domain: dict[str, list[str]] = {}
-            for key in keys:
-                domain = self._domain(state, state.pods[key].spec.node_name)
-                if domain is not None:
-                    by_domain.setdefault(domain, []).append(key)
-            if all(len(group) < 2 for group in by_domain.values()):
-                continue
             found.extend(self._spread(state, workload, sample.key, by_domain))
+        self._crowded.found(crowded)
         return found
+
+    def _crowding(self, state: ClusterState, keys: set[str]) -> dict[str, list[str]] | None:
+        """The replicas by domain when some domain holds two or more of them, else None."""
+        if len(keys) < 2:
+            return None
+        if self.args.domain == "node" and _one_per_node(state, keys):
+            return None  # no node holds two of them
+        by_domain: dict[str, list[str]] = {}
+        for key in keys:
+            domain = self._domain(state, state.pods[key].spec.node_name)
+            if domain is not None:
+                by_domain.setdefault(domain, []).append(key)
+        if all(len(group) < 2 for group in by_domain.values()):
+            return None
+        return by_domain
 
     def _spread(
         self, state: ClusterState, workload: str, sample: str, by_domain: dict[str, list[str]]
