@@ -23,18 +23,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from figures import peak_rss_mib, percentile
-from vcsim_reads import read_placement, relocate, simulator_floor
+from vcsim_reads import labeller_floor, read_placement, relocate, simulator_floor
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.node_labeller.inventory import watched_properties
 from hostaffinity.node_labeller.main import service_spec
 from hostaffinity.node_labeller.service import NodeLabellerWork
-from hostaffinity.node_labeller.vcenter_watch import inventory_filter_spec
 from hostaffinity.runtime.process.config import (
     HealthSettings,
     KubernetesSettings,
@@ -46,8 +44,6 @@ from tests.platform.nats import NatsServer
 from tests.platform.vcsim import Vcsim, build_vcsim, start_vcsim
 
 REPO = Path(__file__).resolve().parents[1]
-# What the node-labeller watches with its default `match_fallback` (vm-name), as in this bench.
-LABELLER_PROPERTIES = watched_properties(guest_hostname=False)
 
 
 @contextlib.contextmanager
@@ -126,12 +122,13 @@ async def run(hosts: int, vms: int, moves: int, unplaced: int, workdir: Path) ->
                 await measure_resync(work, vms)
                 if moves:
                     await measure_moves(work, vc, hosts, moves)
-                    await asyncio.to_thread(
-                        measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
-                    )
                 print(
                     f"peak RSS of the labeller process: {peak_rss_mib():.0f} MiB "
                     f"(before the labeller started: {rss_before:.0f} MiB)"
+                )
+            if moves:  # the labeller stopped: vcsim works for the floor's loops alone
+                await asyncio.to_thread(
+                    measure_simulator_floor, vc, hosts, vms, max(10, moves // 5)
                 )
     finally:
         await nats.stop()
@@ -221,30 +218,22 @@ async def measure_resync(work: NodeLabellerWork, vms: int, rounds: int = 5) -> N
 
 
 def measure_simulator_floor(vc: Vcsim, hosts: int, vms: int, moves: int) -> None:
-    """The same vMotions seen by a bare WaitForUpdatesEx loop (no labeller): what vcsim adds,
-    with the floor's filter (`runtime.host` of every VM) and with the labeller's own. vcsim 0.24
-    feeds changes to the session-default collector of the session that last started a watch
-    (each session's instance has the same moref, and its handlers are kept by moref), so the
-    labeller hears nothing from here on and vcsim works for this loop alone."""
+    """The same vMotions seen by bare WaitForUpdatesEx loops (no labeller): what vcsim adds, with
+    the floor's filter (`runtime.host` of every VM) and with the labeller's own two feeds."""
     mover = vc.connect()
     inventory = read_placement(mover)
     host_moid = {name: moid for moid, name in inventory.host_name.items()}
-    for offset, (label, spec_of) in enumerate(
-        (
-            ("bare WaitForUpdatesEx", lambda _si: None),
-            (
-                "the labeller's filter",
-                lambda si: inventory_filter_spec(si.RetrieveContent(), LABELLER_PROPERTIES)[1],
-            ),
-        )
-    ):
+    floors: tuple[tuple[str, Callable[[list[tuple[str, str]]], list[float]]], ...] = (
+        ("bare WaitForUpdatesEx", lambda planned: simulator_floor(vc.connect(), mover, planned)),
+        ("the labeller's VM feed", lambda planned: labeller_floor(vc.connect, mover, planned)),
+    )
+    for offset, (label, floor) in enumerate(floors):
         names = [
             (f"node-{(index * 53 + offset) % vms + 1}", host_moid[f"DC0_C0_H{index % hosts}"])
             for index in range(moves)
         ]
         planned = [(inventory.vm[vm], host) for vm, host in names if inventory.vm_host[vm] != host]
-        watcher = vc.connect()
-        ms = [d * 1000 for d in simulator_floor(watcher, mover, planned, spec_of(watcher))]
+        ms = [d * 1000 for d in floor(planned)]
         print(
             f"  simulator floor: {label}, {len(ms)} moves (ms)".ljust(63)
             + f"median {statistics.median(ms):7.1f}  p99 {percentile(ms, 0.99):7.1f}"

@@ -57,10 +57,8 @@ import msgspec
 import yaml
 from figures import percentile
 from pyVmomi import vim, vmodl
-from vcsim_reads import Placement, read_placement, relocate, simulator_floor
+from vcsim_reads import Placement, labeller_floor, read_placement, relocate, simulator_floor
 
-from hostaffinity.node_labeller.inventory import watched_properties
-from hostaffinity.node_labeller.vcenter_watch import inventory_filter_spec
 from hostaffinity.runtime.process.config import HealthSettings, LeaseSettings, Settings
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.e2e.descheduler_harness import descheduler_config, node_object, pod_object
@@ -81,8 +79,6 @@ ANTI_AFFINITY_SHARE = 10  # one workload in 10
 NAMESPACES = 20
 BENCH_NS = "bench"
 SAMPLE_TIMEOUT_S = 30.0
-# What the node-labeller watches with its default `match_fallback` (vm-name), as in this bench.
-LABELLER_PROPERTIES = watched_properties(guest_hostname=False)
 # "cycle (full): ..." or "cycle (scoped to 1 nodes, 0 pods, 0 departed): ...", its seconds last
 CYCLE_LINE = re.compile(r"cycle \([^)]*\): \d+ violations, \d+ actions.* in ([\d.]+)s")
 
@@ -672,14 +668,12 @@ def quiet(commits: Commits, for_seconds: float = 5.0) -> bool:
 def floors(vc: Vcsim, admin: Any, placement: Placement, world: World, count: int) -> None:
     """vcsim's own part, at the same inventory, the services stopped: a bare vMotion (a sampled
     VM back to its first host) seen by a plain client watching `runtime.host` and by one watching
-    the node-labeller's own filter (vcsim collects the whole filter again per change, so this is
-    the labeller's floor), and a bare reconfigure adding a rule."""
+    the node-labeller's VM feed with its other feed followed beside (vcsim collects every filter
+    again per change, so this is the labeller's floor), and a bare reconfigure adding a rule."""
     moves = [(placement.vm[node], placement.vm_host[node]) for _, node, _ in world.moves]
     count = max(1, min(count, len(moves) // 2))  # each floor moves VMs of its own
     seen = simulator_floor(vc.connect(), admin, moves[:count])
-    watcher = vc.connect()
-    labeller_spec = inventory_filter_spec(watcher.RetrieveContent(), LABELLER_PROPERTIES)[1]
-    seen_by_labeller = simulator_floor(watcher, admin, moves[count : 2 * count], labeller_spec)
+    seen_by_labeller = labeller_floor(vc.connect, admin, moves[count : 2 * count])
     reconfigure = []
     for index, (_, first, second) in enumerate(world.rules[:count]):
         cluster = placement.host_cluster[placement.vm_host[second]]
@@ -687,7 +681,7 @@ def floors(vc: Vcsim, admin: Any, placement: Placement, world: World, count: int
         reconfigure.append(bare_reconfigure(admin, cluster, vms, f"bench-floor-{index}"))
     print("vcsim's own floor at this inventory:")
     print(f"  bare RelocateVM_Task → WaitForUpdatesEx   {ms(seen)}")
-    print(f"  the same, the labeller's filter          {ms(seen_by_labeller)}")
+    print(f"  the same, the labeller's VM feed         {ms(seen_by_labeller)}")
     print(f"  bare ReconfigureComputeResource_Task     {ms(reconfigure)}")
 
 

@@ -1,15 +1,21 @@
 """What the benches read from and do to vcsim with a plain pyVmomi client, at any inventory size:
 the whole placement in one PropertyCollector read, a vMotion timed by its task, and vcsim's own
-floor (a bare RelocateVM_Task until a plain WaitForUpdatesEx client sees it)."""
+floor (a bare RelocateVM_Task until a plain WaitForUpdatesEx client sees it), also with the
+node-labeller's filters."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pyVmomi import vim, vmodl
+
+from hostaffinity.node_labeller.inventory import watched_properties
+from hostaffinity.node_labeller.vcenter_watch import feed_properties, inventory_filter_spec
 
 _COLLECTOR = vmodl.query.PropertyCollector
 
@@ -122,3 +128,43 @@ def _moids(update_set: Any) -> set[str]:
         for filter_update in update_set.filterSet or []
         for change in filter_update.objectSet or []
     }
+
+
+@contextmanager
+def following(si: Any, spec: Any) -> Iterator[None]:
+    """A WaitForUpdatesEx loop on `spec` kept going on a thread, on a collector of its own (as
+    a watcher's other feed is), while the body runs."""
+    collector = si.RetrieveContent().propertyCollector.CreatePropertyCollector()
+    collector.CreateFilter(spec, partialUpdates=False)
+    done = threading.Event()
+
+    def follow() -> None:
+        version = ""
+        options = _COLLECTOR.WaitOptions(maxWaitSeconds=1)
+        while not done.is_set():
+            update = collector.WaitForUpdatesEx(version, options)
+            if update is not None:
+                version = update.version
+
+    thread = threading.Thread(target=follow, name="following", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        collector.DestroyPropertyCollector()
+
+
+def labeller_floor(
+    connect: Callable[[], Any], mover_si: Any, moves: Sequence[tuple[str, str]]
+) -> list[float]:
+    """`simulator_floor` of the node-labeller's VM feed (its default `match_fallback`), while
+    its other feed (hosts, clusters, folders, datacenters, recent tasks) is followed beside on
+    a session of its own, as the labeller's watch runs them (vcenter_watch.feed_properties):
+    vcsim collects both filters again on every change."""
+    vms, rest = feed_properties(watched_properties(guest_hostname=False))
+    watcher, beside = connect(), connect()
+    with following(beside, inventory_filter_spec(beside.RetrieveContent(), rest)[1]):
+        spec = inventory_filter_spec(watcher.RetrieveContent(), vms)[1]
+        return simulator_floor(watcher, mover_si, moves, spec)
