@@ -11,8 +11,8 @@ commit time is read exactly) holding a Node per VM and `--pods` pods, 30 per nod
 anti-affinity as bench/cluster.py mixes it (80% on the ESXi-host key, 10% hostname, 10% zone;
 half required, the zone ones preferred); the bus as `NatsCluster` starts it from k8s/base/nats.
 The node-labeller, the descheduler and the drs-translator each run as their own process from
-their console script, with the configs the e2e harnesses build (default settings, the fast
-Lease), as in a cluster where each has its pod.
+their console script, with the configs the e2e harnesses build (default settings) and the
+product's Lease timings, as in a cluster where each has its pod.
 
 Two reactions, `--samples` each, one at a time:
 - vMotion → eviction requested: the VM of a node holding one replica of a two-replica workload
@@ -320,19 +320,12 @@ class Service:
 def service(name: str, config: Settings, workdir: Path) -> Iterator[Service]:
     """`hostaffinity-<name> --config <file>` with this config written out; SIGTERM at the end."""
     port = free_port()
-    # A Lease that outlasts this machine's load: on two cores shared at load average ~10, the
-    # drs-translator's plan of 150,000 pods (0.65 s of CPU, 2 s and more of wall clock) ran back
-    # to back while the vMotions went on and kept its loop from renewing within client-go's 10 s
-    # deadline; it stepped down and exited mid-run. A lost Lease would measure a restart.
+    # The product's Lease timings (client-go's 15 s / 10 s / 2 s): a service whose loop stalls
+    # past the renew deadline steps down and exits, and the bench says so (`exited`).
     config = msgspec.structs.replace(
         config,
         health=HealthSettings(host="127.0.0.1", port=port),
-        lease=LeaseSettings(
-            namespace="kube-system",
-            duration_seconds=60.0,
-            renew_deadline_seconds=50.0,
-            retry_period_seconds=2.0,
-        ),
+        lease=LeaseSettings(namespace="kube-system"),
     )
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(msgspec.to_builtins(config)), encoding="utf-8")
@@ -637,6 +630,8 @@ async def measure(
             print(f"  no rule within {SAMPLE_TIMEOUT_S:.0f} s: {', '.join(rules.missed)}")
         for item in services.values():
             print(f"peak RSS of {item.name}: {item.peak_rss_mib():.0f} MiB")
+            if (code := item.process.poll()) is not None:
+                print(f"  {item.name} EXITED mid-run (code {code}; lost its Lease?): {item.log}")
     floors(vc, admin, placement, world, max(10, args.samples // 5))
     print(f"done; {load()}")
 
