@@ -3,14 +3,15 @@
 import asyncio
 import contextlib
 import json
+import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from pyVmomi import vim
+from pyVmomi import vim, vmodl
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.labeller import Labeller
@@ -229,3 +230,40 @@ async def converges(
         assert time.monotonic() - started < RECOVERY_SECONDS, f"not converged: {wrong}"
         await asyncio.sleep(0.2)
     return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def watching_default_collector(si: vim.ServiceInstance) -> Iterator[None]:
+    """Another client's WaitForUpdatesEx loop on its session's default PropertyCollector (every
+    VM's `runtime.host`), kept going on a thread while the body runs."""
+    content = si.RetrieveContent()
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+    collector: Any = vmodl.query.PropertyCollector
+    spec = collector.FilterSpec(
+        objectSet=[
+            collector.ObjectSpec(
+                obj=view,
+                skip=True,
+                selectSet=[collector.TraversalSpec(path="view", type=vim.view.ContainerView)],
+            )
+        ],
+        propSet=[collector.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.host"])],
+    )
+    content.propertyCollector.CreateFilter(spec, partialUpdates=False)
+    done = threading.Event()
+
+    def follow() -> None:
+        version = ""
+        options = collector.WaitOptions(maxWaitSeconds=1)
+        while not done.is_set():
+            update = content.propertyCollector.WaitForUpdatesEx(version, options)
+            if update is not None:
+                version = update.version
+
+    thread = threading.Thread(target=follow, name="default-collector-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

@@ -29,6 +29,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     vm_by_name,
     wait_ready,
+    watching_default_collector,
 )
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
@@ -214,3 +215,27 @@ async def test_a_lost_vcenter_session_is_logged_in_again_without_losing_a_change
             lambda: node_labels(kube_double, "node-5")[LABEL_ESXI_HOST] == "DC0_C0_H1",
             "the new session follows changes",
         )
+
+
+async def test_another_clients_watch_on_the_default_collector_takes_no_update_from_the_labeller(
+    vcsim: VcsimFactory,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+) -> None:
+    """vcsim keeps one default PropertyCollector for every session (govmomi 0.24,
+    simulator/property_collector.go): a client's WaitForUpdatesEx on it drains the updates any
+    other session's watch there would see. The labeller watches on collectors of its own, so a
+    vMotion still reaches its labels while such a client waits (as another tool might on a real
+    vCenter's session-default collector)."""
+    vc = vcsim(hosts=3, vms=6)
+    seed_nodes(kube_double, vc.connect(), NODES)
+    admin = vc.connect()
+    async with running(labeller_config(vc, nats_server, kubeconfig)) as service:
+        await wait_ready(service)
+        with watching_default_collector(vc.connect()):
+            relocate(admin, "node-2", "DC0_C0_H0")
+            await eventually(
+                lambda: node_labels(kube_double, "node-2")[LABEL_ESXI_HOST] == "DC0_C0_H0",
+                "the move reaches the label while another client watches",
+            )
