@@ -464,6 +464,9 @@ async def vmotion_samples(
             samples.part.append(labels[labelled_before] - completed)
         await asyncio.sleep(1.0)  # the cycle's other evictions (collateral) are sent
         commits.kubelet(kube)
+        # One sample at a time: the deletions' own work (a drs-translator plan and reconfigure,
+        # whose vCenter changes vcsim hands every watching collector) ends before the next move.
+        await asyncio.sleep(1.0)
     return samples
 
 
