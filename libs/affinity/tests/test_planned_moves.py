@@ -65,3 +65,35 @@ def test_pod_events_are_refused_while_moves_are_open_and_a_closed_one_refuses_mo
     index.upsert_pod(pod("late", node_name="n2"))  # taken again once closed
     assert index.pod("default/late") is not None
     index.planned_moves().close()  # and a new one opens
+
+
+def crowded(batch: int) -> ClusterIndex:
+    """Eight pods on n1, one on n2, none on n3, two on n4; the pod names differ per batch, so
+    do the slots they take in their node's set."""
+    nodes = [node(f"n{i}") for i in (1, 2, 3, 4)]
+    pods = [pod(f"b{batch}-{i}", node_name="n1") for i in range(8)]
+    pods += [pod(f"b{batch}-lone", node_name="n2")]
+    pods += [pod(f"b{batch}-last-{i}", node_name="n4") for i in range(2)]
+    return engine(nodes, pods).index
+
+
+def test_closing_the_moves_restores_each_nodes_pods_in_their_iteration_order() -> None:
+    """A full pass follows `pods_on` order: two passes over the same state must plan alike,
+    so a closed plan leaves every node's set (and the order of the nodes) as it found it, even
+    when a move emptied a node or landed on one that had no pods. Taken out of a set and put
+    back, a pod can land in another slot: many name batches make sure one would."""
+    nodes = ["n1", "n2", "n3", "n4"]
+    for batch in range(40):
+        index = crowded(batch)
+        before = {n: [r.key for r in index.pods_on(n)] for n in nodes}
+        sets = dict(index._pods_by_node)  # the nodes that hold pods, in order, and their sets
+        moves = index.planned_moves()
+        for i in (1, 3, 6):
+            moves.move(f"default/b{batch}-{i}", "n3")  # onto a node that had no pods
+        moves.move(f"default/b{batch}-lone", "n1")  # n2 is emptied
+        moves.move(f"default/b{batch}-3", "n2")  # and a pod is moved twice
+        assert [r.key for r in index.pods_on("n2")] == [f"default/b{batch}-3"]
+        moves.close()
+        assert {n: [r.key for r in index.pods_on(n)] for n in nodes} == before, batch
+        assert list(index._pods_by_node) == list(sets), batch
+        assert all(index._pods_by_node[n] is own for n, own in sets.items()), batch

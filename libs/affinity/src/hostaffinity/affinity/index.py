@@ -19,7 +19,8 @@ initial lists are in, `freeze_gc_after_initial_load()` takes the rest of the lon
 of full collections too.
 
 A decision that plans moves (the descheduler's cycle) opens `planned_moves()`: each pod it moves
-shows on its new node until the moves are closed, which puts every record back exactly; pod
+shows on its new node until the moves are closed, which puts every record back exactly (each
+node's pods in the order they were iterated before, so the next decision reads them alike); pod
 events are refused meanwhile, so nothing the undo does not know about lands underneath it.
 """
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
 from itertools import filterfalse, repeat
 from typing import Final, Literal, TypeVar
 
@@ -257,13 +258,37 @@ class ClusterIndex:
         self._planning = PlannedMoves(self)
         return self._planning
 
-    def _relocate(self, record: PodRecord) -> None:
+    def _relocate(self, record: PodRecord, sets: dict[str, set[str] | None]) -> None:
         """Swap in a record of the same pod on another node: a move changes the node only, so
-        its label and term buckets stay as they are."""
+        its label and term buckets stay as they are.
+
+        A node's own set of pods is never touched: the first move from or onto a node keeps it
+        in `sets` (None: the node had none) and works on a copy, which stays even when emptied;
+        `_restore` puts the very sets back. A pod taken out of a set and added again can take
+        another slot, and a full pass follows `pods_on` order: the next pass must see the same.
+        """
         key = record.key
-        _discard(self._pods_by_node, self._pods[key].node, key)
-        _add(self._pods_by_node, record.node, key)
+        by_node = self._pods_by_node
+        source = self._pods[key].node
+        for node in (source, record.node):
+            if node not in sets:
+                own = sets[node] = by_node.get(node)
+                by_node[node] = set() if own is None else own.copy()
+        by_node[source].discard(key)
+        by_node[record.node].add(key)
         self._pods[key] = record
+
+    def _restore(self, records: Iterable[PodRecord], sets: Mapping[str, set[str] | None]) -> None:
+        """Put back the records and the per-node sets `_relocate` kept aside: replacing the
+        value of a key keeps its place, and only the keys the moves added are removed, so the
+        node order is as it was."""
+        self._pods.update((record.key, record) for record in records)
+        by_node = self._pods_by_node
+        for node, own in sets.items():
+            if own is None:
+                del by_node[node]
+            else:
+                by_node[node] = own
 
     def _end_planning(self, moves: PlannedMoves) -> None:
         if self._planning is moves:
@@ -512,13 +537,15 @@ class ClusterIndex:
 class PlannedMoves:
     """Pods shown on other nodes while one decision is made, put back when it closes.
 
-    Only the index's own records move (the same record with another node), so the undo restores
-    the very objects that were there; after `close` it refuses further moves.
+    Only the index's own records move (the same record with another node), and the nodes' sets
+    of pods they leave or join are copies, so the undo restores the very objects that were
+    there, in their iteration order; after `close` it refuses further moves.
     """
 
     def __init__(self, index: ClusterIndex) -> None:
         self._index: ClusterIndex | None = index
         self._originals: dict[str, PodRecord] = {}
+        self._sets: dict[str, set[str] | None] = {}  # each touched node's own set (None: none)
 
     def move(self, key: str, node: str) -> None:
         """Show the indexed pod `key` on `node` until close."""
@@ -527,14 +554,14 @@ class PlannedMoves:
             raise RuntimeError("planned moves are closed")
         record = index._pods[key]
         self._originals.setdefault(key, record)
-        index._relocate(msgspec.structs.replace(record, node=node))
+        index._relocate(msgspec.structs.replace(record, node=node), self._sets)
 
     def close(self) -> None:
         """Put every moved pod back on its node (idempotent)."""
         index, self._index = self._index, None
         if index is None:
             return
-        for original in reversed(self._originals.values()):  # last moved, first back
-            index._relocate(original)
+        index._restore(self._originals.values(), self._sets)
         self._originals.clear()
+        self._sets.clear()
         index._end_planning(self)

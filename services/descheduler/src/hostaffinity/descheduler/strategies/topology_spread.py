@@ -148,15 +148,25 @@ class TopologySpread:
         state's journals of pod and node changes)."""
         self._refresh(state)
         found: list[Violation] = []
-        for group, holders in self._holders.items():
-            if group in self._settled:
-                continue
-            moves = self._balance(state, group, state.pods[next(iter(holders))])
+        for holder, _, group in self._unsettled():
+            moves = self._balance(state, group, state.pods[holder])
             if moves:
                 found.extend(moves)
             else:
                 self._settled.add(group)
         return found
+
+    def _unsettled(self) -> list[tuple[str, int, SpreadGroup]]:
+        """The groups to balance, each with the pod it is read from: its first holder by key,
+        in that order (then the holder's order of constraints), not the bookkeeping's, which a
+        planned move reshuffles; so two passes over the same state plan alike."""
+        chosen = []
+        for group, holders in self._holders.items():
+            if group not in self._settled:
+                holder = min(holders)
+                chosen.append((holder, self._declared[holder].index(group), group))
+        chosen.sort(key=_holder_first)
+        return chosen
 
     # -- the constraints -----------------------------------------------------------------------
 
@@ -438,3 +448,7 @@ def _rule(
         f"{constraint.topology_key}={largest[0]} has {len(largest[1])} matching pods, the "
         f"smallest of {domains} domains {smallest} (ideal {ideal:.2f})"
     )
+
+
+def _holder_first(chosen: tuple[str, int, SpreadGroup]) -> tuple[str, int]:
+    return chosen[0], chosen[1]
