@@ -134,6 +134,20 @@ def follows(argv: list[str]) -> bool:
     return follows_the_stream(command_line().parse_args(argv[1:]))
 
 
+async def ended(
+    process: asyncio.subprocess.Process, seconds: float, failure: str
+) -> tuple[bytes, bytes]:
+    """Its stdout and stderr once it ended; killed, and `failure` raised, if not within
+    `seconds`."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await process.communicate()
+    except TimeoutError:
+        process.kill()
+        out, errors = await process.communicate()
+        raise AssertionError(f"{failure}:\n{out.decode()}\n{errors.decode()}") from None
+
+
 async def run_as_written(
     argv: list[str], cwd: Path, env: dict[str, str], expected: str
 ) -> tuple[int, str, str]:
@@ -146,44 +160,35 @@ async def run_as_written(
             *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
     if not follows(argv):
-        try:
-            async with asyncio.timeout(ENDING_SECONDS):
-                out, errors = await process.communicate()
-        except TimeoutError:
-            process.kill()
-            out, errors = await process.communicate()
-            raise AssertionError(
-                f"`{shlex.join(argv)}` ends by itself, but had not after {ENDING_SECONDS:g} s:"
-                f"\n{out.decode()}\n{errors.decode()}"
-            ) from None
+        out, errors = await ended(
+            process,
+            ENDING_SECONDS,
+            f"`{shlex.join(argv)}` ends by itself, but had not after {ENDING_SECONDS:g} s",
+        )
         assert process.returncode is not None
         return process.returncode, out.decode(), errors.decode()
     assert process.stdout is not None
-    printed, ended = b"", False
+    printed, stopped = b"", False
     try:
         async with asyncio.timeout(FOLLOWING_SECONDS):
             while expected.encode() not in printed:
                 chunk = await process.stdout.read(4096)
-                ended = not chunk
-                if ended:
+                stopped = not chunk
+                if stopped:
                     break
                 printed += chunk
     except TimeoutError:
         pass
-    following = not ended and expected.encode() in printed
+    following = not stopped and expected.encode() in printed
     if following:
         process.send_signal(signal.SIGINT)
     elif process.returncode is None:
         process.kill()
-    try:
-        async with asyncio.timeout(INTERRUPTED_SECONDS):
-            rest, errors = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        rest, errors = await process.communicate()
-        raise AssertionError(f"`{shlex.join(argv)}` went on after Ctrl-C") from None
+    rest, errors = await ended(
+        process, INTERRUPTED_SECONDS, f"`{shlex.join(argv)}` went on after Ctrl-C"
+    )
     if not following:
-        why = "ended by itself" if ended else f"showed no {expected!r} in {FOLLOWING_SECONDS:g} s"
+        why = "ended by itself" if stopped else f"showed no {expected!r} in {FOLLOWING_SECONDS:g} s"
         raise AssertionError(
             f"`{shlex.join(argv)}` follows the stream, but {why}:\n"
             f"{(printed + rest).decode()}\n{errors.decode()}"
