@@ -29,7 +29,13 @@ from hostaffinity.cli.subscriber_commands import reload_servers
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, event_subject
 from tests.integration.cli_runner import exit_code
-from tests.platform.bus_probe import LEADER_SECONDS, REPLY_SECONDS, Session, session
+from tests.platform.bus_probe import (
+    LEADER_SECONDS,
+    REPLY_SECONDS,
+    Session,
+    first_fetch,
+    session,
+)
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 
@@ -79,7 +85,7 @@ async def test_a_subscriber_reads_its_types_through_its_consumer_and_nothing_els
 
     async with session(nats_cluster, "audit", seed) as audit:
         pull = await audit.nc.jetstream().pull_subscribe_bind("audit", stream=EVENTS_STREAM)
-        messages = await pull.fetch(10, timeout=REPLY_SECONDS)
+        messages = await first_fetch(pull, 10)
         assert [m.subject for m in messages] == [
             event_subject("vm.moved"),
             event_subject("pod.evicted"),
@@ -142,7 +148,7 @@ async def test_subscribers_are_added_and_removed_without_restarting_the_bus(
         await publish(nats_cluster, "node-labeller", ["vm.moved"])
         async with session(nats_cluster, "cmdb", seed) as cmdb:
             pull = await cmdb.nc.jetstream().pull_subscribe_bind("cmdb", stream=EVENTS_STREAM)
-            [message] = await pull.fetch(1, timeout=REPLY_SECONDS)
+            [message] = await first_fetch(pull, 1)
             await message.ack_sync(timeout=REPLY_SECONDS)
 
         code, out = await subscriber(nats_cluster, capsys, "remove", "cmdb")
@@ -216,7 +222,7 @@ async def test_in_kubernetes_the_secret_reaches_the_servers_and_the_consumer_fol
         await publish(nats_cluster, "node-labeller", ["vm.moved"])
         async with session(nats_cluster, "audit", seed) as audit:
             pull = await audit.nc.jetstream().pull_subscribe_bind("audit", stream=EVENTS_STREAM)
-            [message] = await pull.fetch(1, timeout=REPLY_SECONDS)
+            [message] = await first_fetch(pull, 1)
             await message.ack_sync(timeout=REPLY_SECONDS)
             assert await audit.publish_refused(f"$JS.API.STREAM.INFO.{EVENTS_STREAM}")
 
