@@ -3,6 +3,7 @@
 pytest_plugins: list[str] = [
     "tests.platform.nats",
     "tests.platform.nats_cluster",
+    "tests.platform.nats_delivery_lag",
     "tests.platform.kube_double.fixture",
     "tests.platform.vcsim",
 ]

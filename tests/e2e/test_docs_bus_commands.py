@@ -28,9 +28,10 @@ from pathlib import Path
 import pytest
 from nats.errors import Error as NatsError
 
+from hostaffinity.cli.main import command_line, follows_the_stream
 from hostaffinity.runtime.bus.client import Bus
 from tests.platform.bus_values import node_placed, node_placement
-from tests.platform.console import SCRIPTS
+from tests.platform.console import SCRIPTS, children_get_ctrl_c
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import LocalBus, NatsCluster
 
@@ -41,10 +42,11 @@ DOCUMENTED_PORT = "4222"
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`([^`]+)`")
 URL = re.compile(r"\b(tls|nats)://(127\.0\.0\.1|localhost):" + DOCUMENTED_PORT + r"\b")
-RUN_SECONDS = 60.0
 SEED_SECONDS = 30.0
-# A command that printed and then says nothing for this long while still running is following.
-FOLLOWING_QUIET = 5.0
+# Generous: a command's start alone (imports) took 18 s on a loaded two-core machine.
+ENDING_SECONDS = 90.0
+FOLLOWING_SECONDS = 60.0
+INTERRUPTED_SECONDS = 15.0
 EXIT_INTERRUPTED = 130
 NODE = "worker-1.k8s.example.com"
 
@@ -126,34 +128,72 @@ async def seed(bus: Bus) -> None:
 SHOWS = {"topology": NODE, "events": node_placed(NODE).id}
 
 
-async def run_as_written(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """Exit status, stdout and stderr. A command that printed and then stays quiet while it keeps
-    running follows the bus: it is interrupted as a person would (Ctrl-C), and counts as working
-    when it then exits 130."""
-    process = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    assert process.stdout is not None
-    printed = b""
+def follows(argv: list[str]) -> bool:
+    """Whether the command follows the stream, as the CLI decides it (`events` unless given
+    --since without --follow); every other command ends by itself."""
+    return follows_the_stream(command_line().parse_args(argv[1:]))
+
+
+async def ended(
+    process: asyncio.subprocess.Process, seconds: float, failure: str
+) -> tuple[bytes, bytes]:
+    """Its stdout and stderr once it ended; killed, and `failure` raised, if not within
+    `seconds`."""
     try:
-        async with asyncio.timeout(RUN_SECONDS):
-            while True:
-                try:
-                    chunk = await asyncio.wait_for(process.stdout.read(4096), FOLLOWING_QUIET)
-                except TimeoutError:
-                    if printed:
-                        break  # printed what the bus holds, now waits for more: a follower
-                    continue
-                if not chunk:
-                    break  # it ended
+        async with asyncio.timeout(seconds):
+            return await process.communicate()
+    except TimeoutError:
+        process.kill()
+        out, errors = await process.communicate()
+        raise AssertionError(f"{failure}:\n{out.decode()}\n{errors.decode()}") from None
+
+
+async def run_as_written(
+    argv: list[str], cwd: Path, env: dict[str, str], expected: str
+) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr. A command that ends by itself gets ENDING_SECONDS; one
+    that follows the stream must show `expected` within FOLLOWING_SECONDS while it keeps
+    running, and is then interrupted as a person would (Ctrl-C): it counts as working when it
+    then exits 130. One that does neither in time is killed, and fails."""
+    with children_get_ctrl_c():
+        process = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+    if not follows(argv):
+        out, errors = await ended(
+            process,
+            ENDING_SECONDS,
+            f"`{shlex.join(argv)}` ends by itself, but had not after {ENDING_SECONDS:g} s",
+        )
+        assert process.returncode is not None
+        return process.returncode, out.decode(), errors.decode()
+    assert process.stdout is not None
+    printed, stopped = b"", False
+    try:
+        async with asyncio.timeout(FOLLOWING_SECONDS):
+            while expected.encode() not in printed:
+                chunk = await process.stdout.read(4096)
+                stopped = not chunk
+                if stopped:
+                    break
                 printed += chunk
     except TimeoutError:
         pass
-    if process.returncode is None:
-        # Ctrl-C for a follower; one silent for RUN_SECONDS is hung: ended, and failed.
-        process.send_signal(signal.SIGINT if printed else signal.SIGKILL)
-    rest, errors = await process.communicate()
-    code = 0 if process.returncode == EXIT_INTERRUPTED and printed else process.returncode
+    following = not stopped and expected.encode() in printed
+    if following:
+        process.send_signal(signal.SIGINT)
+    elif process.returncode is None:
+        process.kill()
+    rest, errors = await ended(
+        process, INTERRUPTED_SECONDS, f"`{shlex.join(argv)}` went on after Ctrl-C"
+    )
+    if not following:
+        why = "ended by itself" if stopped else f"showed no {expected!r} in {FOLLOWING_SECONDS:g} s"
+        raise AssertionError(
+            f"`{shlex.join(argv)}` follows the stream, but {why}:\n"
+            f"{(printed + rest).decode()}\n{errors.decode()}"
+        )
+    code = 0 if process.returncode == EXIT_INTERRUPTED else process.returncode
     assert code is not None
     return code, (printed + rest).decode(), errors.decode()
 
@@ -192,7 +232,8 @@ async def test_documented_bus_command_works_as_written(
         async with local_bus.connection("node-labeller") as bus:
             await seed(bus)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    code, out, err = await run_as_written(command.argv(port), site, env)
+    shows = SHOWS[command.text.split()[1]]
+    code, out, err = await run_as_written(command.argv(port), site, env, shows)
     assert code == 0, f"{command.page}: `{command.text}` exited {code}:\n{err}"
     assert "Traceback" not in err, err
-    assert SHOWS[command.text.split()[1]] in out, out
+    assert shows in out, out

@@ -11,21 +11,31 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 
 import nats.errors
+import nats.js.errors
 import pytest
 
-from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
+from hostaffinity.cli.bus_credentials import new_user_seed, public_key
+from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF, LocalSubscribers, Subscriber
 from hostaffinity.cli.kubernetes_subscribers import SEED_KEY, SUBSCRIBERS_SECRET, seed_secret_name
+from hostaffinity.cli.subscriber_admission import wait_until_every_server
 from hostaffinity.cli.subscriber_commands import reload_servers
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, event_subject
 from tests.integration.cli_runner import exit_code
-from tests.platform.bus_probe import REPLY_SECONDS, Session, session
+from tests.platform.bus_probe import (
+    LEADER_SECONDS,
+    REPLY_SECONDS,
+    Session,
+    first_fetch,
+    session,
+)
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 
@@ -47,9 +57,18 @@ async def subscriber(
 
 
 async def publish(cluster: NatsCluster, identity: str, event_types: Sequence[str]) -> None:
-    async with cluster.connection(identity) as bus:
+    """Store each event. No responder: the just-provisioned R3 stream's leader, or its interest
+    after the servers' reload, has not reached this server yet (seen once under load, 0.3 s
+    after a reload); asked again for up to LEADER_SECONDS, as the services' outbox does."""
+    async with cluster.connection(identity) as bus, asyncio.timeout(LEADER_SECONDS):
         for event_type in event_types:
-            await bus.js.publish(event_subject(event_type), b'{"type": "%s"}' % event_type.encode())
+            while True:
+                try:
+                    payload = b'{"type": "%s"}' % event_type.encode()
+                    await bus.js.publish(event_subject(event_type), payload)
+                    break
+                except nats.js.errors.NoStreamResponseError:
+                    await asyncio.sleep(0.2)
 
 
 async def test_a_subscriber_reads_its_types_through_its_consumer_and_nothing_else(
@@ -66,7 +85,7 @@ async def test_a_subscriber_reads_its_types_through_its_consumer_and_nothing_els
 
     async with session(nats_cluster, "audit", seed) as audit:
         pull = await audit.nc.jetstream().pull_subscribe_bind("audit", stream=EVENTS_STREAM)
-        messages = await pull.fetch(10, timeout=REPLY_SECONDS)
+        messages = await first_fetch(pull, 10)
         assert [m.subject for m in messages] == [
             event_subject("vm.moved"),
             event_subject("pod.evicted"),
@@ -129,7 +148,7 @@ async def test_subscribers_are_added_and_removed_without_restarting_the_bus(
         await publish(nats_cluster, "node-labeller", ["vm.moved"])
         async with session(nats_cluster, "cmdb", seed) as cmdb:
             pull = await cmdb.nc.jetstream().pull_subscribe_bind("cmdb", stream=EVENTS_STREAM)
-            [message] = await pull.fetch(1, timeout=REPLY_SECONDS)
+            [message] = await first_fetch(pull, 1)
             await message.ack_sync(timeout=REPLY_SECONDS)
 
         code, out = await subscriber(nats_cluster, capsys, "remove", "cmdb")
@@ -203,7 +222,7 @@ async def test_in_kubernetes_the_secret_reaches_the_servers_and_the_consumer_fol
         await publish(nats_cluster, "node-labeller", ["vm.moved"])
         async with session(nats_cluster, "audit", seed) as audit:
             pull = await audit.nc.jetstream().pull_subscribe_bind("audit", stream=EVENTS_STREAM)
-            [message] = await pull.fetch(1, timeout=REPLY_SECONDS)
+            [message] = await first_fetch(pull, 1)
             await message.ack_sync(timeout=REPLY_SECONDS)
             assert await audit.publish_refused(f"$JS.API.STREAM.INFO.{EVENTS_STREAM}")
 
@@ -216,3 +235,34 @@ async def test_in_kubernetes_the_secret_reaches_the_servers_and_the_consumer_fol
         with contextlib.suppress(asyncio.CancelledError):
             await emulation
     assert _pids(nats_cluster) == pids
+
+
+async def test_the_commands_wait_for_every_server_given_to_load_the_change(
+    nats_cluster: NatsCluster,
+) -> None:
+    """What `add` and `remove` wait for before they return: each server admits (or refuses) the
+    subscriber. A server not yet reloaded is named, and waited for until it is."""
+    directory = LocalSubscribers(nats_cluster.credentials_dir)
+    seed = new_user_seed()
+    directory.save([Subscriber("probe", ("vm.moved",), public_key(seed))])
+    first, *others = nats_cluster.pid_files
+    reload_servers([first])
+    ca = str(nats_cluster.tls_dir / "ca.crt")
+    second = re.escape(nats_cluster.urls[1])
+
+    def waiting(admitted: bool) -> Coroutine[None, None, None]:
+        return wait_until_every_server(
+            nats_cluster.urls, "probe", seed, ca, admitted=admitted, wait_seconds=2.0
+        )
+
+    with pytest.raises(RuntimeError, match=f"{second} did not admit subscriber probe"):
+        await waiting(admitted=True)
+    reload_servers(others)
+    await waiting(admitted=True)
+
+    directory.save([])
+    reload_servers([first])
+    with pytest.raises(RuntimeError, match=f"{second} did not refuse subscriber probe"):
+        await waiting(admitted=False)
+    reload_servers(others)
+    await waiting(admitted=False)

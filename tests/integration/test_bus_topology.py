@@ -18,7 +18,6 @@ from hostaffinity.runtime.bus.kv import (
     Undecodable,
 )
 from hostaffinity.runtime.bus.layout import BusLayout
-from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import (
     DLQ_STREAM,
     EVENTS_STREAM,
@@ -31,7 +30,6 @@ from hostaffinity.schema import (
 from tests.platform.bus_values import ESXI_HOST
 from tests.platform.bus_values import node_placement as placement
 from tests.platform.nats import NatsServer, message_tasks
-from tests.platform.nats_delivery_lag import DeliveryLagProxy
 
 WAIT_SECONDS = 5.0
 
@@ -150,19 +148,6 @@ async def test_snapshot_has_every_live_key_undecodable_ones_included(bus: Bus) -
     for moid in ("host-11", "host-12"):
         await store.delete_host(moid)
     assert await store.snapshot() == empty
-
-
-@pytest.fixture
-async def lagging_reader(nats_server: NatsServer) -> AsyncIterator[Bus]:
-    """A connection whose JetStream deliveries arrive after the API replies sent behind them."""
-    proxy = DeliveryLagProxy("127.0.0.1", nats_server.port, lag=0.3, latency=0.05)
-    await proxy.start()
-    other = await Bus.connect(NatsSettings(servers=[f"nats://127.0.0.1:{proxy.port}"]), name="lag")
-    try:
-        yield other
-    finally:
-        await other.close()
-        await proxy.stop()
 
 
 async def until_bootstrapped(watch: TopologyWatch) -> list[TopologyChange]:

@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
+from nats.js.client import JetStreamContext
+from nats.js.errors import ServiceUnavailableError
 
 from tests.platform.nats_cluster import NatsCluster
 
@@ -89,6 +92,19 @@ class Session:
         await self.nc.subscribe(subject)
         await self.nc.flush()
         return await self.refused(subject)
+
+
+async def first_fetch(pull: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
+    """The first fetch from a consumer just made. Its leader's interest in the pull requests
+    reaches the other servers a moment after the creation is answered, so a pull through one of
+    them may be answered 503 (no responders) at first: asked again, for up to LEADER_SECONDS,
+    as a subscriber would."""
+    async with asyncio.timeout(LEADER_SECONDS):
+        while True:
+            try:
+                return await pull.fetch(batch, timeout=REPLY_SECONDS)
+            except ServiceUnavailableError:
+                await asyncio.sleep(0.2)
 
 
 def _names(error: str, subject: str) -> bool:

@@ -4,9 +4,11 @@ environment the test sets."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,20 @@ def clear_hostaffinity_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # Where the environment installs the console scripts (hostaffinity-*), to run them as a process.
 SCRIPTS = Path(sys.executable).parent
+
+
+@contextlib.contextmanager
+def children_get_ctrl_c() -> Iterator[None]:
+    """While children are started in the block, they start with SIGINT at its default, so a
+    Python among them turns Ctrl-C into KeyboardInterrupt. A test run started in the background
+    by a shell without job control (`pytest ... &`) has SIGINT ignored, and an ignored signal
+    stays ignored across exec; a caught one is reset to its default there, so for the block this
+    process catches it (main thread only, as signal.signal requires)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -12,8 +12,13 @@ consumer time to dispatch before the next request arrives.
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+import pytest
+
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.process.config import NatsSettings
+from tests.platform.nats import NatsServer
 from tests.platform.tcp_proxy import TcpProxy
 
 _DELIVERY_REPLY = b"$JS.ACK."
@@ -87,3 +92,16 @@ def _is_delivery(frame: bytes) -> bool:
     tokens = frame.split(b"\r\n", 1)[0].split()
     with_reply = 5 if tokens[0] == b"MSG" else 6
     return len(tokens) == with_reply and tokens[3].startswith(_DELIVERY_REPLY)
+
+
+@pytest.fixture
+async def lagging_reader(nats_server: NatsServer) -> AsyncIterator[Bus]:
+    """A connection whose JetStream deliveries arrive after the API replies sent behind them."""
+    proxy = DeliveryLagProxy("127.0.0.1", nats_server.port, lag=0.3, latency=0.05)
+    await proxy.start()
+    other = await Bus.connect(NatsSettings(servers=[f"nats://127.0.0.1:{proxy.port}"]), name="lag")
+    try:
+        yield other
+    finally:
+        await other.close()
+        await proxy.stop()

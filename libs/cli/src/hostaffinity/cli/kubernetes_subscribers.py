@@ -91,9 +91,8 @@ class KubernetesSubscribers:
 
     async def seed(self, name: str) -> bytes:
         """The subscriber's seed, from its Secret; a new one (with the bus's CA) if it has none."""
-        stored = await self._read(seed_secret_name(name))
-        if stored is not None and SEED_KEY in stored:
-            return stored[SEED_KEY].strip()
+        if (kept := await self.kept_seed(name)) is not None:
+            return kept
         seed = new_user_seed()
         values: dict[str, str | bytes] = {SEED_KEY: seed}
         tls = await self._read(TLS_SECRET)
@@ -103,6 +102,10 @@ class KubernetesSubscribers:
         secret["metadata"]["labels"]["hostaffinity.io/subscriber"] = name
         await self.kube.request("POST", self.secrets.path(), body=secret)
         return seed
+
+    async def kept_seed(self, name: str) -> bytes | None:
+        stored = await self._read(seed_secret_name(name))
+        return stored[SEED_KEY].strip() if stored is not None and SEED_KEY in stored else None
 
     async def forget(self, name: str) -> None:
         try:

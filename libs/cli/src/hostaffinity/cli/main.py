@@ -65,7 +65,7 @@ async def show_events(args: argparse.Namespace) -> int:
         host=args.host,
     )
     output = args.output or ("table" if sys.stdout.isatty() else "json")
-    follow = args.follow or args.since is None
+    follow = follows_the_stream(args)
     async with open_bus(nats_settings(args), within=args.connect_timeout) as bus:
         if output == "table":
             print(table_header(), flush=True)
@@ -75,7 +75,14 @@ async def show_events(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def follows_the_stream(args: argparse.Namespace) -> bool:
+    """Whether the command goes on until interrupted (Ctrl-C, exit 130): `events`, unless it is
+    given --since without --follow. Every other command ends by itself."""
+    return args.command == "events" and (args.follow or args.since is None)
+
+
+def command_line() -> argparse.ArgumentParser:
+    """Every command and its options."""
     parser = argparse.ArgumentParser(prog="hostaffinity", description=__doc__)
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {release_version('hostaffinity-cli')}"
@@ -117,6 +124,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_check_command(commands)
     add_demo_command(commands)
     add_uninstall_command(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = command_line()
     args = parser.parse_args(argv)
     # force: each run logs to the stderr of now (an earlier in-process run may have left a
     # handler on a stream that is closed since).

@@ -31,7 +31,7 @@ from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.cli.connections import open_api, open_bus
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
+from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, current_entries
 from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
 from hostaffinity.runtime.kube.informer import Informer, InformerEvent
 from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
@@ -184,17 +184,13 @@ async def _drs_bucket_values(
     except BucketNotFoundError:
         return []
     values: list[T] = []
-    watcher = await kv.watchall()
-    try:
-        while (entry := await anext(watcher)) is not None:
-            if not entry.key.startswith(prefix) or entry.operation in (KV_DEL, KV_PURGE):
-                continue
-            try:
-                values.append(decoder.decode(entry.value or b""))
-            except msgspec.DecodeError as error:
-                print(f"{what} {entry.key} skipped: {error}", file=sys.stderr)
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]
+    for entry in await current_entries(kv):
+        if not entry.key.startswith(prefix) or entry.operation in (KV_DEL, KV_PURGE):
+            continue
+        try:
+            values.append(decoder.decode(entry.value or b""))
+        except msgspec.DecodeError as error:
+            print(f"{what} {entry.key} skipped: {error}", file=sys.stderr)
     return values
 
 

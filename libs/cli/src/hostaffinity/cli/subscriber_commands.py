@@ -7,8 +7,9 @@ pid file is given (default `<dir>/nats.pid`, which `make dev` writes) is told to
 config (SIGHUP, what `nats-server --signal reload=<pid file>` sends).
 In Kubernetes (`--namespace`): the same in Secrets (kubernetes_subscribers.py); the kubelet
 updates each NATS pod's file and the pod's reloader container signals its server.
-Then the consumer is made through the `provision` identity, the only one that creates consumers,
-retried until the reloaded servers allow it; `remove` deletes it first, while they still do.
+Then, once every server given admits the subscriber (subscriber_admission.py), the consumer is
+made through the `provision` identity, the only one that creates consumers; `remove` deletes it
+first, while the servers still allow that, and returns once every server refuses the subscriber.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from hostaffinity.cli.bus_subscribers import (
     consumer_config,
 )
 from hostaffinity.cli.kubernetes_subscribers import KubernetesSubscribers
+from hostaffinity.cli.subscriber_admission import wait_until_every_server
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.kube.client import KubeClient, api_client
 from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
@@ -56,6 +58,7 @@ class SubscriberStore(Protocol):
     async def load(self) -> list[Subscriber]: ...
     async def save(self, subscribers: list[Subscriber]) -> bool: ...
     async def seed(self, name: str) -> bytes: ...
+    async def kept_seed(self, name: str) -> bytes | None: ...
     async def forget(self, name: str) -> None: ...
     def where(self, name: str) -> str: ...
 
@@ -75,12 +78,17 @@ class LocalStore:
 
     async def seed(self, name: str) -> bytes:
         """The subscriber's seed (kept when it has one: `add` again only changes its types)."""
+        if (kept := await self.kept_seed(name)) is not None:
+            return kept
         path = self.files.seed_file(name)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch(mode=0o600)
-            path.write_bytes(new_user_seed() + b"\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_bytes(new_user_seed() + b"\n")
         return path.read_bytes().strip()
+
+    async def kept_seed(self, name: str) -> bytes | None:
+        path = self.files.seed_file(name)
+        return path.read_bytes().strip() if path.exists() else None
 
     async def forget(self, name: str) -> None:
         self.files.seed_file(name).unlink(missing_ok=True)
@@ -133,10 +141,14 @@ def _servers_told(args: argparse.Namespace) -> bool:
     return False
 
 
+def _servers(args: argparse.Namespace) -> list[str]:
+    return list(args.nats or [LOCAL_NATS])
+
+
 @contextlib.asynccontextmanager
 async def _provisioning(args: argparse.Namespace) -> AsyncIterator[Bus]:
     """A connection as `provision`: its seed from --nats-seed, or locally <dir>/provision.nk."""
-    servers = args.nats or [LOCAL_NATS]
+    servers = _servers(args)
     settings = NatsSettings(
         servers=servers,
         identity="provision",
@@ -191,13 +203,20 @@ async def add_subscriber(args: argparse.Namespace) -> int:
     name = checked_name(args.name)
     events = checked_event_types(args.events)
     async with _store(args) as store:
-        subscriber = Subscriber(name, events, public_key(await store.seed(name)))
+        seed_value = await store.seed(name)
+        subscriber = Subscriber(name, events, public_key(seed_value))
         registered = [s for s in await store.load() if s.name != name]
         await store.save([*registered, subscriber])
         seed = store.where(name)
     if not _servers_told(args) or not _reachable(args):
         print(f"then run this command again (with --nats): it creates the consumer {name}")
         return 0
+    # First every server on the new table: a connection made while a server reloads can keep
+    # the permissions from before for its whole life (subscriber_admission.py).
+    await wait_until_every_server(
+        _servers(args), name, seed_value, args.nats_ca_file,
+        admitted=True, wait_seconds=_reload_seconds(args),
+    )  # fmt: skip
     async with _provisioning(args) as bus:
         config = consumer_config(subscriber, args.ack_wait)
         await create_consumer(bus, config, _reload_seconds(args))
@@ -219,7 +238,14 @@ async def remove_subscriber(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotFoundError):  # already gone: nothing to take away
                 await bus.js.delete_consumer(EVENTS_STREAM, args.name)
         await store.save([s for s in registered if s.name != args.name])
-        _servers_told(args)
+        told = _servers_told(args)
+        seed = await store.kept_seed(args.name)
+        if told and args.namespace is None and seed is not None:
+            # In Kubernetes the kubelet's sync comes about a minute later: not waited for.
+            await wait_until_every_server(
+                _servers(args), args.name, seed, args.nats_ca_file,
+                admitted=False, wait_seconds=_reload_seconds(args),
+            )  # fmt: skip
         await store.forget(args.name)
     print(f"subscriber {args.name} removed: its consumer, its seed and its permissions")
     return 0

@@ -13,8 +13,8 @@ import logging
 import msgspec
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from hostaffinity.runtime.bus.kv import current_entries
 from hostaffinity.schema import UNDECODABLE, DrsRulesApplied, Event, drs_outbox_key
-from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX
 
 _log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
@@ -45,17 +45,14 @@ class KeptAnnouncements:
         """Every event kept by an earlier run, oldest first; they are kept until forgotten."""
         found: list[DrsRulesApplied] = []
         prefix = drs_outbox_key(self._vcenter, "")
-        watcher = await self._kv.watch(f"{DRS_OUTBOX_KEY_PREFIX}>", ignore_deletes=True)
-        try:
-            while (entry := await anext(watcher)) is not None:
-                if entry.operation in (KV_DEL, KV_PURGE) or not entry.key.startswith(prefix):
-                    continue
-                try:
-                    found.append(_decoder.decode(entry.value or b""))
-                except UNDECODABLE as err:
-                    _log.error("kept announcement %s does not decode; dropped: %s", entry.key, err)
-                    await self._kv.delete(entry.key)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        # Not nats-py's end-of-values marker, which can come before the values (current_entries).
+        for entry in await current_entries(self._kv):
+            if entry.operation in (KV_DEL, KV_PURGE) or not entry.key.startswith(prefix):
+                continue
+            try:
+                found.append(_decoder.decode(entry.value or b""))
+            except UNDECODABLE as err:
+                _log.error("kept announcement %s does not decode; dropped: %s", entry.key, err)
+                await self._kv.delete(entry.key)
         self._kept.update(event.id for event in found)
         return sorted(found, key=lambda event: event.occurred_at)

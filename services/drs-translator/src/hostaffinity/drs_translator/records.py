@@ -10,6 +10,7 @@ import logging
 import msgspec
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from hostaffinity.runtime.bus.kv import current_entries
 from hostaffinity.schema import UNDECODABLE, DrsOwnership, drs_rule_key
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
 
@@ -29,24 +30,22 @@ class OwnershipRecords:
     async def load(self) -> None:
         """Replace the copy in memory with every record of our vCenter the bucket holds."""
         loaded: dict[str, dict[str, DrsOwnership]] = {}
-        watcher = await self._kv.watch(f"{DRS_RULE_KEY_PREFIX}>", ignore_deletes=True)
-        try:
-            while (entry := await anext(watcher)) is not None:
-                if entry.operation in (KV_DEL, KV_PURGE):
-                    continue
-                try:
-                    record = _decoder.decode(entry.value or b"")
-                except UNDECODABLE as err:
-                    _log.error(
-                        "ownership record %s left out (its rule stays untouched): %s",
-                        entry.key,
-                        err,
-                    )
-                    continue
-                if record.vcenter == self._vcenter:
-                    loaded.setdefault(record.cluster_moid, {})[record.name] = record
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        # Not nats-py's end-of-values marker, which can come before the values (current_entries).
+        for entry in await current_entries(self._kv):
+            if not entry.key.startswith(DRS_RULE_KEY_PREFIX) or entry.operation in (
+                KV_DEL,
+                KV_PURGE,
+            ):
+                continue
+            try:
+                record = _decoder.decode(entry.value or b"")
+            except UNDECODABLE as err:
+                _log.error(
+                    "ownership record %s left out (its rule stays untouched): %s", entry.key, err
+                )
+                continue
+            if record.vcenter == self._vcenter:
+                loaded.setdefault(record.cluster_moid, {})[record.name] = record
         self.by_cluster = loaded
 
     def of(self, cluster_moid: str) -> dict[str, DrsOwnership]:

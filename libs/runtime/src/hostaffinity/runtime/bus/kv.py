@@ -128,6 +128,21 @@ class _BucketWatch:
         await _stop(self._watcher)
 
 
+async def current_entries(kv: KeyValue) -> list[KeyValue.Entry]:
+    """The latest entry of every key of any bucket, deletes and purges included (their
+    `operation` says so), read up to where the bucket ended when the read began: nats-py's own
+    end-of-values marker can come before the values (see _BucketWatch), and a read that trusted
+    it found an empty bucket."""
+    entries: list[KeyValue.Entry] = []
+    watch = await _BucketWatch.start(kv)
+    try:
+        while not isinstance(entry := await watch.next(), Bootstrapped):
+            entries.append(entry)
+    finally:
+        await watch.stop()
+    return entries
+
+
 async def _watch_all(kv: KeyValue) -> KeyValue.KeyWatcher:
     """`kv.watchall()`, never abandoned half-made: nats-py unsubscribes a watch whose start
     failed only on an Exception, so a start cancelled while it awaited its consumer_info would
@@ -283,12 +298,8 @@ class TopologyStore:
         """Every key's latest value, undecodable ones included; deleted keys are absent."""
         nodes: dict[str, NodePlacement | Undecodable] = {}
         hosts: dict[str, EsxiHost | Undecodable] = {}
-        watch = await _BucketWatch.start(self._kv)
-        try:
-            while not isinstance(entry := await watch.next(), Bootstrapped):
-                _apply(entry, nodes, hosts)
-        finally:
-            await watch.stop()
+        for entry in await current_entries(self._kv):
+            _apply(entry, nodes, hosts)
         return TopologySnapshot(nodes=nodes, hosts=hosts)
 
     def watch(self) -> TopologyWatch:
