@@ -61,9 +61,13 @@ async def test_the_first_batch_is_the_whole_inventory_of_both_feeds_then_changes
                 for u in batch.updates
             )
 
+        await asyncio.sleep(0.5)  # both feeds are in a long poll (2 s) now
+        asked = time.monotonic()
         watcher.request_full_read()
         while not (batch := await next_batch(watcher)).resync:
             pass
+        # The polls in flight were cancelled, not waited out.
+        assert time.monotonic() - asked < 1.0
         assert {(u.obj_type, u.moid) for u in batch.updates} >= seen - {
             (kind, moid) for kind, moid in seen if kind == "Task"
         }

@@ -109,13 +109,16 @@ class _Feed:
         self._view.Destroy()
 
     def wait_for_updates(self, version: str, options: Any) -> _Answer | None:
-        """One long poll; None when it timed out, or when vCenter ended the session meanwhile
-        (the session logged in again and retried, but the collector died with the old one)."""
+        """One long poll; None when it timed out, was cancelled, or when vCenter ended the
+        session meanwhile (the session logged in again and retried, but the collector died with
+        the old one)."""
         try:
             update_set = self._collector.WaitForUpdatesEx(version, options)
         except vmodl.fault.ManagedObjectNotFound:
             if self.session.relogins == self._built_in:
                 raise
+            return None
+        except vmodl.fault.RequestCanceled:  # `cancel_wait`: a full read or a stop is due
             return None
         if update_set is None:
             return None
@@ -125,7 +128,8 @@ class _Feed:
 
     def cancel_wait(self) -> None:
         """End the long poll in flight (from a thread of its own, as the session's thread is
-        busy with it), so that stopping waits for neither the poll nor the logout behind it."""
+        busy with it), so that a stop or a full read waits for neither the poll nor what queues
+        behind it."""
         try:
             if self._collector is not None:
                 self._collector.CancelWaitForUpdates()
@@ -146,14 +150,23 @@ class InventoryWatcher:
         self._metrics = WatchMetrics()
         self._failures = 0
         self._full_read = False
+        self._feeds: list[_Feed] = []
 
     def request_full_read(self) -> None:
-        """Make the next batch the complete inventory again (the periodic resync asks for it)."""
+        """Make the next batch the complete inventory again (the periodic resync asks for it).
+        The polls in flight are cancelled, so the read starts at once: a feed whose poll ended
+        would otherwise stop following changes until the other's poll timed out (up to 2 s), a
+        vMotion meanwhile waiting for it."""
         self._full_read = True
+        loop = asyncio.get_running_loop()
+        for feed in self._feeds:
+            loop.run_in_executor(None, feed.cancel_wait)
 
     async def run(self) -> None:
         """Watch until cancelled; reconnects (and resyncs) after any session or network error."""
-        feeds = [_Feed(self._settings, part) for part in feed_properties(self._properties)]
+        feeds = self._feeds = [
+            _Feed(self._settings, part) for part in feed_properties(self._properties)
+        ]
         logged_in = False
         try:
             while True:
