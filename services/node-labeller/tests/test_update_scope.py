@@ -13,6 +13,7 @@ from hostaffinity.node_labeller.nodes import Node, NodeMeta, NodeSpec, NodeStatu
 from hostaffinity.node_labeller.reconcile import PlannerSettings, reconcile_node
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
 from hostaffinity.runtime.bus.kv import TopologySnapshot
+from hostaffinity.runtime.process.workqueue import SWEEP_WINDOW
 
 VCENTER = "vc-1"
 UUID = "42370000-0000-0000-0000-000000000001"
@@ -130,3 +131,38 @@ async def test_a_deleted_node_is_no_longer_a_candidate() -> None:
     labeller.on_inventory(batch(vm_enter("vm-9", "metal-5", "", "host-1")))
 
     assert await queued(labeller) == set()
+
+
+async def test_a_resync_that_finds_a_vm_moved_plans_its_node_before_sweeping_the_rest() -> None:
+    labeller = await working_labeller(the_cluster())
+
+    read_again = inventory_updates(("vm-1", "worker-1", UUID, "host-2"))  # moved unseen
+    labeller.on_inventory(UpdateBatch(VCENTER, read_again, resync=True, received_at=1.0))
+    first = await labeller.queue.get()
+    labeller.queue.done(first)
+
+    assert first == "node.worker-1"
+    assert "node.metal-1999" in await queued(labeller), "the rest is still swept"
+
+
+async def test_a_change_during_a_resync_sweep_is_planned_before_the_rest_of_it() -> None:
+    labeller = await working_labeller(the_cluster())
+    labeller.on_inventory(
+        UpdateBatch(
+            VCENTER,
+            inventory_updates(("vm-1", "worker-1", UUID, "host-1")),
+            resync=True,
+            received_at=1.0,
+        )
+    )
+
+    moved = ObjectUpdate("modify", "VirtualMachine", "vm-1", {"runtime.host": "host-2"})
+    labeller.on_inventory(batch(moved))
+    order = []
+    while not labeller.queue.idle():
+        key = await labeller.queue.get()
+        labeller.queue.done(key)
+        order.append(key)
+
+    assert order.index("node.worker-1") <= SWEEP_WINDOW
+    assert len(order) > UNPLACED

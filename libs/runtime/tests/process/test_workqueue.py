@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostaffinity.runtime.process.workqueue import WorkQueue
+from hostaffinity.runtime.process.workqueue import SWEEP_WINDOW, WorkQueue
 
 
 async def test_a_key_added_twice_before_it_is_taken_is_handled_once() -> None:
@@ -127,3 +127,35 @@ def test_every_key_is_handled_after_its_last_add_and_never_twice_at_once(
         assert all(last_success.get(key, -1) >= at for key, at in last_added.items())
 
     asyncio.run(scenario())
+
+
+async def test_a_key_added_during_a_sweep_goes_before_the_rest_of_it() -> None:
+    queue: WorkQueue[str] = WorkQueue("test")
+    swept = [f"s{i}" for i in range(SWEEP_WINDOW * 10)]
+    queue.sweep(swept)
+    assert queue._ready.qsize() == SWEEP_WINDOW, "only a window is in line"
+    first = await queue.get()
+    queue.add("change")
+    queue.done(first)
+
+    order = [first]
+    while not queue.idle():
+        key = await queue.get()
+        order.append(key)
+        queue.done(key)
+
+    assert order.index("change") <= SWEEP_WINDOW
+    assert sorted(order) == sorted([*swept, "change"]), "every swept key handled, once"
+
+
+async def test_a_sweep_keeps_the_queue_busy_until_its_last_key_is_done() -> None:
+    queue: WorkQueue[str] = WorkQueue("test")
+    queue.sweep(["a", "b", "a"])
+    handled = []
+    while not queue.idle():
+        key = await queue.get()
+        handled.append(key)
+        queue.done(key)
+    assert handled == ["a", "b"]
+    queue.sweep(["c"])
+    assert not queue.idle()

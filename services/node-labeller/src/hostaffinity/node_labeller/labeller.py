@@ -280,6 +280,7 @@ class Labeller:
         the VM of, by their BIOS UUID, name or guest hostname before and after the change
         (a VM appearing for a node not placed yet, or a twin of a placed node's VM)."""
         vcenter = batch.vcenter
+        previous = self.state.inventories.get(vcenter)
         if batch.resync:
             self.state.inventories[vcenter] = Inventory()
             self.inventory_reads += 1
@@ -305,20 +306,37 @@ class Labeller:
                 if h
             )
         if everything:
+            if batch.resync and previous is not None:  # what it found changed goes first
+                moved = {vm for vm in affected_vms if inventory.vm(vm) != previous.vm(vm)}
+                self._queue(
+                    self._nodes_concerned(vcenter, inventory, moved, set()),
+                    {
+                        self.host_ids.of(vcenter, moid)
+                        for moid in inventory.host_moids()
+                        if inventory.host(moid) != previous.host(moid)
+                    },
+                )
             nodes = self._queue_everything()
         else:
-            mapped = self.state.node_of_vm
-            placed = {mapped[(vcenter, vm)] for vm in affected_vms if (vcenter, vm) in mapped}
-            for vm in affected_vms:
-                if (facts := inventory.vm(vm)) is not None:
-                    match_keys |= vm_match_keys(facts)
-            nodes = placed | self._node_index.nodes_with(match_keys)
+            nodes = self._nodes_concerned(vcenter, inventory, affected_vms, match_keys)
             self._queue(nodes, hosts)
         for name in nodes:
             self.timings[name] = Timing(seen=batch.received_at)
         self._first_inventory.set()
         if all(self.read_once(name) for name in self.host_ids.vcenters):
             self.inventory_synced.set()
+
+    def _nodes_concerned(
+        self, vcenter: str, inventory: Inventory, vms: set[str], match_keys: set[MatchKey]
+    ) -> set[str]:
+        """The nodes placed on `vms` and those the VMs (or `match_keys`) may be the VM of."""
+        mapped = self.state.node_of_vm
+        placed = {mapped[(vcenter, vm)] for vm in vms if (vcenter, vm) in mapped}
+        keys = set(match_keys)
+        for vm in vms:
+            if (facts := inventory.vm(vm)) is not None:
+                keys |= vm_match_keys(facts)
+        return placed | self._node_index.nodes_with(keys)
 
     def on_tags(self, vcenter: str, tags: Tags | None) -> None:
         """A vCenter's tags were read (None: they could not be, the last read stands); a change
@@ -345,16 +363,22 @@ class Labeller:
             self.queue.add(host_key(key_part))
 
     def _queue_everything(self) -> set[str]:
-        """Queue every node and host vCenter, Kubernetes or the KV knows; returns the nodes."""
+        """Sweep every node and host vCenter, Kubernetes or the KV knows (keys a change queues
+        meanwhile go first); returns the nodes."""
         nodes = set(self._nodes.cache) | set(self.state.placements)
         hosts = {
             self.host_ids.of(vcenter, moid)
             for vcenter, inventory in self.state.inventories.items()
             for moid in inventory.host_moids()
         }
-        self._queue(nodes, hosts | set(self.state.hosts))
         for key in self._stale:
             self.queue.add(key)
+        self.queue.sweep(
+            [
+                *(node_key(name) for name in sorted(nodes)),
+                *(host_key(part) for part in sorted(hosts | set(self.state.hosts))),
+            ]
+        )
         return nodes
 
     async def _reconcile_key(self, key: str) -> None:

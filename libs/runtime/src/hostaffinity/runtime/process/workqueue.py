@@ -9,13 +9,17 @@ delaying_queue.go, rate_limiting_queue.go, default_rate_limiters.go):
   most `max_delay`: ItemExponentialFailureRateLimiter); success forgets its failures;
 - a plain `add` is not delayed by a pending retry: a changed desired state is worked on at once.
 
+Ours: `sweep` queues a whole resync's keys a window at a time, so a key `add`ed meanwhile (a
+change) waits behind at most `SWEEP_WINDOW` of them, not behind all of them.
+
 The handler always reads the *current* desired state, so a retry never applies a stale one:
 the key is the unit of work, not the change that queued it.
 """
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 from opentelemetry import metrics
@@ -24,6 +28,8 @@ from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
+# A sweep's keys put in line at most this many at a time (beyond the workers' share).
+SWEEP_WINDOW = 64
 _retries = metrics.get_meter("hostaffinity.runtime").create_counter(
     "hostaffinity_workqueue_retries",
     description="keys handed back to a work queue after a failure, by queue",
@@ -42,6 +48,8 @@ class WorkQueue(Generic[K]):
         self._processing: set[K] = set()
         self._failures: dict[K, int] = {}
         self._waiting: dict[K, tuple[float, asyncio.TimerHandle]] = {}
+        # A sweep's keys not in line yet, in order, each once.
+        self._swept: OrderedDict[K, None] = OrderedDict()
         # Exported at 0 from the start: rate() then sees the first retry.
         _retries.add(0, {"queue": name})
 
@@ -52,6 +60,16 @@ class WorkQueue(Generic[K]):
         self._dirty.add(key)
         if key not in self._processing:
             self._ready.put_nowait(key)
+
+    def sweep(self, keys: Iterable[K]) -> None:
+        """Queue every key, a window at a time: each joins the line once fewer than
+        `SWEEP_WINDOW` keys wait in it, so keys `add`ed meanwhile go before the rest."""
+        self._swept.update((key, None) for key in keys)
+        self._refill()
+
+    def _refill(self) -> None:
+        while self._swept and self._ready.qsize() < SWEEP_WINDOW:
+            self.add(self._swept.popitem(last=False)[0])
 
     def add_rate_limited(self, key: K) -> float:
         """Queue `key` again after its backoff; returns the delay chosen."""
@@ -80,8 +98,8 @@ class WorkQueue(Generic[K]):
         return self._failures.get(key, 0)
 
     def idle(self) -> bool:
-        """Nothing queued, being worked on or waiting for a retry."""
-        return not (self._dirty or self._processing or self._waiting)
+        """Nothing queued, swept, being worked on or waiting for a retry."""
+        return not (self._dirty or self._swept or self._processing or self._waiting)
 
     async def get(self) -> K:
         """The next key; the caller must call `done(key)` when it has finished with it."""
@@ -94,6 +112,7 @@ class WorkQueue(Generic[K]):
         self._processing.discard(key)
         if key in self._dirty:  # added again while it was being worked on
             self._ready.put_nowait(key)
+        self._refill()
 
     async def run(self, handler: Callable[[K], Awaitable[None]], workers: int) -> None:
         """Hand keys to `workers` concurrent handlers until cancelled; a handler that raises
