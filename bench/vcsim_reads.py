@@ -5,7 +5,6 @@ node-labeller's filters."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from pyVmomi import vim, vmodl
 
 from hostaffinity.node_labeller.inventory import watched_properties
 from hostaffinity.node_labeller.vcenter_watch import feed_properties, inventory_filter_spec
+from tests.platform.vcsim import updates_followed
 
 _COLLECTOR = vmodl.query.PropertyCollector
 
@@ -136,23 +136,10 @@ def following(si: Any, spec: Any) -> Iterator[None]:
     a watcher's other feed is), while the body runs."""
     collector = si.RetrieveContent().propertyCollector.CreatePropertyCollector()
     collector.CreateFilter(spec, partialUpdates=False)
-    done = threading.Event()
-
-    def follow() -> None:
-        version = ""
-        options = _COLLECTOR.WaitOptions(maxWaitSeconds=1)
-        while not done.is_set():
-            update = collector.WaitForUpdatesEx(version, options)
-            if update is not None:
-                version = update.version
-
-    thread = threading.Thread(target=follow, name="following", daemon=True)
-    thread.start()
     try:
-        yield
+        with updates_followed(collector):
+            yield
     finally:
-        done.set()
-        thread.join()
         collector.DestroyPropertyCollector()
 
 

@@ -3,7 +3,6 @@
 import asyncio
 import contextlib
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runn
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.nats_cluster import NatsCluster
-from tests.platform.vcsim import Vcsim, VcsimFactory
+from tests.platform.vcsim import Vcsim, VcsimFactory, updates_followed
 
 
 def labeller_config(
@@ -250,20 +249,5 @@ def watching_default_collector(si: vim.ServiceInstance) -> Iterator[None]:
         propSet=[collector.PropertySpec(type=vim.VirtualMachine, pathSet=["runtime.host"])],
     )
     content.propertyCollector.CreateFilter(spec, partialUpdates=False)
-    done = threading.Event()
-
-    def follow() -> None:
-        version = ""
-        options = collector.WaitOptions(maxWaitSeconds=1)
-        while not done.is_set():
-            update = content.propertyCollector.WaitForUpdatesEx(version, options)
-            if update is not None:
-                version = update.version
-
-    thread = threading.Thread(target=follow, name="default-collector-watch", daemon=True)
-    thread.start()
-    try:
+    with updates_followed(content.propertyCollector):
         yield
-    finally:
-        done.set()
-        thread.join()

@@ -27,6 +27,7 @@ import re
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from typing import Any
 
 import pytest
 from pyVim.connect import SmartConnect
-from pyVmomi import vim
+from pyVmomi import vim, vmodl
 
 from hostaffinity.runtime.http.certificates import ServingIdentity
 from hostaffinity.runtime.vcenter.session import VCenterSettings
@@ -261,3 +262,26 @@ def vcsim(vcsim_binary: Path, tmp_path: Path) -> Iterator[VcsimFactory]:
         finally:
             for vc in factory.started:
                 vc.stop()
+
+
+@contextlib.contextmanager
+def updates_followed(collector: Any) -> Iterator[None]:
+    """A client's WaitForUpdatesEx loop on `collector` (with the filters its caller made), kept
+    going on a thread while the body runs, as any watching client of vCenter would."""
+    done = threading.Event()
+
+    def follow() -> None:
+        version = ""
+        options = vmodl.query.PropertyCollector.WaitOptions(maxWaitSeconds=1)
+        while not done.is_set():
+            update = collector.WaitForUpdatesEx(version, options)
+            if update is not None:
+                version = update.version
+
+    thread = threading.Thread(target=follow, name="updates-followed", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
