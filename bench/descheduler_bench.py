@@ -681,14 +681,23 @@ def measure_vmotions(state: ClusterState, count: int, full: int, shipped: bool) 
                 per_strategy.setdefault(name, []).append(spent)
         state.set_placement(node, back)
         previous = node
-    print(
-        f"one vMotion (a node's VM onto the host of a replica its pod's required host "
-        f"anti-affinity keeps away): full cycle over {full} moves median "
-        f"{statistics.median(whole):.3f} s, p99 {percentile(whole, 0.99):.3f} s; scoped cycle "
-        f"over {count} moves median {statistics.median(scoped):.4f} s, p99 "
-        f"{percentile(scoped, 0.99):.4f} s; anti-affinity evictions planned per move: "
-        f"{min(found)}-{max(found)}"
-    )
+    parts = []  # `--vmotions 0` or `--full-vmotions 0` leaves its part out
+    if whole:
+        parts.append(
+            f"full cycle over {full} moves median {statistics.median(whole):.3f} s, "
+            f"p99 {percentile(whole, 0.99):.3f} s"
+        )
+    if scoped:
+        parts.append(
+            f"scoped cycle over {count} moves median {statistics.median(scoped):.4f} s, p99 "
+            f"{percentile(scoped, 0.99):.4f} s; anti-affinity evictions planned per move: "
+            f"{min(found)}-{max(found)}"
+        )
+    if parts:
+        print(
+            "one vMotion (a node's VM onto the host of a replica its pod's required host "
+            "anti-affinity keeps away): " + "; ".join(parts)
+        )
     for name, spent in per_strategy.items():
         print(
             f"  {name:<60} median {statistics.median(spent):.4f} s, "
@@ -705,8 +714,8 @@ def main() -> None:
     )
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.1)
-    parser.add_argument("--vmotions", type=int, default=50, help="scoped cycles timed")
-    parser.add_argument("--full-vmotions", type=int, default=10, help="full cycles timed")
+    parser.add_argument("--vmotions", type=int, default=50, help="scoped cycles timed (0: none)")
+    parser.add_argument("--full-vmotions", type=int, default=10, help="full cycles timed (0: none)")
     parser.add_argument(
         "--shipped-policy",
         action="store_true",
