@@ -19,6 +19,7 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
+from nats.js.errors import ServiceUnavailableError
 
 from hostaffinity.runtime.bus.deadletters import DeadLetterQueue
 from hostaffinity.runtime.bus.kv import TopologyStore
@@ -143,14 +144,17 @@ class Bus:
         while True:
             try:
                 return TopologyStore(await provision_layout(self.js, chosen))
-            except NatsTimeoutError:
+            except (NatsTimeoutError, ServiceUnavailableError) as error:
                 # A cluster that has just formed may leave a request unanswered while its
-                # stream leaders are elected; every step is create-or-update, so ask again.
+                # stream leaders are elected, or find no peers yet to place a replicated
+                # stream on (503, err_code 10005 "no suitable peers for placement", a peer
+                # still offline); every step is create-or-update, so ask again.
                 if attempt == PROVISION_ATTEMPTS:
                     raise
                 _log.warning(
-                    "the bus did not answer a provisioning request (attempt %d of %d); "
-                    "asking again",
+                    "the bus could not take a provisioning request yet (%s; attempt %d of %d);"
+                    " asking again",
+                    getattr(error, "description", None) or "no answer",
                     attempt,
                     PROVISION_ATTEMPTS,
                 )
