@@ -26,6 +26,7 @@ from pathlib import Path
 import jsonschema
 import nats
 from nats.errors import TimeoutError as FetchTimeout
+from nats.js.errors import ServiceUnavailableError
 
 STREAM = "HOSTAFFINITY_EVENTS"
 BATCH = 100
@@ -97,6 +98,11 @@ async def run(args: argparse.Namespace) -> None:
             try:
                 batch = await pull.fetch(BATCH, timeout=1)
             except FetchTimeout:
+                continue
+            except ServiceUnavailableError:
+                # 503, no responders: right after `bus subscriber add`, the consumer's leader
+                # may not have told every server yet that it takes pull requests. Ask again.
+                await asyncio.sleep(0.5)
                 continue
             for message in batch:
                 try:
