@@ -16,7 +16,6 @@ from typing import Any, Final, NamedTuple, TextIO, TypeVar
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 from nats.js.errors import BucketNotFoundError
-from nats.js.kv import KV_DEL, KV_PURGE
 
 from hostaffinity.affinity.model import (
     Node,
@@ -184,9 +183,7 @@ async def _drs_bucket_values(
     except BucketNotFoundError:
         return []
     values: list[T] = []
-    for entry in await current_entries(kv):
-        if not entry.key.startswith(prefix) or entry.operation in (KV_DEL, KV_PURGE):
-            continue
+    for entry in await current_entries(kv, prefix):
         try:
             values.append(decoder.decode(entry.value or b""))
         except msgspec.DecodeError as error:

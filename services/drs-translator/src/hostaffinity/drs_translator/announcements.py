@@ -11,7 +11,7 @@ already stored is dropped as a duplicate (within the stream's duplicate window).
 import logging
 
 import msgspec
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 
 from hostaffinity.runtime.bus.kv import current_entries
 from hostaffinity.schema import UNDECODABLE, DrsRulesApplied, Event, drs_outbox_key
@@ -46,9 +46,7 @@ class KeptAnnouncements:
         found: list[DrsRulesApplied] = []
         prefix = drs_outbox_key(self._vcenter, "")
         # Not nats-py's end-of-values marker, which can come before the values (current_entries).
-        for entry in await current_entries(self._kv):
-            if entry.operation in (KV_DEL, KV_PURGE) or not entry.key.startswith(prefix):
-                continue
+        for entry in await current_entries(self._kv, prefix):
             try:
                 found.append(_decoder.decode(entry.value or b""))
             except UNDECODABLE as err:

@@ -8,7 +8,7 @@ so its rule counts as not ours and is never touched.
 import logging
 
 import msgspec
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 
 from hostaffinity.runtime.bus.kv import current_entries
 from hostaffinity.schema import UNDECODABLE, DrsOwnership, drs_rule_key
@@ -31,12 +31,7 @@ class OwnershipRecords:
         """Replace the copy in memory with every record of our vCenter the bucket holds."""
         loaded: dict[str, dict[str, DrsOwnership]] = {}
         # Not nats-py's end-of-values marker, which can come before the values (current_entries).
-        for entry in await current_entries(self._kv):
-            if not entry.key.startswith(DRS_RULE_KEY_PREFIX) or entry.operation in (
-                KV_DEL,
-                KV_PURGE,
-            ):
-                continue
+        for entry in await current_entries(self._kv, DRS_RULE_KEY_PREFIX):
             try:
                 record = _decoder.decode(entry.value or b"")
             except UNDECODABLE as err:

@@ -128,16 +128,17 @@ class _BucketWatch:
         await _stop(self._watcher)
 
 
-async def current_entries(kv: KeyValue) -> list[KeyValue.Entry]:
-    """The latest entry of every key of any bucket, deletes and purges included (their
-    `operation` says so), read up to where the bucket ended when the read began: nats-py's own
+async def current_entries(kv: KeyValue, prefix: str = "") -> list[KeyValue.Entry]:
+    """The latest entry of every key of any bucket that starts with `prefix` and is not deleted
+    or purged, read up to where the bucket ended when the read began: nats-py's own
     end-of-values marker can come before the values (see _BucketWatch), and a read that trusted
     it found an empty bucket."""
     entries: list[KeyValue.Entry] = []
     watch = await _BucketWatch.start(kv)
     try:
         while not isinstance(entry := await watch.next(), Bootstrapped):
-            entries.append(entry)
+            if entry.key.startswith(prefix) and entry.operation not in (KV_DEL, KV_PURGE):
+                entries.append(entry)
     finally:
         await watch.stop()
     return entries
