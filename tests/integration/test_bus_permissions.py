@@ -119,9 +119,7 @@ async def test_only_the_labeller_writes_the_topology_and_only_the_translator_the
         async with session(nats_cluster, identity) as bus:
             for writer, subject in writes.items():
                 if identity == writer:
-                    ack = json.loads(
-                        (await bus.nc.request(subject, b"{}", timeout=REPLY_SECONDS)).data
-                    )
+                    ack = await bus.store(subject, b"{}")
                     assert "seq" in ack, (identity, ack)  # stored: the stream acked it
                 else:
                     assert await bus.publish_refused(subject), (identity, subject)
@@ -140,8 +138,7 @@ async def test_each_service_publishes_only_its_own_event_types(nats_cluster: Nat
             for owner, event_type in own.items():
                 subject = f"hostaffinity.events.{event_type}"
                 if identity == owner:
-                    reply = await bus.nc.request(subject, b"{}", timeout=REPLY_SECONDS)
-                    assert json.loads(reply.data)["stream"] == EVENTS_STREAM
+                    assert (await bus.store(subject, b"{}"))["stream"] == EVENTS_STREAM
                 else:
                     assert await bus.publish_refused(subject), (identity, subject)
 

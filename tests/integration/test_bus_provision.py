@@ -18,6 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.layout import DRS_STREAM, MAX_CONSUMERS, TOPOLOGY_STREAM
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, TOPOLOGY_BUCKET
+from tests.platform.bus_probe import store
 from tests.platform.nats import NatsServer
 from tests.platform.nats_cluster import NatsCluster
 
@@ -92,7 +93,7 @@ async def test_the_cli_reads_the_bus_as_its_read_only_identity(nats_cluster: Nat
     )  # fmt: skip
     try:
         async with nats_cluster.connection("node-labeller") as labeller:
-            await labeller.nc.request("hostaffinity.events.vm.moved", b"{}", timeout=5)
+            await store(labeller.nc, "hostaffinity.events.vm.moved", b"{}")
         assert follow.stderr is not None
         line = await asyncio.wait_for(follow.stderr.readline(), 15)
         assert b"undecodable message on hostaffinity.events.vm.moved" in line

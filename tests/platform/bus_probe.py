@@ -61,20 +61,7 @@ class Session:
     async def store(
         self, subject: str, payload: bytes, headers: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        """Publish to a stream's subject and return its answer (a PubAck or an error). No
-        responder means a just-formed cluster is still electing the stream's leader: asked
-        again, as the services' writers do, for up to LEADER_SECONDS."""
-        async with asyncio.timeout(LEADER_SECONDS):
-            while True:
-                try:
-                    reply = await self.nc.request(
-                        subject, payload, timeout=REPLY_SECONDS, headers=headers
-                    )
-                except NoRespondersError:
-                    await asyncio.sleep(0.2)
-                    continue
-                answer: dict[str, Any] = json.loads(reply.data)
-                return answer
+        return await store(self.nc, subject, payload, headers)
 
     async def stream_messages(self, stream: str) -> int:
         info = await self.api(f"$JS.API.STREAM.INFO.{stream}")
@@ -92,6 +79,24 @@ class Session:
         await self.nc.subscribe(subject)
         await self.nc.flush()
         return await self.refused(subject)
+
+
+async def store(
+    nc: Client, subject: str, payload: bytes, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Publish to a stream's subject and return its answer (a PubAck or an error). No responder
+    means the stream has no leader listening yet (a just-formed cluster, or an election under
+    load): asked again, for up to LEADER_SECONDS, as the services' outboxes do and as nats.go's
+    JetStream publish does (it retries ErrNoResponders)."""
+    async with asyncio.timeout(LEADER_SECONDS):
+        while True:
+            try:
+                reply = await nc.request(subject, payload, timeout=REPLY_SECONDS, headers=headers)
+            except NoRespondersError:
+                await asyncio.sleep(0.2)
+                continue
+            answer: dict[str, Any] = json.loads(reply.data)
+            return answer
 
 
 async def first_fetch(pull: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
