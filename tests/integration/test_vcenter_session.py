@@ -179,6 +179,47 @@ async def test_close_logs_out(vc: Vcsim) -> None:
     assert key not in await asyncio.to_thread(active_sessions, vc.connect())
 
 
+class SlowRequests(TcpProxy):
+    """Every chunk a client sends reaches vCenter `latency` seconds late: a slow link."""
+
+    def __init__(self, upstream_host: str, upstream_port: int, latency: float) -> None:
+        super().__init__(upstream_host, upstream_port)
+        self.latency = latency
+
+    async def _client_to_server(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
+    ) -> None:
+        while chunk := await source.read(65536):
+            await asyncio.sleep(self.latency)
+            sink.write(chunk)
+        sink.close()
+
+
+async def test_close_logs_out_a_login_whose_caller_was_cancelled(vc: Vcsim) -> None:
+    """A service stopped while it logs in: the login goes on on the session's thread, and the
+    session it makes must be logged out too, not left in vCenter until its idle timeout."""
+    admin = vc.connect()
+    before = await asyncio.to_thread(active_sessions, admin)
+    proxy = SlowRequests(vc.host, vc.port, latency=0.2)
+    await proxy.start()
+    try:
+        began = time.monotonic()
+        async with VCenterSession(vc.settings(port=proxy.port)):
+            login_seconds = time.monotonic() - began
+        session = VCenterSession(vc.settings(port=proxy.port))
+        starting = asyncio.create_task(session.start())
+        await asyncio.sleep(0.3)  # the login's first request is on its way
+        assert not starting.done()
+        starting.cancel()
+        await session.close()
+        assert session.connected() is False
+        # Long enough for a login left running to have ended logged in.
+        await asyncio.sleep(login_seconds)
+        assert await asyncio.to_thread(active_sessions, admin) == before
+    finally:
+        await proxy.stop()
+
+
 def test_connect_logs_in_once_or_names_the_refusal(vc: Vcsim) -> None:
     """The blocking login VCenterSession and one-shot commands (the CLI seed) use."""
     si = connect(vc.settings())

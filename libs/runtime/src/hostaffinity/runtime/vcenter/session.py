@@ -269,13 +269,17 @@ class VCenterSession:
             attempt, delay = self.reconnect, min(delay * 2, max_retry_seconds)
 
     async def close(self) -> None:
-        """Stop the keep-alive and log out; a failed logout is only logged."""
+        """Stop the keep-alive and log out; a failed logout is only logged.
+
+        The logout is decided on the session's thread, behind whatever runs there: a login
+        whose caller was cancelled (a service stopped while it logged in) still ends logged in,
+        and that session is logged out too instead of living on in vCenter until its idle
+        timeout."""
         if self._keepalive is not None:
             self._keepalive.cancel()
             await asyncio.gather(self._keepalive, return_exceptions=True)
             self._keepalive = None
-        if self._service_instance is not None:
-            await self._in_session_thread(self._logout)
+        await self._in_session_thread(self._logout_if_logged_in)
         self._executor.shutdown(wait=False)
 
     async def reconnect(self) -> None:
@@ -348,6 +352,10 @@ class VCenterSession:
         except vim.fault.InvalidLogin as err:
             raise _login_error(self.settings, err) from err
         self.relogins += 1
+
+    def _logout_if_logged_in(self) -> None:
+        if self._service_instance is not None:
+            self._logout()
 
     def _logout(self) -> None:
         manager = self._session_manager()
