@@ -378,8 +378,23 @@ def start_subprocess(config_path: Path, log: Path, **env: str) -> subprocess.Pop
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=os.environ | env,
+            # Python's fault handler writes every thread's stack on SIGABRT: what a run that
+            # does not stop is doing (stopped_within).
+            env=os.environ | {"PYTHONFAULTHANDLER": "1"} | env,
         )
+
+
+async def stopped_within(process: subprocess.Popen[bytes], log: Path, seconds: float) -> None:
+    """Wait for a process sent SIGTERM to end, without blocking the loop (the Kubernetes double
+    it releases its Lease to runs in this process); one still running is made to write its
+    threads' stacks into `log`, and the failure shows them."""
+    try:
+        await eventually(lambda: process.poll() is not None, "the run to stop", seconds)
+    except AssertionError as overrun:
+        process.send_signal(signal.SIGABRT)
+        await asyncio.to_thread(process.wait)
+        stacks = log.read_text()
+        raise AssertionError(f"still running {seconds} s after SIGTERM:\n{stacks}") from overrun
 
 
 @pytest.mark.parametrize("pause", [PAUSE_AFTER_RECONFIGURE_ENV, PAUSE_AFTER_KEEP_ENV])
@@ -421,9 +436,7 @@ async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
                 await asyncio.sleep(0.05)
         finally:
             second.terminate()
-            # Wait without blocking the loop: the Kubernetes double it releases its Lease to
-            # runs in this process.
-            await eventually(lambda: second.poll() is not None, "the second run to stop", 15)
+            await stopped_within(second, log, 15)
             assert second.returncode == 0, log.read_text()
     assert list(anti_rules(si).values()) == [expected]
     assert len(drs_state(si)) == 1
