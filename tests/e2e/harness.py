@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from prometheus_client import REGISTRY
 from pyVmomi import vim
 
 from hostaffinity.runtime.process.config import (
@@ -97,3 +98,14 @@ def finished(task: Any) -> Any:
         time.sleep(0.005)
     assert task.info.state == "success", task.info.error
     return task.info
+
+
+def metric(name: str, **labels: str) -> float:
+    """A sample's value as /metrics shows it (summed over the labels not named); the services
+    run in-process report there once the `telemetry` fixture installed the providers."""
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )

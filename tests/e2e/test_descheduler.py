@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import yaml
 from descheduler_builders import kubevirt_json, vm_json, vmi_json
-from prometheus_client import REGISTRY
 
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.process.telemetry import Telemetry, setup_telemetry
+from hostaffinity.runtime.process.telemetry import Telemetry
 from hostaffinity.schema import LABEL_ESXI_HOST, PodEvicted, VmiMigrationRequested
 from tests.e2e.descheduler_harness import (
     Controllers,
@@ -27,7 +26,7 @@ from tests.e2e.descheduler_harness import (
     terminating,
     web_pod,
 )
-from tests.e2e.harness import bus_rebuilt_with
+from tests.e2e.harness import bus_rebuilt_with, metric
 from tests.e2e.labeller_harness import (
     labeller_config,
     relocate,
@@ -77,26 +76,10 @@ PREFER_APART = {
 }
 
 
-@pytest.fixture
-def telemetry() -> Telemetry:
-    """Installed as a service would, so the counters reach /metrics (the registry)."""
-    return setup_telemetry("hostaffinity-tests")
-
-
 def write_policy(tmp_path: Path, policy: dict[str, Any]) -> Path:
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(policy), encoding="utf-8")
     return path
-
-
-def metric(name: str, **labels: str) -> float:
-    """A sample's value as /metrics shows it (summed over the labels not named)."""
-    return sum(
-        sample.value
-        for family in REGISTRY.collect()
-        for sample in family.samples
-        if sample.name == name and labels.items() <= sample.labels.items()
-    )
 
 
 def per_node(kube: KubeDouble) -> dict[str, int]:

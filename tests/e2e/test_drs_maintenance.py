@@ -29,7 +29,7 @@ from tests.e2e.drs_harness import (
     running_translator,
     vm,
 )
-from tests.e2e.harness import default_events, eventually
+from tests.e2e.harness import default_events, eventually, metric
 from tests.e2e.labeller_harness import (
     labeller_config,
     node_object,
@@ -89,6 +89,10 @@ async def said_by_the_cli(cli: Cli, rule: str, host: str) -> None:
     assert f"DRS rules held for host maintenance:\n  - {rule}" in text
 
 
+HELD_GAUGE = "hostaffinity_drs_rules_held"
+
+
+@pytest.mark.usefixtures("telemetry")
 async def test_a_host_entering_maintenance_gets_the_blocking_rule_held_first_and_back_after(
     vcsim: VcsimFactory,
     nats_server: NatsServer,
@@ -111,6 +115,7 @@ async def test_a_host_entering_maintenance_gets_the_blocking_rule_held_first_and
             await eventually(lambda: list(anti_rules(si).values()) == [vms], "the rule", 10)
             (name,) = anti_rules(si)
             assert rule_enabled(si, name) is True
+            assert metric(HELD_GAUGE, vcenter="vcsim") == 0
 
             started = time.monotonic()
             task = host.EnterMaintenanceMode_Task(timeout=0)
@@ -129,6 +134,7 @@ async def test_a_host_entering_maintenance_gets_the_blocking_rule_held_first_and
             ((record_key, record),) = (await records(bus)).items()
             assert host._moId in record.held_because
             assert (record.state, record.vms) == ("applied", vms)
+            assert metric(HELD_GAUGE, vcenter="vcsim") == 1
             await said_by_the_cli(Cli(kubeconfig, nats_server, capsys), name, host._moId)
             on_pods = [e for e in await default_events(kube_double) if e["reason"] == "DrsRuleHeld"]
             assert sorted(e["involvedObject"]["name"] for e in on_pods) == [
@@ -144,6 +150,7 @@ async def test_a_host_entering_maintenance_gets_the_blocking_rule_held_first_and
             # The restoration is announced last; stopping the translator before would lose it.
             held = await held_events_once_restored(bus)
             assert (await records(bus))[record_key].held_because == ""
+            assert metric(HELD_GAUGE, vcenter="vcsim") == 0
 
     assert [(e.name, e.restored, e.hosts, e.vms) for e in held] == [
         (name, False, [host._moId], vms),

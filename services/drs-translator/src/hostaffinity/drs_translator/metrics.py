@@ -2,13 +2,16 @@
 
 `hostaffinity_drs_conflicts_total{reason}`, `hostaffinity_drs_drift_total{change}`,
 `hostaffinity_drs_reconfigures_total{outcome}`, `hostaffinity_drs_maintenance_holds_total{change}`
-(rules held for a host's maintenance, and restored: held minus restored is held now) and
-`hostaffinity_drs_plan_duration_seconds`.
+(rules held for a host's maintenance, and restored), `hostaffinity_drs_rules_held{vcenter}` (held
+now, read from the ownership records, so it survives a restart where the counters start at 0)
+and `hostaffinity_drs_plan_duration_seconds`.
 """
 
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, get_args
 
 from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.drs_translator.diff import DriftChange
 from hostaffinity.drs_translator.rules import ConflictReason
@@ -19,12 +22,31 @@ RECONFIGURE_OUTCOMES: Final = ("applied", "refused")
 HOLD_CHANGES: Final = ("held", "restored")
 PLAN_BUCKETS_SECONDS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+# Per vCenter (by name), how many rules of ours are held for a host's maintenance now.
+HeldRules = Callable[[], Mapping[str, int]]
+
+
+def _observe_held(_options: CallbackOptions) -> Iterable[Observation]:
+    """Reads the newest DrsMetrics: OpenTelemetry keeps only the first callback registered under
+    a name, and a replica that leads again (in tests, the same process) builds new metrics."""
+    if _reporting is None:
+        return []
+    return [Observation(count, {"vcenter": name}) for name, count in _reporting.held().items()]
+
 
 class DrsMetrics:
-    """Instruments created once per process, from the global meter provider."""
+    """Instruments created once per process, from the global meter provider; the newest instance
+    is the one the held-rules gauge reports, once `count_held` says where to read."""
 
     def __init__(self) -> None:
+        global _reporting
         meter = metrics.get_meter("hostaffinity.drs_translator")
+        self.held: HeldRules = dict
+        meter.create_observable_gauge(
+            "hostaffinity_drs_rules_held",
+            callbacks=[_observe_held],
+            description="Rules of ours disabled now so that hosts can enter maintenance mode",
+        )
         self.conflicts = meter.create_counter(
             "hostaffinity_drs_conflicts",
             description="Rules not sent (or not ours to touch), per reason",
@@ -55,3 +77,11 @@ class DrsMetrics:
             self.reconfigures.add(0, {"outcome": outcome})
         for change in HOLD_CHANGES:
             self.holds.add(0, {"change": change})
+        _reporting = self
+
+    def count_held(self, held: HeldRules) -> None:
+        """Where the held-rules gauge reads (the ownership records, once loaded)."""
+        self.held = held
+
+
+_reporting: DrsMetrics | None = None

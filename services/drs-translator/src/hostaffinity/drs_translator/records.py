@@ -46,6 +46,15 @@ class OwnershipRecords:
     def of(self, cluster_moid: str) -> dict[str, DrsOwnership]:
         return self.by_cluster.get(cluster_moid, {})
 
+    def held(self) -> int:
+        """How many of our rules are held for a host's maintenance now."""
+        return sum(
+            1
+            for names in self.by_cluster.values()
+            for record in names.values()
+            if record.held_because
+        )
+
     async def put(self, record: DrsOwnership) -> None:
         key = drs_rule_key(record.vcenter, record.cluster_moid, record.name)
         await self._kv.put(key, _encoder.encode(record))

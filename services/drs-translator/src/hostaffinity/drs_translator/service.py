@@ -70,10 +70,12 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         rules: dict[str, ClusterRules] = {}
         work.cluster_rules = rules
         ha_recorders: dict[str, HaSettingsRecorder] = {}
+        all_records: dict[str, OwnershipRecords] = {}
+        metrics.count_held(lambda: {name: own.held() for name, own in all_records.items()})
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as
             ctx.add_readiness(f"vcenter connected: {name}", session.connected)
-            records = OwnershipRecords(drs_bucket, name)
+            records = all_records[name] = OwnershipRecords(drs_bucket, name)
             await records.load()
             rules[name] = ClusterRules(session)
             applier = DrsApplier(
