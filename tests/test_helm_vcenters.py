@@ -20,7 +20,7 @@ from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.runtime.process.config import Settings
 from hostaffinity.runtime.vcenter.session import VCenterServiceSettings
-from tests.platform.helm_chart import render_chart, render_notes
+from tests.platform.helm_chart import CHART, NAMESPACE, render_chart, render_notes
 from tests.platform.pod_config import (
     deployment_config,
     mounted_secret_key,
@@ -155,6 +155,12 @@ def test_the_deployments_stay_valid_kubernetes_objects(documents: list[dict[str,
         kubernetes_validate.validate(
             one(documents, "Deployment", service), KUBERNETES_VERSION, strict=True
         )
+
+
+def test_the_chart_lints_clean_with_further_vcenters() -> None:
+    report = helm.lint(CHART, VALUES, strict=True, namespace=NAMESPACE)
+    assert not [m for m in report["messages"] if m["severity"] >= 2], report
+    assert not report["errors"], report
 
 
 @pytest.mark.parametrize(
