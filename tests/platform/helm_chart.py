@@ -41,16 +41,29 @@ def render_chart(
     namespace: str = NAMESPACE,
 ) -> list[dict[str, Any]]:
     """The chart's objects as `helm template` prints them, for this release."""
-    manifests = helm.Chart.load(chart).render(
-        values or {}, name=RELEASE, namespace=namespace, is_install=True
-    )
     return [
         document
-        for path, text in sorted(manifests.items())
+        for path, text in sorted(_rendered(values, chart, namespace).items())
         if not path.endswith("NOTES.txt")
         for document in yaml.safe_load_all(text)
         if document
     ]
+
+
+def render_notes(values: dict[str, Any] | None = None) -> str:
+    """What `helm install` prints after installing the release (templates/NOTES.txt)."""
+    (notes,) = [
+        t for p, t in _rendered(values, CHART, NAMESPACE).items() if p.endswith("NOTES.txt")
+    ]
+    return notes
+
+
+def _rendered(values: dict[str, Any] | None, chart: Path, namespace: str) -> dict[str, str]:
+    """Every template's output, by its path in the chart."""
+    rendered: dict[str, str] = helm.Chart.load(chart).render(
+        values or {}, name=RELEASE, namespace=namespace, is_install=True
+    )
+    return rendered
 
 
 def render_variant(*components: str | None) -> list[dict[str, Any]]:

@@ -55,23 +55,67 @@ projected:
         items: [{key: ca.crt, path: ca.crt}]
 {{- end }}
 
-{{/* The vCenter Secret's three keys as the services' environment. */}}
+{{/*
+Every vCenter the node-labeller and the drs-translator work with, in the order of their
+`vcenters:` lists: item 0 from `vcenter`, then each of `additionalVcenters`. Printed as a JSON
+list of {name, secret, env (the prefix of its HOSTAFFINITY_VCENTERS__<i>__ variables), volume,
+dir (where its Secret's ca.crt is mounted)}; read it back with fromJsonArray. Two vCenters of one
+name would share placements, host records and DRS ownership records: that fails the render.
+*/}}
+{{- define "hostaffinity.vcenters" -}}
+{{- $items := list (dict "name" .Values.vcenter.name "secret" .Values.vcenter.secret.name "env" "HOSTAFFINITY_VCENTERS__0__" "volume" "vcenter-ca" "dir" "/var/run/hostaffinity/vcenter") -}}
+{{- $names := list .Values.vcenter.name -}}
+{{- range $i, $vcenter := .Values.additionalVcenters -}}
+{{- if has $vcenter.name $names -}}
+{{- fail (printf "additionalVcenters[%d]: the vCenter name %q is already taken (by vcenter.name or an earlier item); give each vCenter its own name" $i $vcenter.name) -}}
+{{- end -}}
+{{- $names = append $names $vcenter.name -}}
+{{- $index := add1 $i -}}
+{{- $items = append $items (dict "name" $vcenter.name "secret" $vcenter.secret "env" (printf "HOSTAFFINITY_VCENTERS__%d__" $index) "volume" (printf "vcenter-%d-ca" $index) "dir" (printf "/var/run/hostaffinity/vcenter-%d" $index)) -}}
+{{- end -}}
+{{ toJson $items }}
+{{- end }}
+
+{{/* Each vCenter's Secret keys as the services' environment (item i: HOSTAFFINITY_VCENTERS__<i>__*). */}}
 {{- define "hostaffinity.vcenterEnv" -}}
-- name: HOSTAFFINITY_VCENTERS__0__HOST
+{{- range include "hostaffinity.vcenters" . | fromJsonArray }}
+- name: {{ .env }}HOST
   valueFrom:
-    secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: host}
-- name: HOSTAFFINITY_VCENTERS__0__USERNAME
+    secretKeyRef: {name: {{ .secret }}, key: host}
+- name: {{ .env }}USERNAME
   valueFrom:
-    secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: username}
-- name: HOSTAFFINITY_VCENTERS__0__PASSWORD
+    secretKeyRef: {name: {{ .secret }}, key: username}
+- name: {{ .env }}PASSWORD
   valueFrom:
-    secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: password}
+    secretKeyRef: {name: {{ .secret }}, key: password}
 # What makes vCenter's certificate trusted: the Secret's ca.crt (mounted) or its thumbprint.
-- name: HOSTAFFINITY_VCENTERS__0__CA_FILE
-  value: /var/run/hostaffinity/vcenter/ca.crt
-- name: HOSTAFFINITY_VCENTERS__0__THUMBPRINT
+- name: {{ .env }}CA_FILE
+  value: {{ .dir }}/ca.crt
+- name: {{ .env }}THUMBPRINT
   valueFrom:
-    secretKeyRef: {name: {{ .Values.vcenter.secret.name }}, key: thumbprint, optional: true}
+    secretKeyRef: {name: {{ .secret }}, key: thumbprint, optional: true}
+{{- end }}
+{{- end }}
+
+{{/* Each vCenter's CA, mounted read-only at its own directory. */}}
+{{- define "hostaffinity.vcenterMounts" -}}
+{{- range include "hostaffinity.vcenters" . | fromJsonArray }}
+- name: {{ .volume }}
+  mountPath: {{ .dir }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Each vCenter's CA volume. */}}
+{{- define "hostaffinity.vcenterVolumes" -}}
+# Only the CA key of the vCenter Secret (optional: a thumbprint may pin it instead).
+{{- range include "hostaffinity.vcenters" . | fromJsonArray }}
+- name: {{ .volume }}
+  secret:
+    secretName: {{ .secret }}
+    optional: true
+    items: [{key: ca.crt, path: ca.crt}]
+{{- end }}
 {{- end }}
 
 {{/*
@@ -81,7 +125,7 @@ Call with a dict:
   name      the service (its Deployment, ServiceAccount and container name)
   values    its values section (replicas, resources)
   ports     extra named container ports beside http 8080, as a list of {name, port}
-  vcenter   true: the vCenter Secret's keys as environment
+  vcenter   true: each vCenter Secret's keys as environment, its ca.crt as a volume
   lease     true: the Lease namespace from the downward API
   config    the `config` volume (without its name), as a dict
 */}}
@@ -155,7 +199,7 @@ spec:
             - name: HOSTAFFINITY_NATS__IDENTITY
               value: {{ .name }}
             {{- if .vcenter }}
-            {{- include "hostaffinity.vcenterEnv" $root | nindent 12 }}
+            {{- include "hostaffinity.vcenterEnv" $root | trim | nindent 12 }}
             {{- end }}
             {{- if .lease }}
             - name: HOSTAFFINITY_LEASE__NAMESPACE
@@ -190,9 +234,7 @@ spec:
               mountPath: /var/run/hostaffinity/nats
               readOnly: true
             {{- if .vcenter }}
-            - name: vcenter-ca
-              mountPath: /var/run/hostaffinity/vcenter
-              readOnly: true
+            {{- include "hostaffinity.vcenterMounts" $root | trim | nindent 12 }}
             {{- end }}
             {{- with .mounts }}
             {{- toYaml . | nindent 12 }}
@@ -201,12 +243,7 @@ spec:
         - name: config
           {{- toYaml .config | nindent 10 }}
         {{- if .vcenter }}
-        # Only the CA key of the vCenter Secret (optional: a thumbprint may pin it instead).
-        - name: vcenter-ca
-          secret:
-            secretName: {{ $root.Values.vcenter.secret.name }}
-            optional: true
-            items: [{key: ca.crt, path: ca.crt}]
+        {{- include "hostaffinity.vcenterVolumes" $root | nindent 8 }}
         {{- end }}
         - {{- include "hostaffinity.natsCredentials" .name | nindent 10 }}
         {{- with .volumes }}
