@@ -4,6 +4,7 @@ six nodes placed, Ctrl-C leaving nothing behind; without a usable cluster, one c
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import nats
 import nats.errors
 import pytest
@@ -28,6 +29,17 @@ async def test_dev_command_runs_every_service_and_stops_them_all(
         environment = dev.environment
         for port in ("LABELLER", "DRS", "DESCHEDULER", "EXTENDER", "WEBHOOK"):
             assert f"health on :{environment[f'{port}_HEALTH_PORT']}" in dev.text()
+        # No DEV_WEBHOOK_URL: nothing registers the webhook, so kube-apiserver could not call it.
+        assert "four services ready (/readyz); the admission webhook is up but not" in dev.text()
+        webhook_health = f"http://127.0.0.1:{environment['WEBHOOK_HEALTH_PORT']}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{webhook_health}/healthz") as alive:
+                assert alive.status == 200
+            async with http.get(f"{webhook_health}/readyz") as readiness:
+                assert (readiness.status, await readiness.text()) == (
+                    503,
+                    "not ready: webhook registered\n",
+                )
         state = tmp_path / "dev"
         topology = await asyncio.create_subprocess_exec(
             *(str(REPO / ".venv/bin/hostaffinity"), "topology", "--timeout", "30"),

@@ -19,12 +19,16 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hostaffinity.admission_webhook import service as webhook_service
+from hostaffinity.admission_webhook.main import service_spec
 from hostaffinity.admission_webhook.registration import WebhookRegistration
+from hostaffinity.admission_webhook.service import AdmissionWebhookWork
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.http.certificates import service_hostnames
 from hostaffinity.runtime.kube.client import KubeClient, api_client
 from hostaffinity.runtime.process.config import KubernetesSettings
 from hostaffinity.runtime.process.telemetry import Telemetry, setup_telemetry
+from hostaffinity.runtime.runner import running_service
 from hostaffinity.schema import (
     EVENTS_STREAM,
     LABEL_ESXI_HOST,
@@ -38,8 +42,12 @@ from tests.integration.webhook_harness import (
     RunningWebhook,
     eventually_true,
     post,
+    readiness,
     ready,
+    seed_configuration,
+    seed_namespace,
     service,
+    settings,
     shipped_configuration,  # noqa: F401 (the fixture, used by name)
     written_ca,
 )
@@ -92,6 +100,31 @@ async def test_self_signed_certificate_verifies_against_the_written_ca_bundle(
         assert other is not None
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await post(running, b"{}", base64.b64decode(other["data"]["tls.crt"]))
+
+
+async def test_not_ready_until_kube_apiserver_can_verify_it(
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    kube_double: KubeDouble,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replica listening but unable to write its caBundle (here the configuration is not
+    there yet; RBAC would do the same) cannot be called by kube-apiserver: /readyz says so, and
+    turns ready once the caBundle is written."""
+    monkeypatch.setattr(webhook_service, "RETRY_SECONDS", (0.05,))
+    seed_namespace(kube_double)
+    work = AdmissionWebhookWork()
+    async with running_service(service_spec(work), settings(nats_server, kubeconfig)) as runner:
+
+        async def waiting_only_for_registration() -> bool:
+            return await readiness(runner.health.port) == (503, "not ready: webhook registered\n")
+
+        await eventually_true(waiting_only_for_registration, "only the registration missing")
+        assert work.server is not None
+        assert work.server.serving
+        seed_configuration(kube_double)
+        await eventually_true(lambda: ready(runner.health.port), "ready once registered")
+        assert written_ca(kube_double) is not None
 
 
 @pytest.mark.usefixtures("shipped_configuration")

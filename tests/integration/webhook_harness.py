@@ -59,10 +59,15 @@ class RunningWebhook:
     webhook: AdmissionWebhook
 
 
-async def ready(health_port: int) -> bool:
+async def readiness(health_port: int) -> tuple[int, str]:
+    """/readyz's status and text (a 503 names the parts still waiting)."""
     url = f"http://127.0.0.1:{health_port}/readyz"
     async with aiohttp.ClientSession() as http, http.get(url) as response:
-        return response.status == 200
+        return response.status, await response.text()
+
+
+async def ready(health_port: int) -> bool:
+    return (await readiness(health_port))[0] == 200
 
 
 @contextlib.asynccontextmanager
@@ -101,11 +106,18 @@ async def post(service: RunningWebhook, body: bytes, ca: bytes) -> tuple[int, by
         return response.status, await response.read()
 
 
+def seed_namespace(kube: KubeDouble) -> None:
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}})
+
+
+def seed_configuration(kube: KubeDouble) -> dict[str, Any]:
+    """The webhook configuration as k8s/base ships it (no caBundle)."""
+    configuration: dict[str, Any] = yaml.safe_load(CONFIGURATION.read_text())
+    return kube.seed(configuration)
+
+
 @pytest.fixture
 def shipped_configuration(kube_double: KubeDouble) -> dict[str, Any]:
     """Our namespace and the webhook configuration as k8s/base ships it (no caBundle)."""
-    kube_double.seed(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}}
-    )
-    configuration: dict[str, Any] = yaml.safe_load(CONFIGURATION.read_text())
-    return kube_double.seed(configuration)
+    seed_namespace(kube_double)
+    return seed_configuration(kube_double)

@@ -97,8 +97,13 @@ async def _retrying(what: str, attempt: Callable[[], Awaitable[T]]) -> T:
 
 
 async def _serve(
-    webhook: AdmissionWebhook, settings: WebhookSettings, registration: WebhookRegistration | None
+    webhook: AdmissionWebhook,
+    settings: WebhookSettings,
+    registration: WebhookRegistration | None,
+    registered: asyncio.Event,
 ) -> None:
+    """Listen, then (self-signed) write the CA kube-apiserver must trust; `registered` is set
+    once kube-apiserver can call the webhook."""
     if registration is None:
 
         async def from_files() -> ssl.SSLContext:
@@ -115,6 +120,7 @@ async def _serve(
     _log.info("admission webhook listening on port %d", webhook.port)
     if registration is not None and ca_pem is not None:
         await _retrying("writing the caBundle", lambda: registration.publish_ca(ca_pem))
+    registered.set()
 
 
 def _registration(ctx: ServiceContext[AdmissionWebhookConfig]) -> WebhookRegistration:
@@ -155,6 +161,10 @@ class AdmissionWebhookWork:
             advise=advisor.warnings,
         )
         ctx.add_readiness("webhook listening", lambda: server.serving)
+        # Not ready while kube-apiserver cannot verify the webhook yet: a replica that cannot
+        # write its caBundle (RBAC, a missing configuration) is reported, not counted on.
+        registered = asyncio.Event()
+        ctx.add_readiness("webhook registered", registered.is_set)
         registration = _registration(ctx) if settings.certificates == "self-signed" else None
         pods = _watched_pods(client, mutation, reporter, advisor.index)
         index = advisor.index
@@ -164,7 +174,7 @@ class AdmissionWebhookWork:
         ctx.start(pods.run(), name="watched-pods")
         ctx.start(nodes.run(), name="watched-nodes")
         try:
-            await _serve(server, settings, registration)
+            await _serve(server, settings, registration, registered)
             await asyncio.Event().wait()  # serve until cancelled
         finally:
             _log.info("stopping: answering reviews in flight")
