@@ -38,6 +38,7 @@ from hostaffinity.schema import (
 )
 from scripts.manifests import matches, render
 from tests.platform.helm_chart import render_variant
+from tests.platform.pod_config import one
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.34.0"  # newest schema kubernetes-validate ships; our target is v1.36
@@ -260,15 +261,6 @@ def _merge_patch(documents: list[dict[str, Any]], patch: dict[str, Any]) -> None
                 into[key] = value
 
     merge(document, patch)
-
-
-def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    (found,) = [
-        d
-        for d in documents
-        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
-    ]
-    return found
 
 
 def deployment_settings(documents: list[dict[str, Any]], service: str, tmp_path: Path) -> Settings:

@@ -20,9 +20,13 @@ S = TypeVar("S", bound=Settings)
 SecretData = Mapping[str, Mapping[str, str]]  # Secret name -> key -> value
 
 
-def one(documents: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    """The only object of that kind and name."""
-    (found,) = [d for d in documents if d["kind"] == kind and d["metadata"]["name"] == name]
+def one(documents: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    """The only object of that kind (and name, when given)."""
+    (found,) = [
+        d
+        for d in documents
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     return found
 
 
