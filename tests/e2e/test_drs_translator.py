@@ -233,6 +233,41 @@ async def test_one_rule_follows_the_replicas_and_foreign_rules_stay_identical(
     print("vCenter calls per step:", json.dumps(calls_per_step, sort_keys=True))
 
 
+async def test_a_workload_arriving_on_a_rule_s_vms_keeps_the_rule_and_reconfigures_nothing(
+    vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
+) -> None:
+    """Two workloads spread over the same node VMs are one rule. The one arriving second has
+    the smaller key ("api" < "web"): the rule keeps its name, vCenter is not reconfigured, and
+    its record now names both workloads' pods (what `explain pod` reads)."""
+    si = vc.connect()
+    expected = sorted([vm(si, "node1"), vm(si, "node3")])
+    api = {"app": "api"}
+    config = drs_config(vc, nats_server, kubeconfig)
+    async with labeller(vc, nats_server, kubeconfig), running_translator(config) as drs:
+        kube_double.seed(pod_manifest("web-1", "node1", WEB, apart_from=WEB))
+        kube_double.seed(pod_manifest("web-2", "node3", WEB, apart_from=WEB))
+        await settle(lambda: list(anti_rules(si).values()) == [expected], "the web rule")
+        (name,) = anti_rules(si)
+        mark = dict(drs.calls)
+        kube_double.seed(pod_manifest("api-1", "node1", api, apart_from=api))
+        kube_double.seed(pod_manifest("api-2", "node3", api, apart_from=api))
+        await eventually(lambda: len(drs.translator.pods) == 4, "the api pods seen")
+
+        async def record_names_both() -> bool:
+            return [r.pods for r in (await records(bus)).values()] == [
+                ["default/api-1", "default/api-2", "default/web-1", "default/web-2"]
+            ]
+
+        deadline = time.monotonic() + 10
+        while not await record_names_both():
+            assert time.monotonic() < deadline, await records(bus)
+            await asyncio.sleep(0.05)
+        assert anti_rules(si) == {name: expected}
+        assert "ReconfigureComputeResource_Task" not in await calls(drs, mark)
+    applied = await events_of(bus, DrsRulesApplied)
+    assert [(e.added, e.removed) for e in applied] == [([name], [])]
+
+
 async def test_a_rule_of_ours_changed_by_hand_is_repaired_at_the_resync_with_drift_events(
     vc: Vcsim, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path, bus: Bus
 ) -> None:

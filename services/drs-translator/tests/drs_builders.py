@@ -1,6 +1,6 @@
 """Terse pods, placements and hosts for the drs-translator's tests, built as API JSON would be."""
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -124,8 +124,10 @@ def run_plan(
     *,
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
     cluster_wide: bool = False,
+    existing: Mapping[str, Collection[str]] | None = None,
     **settings: Any,
 ) -> Plan:
+    """The plan of these pods; `existing` names our rules vCenter holds, by cluster."""
     pods = list(pods)
     index = ClusterIndex(physical_anti_affinity=cluster_wide)
     for name, labels in (namespaces or {"default": {}}).items():
@@ -133,7 +135,8 @@ def run_plan(
     for item in pods:
         index.upsert_pod(item)
     constrained = [item for item in pods if asks_for_placement(item)]  # as the translator keeps
-    return plan(index, placements, hosts, constrained, PlannerSettings(vcenter=VCENTER, **settings))
+    chosen = PlannerSettings(vcenter=VCENTER, **settings)
+    return plan(index, placements, hosts, constrained, chosen, existing)
 
 
 def held(result: Plan) -> dict[str, str]:

@@ -165,17 +165,44 @@ def test_the_rule_keeps_its_name_while_replicas_come_and_go() -> None:
     assert names("node1", "node5") == first
 
 
+WORKER = {"app": "worker"}  # sorts after "web": its group's key is the larger
+
+
+def workers(*nodes: str) -> list[Any]:
+    return [pod(f"worker-{n}", n, WORKER, apart_from=WORKER) for n in nodes]
+
+
 def test_a_workload_on_vms_a_rule_already_keeps_apart_adds_no_rule() -> None:
     """A clique inside another is dropped: a second workload kept apart on the same two VMs
     changes nothing DRS holds, so no reconfigure follows its pods (why reaction_bench picks
-    sample pairs that no other workload keeps apart)."""
-    worker = {"app": "worker"}
+    sample pairs that no other workload keeps apart). The rule stands for both workloads."""
     web = replicas("node1", "node3")
-    workers = [pod(f"worker-{n}", n, worker, apart_from=worker) for n in ("node1", "node3")]
-    alone = run_plan(web, PLACEMENTS, HOSTS).clusters["domain-c1"].objects
-    both = run_plan(web + workers, PLACEMENTS, HOSTS).clusters["domain-c1"].objects
-    assert both == alone
-    assert [obj.vms for obj in both.values()] == [("vm1", "vm3")]
+    (alone,) = run_plan(web, PLACEMENTS, HOSTS).clusters["domain-c1"].objects.values()
+    existing = {"domain-c1": {alone.name}}
+    result = run_plan(web + workers("node1", "node3"), PLACEMENTS, HOSTS, existing=existing)
+    (both,) = result.clusters["domain-c1"].objects.values()
+    assert both.name == alone.name
+    assert both.same_content(alone)
+    assert both.pods == (
+        "default/web-node1",
+        "default/web-node3",
+        "default/worker-node1",
+        "default/worker-node3",
+    )
+
+
+def test_a_group_arriving_on_a_rule_s_vms_does_not_rename_it_whatever_its_key() -> None:
+    """Of groups kept apart on the same VMs (two workloads spread over the same node VMs, as on
+    a small cluster), the one whose rule vCenter holds keeps it: the smaller key of the group
+    arriving must not replace it (a remove and an add in vCenter, for nothing). With neither
+    rule there, the smaller key's is made."""
+    web, worker_pods = replicas("node1", "node3"), workers("node1", "node3")
+    (web_rule,) = run_plan(web, PLACEMENTS, HOSTS).clusters["domain-c1"].objects
+    (worker_rule,) = run_plan(worker_pods, PLACEMENTS, HOSTS).clusters["domain-c1"].objects
+    for existing, kept in ((worker_rule, worker_rule), (web_rule, web_rule), (None, web_rule)):
+        named = {"domain-c1": {existing}} if existing else {}
+        result = run_plan(web + worker_pods, PLACEMENTS, HOSTS, existing=named)
+        assert list(result.clusters["domain-c1"].objects) == [kept], existing
 
 
 def test_groups_spanning_clusters_are_split_per_cluster() -> None:

@@ -4,19 +4,27 @@ A DRS VM-VM anti-affinity rule keeps *every pair* of its VMs on different hosts,
 only hold VMs that are pairwise apart in the constraint graph: a clique. Self-anti-affine
 replicas are one clique (the seed their shared term gives); a pod kept apart from two pods that
 may share a host gives two pairs, never a triangle. Every edge ends up in some clique; cliques
-contained in another are dropped, since the larger rule already says it.
+contained in another are dropped, since the larger rule already says it, and the larger one
+stands for them too. Of cliques with the same VMs (two workloads spread over the same node VMs),
+one whose rule exists already is kept: a group arriving with a smaller key must not rename it.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
 class Clique:
-    """VMs that must be pairwise apart; `key` names the group it stands for (stable over time)."""
+    """VMs that must be pairwise apart; `key` names the group it stands for (stable over time),
+    `covered` the cliques dropped because this one holds all their VMs."""
 
     key: str
     vms: frozenset[str]
+    covered: tuple["Clique", ...] = ()
+
+
+def _never(_key: str) -> bool:
+    return False
 
 
 def edge(a: str, b: str) -> tuple[str, str]:
@@ -25,14 +33,16 @@ def edge(a: str, b: str) -> tuple[str, str]:
 
 
 def cover_with_cliques(
-    edges: Iterable[tuple[str, str]], seeds: Mapping[str, frozenset[str]]
+    edges: Iterable[tuple[str, str]],
+    seeds: Mapping[str, frozenset[str]],
+    exists: Callable[[str], bool] = _never,
 ) -> list[Clique]:
     """Cliques whose pairs are exactly edges and which together cover every edge.
 
     `seeds` are groups believed pairwise apart (one per shared term), tried first so that a
     replica set keeps one rule under one name; a seed pair that is not an edge is not trusted
     and the seed is shrunk to what is. The rest of the edges are covered greedily, in sorted
-    order, each grown into a maximal clique.
+    order, each grown into a maximal clique. `exists` says whether a key's rule exists already.
     """
     adjacent: dict[str, set[str]] = {}
     uncovered: set[tuple[str, str]] = set()
@@ -57,7 +67,7 @@ def cover_with_cliques(
                 members.append(candidate)
         cliques.append(Clique("vms:" + ",".join(sorted(members)), frozenset(members)))
         uncovered.difference_update(_pairs(members))
-    return _without_contained(cliques)
+    return _without_contained(cliques, exists)
 
 
 def _clique_within(candidates: list[str], adjacent: Mapping[str, set[str]]) -> list[str]:
@@ -72,21 +82,40 @@ def _pairs(members: list[str]) -> set[tuple[str, str]]:
     return {edge(a, b) for i, a in enumerate(members) for b in members[i + 1 :]}
 
 
-def _without_contained(cliques: list[Clique]) -> list[Clique]:
-    """Drop a clique equal to or inside another; of equal ones the smallest key stays."""
+def _without_contained(cliques: list[Clique], exists: Callable[[str], bool]) -> list[Clique]:
+    """Drop a clique equal to or inside another, which then covers it: a larger one first; of
+    equal ones, one whose rule exists, then the smallest key."""
+
+    def rank(clique: Clique) -> tuple[int, bool, str]:
+        return -len(clique.vms), not exists(clique.key), clique.key
+
     by_vm: dict[str, list[Clique]] = {}
     for clique in cliques:
         for vm in clique.vms:
             by_vm.setdefault(vm, []).append(clique)
-    kept: list[Clique] = []
+
+    def holders(clique: Clique) -> list[Clique]:
+        """The other cliques holding all of `clique`'s VMs."""
+        return [
+            other
+            for other in by_vm[min(clique.vms)]
+            if other is not clique and clique.vms <= other.vms
+        ]
+
+    dropped = {
+        id(clique)
+        for clique in cliques
+        if any(rank(other) < rank(clique) for other in holders(clique))
+    }
+    covered: dict[int, list[Clique]] = {}
     for clique in cliques:
-        first = min(clique.vms)
-        covered = any(
-            other is not clique
-            and clique.vms <= other.vms
-            and (len(other.vms) > len(clique.vms) or other.key < clique.key)
-            for other in by_vm[first]
-        )
-        if not covered:
-            kept.append(clique)
+        if id(clique) in dropped:
+            for holder in holders(clique):
+                if id(holder) not in dropped:
+                    covered.setdefault(id(holder), []).append(clique)
+    kept = [
+        Clique(clique.key, clique.vms, tuple(covered.get(id(clique), ())))
+        for clique in cliques
+        if id(clique) not in dropped
+    ]
     return sorted(kept, key=lambda c: c.key)

@@ -37,7 +37,7 @@ domain are translated (`hostaffinity.io/esxi-host`, `alpha.cna.vmware.com/host`,
   in maintenance as domains, so its rule is held like the others rather than dropped.
 """
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -173,10 +173,11 @@ def plan(
     hosts: Mapping[str, EsxiHost],
     constrained: Iterable[Pod],
     settings: PlannerSettings,
+    existing: Mapping[str, Collection[str]] | None = None,
 ) -> Plan:
     """The desired DRS state of every cluster that has placed pods or host rules, in one go
     (`Planning` says what the arguments are)."""
-    planning = Planning(index, placements, hosts, constrained, settings)
+    planning = Planning(index, placements, hosts, constrained, settings, existing)
     for _ in planning.steps():
         pass
     return planning.result
@@ -197,7 +198,9 @@ class Planning:
     cluster's anti-affinity edges and plans its rules, the last the VM-Host rules, from what
     construction kept and this plan's own copies of the placements, hosts and pods. So the
     inputs may change between steps (informers on the same event loop) without the plan mixing
-    two states. `result` is complete once the steps are done.
+    two states. `result` is complete once the steps are done. `existing` names our rules in
+    vCenter now, by cluster (the ownership records): of two groups whose VMs are the same, the
+    one whose rule exists keeps it, so no rule is renamed when a group arrives.
     """
 
     def __init__(
@@ -207,9 +210,11 @@ class Planning:
         hosts: Mapping[str, EsxiHost],
         constrained: Iterable[Pod],
         settings: PlannerSettings,
+        existing: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         self.result = Plan()
         self._settings = settings
+        self._existing = {cluster: frozenset(names) for cluster, names in (existing or {}).items()}
         self._constrained = list(constrained)
         self._vm_of = _Placements(placements, settings.vcenter)
         # Our vCenter's hosts by moid: moids repeat across vCenters, the KV keys them apart.
@@ -225,7 +230,9 @@ class Planning:
         """Plan the rest, one cluster's VM rules per step, then the VM-Host rules."""
         for cluster, graph in sorted(self._graphs.items()):
             self._apart.add_edges(cluster, graph)
-            _plan_vm_rules(cluster, graph, _ClusterHosts.of(self._hosts, cluster), self.result)
+            hosts = _ClusterHosts.of(self._hosts, cluster)
+            existing = self._existing.get(cluster, frozenset())
+            _plan_vm_rules(cluster, graph, hosts, self.result, existing)
             yield
         _plan_host_rules(self._constrained, self._vm_of, self._hosts, self._settings, self.result)
         # By pod, not by the order pods arrived in: the same state gives the same plan.
@@ -449,11 +456,23 @@ class _ClusterHosts:
         )
 
 
-def _plan_vm_rules(cluster: str, graph: _Graph, hosts: _ClusterHosts, result: Plan) -> None:
+def _plan_vm_rules(
+    cluster: str,
+    graph: _Graph,
+    hosts: _ClusterHosts,
+    result: Plan,
+    existing: Container[str] = frozenset(),
+) -> None:
+    """`existing`: the names of our rules in the cluster now (kept when another group's clique
+    has the same VMs)."""
     cluster_plan = result.cluster(cluster)
     seeds = {key: frozenset(vms) for key, vms in graph.seeds.items()}
     components = _components(graph.together)
-    for clique in cover_with_cliques(graph.apart, seeds):
+
+    def exists(key: str) -> bool:
+        return object_name("vm-anti-affinity", cluster, key) in existing
+
+    for clique in cover_with_cliques(graph.apart, seeds, exists):
         name = object_name("vm-anti-affinity", cluster, clique.key)
         pods = _clique_pods(clique, graph)
         vms = tuple(sorted(clique.vms))
@@ -526,13 +545,16 @@ def _hold(
 
 
 def _clique_pods(clique: Clique, graph: _Graph) -> tuple[str, ...]:
-    if clique.key in graph.seed_pods:
-        return tuple(sorted(graph.seed_pods[clique.key]))
-    vms = sorted(clique.vms)
+    """The pods its rule stands for: its group's, and those of the cliques it covers."""
     pods: set[str] = set()
-    for i, a in enumerate(vms):
-        for b in vms[i + 1 :]:
-            pods.update(graph.apart.get(edge(a, b), ()))
+    for part in (clique, *clique.covered):
+        if part.key in graph.seed_pods:
+            pods.update(graph.seed_pods[part.key])
+            continue
+        vms = sorted(part.vms)
+        for i, a in enumerate(vms):
+            for b in vms[i + 1 :]:
+                pods.update(graph.apart.get(edge(a, b), ()))
     return tuple(sorted(pods))
 
 

@@ -221,7 +221,7 @@ class DrsTranslator:
     async def cycle(self, target: VCenterTarget, *, reread: bool = False) -> Plan:
         """Plan every cluster of one vCenter and apply it there; returns the plan."""
         started = time.perf_counter()
-        desired = await self._plan(target.settings)
+        desired = await self._plan(target)
         self.last_plan_seconds = time.perf_counter() - started
         self._metrics.plan_duration.record(self.last_plan_seconds)
         await self._report(
@@ -235,11 +235,16 @@ class DrsTranslator:
         self.cycles += 1
         return desired
 
-    async def _plan(self, settings: PlannerSettings) -> Plan:
+    async def _plan(self, target: VCenterTarget) -> Plan:
         """The plan, letting the loop run between its steps: informers, the Lease's renewal and
         the other vCenters' cycles wait for one step of it at most, never for the whole plan."""
         planning = Planning(
-            self.index, self.placements, self.hosts, self.constrained.values(), settings
+            self.index,
+            self.placements,
+            self.hosts,
+            self.constrained.values(),
+            target.settings,
+            target.records.by_cluster,
         )
         for _ in planning.steps():
             await asyncio.sleep(0)
