@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import compile_pod_terms
-from hostaffinity.affinity.model import Pod
+from hostaffinity.affinity.model import Pod, decode_pod
 from hostaffinity.affinity.sharing import DEFAULT_CAPACITY, Interner, with_shared_fields
 from hostaffinity.affinity.topology_spread import compile_spread_constraints
 from hostaffinity.affinity.workloads import workload_of
@@ -150,3 +151,47 @@ def test_decoded_structs_share_fields_with_equal_json_and_intern_strings() -> No
     assert other.labels == {"app": "web", "tier": "gold"}
     assert first.namespace is second.namespace
     assert with_shared_fields(second, ("labels",)) is second  # nothing to replace: itself
+
+
+def _replica_json(name: str, template_hash: str) -> bytes:
+    """A ReplicaSet's pod as kube-apiserver serves it: what its replicas repeat (labels,
+    ownerReferences, the DefaultTolerationSeconds tolerations, the affinity) and what they do
+    not (name, uid)."""
+    app = {"app": "web", "pod-template-hash": template_hash}
+    not_ready = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    apart = {"topologyKey": LABEL_ESXI_HOST, "labelSelector": {"matchLabels": app}}
+    required_apart = {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}
+    return msgspec.json.encode(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "shop",
+                "uid": f"uid-{name}",
+                "labels": app,
+                "ownerReferences": [{"kind": "ReplicaSet", "name": f"web-{template_hash}"}],
+            },
+            "spec": {
+                "nodeName": "node-1",
+                "tolerations": [not_ready | {"tolerationSeconds": 300}],
+                "affinity": {"podAntiAffinity": required_apart},
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+
+
+def test_decoded_replicas_hold_what_they_repeat_once_and_read_as_decoded() -> None:
+    """An informer's cache holds every pod: `decode_pod` shares a workload's repeated fields."""
+    first, second = (decode_pod(_replica_json(n, "5d9f")) for n in ("web-5d9f-a", "web-5d9f-b"))
+    other = decode_pod(_replica_json("web-77c4-a", "77c4"))
+    assert first.metadata.labels is second.metadata.labels
+    assert first.metadata.owner_references is second.metadata.owner_references
+    assert first.spec.tolerations is second.spec.tolerations
+    assert first.spec.affinity is second.spec.affinity
+    assert first.spec.node_name is second.spec.node_name
+    assert first.status.phase is second.status.phase
+    assert other.metadata.labels is not first.metadata.labels  # another template: its own
+    assert other.spec.tolerations is first.spec.tolerations  # ...but the same tolerations
+    for name, decoded in (("web-5d9f-b", second), ("web-77c4-a", other)):
+        template = name.split("-")[1]
+        assert decoded == msgspec.json.decode(_replica_json(name, template), type=Pod)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -88,3 +88,29 @@ def with_shared_fields(struct: S, fields: Iterable[str]) -> S:
         if kept is not value:
             changes[name] = kept
     return msgspec.structs.replace(struct, **changes) if changes else struct
+
+
+class _ApiObject(Protocol):
+    """A decoded Pod (the engine's or the descheduler's): what `with_shared_parts` reads."""
+
+    @property
+    def metadata(self) -> msgspec.Struct: ...
+    @property
+    def spec(self) -> msgspec.Struct: ...
+    @property
+    def status(self) -> msgspec.Struct: ...
+
+
+P = TypeVar("P", bound=_ApiObject)
+
+
+def with_shared_parts(pod: P, metadata: Iterable[str], spec: Iterable[str]) -> P:
+    """A decoded pod with the named fields of its metadata and spec, and its phase, shared with
+    its workload's other replicas (`with_shared_fields`)."""
+    parts = {
+        "metadata": with_shared_fields(pod.metadata, metadata),
+        "spec": with_shared_fields(pod.spec, spec),
+        "status": with_shared_fields(pod.status, ("phase",)),
+    }
+    assert isinstance(pod, msgspec.Struct)  # a decoded API object
+    return msgspec.structs.replace(pod, **parts)

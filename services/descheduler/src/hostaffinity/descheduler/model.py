@@ -14,8 +14,9 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.affinity.model import ApiStruct as _ApiStruct
 from hostaffinity.affinity.model import (
+    SHARED_POD_META,
+    SHARED_POD_SPEC,
     LabelSelector,
     Node,
     NodeSpec,
@@ -24,7 +25,8 @@ from hostaffinity.affinity.model import (
     PodSpec,
     PodStatus,
 )
-from hostaffinity.affinity.sharing import with_shared_fields
+from hostaffinity.affinity.model import ApiStruct as _ApiStruct
+from hostaffinity.affinity.sharing import with_shared_parts
 
 
 class ResourceRequirements(_ApiStruct, frozen=True):
@@ -102,20 +104,11 @@ _NODE: Final = msgspec.json.Decoder(DeschedulerNode)
 _PDB: Final = msgspec.json.Decoder(PodDisruptionBudget)
 
 
-# What a workload's replicas repeat: the state holds every pod, so these are held once.
-_SHARED_META: Final = (
-    "namespace",
-    "labels",
-    "annotations",
-    "owner_references",
-    "creation_timestamp",
-)
+# What a workload's replicas repeat: the state holds every pod, so these are held once (the
+# engine's fields, and the descheduler's own).
+_SHARED_META: Final = (*SHARED_POD_META, "creation_timestamp")
 _SHARED_SPEC: Final = (
-    "node_name",
-    "node_selector",
-    "affinity",
-    "tolerations",
-    "topology_spread_constraints",
+    *SHARED_POD_SPEC,
     "priority_class_name",
     "containers",
     "init_containers",
@@ -126,13 +119,7 @@ _SHARED_SPEC: Final = (
 
 def decode_pod(data: bytes | str) -> DeschedulerPod:
     """Decode one Pod, sharing what it repeats from its replicas (sharing.with_shared_fields)."""
-    pod = _POD.decode(data)
-    return msgspec.structs.replace(
-        pod,
-        metadata=with_shared_fields(pod.metadata, _SHARED_META),
-        spec=with_shared_fields(pod.spec, _SHARED_SPEC),
-        status=with_shared_fields(pod.status, ("phase",)),
-    )
+    return with_shared_parts(_POD.decode(data), _SHARED_META, _SHARED_SPEC)
 
 
 def decode_node(data: bytes | str) -> DeschedulerNode:
