@@ -85,32 +85,29 @@ def _pairs(members: list[str]) -> set[tuple[str, str]]:
 def _without_contained(cliques: list[Clique], exists: Callable[[str], bool]) -> list[Clique]:
     """Drop a clique equal to or inside another, which then covers it: a larger one first; of
     equal ones, one whose rule exists, then the smallest key."""
-
-    def rank(clique: Clique) -> tuple[int, bool, str]:
-        return -len(clique.vms), not exists(clique.key), clique.key
-
+    rank = {id(c): (-len(c.vms), not exists(c.key), c.key) for c in cliques}  # lower: kept
     by_vm: dict[str, list[Clique]] = {}
     for clique in cliques:
         for vm in clique.vms:
             by_vm.setdefault(vm, []).append(clique)
-
-    def holders(clique: Clique) -> list[Clique]:
-        """The other cliques holding all of `clique`'s VMs."""
-        return [
+    # Per clique, the others holding all its VMs.
+    holders = {
+        id(clique): [
             other
             for other in by_vm[min(clique.vms)]
             if other is not clique and clique.vms <= other.vms
         ]
-
+        for clique in cliques
+    }
     dropped = {
         id(clique)
         for clique in cliques
-        if any(rank(other) < rank(clique) for other in holders(clique))
+        if any(rank[id(other)] < rank[id(clique)] for other in holders[id(clique)])
     }
     covered: dict[int, list[Clique]] = {}
     for clique in cliques:
         if id(clique) in dropped:
-            for holder in holders(clique):
+            for holder in holders[id(clique)]:
                 if id(holder) not in dropped:
                     covered.setdefault(id(holder), []).append(clique)
     kept = [
