@@ -21,6 +21,7 @@ import yaml
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import utc_timestamp
+from tests.e2e.harness import eventually
 from tests.platform.console import SCRIPTS
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer, free_port
@@ -202,6 +203,11 @@ async def alone(
         yield Alone(process, health_port, port)
 
 
+async def watching(kube_double: KubeDouble, kinds: set[str]) -> None:
+    """Ready means listed (as an informer's HasSynced does); the watch opens just after."""
+    await eventually(lambda: kube_double.store.watched() == kinds, f"watches on exactly {kinds}")
+
+
 async def test_the_webhook_alone_serves_mutate_and_holds_no_extender_state(
     nats_server: NatsServer, kube_double: KubeDouble, bus: Bus, tmp_path: Path
 ) -> None:
@@ -227,7 +233,7 @@ async def test_the_webhook_alone_serves_mutate_and_holds_no_extender_state(
         # Its own two ports; of the API the pods (the twinless-pod reporter, the host headroom)
         # and the nodes (the hosts a pod may use, for the headroom warning); no topology.
         assert listening(webhook.process) == {webhook.health_port, webhook.port}
-        assert kube_double.store.watched() == {"pods", "nodes"}
+        await watching(kube_double, {"pods", "nodes"})
         assert await topology_watchers(bus) == watchers
         rss_mib(webhook.process, "admission-webhook")
 
@@ -240,6 +246,6 @@ async def test_the_extender_alone_opens_no_webhook_port(
     log = tmp_path / "extender.log"
     async with alone("hostaffinity-scheduler-extender", "EXTENDER", environment, log) as extender:
         assert listening(extender.process) == {extender.health_port, extender.port}
-        assert kube_double.store.watched() == {"pods", "nodes", "namespaces"}
+        await watching(kube_double, {"pods", "nodes", "namespaces"})
         assert await topology_watchers(bus) == watchers + 1
         rss_mib(extender.process, "scheduler-extender")
