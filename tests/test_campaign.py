@@ -37,6 +37,7 @@ from tests.campaign.history import (
     StoredChange,
     VcenterWrite,
 )
+from tests.platform.nats import free_listen_port
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTNAME_KEY = "kubernetes.io/hostname"
@@ -422,6 +423,14 @@ def test_a_crash_is_caught_but_a_lost_lease_is_not() -> None:
         ProcessExit(6.0, "descheduler-a", LEADER, 1, by_campaign=False, lost_lease=False)
     )
     assert _broken(history) == "no-crash"
+
+
+def test_a_listen_port_is_never_handed_out_twice() -> None:
+    """The campaign chooses every replica's ports before starting any, and a replica restarts
+    on its own: a port handed out must not be chosen again while it is unbound (CI once gave a
+    webhook replica a port a nats-server of the same campaign then held)."""
+    ports = [free_listen_port() for _ in range(600)]
+    assert len(set(ports)) == len(ports)
 
 
 def test_a_seed_replays_its_fault_schedule() -> None:

@@ -52,16 +52,24 @@ async def stop_process(process: asyncio.subprocess.Process | None) -> None:
 LISTEN_PORTS: Final = range(20_000, 32_000)
 
 
+# Every port handed out in this test process. A port chosen but not yet bound (or unbound while
+# its server restarts) is free to `bind`, so only this memory keeps it from being chosen twice.
+_HANDED_OUT: set[int] = set()
+
+
 def free_listen_port() -> int:
     """A free port outside the ephemeral range, for a server started a while after choosing it
-    (and started again after a crash, on the same port)."""
+    (and started again after a crash, on the same port), never one handed out before."""
     for port in random.sample(LISTEN_PORTS, 200):
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.add(port)
+        return port
     raise RuntimeError(f"no free port in {LISTEN_PORTS}")
 
 
