@@ -195,8 +195,8 @@ async def measure_moves(work: NodeLabellerWork, vc: Vcsim, hosts: int, moves: in
 
 async def measure_resync(work: NodeLabellerWork, vms: int, rounds: int = 5) -> None:
     """What one periodic resync costs at this scale when nothing differs: vCenter's inventory
-    read whole, the KV read and compared, every node planned again, nothing written. The read
-    starts when the long poll in flight returns, so up to 2 s of each figure is that wait."""
+    read whole (on the reader's session, beside the feeds), the KV read and compared, every
+    node planned again, nothing written."""
     labeller, (watcher,) = work.labeller, work.watchers
     assert labeller is not None
     first = time.monotonic()

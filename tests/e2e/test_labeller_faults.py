@@ -17,7 +17,7 @@ from pyVmomi import vim
 
 from hostaffinity.node_labeller.config import LabellerSettings
 from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES
-from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher, feed_properties
+from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher, vcenter_sessions
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.process.config import KubernetesSettings, LeaseSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
@@ -47,7 +47,7 @@ OUTAGE_MOVES = [
 ]
 # No periodic resync during the outage tests: retries alone must converge.
 NO_RESYNC = 3600.0
-WATCH_FEEDS = len(feed_properties(WATCHED_PROPERTIES))  # a vCenter session each
+WATCH_SESSIONS = vcenter_sessions(WATCHED_PROPERTIES)  # two feeds and the full reads
 # A Lease that outlives an 8 s API outage (the labeller keeps leading through it).
 OUTAGE_LEASE = LeaseSettings(
     namespace="kube-system",
@@ -134,7 +134,7 @@ async def test_twenty_forced_reconnects_keep_one_session_and_lose_no_move(
                         )
                     )
                     await labelled(parts.kube, node, moves[-1][1])
-            assert peak[0] <= 1 + WATCH_FEEDS, f"{peak[0]} vCenter sessions at once"
+            assert peak[0] <= 1 + WATCH_SESSIONS, f"{peak[0]} vCenter sessions at once"
             assert watcher.reconnects >= 20
             truth = await asyncio.to_thread(vcenter_truth, admin)
             store = await bus.topology()

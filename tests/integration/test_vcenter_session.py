@@ -11,7 +11,7 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.runtime.vcenter.session import VCenterLoginError, VCenterSession, connect
-from tests.platform.tcp_proxy import TcpProxy
+from tests.platform.tcp_proxy import SlowRequests, TcpProxy
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 
@@ -177,22 +177,6 @@ async def test_close_logs_out(vc: Vcsim) -> None:
     await session.close()
 
     assert key not in await asyncio.to_thread(active_sessions, vc.connect())
-
-
-class SlowRequests(TcpProxy):
-    """Every chunk a client sends reaches vCenter `latency` seconds late: a slow link."""
-
-    def __init__(self, upstream_host: str, upstream_port: int, latency: float) -> None:
-        super().__init__(upstream_host, upstream_port)
-        self.latency = latency
-
-    async def _client_to_server(
-        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
-    ) -> None:
-        while chunk := await source.read(65536):
-            await asyncio.sleep(self.latency)
-            sink.write(chunk)
-        sink.close()
 
 
 async def test_close_logs_out_a_login_whose_caller_was_cancelled(vc: Vcsim) -> None:

@@ -96,3 +96,19 @@ class TcpProxy:
                 sink.write(data)
                 await sink.drain()
         sink.close()
+
+
+class SlowRequests(TcpProxy):
+    """Every chunk a client sends reaches vCenter `latency` seconds late: a slow link."""
+
+    def __init__(self, upstream_host: str, upstream_port: int, latency: float) -> None:
+        super().__init__(upstream_host, upstream_port)
+        self.latency = latency
+
+    async def _client_to_server(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
+    ) -> None:
+        while chunk := await source.read(65536):
+            await asyncio.sleep(self.latency)
+            sink.write(chunk)
+        sink.close()

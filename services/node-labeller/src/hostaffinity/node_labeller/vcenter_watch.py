@@ -15,23 +15,29 @@ report a vMotion (bench/README.md). A collector of our own also never shares the
 one with another watch. Each filter asks only for the properties it is given
 (`inventory.watched_properties`).
 
-The first batch after a (re)login, or after `request_full_read`, is the complete inventory (a
-resync), both feeds' first answers together; later batches carry only changes, each feed's as they
-come. A failure in either feed starts both over.
+The first batch after a (re)login is the complete inventory (a resync), both feeds' first answers
+together; later batches carry only changes, each feed's as they come. A failure in either feed
+starts both over.
 
-Each feed owns its `VCenterSession` (runtime/vcenter/session.py): every long poll blocks that
-session's one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive waits at most
-one poll and no other part of the service queues behind it; a stop cancels the polls in flight
-(CancelWaitForUpdates) instead of waiting for them. A session vCenter ended is logged in again by
-the session itself; the watcher then rebuilds its collectors, views and filters. Any other failure
-reconnects the sessions, which log the old vCenter sessions out first, so reconnects never pile
-sessions up.
+`request_full_read` (the periodic resync) reads the whole inventory again on a third session, the
+reader's, while both feeds go on: a vMotion during the read (seconds, at thousands of VMs) is
+still labelled within its usual fraction of a second. The read is a snapshot of some moment
+during it, so every change the feeds delivered since it began is applied again after it, in the
+same resync batch: an older snapshot never undoes a move already labelled.
+
+Each feed, and the reader, owns its `VCenterSession` (runtime/vcenter/session.py): every long
+poll blocks that session's one thread for at most `MAX_WAIT_SECONDS`, so the session's keep-alive
+waits at most one poll and no other part of the service queues behind it; a stop cancels the
+polls in flight (CancelWaitForUpdates) instead of waiting for them. A session vCenter ended is
+logged in again by the session itself; the watcher then rebuilds the collectors, views and
+filters made on it. Any other failure reconnects the sessions, which log the old vCenter
+sessions out first, so reconnects never pile sessions up.
 """
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -84,6 +90,11 @@ def feed_properties(properties: Properties) -> list[dict[str, tuple[str, ...]]]:
     return [part for part in (vms, rest) if part]
 
 
+def vcenter_sessions(properties: Properties) -> int:
+    """The vCenter sessions one watcher holds: one per feed, and the full reads' own."""
+    return len(feed_properties(properties)) + 1
+
+
 class _Feed:
     """One part of the inventory on a session of its own: the collector, view and filter made on
     it (session objects: a logout or an ended session removes them)."""
@@ -103,6 +114,10 @@ class _Feed:
         self._view, spec = inventory_filter_spec(content, self.properties)
         self._collector.CreateFilter(spec, partialUpdates=False)
 
+    def built_on_this_session(self) -> bool:
+        """False once vCenter ended the session the objects were made on (they went with it)."""
+        return self.session.relogins == self._built_in
+
     def destroy(self) -> None:
         """On the session's thread: the collector (with its filter) and the view."""
         self._collector.DestroyPropertyCollector()
@@ -115,7 +130,7 @@ class _Feed:
         try:
             update_set = self._collector.WaitForUpdatesEx(version, options)
         except vmodl.fault.ManagedObjectNotFound:
-            if self.session.relogins == self._built_in:
+            if self.built_on_this_session():
                 raise
             return None
         except vmodl.fault.RequestCanceled:  # `cancel_wait`: a full read or a stop is due
@@ -149,32 +164,28 @@ class InventoryWatcher:
         self.reconnects = 0
         self._metrics = WatchMetrics()
         self._failures = 0
-        self._full_read = False
-        self._feeds: list[_Feed] = []
+        self._full_read = asyncio.Event()
+        # The changes delivered since the full read in progress began; None between reads.
+        self._delivered_during_read: list[ObjectUpdate] | None = None
 
     def request_full_read(self) -> None:
-        """Make the next batch the complete inventory again (the periodic resync asks for it).
-        The polls in flight are cancelled, so the read starts at once: a feed whose poll ended
-        would otherwise stop following changes until the other's poll timed out (up to 2 s), a
-        vMotion meanwhile waiting for it."""
-        self._full_read = True
-        loop = asyncio.get_running_loop()
-        for feed in self._feeds:
-            loop.run_in_executor(None, feed.cancel_wait)
+        """Have the complete inventory read again, beside the feeds, and delivered as a resync
+        batch (the periodic resync asks for it)."""
+        self._full_read.set()
 
     async def run(self) -> None:
         """Watch until cancelled; reconnects (and resyncs) after any session or network error."""
-        feeds = self._feeds = [
-            _Feed(self._settings, part) for part in feed_properties(self._properties)
-        ]
+        feeds = [_Feed(self._settings, part) for part in feed_properties(self._properties)]
+        reader = _Feed(self._settings, self._properties)
+        sessions = [*feeds, reader]
         logged_in = False
         try:
             while True:
                 try:
-                    for feed in feeds:
+                    for feed in sessions:
                         await (feed.session.reconnect() if logged_in else feed.session.start())
                     logged_in = True
-                    await self._follow(feeds)
+                    await self._follow(feeds, reader)
                 except Exception as error:  # any failure: log in again and resync
                     delay = RETRY_DELAYS[min(self._failures, len(RETRY_DELAYS) - 1)]
                     self._failures += 1
@@ -190,39 +201,31 @@ class InventoryWatcher:
                     logged_in = True  # a failed start is retried by `reconnect`
                 self._started_over()
         finally:
-            await asyncio.gather(*(asyncio.to_thread(feed.cancel_wait) for feed in feeds))
-            for feed in feeds:
+            await asyncio.gather(*(asyncio.to_thread(feed.cancel_wait) for feed in sessions))
+            for feed in sessions:
                 await feed.session.close()
 
     def _started_over(self) -> None:
         self.reconnects += 1
         self._metrics.reconnected(self.vcenter)
 
-    async def _follow(self, feeds: list[_Feed]) -> None:
-        """Build the feeds' filters, then poll; rebuild them when a session was renewed, or when
-        a full read is asked for (a new filter reports every object as entering)."""
+    async def _follow(self, feeds: list[_Feed], reader: _Feed) -> None:
+        """Build the feeds' filters, then poll; rebuild them when a feed's session was renewed
+        (its objects went with the old one, and a new filter reports every object as entering)."""
         while True:
-            relogins = _relogins(feeds)
-            self._full_read = False
+            self._full_read.clear()  # the feeds' first answers are a full read
             for feed in feeds:
                 await feed.session.call(feed.build)
-            await self._poll(feeds, relogins)
-            if _relogins(feeds) != relogins:
-                log.info(
-                    "vCenter %s session renewed; rebuilding the inventory filters", self.vcenter
-                )
-                self._started_over()
-            else:
-                for feed in feeds:
-                    await feed.session.call(feed.destroy)
+            await self._poll(feeds, reader)
+            log.info("vCenter %s session renewed; rebuilding the inventory filters", self.vcenter)
+            self._started_over()
 
-    async def _poll(self, feeds: list[_Feed], relogins: list[int]) -> None:
+    async def _poll(self, feeds: list[_Feed], reader: _Feed) -> None:
         """The feeds' complete answers as one resync batch, then each feed's changes as they
-        come, until a session is renewed under us (its objects are gone then) or a full read is
-        asked for."""
+        come and the full reads asked for, until a feed's session is renewed under us."""
 
         def unchanged() -> bool:
-            return _relogins(feeds) == relogins
+            return all(feed.built_on_this_session() for feed in feeds)
 
         wholes = await _side_by_side([_read_whole(feed, unchanged) for feed in feeds])
         if not unchanged():
@@ -230,10 +233,13 @@ class InventoryWatcher:
         updates = [update for _, part in wholes for update in part]
         self.batches.put_nowait(UpdateBatch(self.vcenter, updates, True, time.monotonic()))
         self._failures = 0
-        await _side_by_side(
+        await _until_one_ends(
             [
-                self._follow_changes(feed, version, unchanged)
-                for feed, (version, _) in zip(feeds, wholes, strict=True)
+                *(
+                    self._follow_changes(feed, version, unchanged)
+                    for feed, (version, _) in zip(feeds, wholes, strict=True)
+                ),
+                self._full_reads(reader),
             ]
         )
 
@@ -241,7 +247,7 @@ class InventoryWatcher:
         self, feed: _Feed, version: str, unchanged: Callable[[], bool]
     ) -> None:
         pending: list[ObjectUpdate] = []
-        while unchanged() and not self._full_read:
+        while unchanged():
             answer = await feed.session.call(feed.wait_for_updates, version, _WAIT)
             if answer is None or not unchanged():
                 continue
@@ -249,8 +255,49 @@ class InventoryWatcher:
             pending.extend(answer.updates)
             if answer.truncated:
                 continue  # the rest of this answer comes with the next call
-            self.batches.put_nowait(UpdateBatch(self.vcenter, pending, False, time.monotonic()))
+            self._deliver(pending)
             pending = []
+
+    def _deliver(self, changes: list[ObjectUpdate]) -> None:
+        self.batches.put_nowait(UpdateBatch(self.vcenter, changes, False, time.monotonic()))
+        if self._delivered_during_read is not None:
+            self._delivered_during_read.extend(changes)
+
+    async def _full_reads(self, reader: _Feed) -> None:
+        """Each full read asked for, on the reader's session: a snapshot, then again every change
+        the feeds delivered since the read began. Each was delivered after the moment it
+        describes, so in order they bring any object the snapshot read earlier up to date."""
+        while True:
+            await self._full_read.wait()
+            self._full_read.clear()
+            self._delivered_during_read = []
+            try:
+                snapshot = await _snapshot(reader)
+                if snapshot is None:  # vCenter ended the reader's session: read again
+                    self._full_read.set()
+                    continue
+                self.batches.put_nowait(
+                    UpdateBatch(
+                        self.vcenter,
+                        snapshot + self._delivered_during_read,
+                        True,
+                        time.monotonic(),
+                    )
+                )
+            finally:
+                self._delivered_during_read = None
+
+
+async def _snapshot(reader: _Feed) -> list[ObjectUpdate] | None:
+    """The whole inventory, read on a filter of its own made for this read; None when vCenter
+    ended the session during the read."""
+    await reader.session.call(reader.build)
+    try:
+        _, updates = await _read_whole(reader, reader.built_on_this_session)
+    finally:
+        if reader.built_on_this_session():
+            await reader.session.call(reader.destroy)
+    return updates if reader.built_on_this_session() else None
 
 
 async def _read_whole(feed: _Feed, unchanged: Callable[[], bool]) -> tuple[str, list[ObjectUpdate]]:
@@ -267,10 +314,6 @@ async def _read_whole(feed: _Feed, unchanged: Callable[[], bool]) -> tuple[str, 
     return version, updates
 
 
-def _relogins(feeds: list[_Feed]) -> list[int]:
-    return [feed.session.relogins for feed in feeds]
-
-
 async def _side_by_side(work: list[Awaitable[T]]) -> list[T]:
     """Run side by side; the first failure cancels the rest and is raised as itself (its
     message names what to fix, which an exception group would hide)."""
@@ -278,9 +321,25 @@ async def _side_by_side(work: list[Awaitable[T]]) -> list[T]:
     try:
         return await asyncio.gather(*tasks)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancelled(tasks)
+
+
+async def _until_one_ends(work: list[Awaitable[None]]) -> None:
+    """Run side by side until the first ends, and cancel the rest; a failure is raised as
+    itself."""
+    tasks = [asyncio.ensure_future(item) for item in work]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        await _cancelled(tasks)
+
+
+async def _cancelled(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def inventory_filter_spec(content: Any, properties: Properties) -> tuple[Any, Any]:
