@@ -60,3 +60,29 @@ def test_the_record_follows_the_task_from_running_to_done_and_gone() -> None:
     assert (done.entering_maintenance, done.in_maintenance_mode) == (False, True)
     inventory.apply(ObjectUpdate("leave", TASK, "task-9"))
     assert inventory.host_of_task("task-9") is None
+
+
+def test_a_host_stays_entering_while_any_of_its_tasks_runs() -> None:
+    """A retried EnterMaintenanceMode leaves an old task in recentTask beside the new one; the
+    host is entering until the last unfinished one ends or leaves."""
+    inventory = inventory_with()
+    for task in ("task-1", "task-2"):
+        inventory.apply(
+            enter(
+                TASK,
+                task,
+                info__descriptionId=ENTER_MAINTENANCE,
+                info__entity="host-1",
+                info__state="running",
+            )
+        )
+
+    def entering() -> bool:
+        host = inventory.host("host-1")
+        assert host is not None
+        return host.entering_maintenance
+
+    inventory.apply(ObjectUpdate("modify", TASK, "task-1", {"info.state": "error"}))
+    assert entering()
+    inventory.apply(ObjectUpdate("leave", TASK, "task-2"))
+    assert not entering()

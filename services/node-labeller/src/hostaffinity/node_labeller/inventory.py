@@ -96,18 +96,16 @@ class Inventory:
         self._vms_by_name: dict[str, set[str]] = defaultdict(set)
         self._vms_by_guest_hostname: dict[str, set[str]] = defaultdict(set)
         self._vms_by_host: dict[str, set[str]] = defaultdict(set)
-        # Task moids: a host's state reads only these, not every object of the inventory.
-        self._tasks: set[str] = set()
+        # Per host, its EnterMaintenanceMode tasks still queued or running: a resync reads every
+        # host once per node, and a scan of a few hundred recent tasks each time cost seconds.
+        self._entering_tasks: dict[str, set[str]] = defaultdict(set)
 
     def apply(self, update: ObjectUpdate) -> set[str] | None:
         """Apply one update; return the VM moids whose placement may have changed (None: all)."""
         if update.obj_type == VM:
             self._unindex_vm(update.moid)
         if update.obj_type == TASK:
-            if update.kind == "leave":
-                self._tasks.discard(update.moid)
-            else:
-                self._tasks.add(update.moid)
+            self._unindex_task(update.moid)
         if update.kind == "leave":
             self._objects.pop(update.moid, None)
         else:
@@ -120,6 +118,8 @@ class Inventory:
         if update.obj_type == HOST:
             return set(self._vms_by_host.get(update.moid, ()))
         if update.obj_type == TASK:
+            if update.kind != "leave":
+                self._index_task(update.moid)
             return set()  # a task moves no VM; its host is re-examined (`host_of_task`)
         return None
 
@@ -167,13 +167,20 @@ class Inventory:
         return _optional_text(obj.props.get("info.entity"))
 
     def _entering_maintenance(self, host_moid: str) -> bool:
-        """Whether an EnterMaintenanceMode task on the host is queued or running. vCenter keeps
-        a few hundred recent tasks at most, so a scan of the tasks costs little."""
-        return any(
-            self.host_of_task(moid) == host_moid
-            and self._objects[moid].props.get("info.state") in UNFINISHED_TASK_STATES
-            for moid in self._tasks
-        )
+        """Whether an EnterMaintenanceMode task on the host is queued or running."""
+        return bool(self._entering_tasks.get(host_moid))
+
+    def _index_task(self, moid: str) -> None:
+        host = self.host_of_task(moid)
+        if host and self._objects[moid].props.get("info.state") in UNFINISHED_TASK_STATES:
+            self._entering_tasks[host].add(moid)
+
+    def _unindex_task(self, moid: str) -> None:
+        host = self.host_of_task(moid)
+        if host and (tasks := self._entering_tasks.get(host)) is not None:
+            tasks.discard(moid)
+            if not tasks:
+                del self._entering_tasks[host]
 
     def host_moids(self) -> list[str]:
         return [moid for moid, obj in self._objects.items() if obj.obj_type == HOST]
