@@ -159,3 +159,31 @@ async def test_a_sweep_keeps_the_queue_busy_until_its_last_key_is_done() -> None
     assert handled == ["a", "b"]
     queue.sweep(["c"])
     assert not queue.idle()
+
+
+async def test_a_sweep_of_handlers_that_never_suspend_lets_a_change_in_meanwhile() -> None:
+    """A resync's sweep, nothing to write: each handler returns without awaiting anything. A
+    change arriving from the network (another task) must still be queued and handled before
+    the sweep's end, not after all of it."""
+    queue: WorkQueue[str] = WorkQueue("test")
+    swept = [f"s{i}" for i in range(SWEEP_WINDOW * 20)]
+    handled: list[str] = []
+    under_way, everything = asyncio.Event(), asyncio.Event()
+
+    async def handle(key: str) -> None:
+        handled.append(key)
+        under_way.set()
+        if len(handled) == len(swept) + 1:
+            everything.set()
+
+    async def change_arrives() -> None:
+        await under_way.wait()
+        queue.add("change")
+
+    queue.sweep(swept)
+    arrival = asyncio.create_task(change_arrives())
+    workers = asyncio.create_task(queue.run(handle, workers=4))
+    await asyncio.wait_for(everything.wait(), 10)
+    workers.cancel()
+    await asyncio.gather(workers, arrival, return_exceptions=True)
+    assert handled.index("change") <= 2 * SWEEP_WINDOW

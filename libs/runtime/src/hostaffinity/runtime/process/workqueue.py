@@ -147,6 +147,10 @@ class WorkQueue(Generic[K]):
             finally:
                 self.done(key)
             raise_if_cancel_requested()  # a handler's NATS call may have swallowed it
+            # A handler with nothing to write never suspends, and a ready queue's get does not
+            # either: without this, a sweep of thousands of keys held the event loop for seconds
+            # and a change arriving meanwhile could not even be queued.
+            await asyncio.sleep(0)
 
     def _due(self, key: K) -> None:
         del self._waiting[key]
