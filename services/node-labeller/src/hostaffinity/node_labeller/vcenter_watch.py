@@ -96,8 +96,9 @@ def vcenter_sessions(properties: Properties) -> int:
 
 
 class _Feed:
-    """One part of the inventory on a session of its own: the collector, view and filter made on
-    it (session objects: a logout or an ended session removes them)."""
+    """A feed's part of the inventory, or all of it for the reader's full reads, on a session of
+    its own: the collector, view and filter made on it (session objects: a logout or an ended
+    session removes them)."""
 
     def __init__(self, settings: VCenterSettings, properties: Properties) -> None:
         self.properties = properties
