@@ -195,3 +195,16 @@ async def test_changes_coming_faster_than_the_interval_do_not_put_off_the_full_c
     assert full, "no full cycle while changes kept coming"
     assert all("interval" in t.reasons for t in full)
     assert any(t.scope is not None for t in scopes)
+
+
+async def test_a_stop_that_comes_with_a_poke_ends_the_wait() -> None:
+    """The descheduler's loop waits here between cycles. A change and the stop in one step of
+    the event loop once left the loop running past its drain bound (3.11's `wait_for` returned
+    the poke and dropped the cancellation, python/cpython#86296)."""
+    trigger = CycleTrigger(debounce_s=0.0, interval_s=60.0)
+    waiting = asyncio.create_task(trigger.next())
+    await asyncio.sleep(0.01)
+    trigger.poke("pod deleted")
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

@@ -23,6 +23,7 @@ from hostaffinity.cli.history import event_type, summary
 from hostaffinity.cli.seeding import inventory, wait_for_task
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.kube.client import NODES, KubeClient, ResourceRef
+from hostaffinity.runtime.process.cancellation import wait_set
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.runtime.vcenter.session import VCenterSettings, connect
 from hostaffinity.schema import (
@@ -80,8 +81,7 @@ class EventTail:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise StepFailed(f"no {what} within {within:g} s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.arrived.wait(), left)
+            await wait_set(self.arrived, left)
 
 
 @contextlib.asynccontextmanager

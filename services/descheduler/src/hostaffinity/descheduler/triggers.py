@@ -7,7 +7,6 @@ informers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
 from hostaffinity.descheduler.strategies import registered_triggers
 from hostaffinity.descheduler.strategies.changes import Change
 from hostaffinity.descheduler.strategies.scope import Scope
+from hostaffinity.runtime.process.cancellation import wait_set
 
 # What the registered plugins and node fit declared; nothing else starts a cycle.
 REGISTERED: Final = registered_triggers() | NODE_FIT_TRIGGERS
@@ -159,8 +159,7 @@ class CycleTrigger:
     async def next(self) -> Triggered:
         """Wait for a trigger (or the interval), then the debounce window; return the reasons
         and what the cycle judges."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._poked.wait(), self._interval)
+        await wait_set(self._poked, self._interval)
         if not self._poked.is_set():
             self._reasons.append("interval")
             self._scope = None

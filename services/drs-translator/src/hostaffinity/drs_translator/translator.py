@@ -32,7 +32,7 @@ from hostaffinity.drs_translator.planner import (
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
-from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested, wait_set
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 _log = logging.getLogger(__name__)
@@ -212,9 +212,7 @@ class DrsTranslator:
         raise_if_cancel_requested()
         wake = min(next_resync, applier.next_retry() or next_resync)
         timeout = max(0.0, wake - time.monotonic())
-        try:
-            await asyncio.wait_for(lane.dirty.wait(), timeout)
-        except TimeoutError:
+        if not await wait_set(lane.dirty, timeout):
             return
         await asyncio.sleep(self._pacing.debounce_seconds)  # let a burst of changes gather
 

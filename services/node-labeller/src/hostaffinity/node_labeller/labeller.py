@@ -20,7 +20,6 @@ whose watch fails keeps its last inventory while its watcher reconnects, and the
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -51,7 +50,7 @@ from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
 from hostaffinity.runtime.bus.outbox_metrics import OutboxInstruments
 from hostaffinity.runtime.kube.client import NODES, KubeClient
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
-from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested, wait_set
 from hostaffinity.runtime.process.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
@@ -230,8 +229,8 @@ class Labeller:
         every vCenter (`_reconcile_key`)."""
         await self._first_inventory.wait()
         await self._nodes.synced.wait()
-        with contextlib.suppress(TimeoutError):  # a slow tag API never holds host labels back
-            await asyncio.wait_for(self.tags_tried.wait(), FIRST_TAG_READ_WAIT_SECONDS)
+        # A slow tag API never holds host labels back.
+        await wait_set(self.tags_tried, FIRST_TAG_READ_WAIT_SECONDS)
         self._queue_everything()
         self._working = True
         await self.queue.run(self._reconcile_key, self._workers)
