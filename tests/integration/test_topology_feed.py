@@ -6,12 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
-from hostaffinity.runtime.bus.topology_feed import INFERRED_REVISION, follow_topology
+from hostaffinity.runtime.bus.topology_feed import (
+    INFERRED_REVISION,
+    PROBE_SECONDS,
+    follow_topology,
+)
 from hostaffinity.runtime.process.config import NatsSettings
-from hostaffinity.schema import NodePlacement
+from hostaffinity.schema import TOPOLOGY_BUCKET, NodePlacement
 from tests.e2e.harness import bus_rebuilt_with, eventually
 from tests.platform.bus_values import ESXI_HOST, OTHER_HOST
 from tests.platform.bus_values import node_placement as placement
@@ -56,12 +61,16 @@ class Seen:
 
 
 @contextlib.asynccontextmanager
-async def following(reader: Bus) -> AsyncIterator[Seen]:
+async def following(reader: Bus, probe_seconds: float = PROBE_SECONDS) -> AsyncIterator[Seen]:
     """The feed on `reader`'s connection, live before the block and cancelled after it."""
     seen = Seen()
     feed = asyncio.create_task(
         follow_topology(
-            await reader.topology(), seen.change, link=reader.link_epoch, on_lost=seen.lost
+            await reader.topology(),
+            seen.change,
+            link=reader.link_epoch,
+            on_lost=seen.lost,
+            probe_seconds=probe_seconds,
         )
     )
     try:
@@ -137,6 +146,49 @@ async def test_a_node_deleted_while_the_connection_was_cut_is_gone_once_it_is_ba
     finally:
         await reader.close()
         await proxy.stop()
+
+
+async def pause_every_watch(bus: Bus) -> None:
+    """Every consumer of the topology bucket stops delivering while it goes on sending its
+    heartbeats, so nats-py sees a live watch (tried: no change came in 30 s). A consumer on a
+    stalled replica looks the same to a client."""
+    stream = f"KV_{TOPOLOGY_BUCKET}"
+    until = (datetime.now(UTC) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    consumers = await bus.js.consumers_info(stream)
+    assert consumers, "no watch to pause"
+    for consumer in consumers:
+        await bus.js.pause_consumer(stream, consumer.name, until)
+
+
+async def test_a_watch_that_stops_delivering_on_a_live_connection_is_reopened(
+    nats_server: NatsServer, bus: Bus
+) -> None:
+    await two_nodes_on_two_hosts(bus)
+    async with (
+        nats_server.connection("reader") as reader,
+        following(reader, probe_seconds=0.5) as seen,
+    ):
+        await pause_every_watch(bus)
+        store = await bus.topology()
+        await store.delete_node("worker-b")
+
+        await eventually(
+            lambda: seen.nodes().keys() == {"worker-a"} and seen.live,
+            "the deletion, through a watch opened again",
+            RECOVERY_SECONDS,
+        )
+
+
+async def test_a_quiet_watch_is_left_alone(nats_server: NatsServer, bus: Bus) -> None:
+    """Nothing written, nothing owed: the probes never reopen a watch that has read it all."""
+    await two_nodes_on_two_hosts(bus)
+    async with (
+        nats_server.connection("reader") as reader,
+        following(reader, probe_seconds=0.1) as seen,
+    ):
+        replays = seen.changes.count(Bootstrapped())
+        await asyncio.sleep(1.0)
+        assert seen.changes.count(Bootstrapped()) == replays
 
 
 async def test_cancelled_it_stops_and_leaves_no_watch_behind(

@@ -107,11 +107,16 @@ class _BucketWatch:
     async def start(cls, kv: KeyValue) -> Self:
         watcher = await _watch_all(kv)
         try:
-            state = (await kv.status()).stream_info.state
+            initial_end = await last_revision(kv)
         except BaseException:
             await _stop(watcher)
             raise
-        return cls(watcher, state.last_seq if state.messages else 0)
+        return cls(watcher, initial_end)
+
+    @property
+    def read_up_to(self) -> int:
+        """The revision of the last entry read (0 before the first)."""
+        return self._read_up_to
 
     async def next(self) -> KeyValue.Entry | Bootstrapped:
         """The next entry; `Bootstrapped` once, right after the last initial value."""
@@ -126,6 +131,13 @@ class _BucketWatch:
 
     async def stop(self) -> None:
         await _stop(self._watcher)
+
+
+async def last_revision(kv: KeyValue) -> int:
+    """The revision of the bucket's last entry (its stream's last sequence), 0 when empty; the
+    stream leader answers, so a watch served by a lagging replica can be held against it."""
+    state = (await kv.status()).stream_info.state
+    return state.last_seq if state.messages else 0
 
 
 async def current_entries(kv: KeyValue, prefix: str = "") -> list[KeyValue.Entry]:
@@ -189,6 +201,15 @@ class TopologyWatch:
     async def __aenter__(self) -> Self:
         self._watch = await _BucketWatch.start(self._kv)
         return self
+
+    @property
+    def started(self) -> bool:
+        return self._watch is not None
+
+    @property
+    def read_up_to(self) -> int:
+        """The bucket revision this watch has delivered up to (0 before it started)."""
+        return 0 if self._watch is None else self._watch.read_up_to
 
     async def __aexit__(
         self,
@@ -306,6 +327,10 @@ class TopologyStore:
     def watch(self) -> TopologyWatch:
         """All current values, then `Bootstrapped`, then live changes, including deletes."""
         return TopologyWatch(self._kv, self._dead_letters)
+
+    async def last_revision(self) -> int:
+        """The bucket's latest revision, as its stream leader knows it (0 when empty)."""
+        return await last_revision(self._kv)
 
     async def _get(self, key: str, decoder: msgspec.json.Decoder[_T]) -> _T | None:
         try:

@@ -6,7 +6,11 @@ lost; nats-py's ordered consumer notices some gaps, seconds later, and none of t
 every new connection gets a new watch, which replays the whole bucket, and whatever was known
 before but is not replayed went away meanwhile: it is reported deleted before `Bootstrapped`.
 The connection is polled rather than trusted to end the watch, since a silently dead one
-never does.
+never does. So is the watch itself: its consumer lives on one server, and a consumer that stops
+delivering while its heartbeats still come (its replica stalled, or the consumer paused) leaves
+nats-py waiting for ever on a live connection. Every `probe_seconds` the bucket's last revision
+is read from the stream leader; a watch that has not delivered, by the next probe, what the
+bucket held at the last one is reopened the same way.
 """
 
 import asyncio
@@ -14,12 +18,15 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from nats.errors import Error as NatsError
+
 from hostaffinity.runtime.bus.kv import (
     Bootstrapped,
     HostChange,
     NodeChange,
     TopologyChange,
     TopologyStore,
+    TopologyWatch,
 )
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 
@@ -32,6 +39,9 @@ LINK_POLL_SECONDS: Final = 0.05
 Link = Callable[[], int | None]
 # A deletion inferred from a replay has no entry, so no revision.
 INFERRED_REVISION: Final = 0
+# How often a watch's progress is held against the bucket: a stalled watch is reopened within
+# twice this.
+PROBE_SECONDS: Final = 5.0
 
 
 class _Keys:
@@ -66,10 +76,11 @@ async def follow_topology(
     link: Link,
     on_lost: Callable[[], None] = _nothing,
     retry_seconds: float = RETRY_SECONDS,
+    probe_seconds: float = PROBE_SECONDS,
 ) -> None:
     """Until cancelled: every change to `on_change`, `Bootstrapped` whenever a replay is done,
-    and `on_lost` whenever the view stopped being live (connection down, watch ended); one
-    watch per connection, reopened after `retry_seconds` when it failed."""
+    and `on_lost` whenever the view stopped being live (connection down, watch ended or
+    stalled); one watch per connection, reopened after `retry_seconds` when it failed."""
     nodes, hosts = _Keys(), _Keys()
     while True:
         raise_if_cancel_requested()  # nats-py's wait_for may have swallowed it
@@ -80,13 +91,16 @@ async def follow_topology(
             continue
         nodes.restart()
         hosts.restart()
-        watch = asyncio.create_task(_watch(store, on_change, nodes, hosts))
+        changes = store.watch()
+        watch = asyncio.create_task(_watch(changes, on_change, nodes, hosts))
+        stalled = asyncio.create_task(_until_stalled(store, changes, probe_seconds))
         try:
-            while not watch.done() and link() == epoch:
-                await asyncio.wait({watch}, timeout=LINK_POLL_SECONDS)
+            while not watch.done() and not stalled.done() and link() == epoch:
+                await asyncio.wait({watch, stalled}, timeout=LINK_POLL_SECONDS)
         finally:
-            watch.cancel()
-            await asyncio.wait({watch}, timeout=retry_seconds)
+            for task in (watch, stalled):
+                task.cancel()
+            await asyncio.wait({watch, stalled}, timeout=retry_seconds)
         on_lost()
         if watch.done() and not watch.cancelled() and watch.exception() is not None:
             # nats-py raises its own types for a lost connection or a missing bucket.
@@ -94,14 +108,44 @@ async def follow_topology(
                 "topology watch failed (%r); reopening in %gs", watch.exception(), retry_seconds
             )
             await asyncio.sleep(retry_seconds)
+        elif stalled.done() and not stalled.cancelled():
+            _log.warning(
+                "topology watch stalled at revision %d, the bucket at %d; reading it again",
+                changes.read_up_to,
+                stalled.result(),
+            )
         else:
             _log.warning("NATS connection lost or renewed; reading the topology again")
 
 
+async def _until_stalled(store: TopologyStore, changes: TopologyWatch, probe_seconds: float) -> int:
+    """Returns, with the revision it owes, once the watch delivered nothing for a whole probe
+    while the bucket held more than it had read. A slow replay still moves, so it is never
+    judged stalled; a probe that fails is skipped (a lost connection is the link's to notice)."""
+    owed: int | None = None
+    read_before = 0
+    while True:
+        await asyncio.sleep(probe_seconds)
+        try:
+            bucket_at = await store.last_revision()
+        except (NatsError, TimeoutError):
+            raise_if_cancel_requested()
+            continue
+        raise_if_cancel_requested()  # the request's wait_for may have swallowed it
+        read = changes.read_up_to
+        if owed is not None and read == read_before and read < owed:
+            return owed
+        owed = bucket_at if changes.started and bucket_at > read else None
+        read_before = read
+
+
 async def _watch(
-    store: TopologyStore, on_change: Callable[[TopologyChange], None], nodes: _Keys, hosts: _Keys
+    changes: TopologyWatch,
+    on_change: Callable[[TopologyChange], None],
+    nodes: _Keys,
+    hosts: _Keys,
 ) -> None:
-    async with store.watch() as changes:
+    async with changes:
         async for change in changes:
             raise_if_cancel_requested()  # else a swallowed cancel leaves this watch running
             if isinstance(change, NodeChange):
