@@ -7,7 +7,7 @@ record of its id (`seen`) are written in one sqlite transaction, and the event i
 after that commit. Killed at any point, the program restarts where its consumer stopped; what
 it had committed but not acked comes again and is skipped by id.
 
-    pip install nats-py[nkeys] jsonschema
+    pip install nats-py[nkeys] jsonschema      # Python 3.11 or later
     python subscriber.py --nats nats://127.0.0.1:4222 --name cmdb \
         --seed .cache/dev/nats/subscribers/cmdb.nk --schemas proto/schemas --store cmdb.sqlite
 """
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import jsonschema
 import nats
-from nats.errors import TimeoutError as FetchTimeout
+from nats.aio.msg import Msg
+from nats.js.client import JetStreamContext
 from nats.js.errors import ServiceUnavailableError
 
 STREAM = "HOSTAFFINITY_EVENTS"
@@ -75,6 +76,21 @@ def handle_once(store: sqlite3.Connection, event: dict[str, object], body: str) 
         raise
 
 
+async def next_batch(pull: JetStreamContext.PullSubscription) -> list[Msg]:
+    """Up to BATCH events; none when none came within a second."""
+    try:
+        return await pull.fetch(BATCH, timeout=1)
+    except TimeoutError:
+        # Nothing came. nats-py raises its own TimeoutError or, when the time ran out between
+        # its two pull requests, asyncio's: both are the builtin TimeoutError (Python >= 3.11).
+        return []
+    except ServiceUnavailableError:
+        # 503, no responders: right after `bus subscriber add`, the consumer's leader may not
+        # have told every server yet that it takes pull requests. Ask again.
+        await asyncio.sleep(0.5)
+        return []
+
+
 async def run(args: argparse.Namespace) -> None:
     validators = load_schemas(Path(args.schemas))
     store = open_store(Path(args.store))
@@ -95,15 +111,7 @@ async def run(args: argparse.Namespace) -> None:
     new = skipped = 0
     try:
         while not stopping.is_set():
-            try:
-                batch = await pull.fetch(BATCH, timeout=1)
-            except FetchTimeout:
-                continue
-            except ServiceUnavailableError:
-                # 503, no responders: right after `bus subscriber add`, the consumer's leader
-                # may not have told every server yet that it takes pull requests. Ask again.
-                await asyncio.sleep(0.5)
-                continue
+            batch = await next_batch(pull)
             for message in batch:
                 try:
                     event = json.loads(message.data)

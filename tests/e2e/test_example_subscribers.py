@@ -9,6 +9,7 @@ between a commit and its ack.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 import signal
@@ -137,6 +138,20 @@ async def drained(cluster: NatsCluster) -> None:
             await asyncio.sleep(0.2)
 
 
+def running_until(
+    subscriber: asyncio.subprocess.Process, done: Callable[[], bool], workdir: Path
+) -> Callable[[], bool]:
+    """`done`, failing at once with the subscriber's log when it exited on its own."""
+
+    def check() -> bool:
+        if subscriber.returncode is not None:
+            log = (workdir / "subscriber.log").read_text(errors="replace")[-2000:]
+            raise AssertionError(f"the subscriber exited with {subscriber.returncode}:\n{log}")
+        return done()
+
+    return check
+
+
 @pytest.mark.parametrize("language", sorted(EXAMPLES))
 async def test_an_example_subscriber_handles_every_event_once_across_a_kill(
     nats_cluster: NatsCluster, tmp_path: Path, language: str
@@ -154,7 +169,11 @@ async def test_an_example_subscriber_handles_every_event_once_across_a_kill(
 
     first = await asyncio.create_subprocess_exec(*command, stdout=log, stderr=log)
     try:
-        await eventually(lambda: len(handled(store)) >= KILL_AT, "half handled", DONE_SECONDS)
+        await eventually(
+            running_until(first, lambda: len(handled(store)) >= KILL_AT, tmp_path),
+            "half handled",
+            DONE_SECONDS,
+        )
     finally:
         first.send_signal(signal.SIGKILL)
         await first.wait()
@@ -162,10 +181,15 @@ async def test_an_example_subscriber_handles_every_event_once_across_a_kill(
 
     second = await asyncio.create_subprocess_exec(*command, stdout=log, stderr=log)
     try:
-        await eventually(lambda: len(handled(store)) >= EVENTS, "all handled", DONE_SECONDS)
+        await eventually(
+            running_until(second, lambda: len(handled(store)) >= EVENTS, tmp_path),
+            "all handled",
+            DONE_SECONDS,
+        )
         await drained(nats_cluster)
     finally:
-        second.send_signal(signal.SIGTERM)
+        if second.returncode is None:
+            second.send_signal(signal.SIGTERM)
         await second.wait()
         log.close()
 
@@ -175,3 +199,21 @@ async def test_an_example_subscriber_handles_every_event_once_across_a_kill(
     # The repeats (the stream's last messages, so the second run's) came and were skipped by id.
     counts = re.findall(r"duplicates skipped (\d+)", (tmp_path / "subscriber.log").read_text())
     assert int(counts[-1]) >= REPEATED
+
+
+class ExpiringPull:
+    """A pull subscription whose time ran out between nats-py's two pull requests: nats-py
+    (2.x, `_fetch_n`) then raises asyncio's TimeoutError, not its own."""
+
+    async def fetch(self, batch: int, timeout: float) -> list[object]:  # noqa: ASYNC109 (nats-py's)
+        raise TimeoutError  # asyncio.TimeoutError is this builtin since Python 3.11
+
+
+async def test_the_python_subscriber_asks_again_when_a_fetch_expires_either_way() -> None:
+    path = ROOT / "examples" / "python-subscriber" / "subscriber.py"
+    spec = importlib.util.spec_from_file_location("example_subscriber", path)
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert await example.next_batch(ExpiringPull()) == []
