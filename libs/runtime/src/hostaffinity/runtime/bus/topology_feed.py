@@ -9,8 +9,8 @@ The connection is polled rather than trusted to end the watch, since a silently 
 never does. So is the watch itself: its consumer lives on one server, and a consumer that stops
 delivering while its heartbeats still come (its replica stalled, or the consumer paused) leaves
 nats-py waiting for ever on a live connection. Every `probe_seconds` the bucket's last revision
-is read from the stream leader; a watch that has not delivered, by the next probe, what the
-bucket held at the last one is reopened the same way.
+is read from the stream leader; a watch that read nothing for two probes in a row while the
+bucket held more is reopened the same way.
 """
 
 import asyncio
@@ -39,9 +39,11 @@ LINK_POLL_SECONDS: Final = 0.05
 Link = Callable[[], int | None]
 # A deletion inferred from a replay has no entry, so no revision.
 INFERRED_REVISION: Final = 0
-# How often a watch's progress is held against the bucket: a stalled watch is reopened within
-# twice this.
-PROBE_SECONDS: Final = 5.0
+# How often a watch's progress is held against the bucket, and for how many probes in a row
+# it may read nothing while behind: a stalled watch is reopened within (STALLED_PROBES + 1) *
+# PROBE_SECONDS.
+PROBE_SECONDS: Final = 3.0
+STALLED_PROBES: Final = 2
 
 
 class _Keys:
@@ -119,11 +121,13 @@ async def follow_topology(
 
 
 async def _until_stalled(store: TopologyStore, changes: TopologyWatch, probe_seconds: float) -> int:
-    """Returns, with the revision it owes, once the watch delivered nothing for a whole probe
-    while the bucket held more than it had read. A slow replay still moves, so it is never
-    judged stalled; a probe that fails is skipped (a lost connection is the link's to notice)."""
+    """Returns, with the revision it owes, once the watch read nothing for STALLED_PROBES whole
+    probes in a row while the bucket held more than it had read. A slow replay still moves, and
+    one probe's worth of a busy loop is not enough, so neither is judged stalled; a probe that
+    fails is skipped (a lost connection is the link's to notice)."""
     owed: int | None = None
     read_before = 0
+    idle_probes = 0
     while True:
         await asyncio.sleep(probe_seconds)
         try:
@@ -134,7 +138,11 @@ async def _until_stalled(store: TopologyStore, changes: TopologyWatch, probe_sec
         raise_if_cancel_requested()  # the request's wait_for may have swallowed it
         read = changes.read_up_to
         if owed is not None and read == read_before and read < owed:
-            return owed
+            idle_probes += 1
+            if idle_probes >= STALLED_PROBES:
+                return owed
+        else:
+            idle_probes = 0
         owed = bucket_at if changes.started and bucket_at > read else None
         read_before = read
 
