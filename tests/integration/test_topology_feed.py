@@ -8,6 +8,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
 from hostaffinity.runtime.bus.topology_feed import (
@@ -161,7 +163,7 @@ async def pause_every_watch(bus: Bus) -> None:
 
 
 async def test_a_watch_that_stops_delivering_on_a_live_connection_is_reopened(
-    nats_server: NatsServer, bus: Bus
+    nats_server: NatsServer, bus: Bus, caplog: pytest.LogCaptureFixture
 ) -> None:
     await two_nodes_on_two_hosts(bus)
     async with (
@@ -177,6 +179,8 @@ async def test_a_watch_that_stops_delivering_on_a_live_connection_is_reopened(
             "the deletion, through a watch opened again",
             RECOVERY_SECONDS,
         )
+    # The four writes were revisions 1-4 and the deletion 5: the log says where it stood.
+    assert "topology watch stalled at revision 4, the bucket at 5" in caplog.text
 
 
 async def test_a_quiet_watch_is_left_alone(nats_server: NatsServer, bus: Bus) -> None:

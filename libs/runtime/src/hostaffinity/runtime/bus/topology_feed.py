@@ -111,20 +111,23 @@ async def follow_topology(
             )
             await asyncio.sleep(retry_seconds)
         elif stalled.done() and not stalled.cancelled():
+            read, owed = stalled.result()
             _log.warning(
                 "topology watch stalled at revision %d, the bucket at %d; reading it again",
-                changes.read_up_to,
-                stalled.result(),
+                read,
+                owed,
             )
         else:
             _log.warning("NATS connection lost or renewed; reading the topology again")
 
 
-async def _until_stalled(store: TopologyStore, changes: TopologyWatch, probe_seconds: float) -> int:
-    """Returns, with the revision it owes, once the watch read nothing for STALLED_PROBES whole
-    probes in a row while the bucket held more than it had read. A slow replay still moves, and
-    one probe's worth of a busy loop is not enough, so neither is judged stalled; a probe that
-    fails is skipped (a lost connection is the link's to notice)."""
+async def _until_stalled(
+    store: TopologyStore, changes: TopologyWatch, probe_seconds: float
+) -> tuple[int, int]:
+    """Where the watch stands and the revision it owes, once it read nothing for STALLED_PROBES
+    whole probes in a row while the bucket held more than it had read. A slow replay still
+    moves, and one probe's worth of a busy loop is not enough, so neither is judged stalled; a
+    probe that fails is skipped (a lost connection is the link's to notice)."""
     owed: int | None = None
     read_before = 0
     idle_probes = 0
@@ -140,7 +143,7 @@ async def _until_stalled(store: TopologyStore, changes: TopologyWatch, probe_sec
         if owed is not None and read == read_before and read < owed:
             idle_probes += 1
             if idle_probes >= STALLED_PROBES:
-                return owed
+                return read, owed
         else:
             idle_probes = 0
         owed = bucket_at if changes.started and bucket_at > read else None
