@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import msgspec
 import pytest
 
 from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
+from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
+    DrsOwnership,
     DrsRulesApplied,
     NodeLabelled,
     PodEvicted,
@@ -37,6 +40,10 @@ from tests.campaign.history import (
     StoredChange,
     VcenterWrite,
 )
+from tests.campaign.snapshot import desired_drs
+from tests.campaign.system import VCENTER_NAME
+from tests.campaign.workload import anti_affinity
+from tests.platform.bus_values import ESXI_HOST, OTHER_HOST, node_placement
 from tests.platform.nats import free_listen_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -423,6 +430,62 @@ def test_a_crash_is_caught_but_a_lost_lease_is_not() -> None:
         ProcessExit(6.0, "descheduler-a", LEADER, 1, by_campaign=False, lost_lease=False)
     )
     assert _broken(history) == "no-crash"
+
+
+def two_workloads_apart_on_two_vms() -> tuple[list[dict[str, Any]], TopologySnapshot]:
+    """web and worker, each with one replica on node-1 and one on node-2 (two hosts): the two
+    groups are kept apart on the same two VMs, so one rule stands for both."""
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{app}-{node}", "namespace": "default", "labels": {"app": app}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "app", "image": "registry.invalid/pause:3"}],
+                "affinity": anti_affinity(app, LABEL_ESXI_HOST),
+            },
+        }
+        for app in ("web", "worker")
+        for node in ("node-1", "node-2")
+    ]
+    nodes = {
+        node: node_placement(node, host.moid, vcenter=VCENTER_NAME)
+        for node, host in (("node-1", ESXI_HOST), ("node-2", OTHER_HOST))
+    }
+    hosts = {
+        host.moid: msgspec.structs.replace(host, vcenter=VCENTER_NAME)
+        for host in (ESXI_HOST, OTHER_HOST)
+    }
+    return pods, TopologySnapshot(nodes=dict(nodes), hosts=dict(hosts))
+
+
+def test_the_planned_rule_of_groups_on_the_same_vms_keeps_the_name_we_hold() -> None:
+    """The translator keeps a rule through another group's arrival on its VMs (`Planning`'s
+    `existing`). The checker planned without our ownership records, so such a rule read as one
+    no pod asks for, beside one planned but missing (seed 5, and a CI run of seed 2)."""
+    pods, topology = two_workloads_apart_on_two_vms()
+    namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}]
+    (unrecorded,) = desired_drs(namespaces, pods, topology, []).clusters["domain-c7"].objects
+    for name in names_of_the_two_groups(namespaces, pods, topology):
+        record = DrsOwnership(
+            vcenter=VCENTER_NAME, cluster_moid="domain-c7", name=name, kind="vm-anti-affinity"
+        )
+        desired = desired_drs(namespaces, pods, topology, [record])
+        assert list(desired.clusters["domain-c7"].objects) == [name]
+    assert unrecorded in names_of_the_two_groups(namespaces, pods, topology)
+
+
+def names_of_the_two_groups(
+    namespaces: list[dict[str, Any]], pods: list[dict[str, Any]], topology: TopologySnapshot
+) -> set[str]:
+    """The rule each workload alone would have."""
+    names: set[str] = set()
+    for app in ("web", "worker"):
+        alone = [p for p in pods if p["metadata"]["labels"]["app"] == app]
+        names |= set(desired_drs(namespaces, alone, topology, []).clusters["domain-c7"].objects)
+    assert len(names) == 2
+    return names
 
 
 def test_a_listen_port_is_never_handed_out_twice() -> None:

@@ -12,9 +12,11 @@ from pyVmomi import vim
 
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import decode_namespace, decode_pod
-from hostaffinity.drs_translator.planner import PlannerSettings, plan
+from hostaffinity.cli.reading import drs_records
+from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.schema import EsxiHost, NodePlacement, label_value
+from hostaffinity.runtime.bus.kv import TopologySnapshot
+from hostaffinity.schema import DrsOwnership, EsxiHost, NodePlacement, label_value
 from tests.campaign.history import FinalState, History
 from tests.campaign.system import VCENTER_NAME, System
 from tests.e2e.drs_harness import fields
@@ -51,20 +53,42 @@ async def kv_hosts(cli: Bus) -> dict[str, str | None]:
 
 
 async def planned_drs(cli: Bus, system: System, final: FinalState) -> None:
-    """What the drs-translator's planner wants from the final pods and the KV's topology."""
-    snapshot = await (await cli.topology()).snapshot()
-    index = ClusterIndex()
-    for namespace in system.double.store.objects("namespaces", None):
-        index.upsert_namespace(decode_namespace(json.dumps(namespace)))
-    pods = [decode_pod(json.dumps(pod)) for pod in final.pods]
-    for pod in pods:
-        index.upsert_pod(pod)
-    placements = {n: p for n, p in snapshot.nodes.items() if isinstance(p, NodePlacement)}
-    hosts = {h: e for h, e in snapshot.hosts.items() if isinstance(e, EsxiHost)}
-    desired = plan(index, placements, hosts, pods, PlannerSettings(vcenter=VCENTER_NAME))
+    """What the drs-translator's planner wants from the final pods, the KV's topology and our
+    rules' ownership records."""
+    desired = desired_drs(
+        system.double.store.objects("namespaces", None),
+        final.pods,
+        await (await cli.topology()).snapshot(),
+        await drs_records(cli),
+    )
     for moid, cluster in desired.clusters.items():
         final.planned[moid] = {n: (o.vms, o.hosts) for n, o in cluster.objects.items()}
         final.held[moid] = set(cluster.held)
+
+
+def desired_drs(
+    namespaces: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    topology: TopologySnapshot,
+    records: list[DrsOwnership],
+) -> Plan:
+    """The planner's run as the translator makes it: with the names of the rules we hold, which
+    decide which of two groups kept apart on the same VMs names their rule (`Planning`'s
+    `existing`). Without them a rule kept through a group's arrival read as one no pod asks
+    for, beside one planned but missing, with the same VMs."""
+    index = ClusterIndex()
+    for namespace in namespaces:
+        index.upsert_namespace(decode_namespace(json.dumps(namespace)))
+    decoded = [decode_pod(json.dumps(pod)) for pod in pods]
+    for pod in decoded:
+        index.upsert_pod(pod)
+    placements = {n: p for n, p in topology.nodes.items() if isinstance(p, NodePlacement)}
+    hosts = {h: e for h, e in topology.hosts.items() if isinstance(e, EsxiHost)}
+    existing: dict[str, set[str]] = {}
+    for record in records:
+        if record.vcenter == VCENTER_NAME:
+            existing.setdefault(record.cluster_moid, set()).add(record.name)
+    return plan(index, placements, hosts, decoded, PlannerSettings(vcenter=VCENTER_NAME), existing)
 
 
 async def read_final(system: System, history: History) -> None:
