@@ -1,5 +1,6 @@
 """Terse pods, placements and hosts for the drs-translator's tests, built as API JSON would be."""
 
+import asyncio
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -162,3 +163,25 @@ def rules(result: Plan, kind: str = "vm-anti-affinity") -> list[tuple[str, ...]]
 
 # The e2e shape: 6 node VMs round robin over 3 hosts in one cluster.
 PLACEMENTS_6_3 = topology()
+
+
+class GatedKeyValue:
+    """The `hostaffinity-drs` bucket: the first put waits for its ack through
+    `asyncio.wait_for`, as nats-py's `KeyValue.put` does (its request awaits the reply that
+    way); the rest answer. Releasing the ack and cancelling in one loop step is the moment
+    Python 3.11's `wait_for` loses the cancellation."""
+
+    def __init__(self) -> None:
+        self.ack: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.waiting = asyncio.Event()
+        self.puts = 0
+
+    async def put(self, key: str, value: bytes) -> int:
+        self.puts += 1
+        if self.puts == 1:
+            self.waiting.set()
+            return await asyncio.wait_for(self.ack, 5.0)
+        return self.puts
+
+    async def delete(self, key: str) -> None:
+        return None

@@ -3,12 +3,15 @@ returns them; the round trip through vcsim is tests/integration/test_cli_host_fa
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from drs_builders import VCENTER, GatedKeyValue
 from pyVmomi import vim
 
-from hostaffinity.drs_translator.ha_settings import ha_settings
+from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder, ha_settings
+from hostaffinity.drs_translator.records import OwnershipRecords
 
 _vim: Any = vim
 
@@ -78,3 +81,31 @@ def test_das_config_becomes_the_record(config: Any, expected: tuple[Any, ...]) -
         got.respects_vm_anti_affinity,
     ) == expected
     assert got.restarts_respect_anti_affinity is (expected[0] and expected[5])
+
+
+class NoHaCluster:
+    """vCenter's side: every cluster answers without HA."""
+
+    async def ha_config(self, cluster_moid: str) -> Any:
+        return None
+
+
+async def test_a_stop_that_comes_with_the_settings_write_ends_the_recorder() -> None:
+    """The recorder writes a cluster's settings, then sleeps `refresh_seconds`. A stop that came
+    with the write's ack was lost by nats-py's wait_for (Python 3.11) and the recorder slept on
+    through the drain: the drs-translator did not stop within 15 s in CI."""
+    kv = GatedKeyValue()
+    records = OwnershipRecords(kv, VCENTER)  # type: ignore[arg-type]
+    records.by_cluster = {"domain-c7": {}}
+    recorder = HaSettingsRecorder(kv, NoHaCluster(), records, VCENTER, 3600)  # type: ignore[arg-type]
+    running = asyncio.create_task(recorder.run())
+    try:
+        await asyncio.wait_for(kv.waiting.wait(), 5.0)
+        kv.ack.set_result(1)  # the ack and the stop in the same loop step
+        running.cancel()
+        done, _ = await asyncio.wait({running}, timeout=2.0)
+        assert running in done, "the recorder slept on after it was cancelled"
+        assert running.cancelled()
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)

@@ -5,7 +5,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from drs_builders import VCENTER, pod, topology
+from drs_builders import VCENTER, GatedKeyValue, pod, topology
 
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
@@ -20,26 +20,6 @@ from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import Event
 
 WEB = {"app": "web"}
-
-
-class GatedKeyValue:
-    """The ownership bucket: the first put waits for its ack through `asyncio.wait_for`, as
-    nats-py's `KeyValue.put` does (its request awaits the reply that way); the rest answer."""
-
-    def __init__(self) -> None:
-        self.ack: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.waiting = asyncio.Event()
-        self.puts = 0
-
-    async def put(self, key: str, value: bytes) -> int:
-        self.puts += 1
-        if self.puts == 1:
-            self.waiting.set()
-            return await asyncio.wait_for(self.ack, 5.0)
-        return self.puts
-
-    async def delete(self, key: str) -> None:
-        return None
 
 
 class VCenterDouble:

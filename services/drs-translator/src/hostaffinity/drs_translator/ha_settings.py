@@ -104,4 +104,7 @@ class HaSettingsRecorder:
             except Exception as err:  # one bad read must not stop the audit
                 raise_if_cancel_requested()
                 _log.warning("reading vSphere HA settings failed (%r); retrying", err)
+            # A write's ack and a stop in one loop step: nats-py's wait_for (Python 3.11) kept
+            # the ack and dropped the stop, and the sleep below outlasted the drain bound.
+            raise_if_cancel_requested()
             await asyncio.sleep(self._refresh_seconds)
