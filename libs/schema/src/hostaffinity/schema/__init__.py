@@ -11,6 +11,7 @@ from hostaffinity.schema.drs import (
     DrsOwnership,
     DrsRecordState,
 )
+from hostaffinity.schema.drs_names import DrsName, drs_name_digest, install_token, parse_drs_name
 from hostaffinity.schema.events import (
     EVENT_MESSAGES,
     EVENT_TYPES,
@@ -94,6 +95,7 @@ __all__ = [
     "UNDECODABLE",
     "ClusterHaSettings",
     "DeadLetter",
+    "DrsName",
     "DrsObjectKind",
     "DrsOwnership",
     "DrsRecordState",
@@ -116,6 +118,7 @@ __all__ = [
     "decode_event",
     "dlq_subject",
     "drs_ha_key",
+    "drs_name_digest",
     "drs_outbox_key",
     "drs_rule_key",
     "encode_event",
@@ -124,7 +127,9 @@ __all__ = [
     "event_type_of",
     "host_id",
     "host_key",
+    "install_token",
     "label_value",
     "node_key",
+    "parse_drs_name",
     "utc_timestamp",
 ]

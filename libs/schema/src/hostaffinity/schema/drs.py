@@ -1,7 +1,7 @@
 """Values of the `hostaffinity-drs` KV bucket: what the drs-translator owns in vCenter.
 
-Only a DRS rule or group that carries our name prefix *and* has a record here is ever edited or
-removed (ARCHITECTURE.md "Safety"). The record is written before vCenter is asked (`pending`), so
+Only a DRS rule or group that carries this install's name (drs_names.py) *and* has a record here
+is ever edited or removed. The record is written before vCenter is asked (`pending`), so
 a translator killed between the reconfigure and the confirmation finds its rule again on restart
 instead of leaving an orphan or adding a twin.
 """
@@ -43,6 +43,9 @@ class DrsOwnership(msgspec.Struct, frozen=True, kw_only=True):
     recorded_at: str = ""
     applied_at: str = ""
     held_because: str = ""
+    # The identity of the Kubernetes cluster whose install created it (empty in records of
+    # releases before 0.2.0, which the drs-translator rewrites when it renames their objects).
+    cluster: str = ""
 
 
 # vSphere HA's advanced option behind "VM anti-affinity rules must be respected during failover":

@@ -9,12 +9,18 @@ from hostaffinity.schema.version import SCHEMA_VERSION
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    """Fields every event carries. `id` is deterministic and doubles as `Nats-Msg-Id`."""
+    """Fields every event carries. `id` is deterministic and doubles as `Nats-Msg-Id`.
+
+    `cluster` is the identity of the Kubernetes cluster whose install published it (the bus
+    stamps it on publish; empty in events of releases before 0.2.0): many clusters' installs may
+    share one vCenter, and a fleet's subscribers read several installs' events.
+    """
 
     id: str
     schema_version: int = SCHEMA_VERSION
     occurred_at: str
     source: str
+    cluster: str = ""
 
 
 class VmMoved(Event, frozen=True, kw_only=True, tag="vm.moved"):
@@ -90,6 +96,9 @@ class DrsRulesApplied(Event, frozen=True, kw_only=True, tag="drs.rules.applied")
     """The drs-translator changed one vSphere cluster's DRS rules and groups in one reconfigure.
 
     The lists hold rule or group names; with `dry_run` nothing was written, this is the plan.
+    `renamed` maps an old name to its new one where the batch renames objects an earlier
+    release named without the install's identity (the new names are also in `added` or
+    `edited`, the old ones in `removed` for groups).
     """
 
     vcenter: str
@@ -98,6 +107,7 @@ class DrsRulesApplied(Event, frozen=True, kw_only=True, tag="drs.rules.applied")
     edited: list[str] = []
     removed: list[str] = []
     dry_run: bool = False
+    renamed: dict[str, str] = {}
 
 
 class DrsRuleConflict(Event, frozen=True, kw_only=True, tag="drs.rule.conflict"):
