@@ -72,6 +72,11 @@ from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.http.health import HealthServer, ReadinessCheck
 from hostaffinity.runtime.http.refusals import quiet_malformed_requests
 from hostaffinity.runtime.kube.client import KubeClient, api_client
+from hostaffinity.runtime.kube.cluster_identity import (
+    ClusterIdentity,
+    ClusterIdentityUnknown,
+    read_cluster_identity,
+)
 from hostaffinity.runtime.kube.leader import LeaderElector
 from hostaffinity.runtime.process.config import (
     ConfigError,
@@ -147,8 +152,11 @@ class ServiceContext(Generic[C]):
         bus: Bus,
         health: HealthServer,
         group: asyncio.TaskGroup,
+        cluster: ClusterIdentity,
     ) -> None:
         self.config = config
+        # Which Kubernetes cluster this install serves (shared.cluster.name, or read from the API).
+        self.cluster = cluster
         # `hostaffinity-<service>`: the Event reporting component, the Lease's default name.
         self.program = program
         # Unique per replica: the Lease holder name, the NATS client name, the Event reporter.
@@ -180,6 +188,7 @@ class ServiceRunner(Generic[C]):
         self.health = HealthServer(config.health.host, config.health.port)
         quiet_malformed_requests()  # for every HTTP server of the process, not only health's
         self.bus: Bus | None = None
+        self.cluster: ClusterIdentity | None = None
         self.elector: LeaderElector | None = None
         # Set once /healthz, /readyz and /metrics answer (`health.port` is then the bound one).
         self.listening = asyncio.Event()
@@ -199,6 +208,7 @@ class ServiceRunner(Generic[C]):
     async def run(self) -> None:
         """Until stopped, the work ends, or the Lease is lost (`LeadershipLost`)."""
         self.health.add_readiness_check("nats connected", lambda: self.bus is not None)
+        self.health.add_readiness_check("cluster identity known", lambda: self.cluster is not None)
         await self.health.start()
         self.listening.set()
         try:
@@ -210,15 +220,22 @@ class ServiceRunner(Generic[C]):
                 if self.bus is None:
                     return
                 try:
-                    await self._lead_then_work(kube, self.bus)
+                    self.cluster = await self._unless_stopped(
+                        read_cluster_identity(kube, self.config.shared.cluster.name)
+                    )
+                    if self.cluster is None:
+                        return
+                    _log.info("serving cluster %s", self.cluster.describe())
+                    self.bus.cluster = self.cluster.name
+                    await self._lead_then_work(kube, self.bus, self.cluster)
                 finally:
                     await self.bus.close()
         finally:
             await self.health.stop()
 
-    async def _lead_then_work(self, kube: KubeClient, bus: Bus) -> None:
+    async def _lead_then_work(self, kube: KubeClient, bus: Bus, cluster: ClusterIdentity) -> None:
         if not self.spec.leader_elected:
-            await self._work(kube, bus)
+            await self._work(kube, bus, cluster)
             return
         lease = self._lease()
         self.health.add_gauge(
@@ -239,13 +256,20 @@ class ServiceRunner(Generic[C]):
         async with self.elector as elector:
             await self._unless_stopped(elector.wait_until_leader())
             if not self.stopping:
-                await self._work(kube, bus)
+                await self._work(kube, bus, cluster)
 
-    async def _work(self, kube: KubeClient, bus: Bus) -> None:
+    async def _work(self, kube: KubeClient, bus: Bus, cluster: ClusterIdentity) -> None:
         async def in_group() -> None:
             async with asyncio.TaskGroup() as group:
                 context = ServiceContext(
-                    self.config, self.spec.program, self.identity, kube, bus, self.health, group
+                    self.config,
+                    self.spec.program,
+                    self.identity,
+                    kube,
+                    bus,
+                    self.health,
+                    group,
+                    cluster,
                 )
                 group.create_task(self.spec.work(context), name=f"{self.spec.name}-work")
 
@@ -423,6 +447,9 @@ async def _serve(runner: ServiceRunner[Any]) -> int:
     except LeadershipLost as lost:
         _log.error("%s; exiting so that the Deployment restarts this replica as standby", lost)
         return EXIT_LEADERSHIP_LOST
+    except ClusterIdentityUnknown as unknown:
+        _log.error("%s", unknown)
+        return EXIT_FAILED
     except DrainTimeout as stuck:
         # The work may still be writing; nothing short of ending the process stops it.
         _log.critical("%s; ending the process", stuck)

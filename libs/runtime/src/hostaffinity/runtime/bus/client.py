@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Iterable
 from typing import Final
 
+import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -73,6 +74,9 @@ class Bus:
         self.nc = nc
         self.js = js
         self.settings = settings
+        # The cluster identity every event this bus publishes carries (set by the runner once
+        # it is known; empty for the CLI, which publishes nothing of its own).
+        self.cluster = ""
 
     @classmethod
     async def connect(
@@ -202,10 +206,13 @@ class Bus:
         return TopologyStore(kv, DeadLetterQueue(self.js, parked_as, f"KV_{TOPOLOGY_BUCKET}"))
 
     async def publish_event(self, event: Event) -> PubAck:
-        """Publish on `hostaffinity.events.<type>` with `Nats-Msg-Id` = `event.id`.
+        """Publish on `hostaffinity.events.<type>` with `Nats-Msg-Id` = `event.id`, stamped
+        with this install's cluster identity (`cluster`), whoever built the event.
 
         A repeat within the duplicate window is not stored again: `ack.duplicate` is then True.
         """
+        if event.cluster != self.cluster:
+            event = msgspec.structs.replace(event, cluster=self.cluster)
         return await publish(
             self.js, event_subject(event_type(event)), encode_event(event), msg_id=event.id
         )

@@ -45,9 +45,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     MOVED_KEYS: ClassVar[Mapping[str, str]] = {}
 
 
+class ClusterSettings(Settings, frozen=True):
+    """Which Kubernetes cluster this install serves, among the many that may share a vCenter."""
+
+    # The install's identity: it names every DRS rule and group this install creates, and is
+    # carried by its events and ownership records. Empty: the multi-cluster API's `id.k8s.io`
+    # ClusterProperty where the cluster has one, else the `kube-system` Namespace's UID.
+    # Set it before the first start and never change it: a new name orphans the old rules.
+    name: str = ""
+
+
 class SharedSettings(Settings, frozen=True):
     """Settings every service must agree on; all services read them from one ConfigMap."""
 
+    cluster: ClusterSettings = ClusterSettings()
     # Also write the archived VMware plugin's label, so manifests written for it keep working.
     legacy_host_label: bool = True
     # "opt-in": a pod annotation turns kubernetes.io/hostname anti-affinity into ESXi-host

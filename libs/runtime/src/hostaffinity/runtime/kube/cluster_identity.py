@@ -1,0 +1,82 @@
+"""Which Kubernetes cluster this install serves: the identity that keeps installs sharing one
+vCenter apart (DRS names, events, ownership records).
+
+In order: what the operator set (`shared.cluster.name`); the multi-cluster API's `id.k8s.io`
+ClusterProperty (KEP-2149, kubernetes/enhancements keps/sig-multicluster/2149-clusterid: a
+cluster-scoped `about.k8s.io` object whose `spec.value` is an RFC-1123 DNS label, unique in its
+ClusterSet and immutable while the cluster is a member); else the `kube-system` Namespace's UID,
+which every cluster has and which lives as long as the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from hostaffinity.runtime.kube.client import CALL_ERRORS, NAMESPACES, KubeClient, ResourceRef
+
+CLUSTER_PROPERTIES: Final = ResourceRef("about.k8s.io", "v1alpha1", "clusterproperties")
+CLUSTER_ID_PROPERTY: Final = "id.k8s.io"
+IDENTITY_NAMESPACE: Final = "kube-system"
+# A ClusterProperty read refused for these means "not there for us": no CRD (404), or not granted.
+_ABSENT: Final = frozenset({403, 404})
+_RETRY_INITIAL_S: Final = 0.5
+_RETRY_MAX_S: Final = 10.0
+_log = logging.getLogger(__name__)
+
+IdentitySource = Literal["configured", "cluster-property", "kube-system-uid"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterIdentity:
+    name: str
+    source: IdentitySource
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.source})"
+
+
+class ClusterIdentityUnknown(RuntimeError):
+    """The API refused what the identity is read from, and no name is configured."""
+
+
+async def read_cluster_identity(kube: KubeClient, configured: str) -> ClusterIdentity:
+    """The identity, reading the API until it answers (a service may start before it does)."""
+    if configured:
+        return ClusterIdentity(configured, "configured")
+    delay = _RETRY_INITIAL_S
+    while True:
+        try:
+            return await _read_once(kube)
+        except ApiException as err:
+            if err.status in (401, 403):
+                raise ClusterIdentityUnknown(
+                    f"cannot tell which cluster this is: reading Namespace {IDENTITY_NAMESPACE} "
+                    f"was refused ({err.status}); set shared.cluster.name, or grant get on "
+                    f"namespaces/{IDENTITY_NAMESPACE}"
+                ) from err
+            _log.warning("reading the cluster identity failed (%s); retrying", err.status)
+        except CALL_ERRORS as err:
+            _log.warning("reading the cluster identity failed (%s); retrying", err or repr(err))
+        await asyncio.sleep(delay)
+        delay = min(_RETRY_MAX_S, delay * 2)
+
+
+async def _read_once(kube: KubeClient) -> ClusterIdentity:
+    try:
+        found = json.loads(await kube.request("GET", CLUSTER_PROPERTIES.path(CLUSTER_ID_PROPERTY)))
+    except ApiException as err:
+        if err.status not in _ABSENT:
+            raise
+    else:
+        value = (found.get("spec") or {}).get("value")
+        if isinstance(value, str) and value:
+            return ClusterIdentity(value, "cluster-property")
+        _log.warning("ClusterProperty %s has no spec.value; not used", CLUSTER_ID_PROPERTY)
+    namespace = json.loads(await kube.request("GET", NAMESPACES.path(IDENTITY_NAMESPACE)))
+    return ClusterIdentity(str(namespace["metadata"]["uid"]), "kube-system-uid")
