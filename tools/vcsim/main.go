@@ -8,6 +8,8 @@
 // 0.24's simulator ignores, so tests can set HA as an administrator would (see withDasConfig).
 // Besides the SOAP API under /sdk it serves the vSphere Automation (REST) API under /rest, where
 // tag categories, tags and tag associations live (tests create and attach them there).
+// A rule edit is addressed by the rule's key, as vCenter addresses it (so an edit may rename a
+// rule in place), where govmomi's simulator matches edits by name (withRuleEditsByKey).
 // With -enter-maintenance-seconds, EnterMaintenanceMode_Task behaves as vCenter's does while DRS
 // evacuates the host: the call returns a running task at once, the task stays running for that
 // long, and only then does the host report runtime.inMaintenanceMode (slowMaintenance below).
@@ -24,6 +26,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"html"
 	"io"
 	"log"
 	"net/http"
@@ -105,6 +108,7 @@ func main() {
 	defer server.Close()
 	// No request has been served yet: the handler can still be wrapped without a race.
 	server.Config.Handler = withDasConfig(server.Config.Handler)
+	server.Config.Handler = withRuleEditsByKey(server.Config.Handler)
 	if *enterSeconds > 0 {
 		// Before any client connects: the http.Server reads its Handler on every request.
 		delay := time.Duration(*enterSeconds * float64(time.Second))
@@ -333,6 +337,90 @@ func withDasConfig(next http.Handler) http.Handler {
 			applyDasConfig(req)
 		}
 	})
+}
+
+// withRuleEditsByKey makes a rule edit address the rule by its key, as vCenter does: the
+// ClusterRuleInfo.key the server assigned identifies the rule an edit replaces, name included
+// (terraform-provider-vsphere changes a DRS rule's name in place this way: its
+// vsphere_compute_cluster_vm_anti_affinity_rule forces a new resource for a new cluster, not for
+// a new name). govmomi's simulator (simulator/cluster_compute_resource.go updateRules, 0.24 and
+// later) finds the rule to edit by name, so an edit that renames a rule is refused there. Here the
+// rule of that key is renamed first, then vcsim applies the edit; a new name another rule already
+// has is refused with InvalidArgument, as names are unique in a cluster.
+func withRuleEditsByKey(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte("ReconfigureComputeResource_Task")) {
+			method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
+			if err == nil {
+				if req, ok := method.Body.(*types.ReconfigureComputeResource_Task); ok {
+					if taken := renameEditedRules(req); taken != "" {
+						invalidArgument(w, "info.name", taken)
+						return
+					}
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// renameEditedRules gives each rule an edit addresses by key the edit's name; it returns the first
+// new name another rule of the cluster already has (nothing is renamed then).
+func renameEditedRules(req *types.ReconfigureComputeResource_Task) string {
+	spec, ok := req.Spec.(*types.ClusterConfigSpecEx)
+	if !ok {
+		return ""
+	}
+	cluster, ok := simulator.Map.Get(req.This).(*simulator.ClusterComputeResource)
+	if !ok {
+		return ""
+	}
+	taken := ""
+	simulator.Map.WithLock(cluster, func() {
+		config := cluster.ConfigurationEx.(*types.ClusterConfigInfoEx)
+		renames := map[int]string{}
+		for _, edit := range spec.RulesSpec {
+			if edit.Operation != types.ArrayUpdateOperationEdit || edit.Info == nil {
+				continue
+			}
+			info := edit.Info.GetClusterRuleInfo()
+			for i, rule := range config.Rule {
+				have := rule.GetClusterRuleInfo()
+				if have.Name == info.Name && have.Key != info.Key && taken == "" {
+					taken = info.Name
+				}
+				if have.Key == info.Key && have.Name != info.Name {
+					renames[i] = info.Name
+				}
+			}
+		}
+		if taken != "" {
+			return
+		}
+		for i, name := range renames {
+			config.Rule[i].GetClusterRuleInfo().Name = name
+		}
+	})
+	return taken
+}
+
+// invalidArgument answers a SOAP InvalidArgument fault, as vCenter does for a bad spec.
+func invalidArgument(w http.ResponseWriter, property, value string) {
+	w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+	w.WriteHeader(http.StatusInternalServerError)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><soapenv:Body><soapenv:Fault><faultcode>ServerFaultCode</faultcode><faultstring>A specified parameter was not correct: %s (%s is taken)</faultstring><detail><InvalidArgumentFault xmlns="urn:vim25" xsi:type="InvalidArgument"><invalidProperty>%s</invalidProperty></InvalidArgumentFault></detail></soapenv:Fault></soapenv:Body></soapenv:Envelope>`,
+		property, html.EscapeString(value), property)
 }
 
 // statusRecorder remembers the status code written, so only an accepted request is applied.
