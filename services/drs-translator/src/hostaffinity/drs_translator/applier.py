@@ -17,6 +17,12 @@ A rule the plan holds for a host's maintenance is edited to disabled, and enable
 plan no longer holds it; once vCenter took either, `drs.rule.held` says so (`restored` on the way
 back), telling held from restored by the record from before the batch.
 
+Objects an earlier release named without the install's identity (`hostaffinity-<kind>-<digest>`)
+are renamed in place on the first cycle after the upgrade (`rename_legacy`), in three batches that
+each go through the same record-first order: the new groups added, each rule edited to its new
+name and groups (vCenter addresses a rule by its key, so the rule is never absent), the old groups
+removed. A rename cut short by a crash is finished by the next run from the records and vCenter.
+
 Bus events go to the runtime's outbox: one made while NATS is away is published once it is back.
 """
 
@@ -36,7 +42,7 @@ from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.rules import ConflictReason, DrsObject
+from hostaffinity.drs_translator.rules import ConflictReason, DrsObject, from_record
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules, ReconfigureRefused
 from hostaffinity.schema import (
     DrsOwnership,
@@ -47,6 +53,7 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     Event,
     event_id,
+    parse_drs_name,
     utc_timestamp,
 )
 
@@ -61,6 +68,12 @@ PAUSE_AFTER_KEEP_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_KEEP"
 _log = logging.getLogger(__name__)
 # Hands a bus event to the runtime's outbox, which keeps it until NATS takes it.
 Send = Callable[[Event], None]
+GROUP_KINDS: Final = frozenset({"vm-group", "host-group"})
+
+
+class RenameUnfinished(Exception):
+    """vCenter refused part of a rename; the cycle is tried again (nothing else is changed in
+    that cluster until the rename is done, so no rule is ever removed and added back)."""
 
 
 @dataclass(slots=True)
@@ -81,6 +94,7 @@ class DrsApplier:
         metrics: DrsMetrics,
         *,
         vcenter: str,
+        install: str,
         dry_run: bool = False,
         retry_base_seconds: float = 1.0,
         retry_max_seconds: float = 300.0,
@@ -91,6 +105,7 @@ class DrsApplier:
         self._send = send
         self._metrics = metrics
         self._vcenter = vcenter
+        self._install = install
         self._dry_run = dry_run
         self._retry_base = retry_base_seconds
         self._retry_max = retry_max_seconds
@@ -99,6 +114,8 @@ class DrsApplier:
         self._backoff: dict[tuple[str, str], _Backoff] = {}
         # Per cluster, from its last plan: held rule → the hosts in or entering maintenance.
         self._maintenance_holds: dict[str, Mapping[str, tuple[str, ...]]] = {}
+        # Per cluster, from its last diff: other installs' rules and groups there.
+        self.other_installs: dict[str, list[DrsObject]] = {}
 
     def next_retry(self) -> float | None:
         """When the earliest refused change may be tried again (monotonic), if any."""
@@ -115,24 +132,14 @@ class DrsApplier:
             await self._read(cluster)  # a rule we added: vCenter's key is learnt by reading
             diff = self._diff(plan)
         self._report(cluster, diff)
+        self.other_installs[cluster] = diff.other_installs
         changes = self._due(cluster, diff.changes)
         if self._dry_run:
             if changes:
                 self._send(self._applied_event(cluster, _names(changes)))
             return
         await self._announce_recovered(cluster, diff)
-        if changes:
-            previous = await self._record_intent(changes)
-            try:
-                await self._config.reconfigure(cluster, changes)
-            except ReconfigureRefused as refusal:
-                self._metrics.reconfigures.add(1, {"outcome": "refused"})
-                _log.warning("vCenter refused the batch for %s (%s); isolating", cluster, refusal)
-                await self._isolate(cluster, changes, previous)
-            else:
-                self._metrics.reconfigures.add(1, {"outcome": "applied"})
-                await _pause_if_asked(PAUSE_AFTER_RECONFIGURE_ENV)
-                await self._done(cluster, changes, previous)
+        await self._batch(cluster, changes)
         for obj in diff.confirm:
             await self._records.put(
                 obj.record(
@@ -145,11 +152,110 @@ class DrsApplier:
         for name in diff.forget:
             await self._records.delete(cluster, name)
 
+    async def _batch(
+        self, cluster: str, changes: Sequence[Change], renamed: Mapping[str, str] | None = None
+    ) -> None:
+        """One reconfigure for `changes`, record-first; a refused batch is sent one by one."""
+        if not changes:
+            return
+        previous = await self._record_intent(changes)
+        try:
+            await self._config.reconfigure(cluster, changes)
+        except ReconfigureRefused as refusal:
+            self._metrics.reconfigures.add(1, {"outcome": "refused"})
+            _log.warning("vCenter refused the batch for %s (%s); isolating", cluster, refusal)
+            await self._isolate(cluster, changes, previous, renamed or {})
+        else:
+            self._metrics.reconfigures.add(1, {"outcome": "applied"})
+            await _pause_if_asked(PAUSE_AFTER_RECONFIGURE_ENV)
+            await self._done(cluster, changes, previous, renamed or {})
+
     def _diff(self, plan: ClusterPlan) -> ClusterDiff:
         cluster = plan.cluster_moid
         return diff_cluster(
-            plan.objects, plan.held, self._records.of(cluster), self._actual.get(cluster, {})
+            plan.objects,
+            plan.held,
+            self._records.of(cluster),
+            self._actual.get(cluster, {}),
+            self._install,
         )
+
+    # -- the upgrade's rename -------------------------------------------------------------
+
+    def legacy_clusters(self) -> list[str]:
+        """The clusters holding records of ours under names without the install (pre-0.2.0)."""
+        return sorted(
+            cluster
+            for cluster, names in self._records.by_cluster.items()
+            if any(_legacy(name) for name in names)
+        )
+
+    async def rename_legacy(self, cluster: str) -> None:
+        """Give every legacy-named object of ours in the cluster its name with the install,
+        in place: new groups, then each rule edited by its key, then the old groups removed.
+        Raises `RenameUnfinished` when vCenter refused a step (the next cycle goes on)."""
+        legacy = {n: r for n, r in self._records.of(cluster).items() if _legacy(n)}
+        if not legacy or self._dry_run:
+            return
+        await self._read(cluster)
+        actual = self._actual[cluster]
+        new_name = {old: self._named_for_us(old) for old in legacy}
+        groups = {old: r for old, r in legacy.items() if r.kind in GROUP_KINDS}
+        rules = {old: r for old, r in legacy.items() if r.kind not in GROUP_KINDS}
+        await self._batch(
+            cluster,
+            [
+                Change("add", _renamed(record, new_name))
+                for old, record in groups.items()
+                if old in actual and new_name[old] not in actual
+            ],
+            new_name,
+        )
+        await self._batch(
+            cluster,
+            [
+                Change("edit", replace(_renamed(record, new_name), key=actual[old].key))
+                for old, record in rules.items()
+                if old in actual and new_name[old] not in actual
+            ],
+            new_name,
+        )
+        await self._batch(
+            cluster,
+            [Change("remove", actual[old]) for old in groups if old in actual],
+            new_name,
+        )
+        await self._read(cluster)
+        for old, record in legacy.items():
+            await self._settle_rename(cluster, old, record, new_name)
+
+    async def _settle_rename(
+        self, cluster: str, old: str, record: DrsOwnership, new_name: Mapping[str, str]
+    ) -> None:
+        """The records once vCenter holds the new name and not the old one: the new name's
+        record (written by the batch, or here when vCenter had lost the object, which the next
+        diff then reports as drift and adds back), and no record of the old name."""
+        actual = self._actual[cluster]
+        if old in actual:
+            raise RenameUnfinished(f"{old} in {cluster} still has its old name in vCenter")
+        new = new_name[old]
+        if new not in self._records.of(cluster):
+            renamed = _renamed(record, new_name)
+            await self._records.put(
+                renamed.record(
+                    self._vcenter,
+                    state=record.state if new in actual else "applied",
+                    recorded_at=utc_timestamp(),
+                    applied_at=record.applied_at,
+                )
+            )
+        await self._records.delete(cluster, old)
+        _log.info("%s in %s is now %s", old, cluster, new)
+
+    def _named_for_us(self, legacy: str) -> str:
+        parsed = parse_drs_name(legacy)
+        assert parsed is not None  # `_legacy` parsed it
+        return str(parsed.of_install(self._install))
 
     async def _read(self, cluster: str) -> None:
         self._actual[cluster] = await self._config.read(cluster)
@@ -210,10 +316,11 @@ class DrsApplier:
         cluster: str,
         changes: Sequence[Change],
         previous: Mapping[str, DrsOwnership | None],
+        renamed: Mapping[str, str],
     ) -> None:
         actual = self._actual.setdefault(cluster, {})
         applied_at = utc_timestamp()
-        event = self._applied_event(cluster, _names(changes))
+        event = self._applied_event(cluster, _names(changes), _renames_in(changes, renamed))
         await self._kept.keep(event)
         await _pause_if_asked(PAUSE_AFTER_KEEP_ENV)
         for change in changes:
@@ -242,6 +349,7 @@ class DrsApplier:
         cluster: str,
         changes: Sequence[Change],
         previous: Mapping[str, DrsOwnership | None],
+        renamed: Mapping[str, str],
     ) -> None:
         """After a refused batch: keep what took effect, send the rest one change per call."""
         await self._read(cluster)
@@ -249,7 +357,7 @@ class DrsApplier:
         for change in changes:
             name = change.obj.name
             if _took_effect(change, actual):
-                await self._done(cluster, [change], previous)
+                await self._done(cluster, [change], previous, renamed)
                 continue
             alone = change
             if change.op != "add" and name in actual:  # address vCenter's current rule key
@@ -262,7 +370,7 @@ class DrsApplier:
                 self._refused(cluster, change, str(refusal))
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
-                await self._done(cluster, [alone], previous)
+                await self._done(cluster, [alone], previous, renamed)
 
     def _announce_hold(self, cluster: str, rule: DrsObject, before: DrsOwnership | None) -> None:
         """`drs.rule.held` when vCenter took a rule's hold, or its restoration."""
@@ -326,14 +434,19 @@ class DrsApplier:
                 continue
             self._reported.add((cluster, obj.name))
             _log.warning(
-                "%s in %s has our prefix but no ownership record: left untouched", obj.name, cluster
+                "%s in %s is named for this install (%s) but has no ownership record: left "
+                "untouched",
+                obj.name,
+                cluster,
+                self._install,
             )
             self._conflict(
                 cluster,
                 obj,
                 "prefix-without-record",
-                "a rule or group with the hostaffinity- prefix that hostaffinity "
-                "has no record of; it is never edited or removed",
+                f"a rule or group named for this install ({self._install}) that it has no "
+                "record of; it is never edited or removed (is another install on this vCenter "
+                "configured with the same shared.cluster.name?)",
             )
         for drift in diff.drift:
             self._metrics.drift.add(1, {"change": drift.change})
@@ -394,7 +507,12 @@ class DrsApplier:
             )
         )
 
-    def _applied_event(self, cluster: str, names: Mapping[str, list[str]]) -> DrsRulesApplied:
+    def _applied_event(
+        self,
+        cluster: str,
+        names: Mapping[str, list[str]],
+        renamed: Mapping[str, str] | None = None,
+    ) -> DrsRulesApplied:
         when = utc_timestamp()
         _log.info(
             "%s %s: added %s, edited %s, removed %s",
@@ -414,6 +532,7 @@ class DrsApplier:
             edited=names["edit"],
             removed=names["remove"],
             dry_run=self._dry_run,
+            renamed=dict(renamed or {}),
         )
 
 
@@ -422,6 +541,29 @@ def _names(changes: Sequence[Change]) -> dict[str, list[str]]:
     return {
         op: sorted(c.obj.name for c in changes if c.op == op) for op in ("add", "edit", "remove")
     }
+
+
+def _renames_in(changes: Sequence[Change], renamed: Mapping[str, str]) -> dict[str, str]:
+    """Old name → new name for the objects of `changes` that a rename names."""
+    names = {c.obj.name for c in changes}
+    return {old: new for old, new in renamed.items() if new in names or old in names}
+
+
+def _legacy(name: str) -> bool:
+    """Named by a release before install identities: no install in the name."""
+    parsed = parse_drs_name(name)
+    return parsed is not None and parsed.install is None
+
+
+def _renamed(record: DrsOwnership, new_name: Mapping[str, str]) -> DrsObject:
+    """What the record asked for, under its new name and naming its groups' new names."""
+    obj = from_record(record)
+    return replace(
+        obj,
+        name=new_name.get(obj.name, obj.name),
+        vm_group=new_name.get(obj.vm_group, obj.vm_group),
+        host_group=new_name.get(obj.host_group, obj.host_group),
+    )
 
 
 def _state(records: Mapping[str, DrsOwnership], name: str) -> DrsRecordState | None:

@@ -1,16 +1,18 @@
 """Desired (the plan), recorded (our KV records) and actual (vCenter) → the changes for a cluster.
 
-Pure. The ownership rule lives here: a name with our prefix is ours only when a record says so.
-Ours and desired: added or edited until vCenter matches. Ours and no longer desired: removed.
-Prefixed without a record: reported, never touched. Anything else: not looked at. A record in
-state `applied` whose object vCenter no longer holds as recorded is drift (changed by hand).
+Pure. The ownership rule lives here: a name of this install (rules.name_owner) is ours only when
+a record says so. Ours and desired: added or edited until vCenter matches. Ours and no longer
+desired: removed. Named for this install without a record: reported, never touched. Another
+install's (its name says so, a legacy name without our record included): listed, never touched,
+never a conflict. Anything else: not looked at. A record in state `applied` whose object vCenter
+no longer holds as recorded is drift (changed by hand).
 """
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from hostaffinity.drs_translator.rules import DrsObject, from_record, has_our_prefix
+from hostaffinity.drs_translator.rules import DrsObject, from_record, name_owner
 from hostaffinity.schema import DrsOwnership
 
 Operation = Literal["add", "edit", "remove"]
@@ -45,6 +47,8 @@ class ClusterDiff:
     forget: list[str] = field(default_factory=list)
     drift: list[Drift] = field(default_factory=list)
     unowned: list[DrsObject] = field(default_factory=list)
+    # Other installs' rules and groups in the cluster (they share its hosts).
+    other_installs: list[DrsObject] = field(default_factory=list)
 
 
 def diff_cluster(
@@ -52,15 +56,22 @@ def diff_cluster(
     held: Set[str],
     records: Mapping[str, DrsOwnership],
     actual: Mapping[str, DrsObject],
+    install: str,
 ) -> ClusterDiff:
     """The changes that bring vCenter to `desired` without touching what is not ours.
 
     `held` names are in conflict: whatever vCenter and the record hold for them stays.
+    `install` is this install's token, which its names carry.
     """
     result = ClusterDiff()
     for name, present in sorted(actual.items()):
-        if has_our_prefix(name) and name not in records:
+        if name in records:
+            continue
+        owner = name_owner(name, install)
+        if owner == "ours":
             result.unowned.append(present)
+        elif owner in ("legacy", "other-install"):
+            result.other_installs.append(present)
     for name, want in sorted(desired.items()):
         have, record = actual.get(name), records.get(name)
         if record is None:

@@ -64,6 +64,9 @@ _HostGroupKey = tuple[str, tuple[str, ...], bool]
 @dataclass(frozen=True, slots=True)
 class PlannerSettings:
     vcenter: str
+    # This install's token (drs_names.install_token of the cluster identity): it names every
+    # rule and group, so that installs sharing the vCenter never name one alike.
+    install: str
     # VM-Host rules as "must" (DRS and HA never break them) instead of "should".
     vm_host_mandatory: bool = False
     # Translate preferred host anti-affinity and preferred host node affinity too (the latter as
@@ -232,7 +235,7 @@ class Planning:
             self._apart.add_edges(cluster, graph)
             hosts = _ClusterHosts.of(self._hosts, cluster)
             existing = self._existing.get(cluster, frozenset())
-            _plan_vm_rules(cluster, graph, hosts, self.result, existing)
+            _plan_vm_rules(cluster, graph, hosts, self.result, self._settings.install, existing)
             yield
         _plan_host_rules(self._constrained, self._vm_of, self._hosts, self._settings, self.result)
         # By pod, not by the order pods arrived in: the same state gives the same plan.
@@ -461,19 +464,20 @@ def _plan_vm_rules(
     graph: _Graph,
     hosts: _ClusterHosts,
     result: Plan,
+    install: str,
     existing: Container[str] = frozenset(),
 ) -> None:
     """`existing`: the names of our rules in the cluster now (kept when another group's clique
-    has the same VMs)."""
+    has the same VMs); `install` names them."""
     cluster_plan = result.cluster(cluster)
     seeds = {key: frozenset(vms) for key, vms in graph.seeds.items()}
     components = _components(graph.together)
 
     def exists(key: str) -> bool:
-        return object_name("vm-anti-affinity", cluster, key) in existing
+        return object_name("vm-anti-affinity", cluster, key, install) in existing
 
     for clique in cover_with_cliques(graph.apart, seeds, exists):
-        name = object_name("vm-anti-affinity", cluster, clique.key)
+        name = object_name("vm-anti-affinity", cluster, clique.key, install)
         pods = _clique_pods(clique, graph)
         vms = tuple(sorted(clique.vms))
         obj = DrsObject(
@@ -513,7 +517,7 @@ def _plan_vm_rules(
         cluster_plan.objects[name] = obj
     for component in components:
         vms = tuple(sorted(component))
-        name = object_name("vm-affinity", cluster, "together:" + ",".join(vms))
+        name = object_name("vm-affinity", cluster, "together:" + ",".join(vms), install)
         asked = sorted(
             {p for pair, by in graph.together.items() if pair[0] in component for p in by}
         )
@@ -588,7 +592,7 @@ def _plan_host_rules(
     stranded = _stranded_vms(groups)
     for (cluster, moids, mandatory), by_vm in sorted(groups.items()):
         cluster_plan = result.cluster(cluster)
-        objects = _vm_host_objects(cluster, moids, mandatory, by_vm)
+        objects = _vm_host_objects(cluster, moids, mandatory, by_vm, settings.install)
         clashing = sorted(vm for vm in by_vm if mandatory and (cluster, vm) in stranded)
         if clashing:
             cluster_plan.held.update(obj.name for obj in objects)
@@ -647,12 +651,16 @@ def _selects_nodes(pod: Pod) -> bool:
 
 
 def _vm_host_objects(
-    cluster: str, moids: tuple[str, ...], mandatory: bool, by_vm: Mapping[str, set[str]]
+    cluster: str,
+    moids: tuple[str, ...],
+    mandatory: bool,
+    by_vm: Mapping[str, set[str]],
+    install: str,
 ) -> tuple[DrsObject, DrsObject, DrsObject]:
     """The VM group, host group and VM-Host rule (last) for one host group key."""
     key = f"hosts:{','.join(moids)}:{'must' if mandatory else 'should'}"
-    vm_group = object_name("vm-group", cluster, key)
-    host_group = object_name("host-group", cluster, key)
+    vm_group = object_name("vm-group", cluster, key, install)
+    host_group = object_name("host-group", cluster, key, install)
     pods_asked = tuple(sorted(set().union(*by_vm.values())))
     reason = f"node affinity on hosts {', '.join(moids)}"
     return (
@@ -673,7 +681,7 @@ def _vm_host_objects(
             reason=reason,
         ),
         DrsObject(
-            name=object_name("vm-host", cluster, key),
+            name=object_name("vm-host", cluster, key, install),
             kind="vm-host",
             cluster_moid=cluster,
             vm_group=vm_group,

@@ -22,9 +22,10 @@ _decoder = msgspec.json.Decoder(DrsOwnership)
 class OwnershipRecords:
     """The records of one vCenter, by cluster moid and then rule or group name."""
 
-    def __init__(self, kv: KeyValue, vcenter: str) -> None:
+    def __init__(self, kv: KeyValue, vcenter: str, cluster: str) -> None:
         self._kv = kv
         self._vcenter = vcenter
+        self._cluster = cluster  # this install's cluster identity, stamped on what it writes
         self.by_cluster: dict[str, dict[str, DrsOwnership]] = {}
 
     async def load(self) -> None:
@@ -56,6 +57,8 @@ class OwnershipRecords:
         )
 
     async def put(self, record: DrsOwnership) -> None:
+        if record.cluster != self._cluster:
+            record = msgspec.structs.replace(record, cluster=self._cluster)
         key = drs_rule_key(record.vcenter, record.cluster_moid, record.name)
         await self._kv.put(key, _encoder.encode(record))
         self.by_cluster.setdefault(record.cluster_moid, {})[record.name] = record

@@ -1,24 +1,23 @@
 """DRS rules and groups as plain values: what the planner wants and what vCenter holds.
 
 One shape for both sides, so the diff compares like with like. Names are
-`hostaffinity-<kind>-<short hash of the group key>`: the same group of pods keeps its name while
-its members change, so a new replica edits the rule instead of replacing it.
+`hostaffinity-<install>-<kind>-<digest of the group key>` (the schema's drs_names.py): the same
+group of pods keeps its name while its members change, so a new replica edits the rule instead of
+replacing it, and two installs on one vCenter never name an object alike.
 """
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from hostaffinity.schema import DRS_NAME_PREFIX, DrsObjectKind, DrsOwnership, DrsRecordState
+from hostaffinity.schema import (
+    DrsName,
+    DrsObjectKind,
+    DrsOwnership,
+    DrsRecordState,
+    drs_name_digest,
+    parse_drs_name,
+)
 
-_NAME_KIND: Final[dict[DrsObjectKind, str]] = {
-    "vm-anti-affinity": "anti",
-    "vm-affinity": "together",
-    "vm-group": "vmgroup",
-    "host-group": "hostgroup",
-    "vm-host": "vmhost",
-}
-_HASH_LENGTH: Final = 12
 # Why a rule was not sent, or is not ours to touch (drs.rule.conflict's `reason`).
 ConflictReason = Literal[
     "too-few-hosts",
@@ -31,17 +30,24 @@ ConflictReason = Literal[
 RULE_KINDS: Final[frozenset[DrsObjectKind]] = frozenset(
     {"vm-anti-affinity", "vm-affinity", "vm-host"}
 )
+# Whose a name in vCenter is, from the name alone: this install's, one of a release before
+# install identities (`legacy`: ours to rename only with a record), another install's, or none.
+NameOwner = Literal["ours", "legacy", "other-install", "not-hostaffinity"]
 
 
-def object_name(kind: DrsObjectKind, cluster_moid: str, group_key: str) -> str:
+def object_name(kind: DrsObjectKind, cluster_moid: str, group_key: str, install: str) -> str:
     """The stable name of the rule or group that `group_key` stands for in one cluster."""
-    digest = hashlib.sha256(f"{cluster_moid}\x1f{group_key}".encode()).hexdigest()
-    return f"{DRS_NAME_PREFIX}{_NAME_KIND[kind]}-{digest[:_HASH_LENGTH]}"
+    return str(DrsName(kind, install, drs_name_digest(cluster_moid, group_key)))
 
 
-def has_our_prefix(name: str) -> bool:
-    """Whether a rule or group name looks like one of ours (ownership needs a record too)."""
-    return name.startswith(DRS_NAME_PREFIX)
+def name_owner(name: str, install: str) -> NameOwner:
+    """Whose a rule or group is by its name; being ours still needs an ownership record."""
+    parsed = parse_drs_name(name)
+    if parsed is None:
+        return "not-hostaffinity"
+    if parsed.install is None:
+        return "legacy"
+    return "ours" if parsed.install == install else "other-install"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.runtime.vcenter.session import VCenterSession
-from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event
+from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event, install_token
 
 _SYNC_POLL_SECONDS: Final = 0.05
 
@@ -64,6 +64,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
     outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=forget)
     ctx.start(outbox.run(), name="bus-outbox")
     sessions = [VCenterSession(vc) for vc in config.vcenters]
+    install = install_token(ctx.cluster.name)
     try:
         targets: list[VCenterTarget] = []
         logged_in: dict[str, asyncio.Event] = {}
@@ -75,7 +76,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as
             ctx.add_readiness(f"vcenter connected: {name}", session.connected)
-            records = all_records[name] = OwnershipRecords(drs_bucket, name)
+            records = all_records[name] = OwnershipRecords(drs_bucket, name, ctx.cluster.name)
             await records.load()
             rules[name] = ClusterRules(session)
             applier = DrsApplier(
@@ -85,6 +86,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
                 outbox.put,
                 metrics,
                 vcenter=name,
+                install=install,
                 dry_run=own.dry_run,
                 retry_base_seconds=own.retry_base_seconds,
                 retry_max_seconds=own.retry_max_seconds,
@@ -94,6 +96,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
                 outbox.put(announcement)
             settings = PlannerSettings(
                 vcenter=name,
+                install=install,
                 vm_host_mandatory=own.vm_host_mandatory,
                 translate_preferred=own.translate_preferred,
             )

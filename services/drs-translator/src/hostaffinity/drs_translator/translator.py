@@ -218,6 +218,8 @@ class DrsTranslator:
 
     async def cycle(self, target: VCenterTarget, *, reread: bool = False) -> Plan:
         """Plan every cluster of one vCenter and apply it there; returns the plan."""
+        for cluster in target.applier.legacy_clusters():  # the first cycle after an upgrade
+            await target.applier.rename_legacy(cluster)
         started = time.perf_counter()
         desired = await self._plan(target)
         self.last_plan_seconds = time.perf_counter() - started
