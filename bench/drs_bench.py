@@ -49,7 +49,7 @@ from tests.platform.nats import NatsServer
 from tests.platform.vcsim import build_vcsim, start_vcsim
 
 CLUSTERS, HOSTS_PER_CLUSTER = 5, 20
-SETTINGS = PlannerSettings(vcenter="bench")
+SETTINGS = PlannerSettings(vcenter="bench", install="bench")
 
 
 def inventory(si: vim.ServiceInstance) -> tuple[dict[str, NodePlacement], dict[str, EsxiHost]]:
@@ -167,14 +167,14 @@ async def main(groups: int, replicas: int, vms: int, runs: int) -> None:
 
         await bus.provision()
         drs_bucket = await bus.js.key_value(DRS_BUCKET)
-        records = OwnershipRecords(drs_bucket, "bench")
+        records = OwnershipRecords(drs_bucket, "bench", "bench")
         kept = KeptAnnouncements(drs_bucket, "bench")
         events: list[Event] = []
 
         async with VCenterSession(vc.settings()) as session:
             config = ClusterRules(session)
             applier = DrsApplier(
-                config, records, kept, events.append, DrsMetrics(), vcenter="bench"
+                config, records, kept, events.append, DrsMetrics(), vcenter="bench", install="bench"
             )
             started = time.perf_counter()
             for cluster_plan in desired.clusters.values():

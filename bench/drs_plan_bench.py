@@ -35,7 +35,7 @@ from hostaffinity.drs_translator.planner import (
 )
 from hostaffinity.schema import EsxiHost, NodePlacement
 
-SETTINGS = PlannerSettings(vcenter="bench")
+SETTINGS = PlannerSettings(vcenter="bench", install="bench")
 
 
 def topology(

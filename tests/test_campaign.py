@@ -19,6 +19,7 @@ from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
+    DrsName,
     DrsOwnership,
     DrsRulesApplied,
     NodeLabelled,
@@ -50,7 +51,8 @@ REPO = Path(__file__).resolve().parents[1]
 HOSTNAME_KEY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 LEADER, RIVAL = "host-101", "host-202"
-RULE = "hostaffinity-anti-0123456789ab"
+INSTALL = "campaign"
+RULE = str(DrsName("vm-anti-affinity", INSTALL, "0123456789ab"))
 EVICT = "/api/v1/namespaces/default/pods/web1-a/eviction"
 
 
@@ -466,12 +468,14 @@ def test_the_planned_rule_of_groups_on_the_same_vms_keeps_the_name_we_hold() -> 
     no pod asks for, beside one planned but missing (seed 5, and a CI run of seed 2)."""
     pods, topology = two_workloads_apart_on_two_vms()
     namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}]
-    (unrecorded,) = desired_drs(namespaces, pods, topology, []).clusters["domain-c7"].objects
+    (unrecorded,) = (
+        desired_drs(INSTALL, namespaces, pods, topology, []).clusters["domain-c7"].objects
+    )
     for name in names_of_the_two_groups(namespaces, pods, topology):
         record = DrsOwnership(
             vcenter=VCENTER_NAME, cluster_moid="domain-c7", name=name, kind="vm-anti-affinity"
         )
-        desired = desired_drs(namespaces, pods, topology, [record])
+        desired = desired_drs(INSTALL, namespaces, pods, topology, [record])
         assert list(desired.clusters["domain-c7"].objects) == [name]
     assert unrecorded in names_of_the_two_groups(namespaces, pods, topology)
 
@@ -483,7 +487,9 @@ def names_of_the_two_groups(
     names: set[str] = set()
     for app in ("web", "worker"):
         alone = [p for p in pods if p["metadata"]["labels"]["app"] == app]
-        names |= set(desired_drs(namespaces, alone, topology, []).clusters["domain-c7"].objects)
+        names |= set(
+            desired_drs(INSTALL, namespaces, alone, topology, []).clusters["domain-c7"].objects
+        )
     assert len(names) == 2
     return names
 

@@ -56,6 +56,7 @@ async def planned_drs(cli: Bus, system: System, final: FinalState) -> None:
     """What the drs-translator's planner wants from the final pods, the KV's topology and our
     rules' ownership records."""
     desired = desired_drs(
+        system.install,
         system.double.store.objects("namespaces", None),
         final.pods,
         await (await cli.topology()).snapshot(),
@@ -67,6 +68,7 @@ async def planned_drs(cli: Bus, system: System, final: FinalState) -> None:
 
 
 def desired_drs(
+    install: str,
     namespaces: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     topology: TopologySnapshot,
@@ -75,7 +77,7 @@ def desired_drs(
     """The planner's run as the translator makes it: with the names of the rules we hold, which
     decide which of two groups kept apart on the same VMs names their rule (`Planning`'s
     `existing`). Without them a rule kept through a group's arrival read as one no pod asks
-    for, beside one planned but missing, with the same VMs."""
+    for, beside one planned but missing, with the same VMs. `install` is the install's token."""
     index = ClusterIndex()
     for namespace in namespaces:
         index.upsert_namespace(decode_namespace(json.dumps(namespace)))
@@ -88,7 +90,14 @@ def desired_drs(
     for record in records:
         if record.vcenter == VCENTER_NAME:
             existing.setdefault(record.cluster_moid, set()).add(record.name)
-    return plan(index, placements, hosts, decoded, PlannerSettings(vcenter=VCENTER_NAME), existing)
+    return plan(
+        index,
+        placements,
+        hosts,
+        decoded,
+        PlannerSettings(vcenter=VCENTER_NAME, install=install),
+        existing,
+    )
 
 
 async def read_final(system: System, history: History) -> None:

@@ -23,6 +23,7 @@ from pyVmomi import vim
 from hostaffinity.admission_webhook.config import WebhookSettings
 from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.schema import install_token
 from tests.campaign.history import AdmissionCall, Clock, History
 from tests.campaign.processes import Replica, settings_env
 from tests.campaign.recording import AttributedProxy, Connections, RecordingDouble, VcenterProxy
@@ -154,6 +155,13 @@ class System:
             ready = await asyncio.gather(*(r.ready() for r in webhooks))
             self._webhooks_ready = {r.name for r, ok in zip(webhooks, ready, strict=True) if ok}
             await asyncio.sleep(0.25)
+
+    @property
+    def install(self) -> str:
+        """The install token the services derive for this cluster (its kube-system UID)."""
+        namespace = self.double.read("v1", "namespaces", "kube-system")
+        assert namespace is not None
+        return install_token(namespace["metadata"]["uid"])
 
     def extender_url(self) -> str:
         return f"http://127.0.0.1:{self.listen_ports[f'{EXTENDER}-a']}"

@@ -16,10 +16,18 @@ from hostaffinity.drs_translator.service import DrsTranslatorWork
 from hostaffinity.drs_translator.translator import DrsTranslator
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
-from hostaffinity.schema import DRS_BUCKET, LABEL_ESXI_HOST, DrsOwnership
+from hostaffinity.schema import (
+    DRS_BUCKET,
+    LABEL_ESXI_HOST,
+    DrsName,
+    DrsOwnership,
+    install_token,
+    parse_drs_name,
+)
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
 from tests.e2e.labeller_harness import vm_by_name
+from tests.platform.kube_double import KubeDouble
 from tests.platform.vcsim import Vcsim
 
 
@@ -138,7 +146,20 @@ def reconfigure(si: vim.ServiceInstance, spec: Any) -> None:
     finished(cluster_of(si).ReconfigureComputeResource_Task(spec=spec, modify=True))
 
 
-STRAY = "hostaffinity-anti-0123456789ab"  # our prefix, made by hand, no record
+# A rule named as this install names its rules, made by hand: no record, so a conflict.
+STRAY_DIGEST = "0123456789ab"
+
+
+def install_of(kube: KubeDouble) -> str:
+    """The install token the services derive for the double's cluster: its `kube-system`
+    Namespace's UID (no ClusterProperty, no configured name)."""
+    namespace = kube.read("v1", "namespaces", "kube-system")
+    assert namespace is not None
+    return install_token(namespace["metadata"]["uid"])
+
+
+def stray_name(kube: KubeDouble) -> str:
+    return str(DrsName("vm-anti-affinity", install_of(kube), STRAY_DIGEST))
 
 
 def vm(si: vim.ServiceInstance, node: str) -> str:
@@ -151,7 +172,8 @@ def foreign(state: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _ours(name: str) -> bool:
-    return name.startswith("hostaffinity-") and name != STRAY
+    parsed = parse_drs_name(name)
+    return parsed is not None and parsed.digest != STRAY_DIGEST
 
 
 def anti_rules(si: vim.ServiceInstance) -> dict[str, list[str]]:

@@ -38,7 +38,6 @@ from hostaffinity.schema import (
 )
 from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX
 from tests.e2e.drs_harness import (
-    STRAY,
     RunningTranslator,
     anti_rules,
     cluster_of,
@@ -51,6 +50,7 @@ from tests.e2e.drs_harness import (
     reconfigure,
     records,
     running_translator,
+    stray_name,
     vm,
 )
 from tests.e2e.harness import bus_rebuilt_with, default_events
@@ -91,8 +91,9 @@ async def labeller(vc: Vcsim, nats: NatsServer, kubeconfig: Path) -> AsyncIterat
         yield
 
 
-def admin_objects(si: vim.ServiceInstance) -> None:
-    """What an administrator made before hostaffinity started: never to be touched."""
+def admin_objects(si: vim.ServiceInstance, stray: str) -> None:
+    """What an administrator made before hostaffinity started: never to be touched (`stray`
+    named as this install names its rules)."""
     vms = lambda *nodes: [vm_by_name(si, n) for n in nodes]  # noqa: E731
     host = next(h for h in cluster_of(si).host if h.name == "DC0_C0_H1")
     spec = _vim.cluster.ConfigSpecEx(
@@ -106,7 +107,7 @@ def admin_objects(si: vim.ServiceInstance) -> None:
             _vim.cluster.RuleSpec(
                 operation="add",
                 info=_vim.cluster.AntiAffinityRuleSpec(
-                    name=STRAY, enabled=True, vm=vms("node2", "node6")
+                    name=stray, enabled=True, vm=vms("node2", "node6")
                 ),
             ),
             _vim.cluster.RuleSpec(
@@ -163,7 +164,8 @@ async def test_one_rule_follows_the_replicas_and_foreign_rules_stay_identical(
 ) -> None:
     si = vc.connect()
     vm1, vm3, vm5 = vm(si, "node1"), vm(si, "node3"), vm(si, "node5")
-    admin_objects(si)
+    stray = stray_name(kube_double)
+    admin_objects(si, stray)
     before = foreign(drs_state(si))
     assert len(before) == 5
     config = drs_config(vc, nats_server, kubeconfig)
@@ -228,7 +230,7 @@ async def test_one_rule_follows_the_replicas_and_foreign_rules_stay_identical(
         ([], [name], []),
         ([], [], [name]),
     ]
-    stray_reports = [e for e in await events_of(bus, DrsRuleConflict) if e.name == STRAY]
+    stray_reports = [e for e in await events_of(bus, DrsRuleConflict) if e.name == stray]
     assert [e.reason for e in stray_reports] == ["prefix-without-record"]
     print("vCenter calls per step:", json.dumps(calls_per_step, sort_keys=True))
 

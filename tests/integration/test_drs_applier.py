@@ -15,11 +15,24 @@ from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.vcenter.session import VCenterSession
-from hostaffinity.schema import DRS_BUCKET, DrsRuleConflict, DrsRulesApplied, Event
+from hostaffinity.schema import (
+    DRS_BUCKET,
+    DrsName,
+    DrsObjectKind,
+    DrsRuleConflict,
+    DrsRulesApplied,
+    Event,
+)
 from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 _vim: Any = vim
+INSTALL = "test-cluster"
+
+
+def ours(kind: DrsObjectKind, digest: str) -> str:
+    """A name this install writes (`digest`: one hex digit, repeated)."""
+    return str(DrsName(kind, INSTALL, digest * 12))
 
 
 def anti(cluster: str, name: str, *vms: str) -> DrsObject:
@@ -46,9 +59,9 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
     published: list[Event] = []
 
     drs_bucket = await bus.js.key_value(DRS_BUCKET)
-    records = OwnershipRecords(drs_bucket, "vcsim")
+    records = OwnershipRecords(drs_bucket, "vcsim", INSTALL)
     kept = KeptAnnouncements(drs_bucket, "vcsim")
-    first = DrsObject("hostaffinity-vmgroup-aaaa", "vm-group", cluster, vms=(vms[0],))
+    first = DrsObject(ours("vm-group", "a"), "vm-group", cluster, vms=(vms[0],))
     async with VCenterSession(vc.settings()) as session:
         config = ClusterRules(session)
         applier = DrsApplier(
@@ -58,11 +71,12 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
             published.append,
             DrsMetrics(),
             vcenter="vcsim",
+            install=INSTALL,
             retry_base_seconds=0.2,
         )
         await applier.apply(plan_of(cluster, first))
         # An administrator takes the name we are about to use, after our last read of vCenter.
-        taken = "hostaffinity-anti-bbbb"
+        taken = ours("vm-anti-affinity", "b")
         reconfigure(
             si,
             _vim.cluster.ConfigSpecEx(
@@ -107,22 +121,30 @@ async def test_dry_run_plans_and_publishes_but_writes_nothing(
     vc, si, cluster, vms = inventory
     kv = await bus.js.key_value(DRS_BUCKET)
     kept = KeptAnnouncements(kv, "vcsim")
-    records = OwnershipRecords(kv, "vcsim")
+    records = OwnershipRecords(kv, "vcsim", INSTALL)
     published: list[Event] = []
 
     async with VCenterSession(vc.settings()) as session:
         config = ClusterRules(session)
         applier = DrsApplier(
-            config, records, kept, published.append, DrsMetrics(), vcenter="vcsim", dry_run=True
+            config,
+            records,
+            kept,
+            published.append,
+            DrsMetrics(),
+            vcenter="vcsim",
+            install=INSTALL,
+            dry_run=True,
         )
-        await applier.apply(plan_of(cluster, anti(cluster, "hostaffinity-anti-c", *vms[:2])))
+        name = ours("vm-anti-affinity", "c")
+        await applier.apply(plan_of(cluster, anti(cluster, name, *vms[:2])))
     assert drs_state(si) == {}
     assert "ReconfigureComputeResource_Task" not in config.calls
     await records.load()
     assert records.by_cluster == {}
     (applied,) = published
     assert isinstance(applied, DrsRulesApplied)
-    assert (applied.added, applied.dry_run) == (["hostaffinity-anti-c"], True)
+    assert (applied.added, applied.dry_run) == ([name], True)
 
 
 async def test_a_record_that_does_not_decode_is_left_out_so_its_rule_is_never_touched(
@@ -130,10 +152,12 @@ async def test_a_record_that_does_not_decode_is_left_out_so_its_rule_is_never_to
 ) -> None:
     kv = await bus.js.key_value(DRS_BUCKET)
     good = anti("domain-c1", "hostaffinity-anti-good", "vm-1", "vm-2")
-    await OwnershipRecords(kv, "vcsim").put(good.record("vcsim", state="applied", recorded_at="t"))
+    await OwnershipRecords(kv, "vcsim", INSTALL).put(
+        good.record("vcsim", state="applied", recorded_at="t")
+    )
     await kv.put("rule.vcsim.domain-c1.hostaffinity-anti-bad", b"{not json")
     await kv.put("rule.other.domain-c1.hostaffinity-anti-x", b"{}")
-    records = OwnershipRecords(kv, "vcsim")
+    records = OwnershipRecords(kv, "vcsim", INSTALL)
     await records.load()
     assert list(records.by_cluster) == ["domain-c1"]
     assert list(records.of("domain-c1")) == [good.name]

@@ -57,7 +57,7 @@ async def test_the_translator_loads_records_delivered_after_the_api_reply(
     bus: Bus, lagging_reader: Bus
 ) -> None:
     written = await write_records(bus)
-    records = OwnershipRecords(await lagging_reader.js.key_value(DRS_BUCKET), "vc")
+    records = OwnershipRecords(await lagging_reader.js.key_value(DRS_BUCKET), "vc", "c")
 
     await records.load()
 

@@ -13,6 +13,7 @@ from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
 from tests.platform.bus_values import node_placement
 
 VCENTER = "vc"
+INSTALL = "test-cluster"  # the install token every planner in these tests names rules with
 
 
 def pod(
@@ -136,7 +137,7 @@ def run_plan(
     for item in pods:
         index.upsert_pod(item)
     constrained = [item for item in pods if asks_for_placement(item)]  # as the translator keeps
-    chosen = PlannerSettings(vcenter=VCENTER, **settings)
+    chosen = PlannerSettings(vcenter=VCENTER, install=INSTALL, **settings)
     return plan(index, placements, hosts, constrained, chosen, existing)
 
 

@@ -53,7 +53,7 @@ def reference_plan(
         _add_together(index, record, vm, vm_of, graph, result)
     _add_spreads(index, pods, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs)
     for cluster, graph in sorted(graphs.items()):
-        _plan_vm_rules(cluster, graph, _ClusterHosts.of(hosts, cluster), result)
+        _plan_vm_rules(cluster, graph, _ClusterHosts.of(hosts, cluster), result, settings.install)
     _plan_host_rules(pods, vm_of, hosts, settings, result)
     return result
 

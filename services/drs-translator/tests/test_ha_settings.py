@@ -95,7 +95,7 @@ async def test_a_stop_that_comes_with_the_settings_write_ends_the_recorder() -> 
     with the write's ack was lost by nats-py's wait_for (Python 3.11) and the recorder slept on
     through the drain: the drs-translator did not stop within 15 s in CI."""
     kv = GatedKeyValue()
-    records = OwnershipRecords(kv, VCENTER)  # type: ignore[arg-type]
+    records = OwnershipRecords(kv, VCENTER, "test-cluster")  # type: ignore[arg-type]
     records.by_cluster = {"domain-c7": {}}
     recorder = HaSettingsRecorder(kv, NoHaCluster(), records, VCENTER, 3600)  # type: ignore[arg-type]
     running = asyncio.create_task(recorder.run())

@@ -4,7 +4,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from drs_builders import held, host, placement, pod, rules, run_plan, topology
+from drs_builders import INSTALL, held, host, placement, pod, rules, run_plan, topology
 
 from hostaffinity.affinity.interpod import HOSTNAME_KEY, apply_label_keys
 from hostaffinity.drs_translator.rules import object_name
@@ -160,7 +160,7 @@ def test_the_rule_keeps_its_name_while_replicas_come_and_go() -> None:
 
     first = names("node1", "node3")
     assert len(first) == 1
-    assert first[0].startswith("hostaffinity-anti-")
+    assert first[0].startswith(f"hostaffinity-{INSTALL}-anti-")
     assert names("node1", "node3", "node5") == first
     assert names("node1", "node5") == first
 
@@ -350,7 +350,7 @@ def test_node_affinity_on_hosts_is_a_should_vm_host_rule_with_two_groups() -> No
         objects["host-group"].name,
         False,
     )
-    assert rule.name == object_name("vm-host", "domain-c1", "hosts:h0,h1:should")
+    assert rule.name == object_name("vm-host", "domain-c1", "hosts:h0,h1:should", INSTALL)
 
 
 def test_node_affinity_must_by_setting() -> None:
@@ -418,7 +418,7 @@ def test_a_vm_sent_by_must_rules_onto_host_sets_with_no_common_host_is_a_conflic
     strength = "must" if must else "should"
     assert sorted((c.name, c.reason, c.vms, c.pods) for c in result.conflicts) == sorted(
         (
-            object_name("vm-host", "domain-c1", f"hosts:{hosts}:{strength}"),
+            object_name("vm-host", "domain-c1", f"hosts:{hosts}:{strength}", INSTALL),
             "no-common-host",
             vms,
             asking,

@@ -9,7 +9,7 @@ steps with the inputs changing between them."""
 from typing import Any
 
 import msgspec
-from drs_builders import VCENTER, host, placement, pod
+from drs_builders import INSTALL, VCENTER, host, placement, pod
 from drs_reference_planner import reference_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,7 +38,7 @@ PLACEMENTS = {
 }
 NODES = [*PLACEMENTS, "node10", ""]
 HOSTS = {f"h{i}": host(f"h{i}", "domain-c1" if i < 3 else "domain-c2") for i in range(5)}
-SETTINGS = PlannerSettings(vcenter=VCENTER)
+SETTINGS = PlannerSettings(vcenter=VCENTER, install=INSTALL)
 NAMESPACES = {"default": {}, "a": {"team": "x"}, "b": {"team": "y"}}
 APPS = ("a", "b", "c")
 ZONE = "topology.kubernetes.io/zone"
@@ -158,6 +158,7 @@ def test_the_planner_plans_what_visiting_every_pod_planned(
         index.upsert_pod(item)
     planner_settings = PlannerSettings(
         vcenter=VCENTER,
+        install=INSTALL,
         translate_preferred=translate_preferred,
         vm_host_mandatory=vm_host_mandatory,
     )
@@ -187,7 +188,9 @@ def test_the_pods_the_translator_keeps_for_the_plan_plan_what_all_its_pods_plan(
     for name, labels in NAMESPACES.items():
         translator.upsert_namespace(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
     pod_events(translator, events)
-    planner_settings = PlannerSettings(vcenter=VCENTER, translate_preferred=translate_preferred)
+    planner_settings = PlannerSettings(
+        vcenter=VCENTER, install=INSTALL, translate_preferred=translate_preferred
+    )
 
     kept = plan(
         translator.index, PLACEMENTS, HOSTS, translator.constrained.values(), planner_settings

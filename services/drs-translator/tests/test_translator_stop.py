@@ -5,7 +5,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from drs_builders import VCENTER, GatedKeyValue, pod, topology
+from drs_builders import INSTALL, VCENTER, GatedKeyValue, pod, topology
 
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
@@ -40,10 +40,12 @@ async def test_a_stop_swallowed_by_a_records_write_ends_the_loop() -> None:
     vcenter = VCenterDouble()
     sent: list[Event] = []
     metrics = DrsMetrics()
-    records = OwnershipRecords(kv, VCENTER)  # type: ignore[arg-type]
+    records = OwnershipRecords(kv, VCENTER, INSTALL)  # type: ignore[arg-type]
     kept = KeptAnnouncements(kv, VCENTER)  # type: ignore[arg-type]
-    applier = DrsApplier(vcenter, records, kept, sent.append, metrics, vcenter=VCENTER)  # type: ignore[arg-type]
-    target = VCenterTarget(PlannerSettings(vcenter=VCENTER), applier, records)
+    applier = DrsApplier(
+        vcenter, records, kept, sent.append, metrics, vcenter=VCENTER, install=INSTALL
+    )  # type: ignore[arg-type]
+    target = VCenterTarget(PlannerSettings(vcenter=VCENTER, install=INSTALL), applier, records)
     translator = DrsTranslator([target], None, metrics)
     placements, hosts = topology()
     for node, placement in placements.items():

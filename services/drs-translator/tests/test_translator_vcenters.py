@@ -5,7 +5,7 @@ import asyncio
 from collections.abc import Sequence
 
 import msgspec
-from drs_builders import VCENTER, pod, topology
+from drs_builders import INSTALL, VCENTER, pod, topology
 
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
@@ -55,10 +55,12 @@ class ClusterDouble:
 
 
 def target(vcenter: str, cluster: ClusterDouble, kv: MemoryKeyValue) -> VCenterTarget:
-    records = OwnershipRecords(kv, vcenter)  # type: ignore[arg-type]
+    records = OwnershipRecords(kv, vcenter, INSTALL)  # type: ignore[arg-type]
     kept = KeptAnnouncements(kv, vcenter)  # type: ignore[arg-type]
-    applier = DrsApplier(cluster, records, kept, lambda _: None, DrsMetrics(), vcenter=vcenter)  # type: ignore[arg-type]
-    return VCenterTarget(PlannerSettings(vcenter=vcenter), applier, records)
+    applier = DrsApplier(
+        cluster, records, kept, lambda _: None, DrsMetrics(), vcenter=vcenter, install=INSTALL
+    )  # type: ignore[arg-type]
+    return VCenterTarget(PlannerSettings(vcenter=vcenter, install=INSTALL), applier, records)
 
 
 async def test_a_hanging_vcenter_holds_back_none_of_the_others_cycles() -> None:
