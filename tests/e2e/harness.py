@@ -4,7 +4,7 @@ point a service at the test's nats-server and Kubernetes double, polling, and vc
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +56,17 @@ async def eventually(check: Callable[[], bool], what: str, within: float = 15.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def eventually_async(
+    check: Callable[[], Awaitable[bool]], what: str, within: float = 15.0
+) -> None:
+    """`eventually` for a check that must await (a read of the bus)."""
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
 
 
 async def bus_rebuilt_with(

@@ -1,0 +1,144 @@
+"""Two Kubernetes clusters on one vCenter, each with its own hostaffinity (API double, bus,
+node-labeller, drs-translator), running the same `kube-system/coredns` with required host
+anti-affinity: each install holds its own rule over its own VMs, reports no conflict, and takes
+away only its own rule; an administrator's rule stays as it was throughout.
+
+Before install identities both translators named the rule `hostaffinity-anti-<digest>` from the
+vSphere cluster and the term alone: vCenter held one rule, and the second cluster was left with
+none (its translator logged `has our prefix but no ownership record` once)."""
+
+from pathlib import Path
+from typing import Any
+
+from pyVmomi import vim
+
+from hostaffinity.schema import DrsRuleConflict, parse_drs_name
+from tests.e2e.drs_harness import drs_state, reconfigure, records, vm
+from tests.e2e.harness import eventually, eventually_async
+from tests.e2e.installs_harness import Install, installs_on
+from tests.e2e.labeller_harness import stream_events
+from tests.platform.vcsim import VcsimFactory
+
+_vim: Any = vim
+COREDNS = {"k8s-app": "kube-dns"}
+# vcsim puts node-i on host (i-1) mod 3: each cluster has one node on every host.
+CLUSTER_A, CLUSTER_B = ["node-1", "node-2", "node-3"], ["node-4", "node-5", "node-6"]
+ADMIN_RULE = "admin-keep-node-1-and-5-apart"
+
+
+def anti_rules(si: vim.ServiceInstance) -> dict[str, dict[str, Any]]:
+    """Every hostaffinity anti-affinity rule in vCenter, by name, field by field."""
+    return {
+        fields["name"]: fields
+        for fields in drs_state(si).values()
+        if parse_drs_name(fields["name"]) is not None
+        and fields["_type"].endswith("AntiAffinityRuleSpec")
+    }
+
+
+def install_of(name: str) -> str:
+    parsed = parse_drs_name(name)
+    assert parsed is not None, name
+    assert parsed.install is not None, name
+    return parsed.install
+
+
+def vms_of(si: vim.ServiceInstance, install: Install) -> list[str]:
+    return sorted(vm(si, node) for node in install.nodes)
+
+
+def admin_rule(si: vim.ServiceInstance) -> dict[str, Any]:
+    return drs_state(si)[f"rule:{ADMIN_RULE}"]
+
+
+async def conflicts(install: Install) -> list[DrsRuleConflict]:
+    assert install.bus is not None
+    return [e for e in await stream_events(install.bus) if isinstance(e, DrsRuleConflict)]
+
+
+async def test_the_same_workload_in_two_clusters_gets_a_rule_each_and_loses_only_its_own(
+    vcsim: VcsimFactory, tmp_path: Path
+) -> None:
+    vc = vcsim(hosts=3, vms=6)
+    si = vc.connect()
+    reconfigure(
+        si,
+        _vim.cluster.ConfigSpecEx(
+            rulesSpec=[
+                _vim.cluster.RuleSpec(
+                    operation="add",
+                    info=_vim.cluster.AntiAffinityRuleSpec(
+                        name=ADMIN_RULE,
+                        enabled=True,
+                        vm=[_vim.VirtualMachine(vm(si, n), si._stub) for n in ("node-1", "node-5")],
+                    ),
+                )
+            ]
+        ),
+    )
+    by_hand = admin_rule(si)
+    # One install names itself, the other is known by its kube-system Namespace's UID.
+    plans = [("east", CLUSTER_A, "prod-east"), ("west", CLUSTER_B, "")]
+    async with installs_on(vc, tmp_path, plans) as (east, west):
+        assert east.token != west.token
+        vms_a, vms_b = vms_of(si, east), vms_of(si, west)
+        east.seed_apart("kube-system", "coredns", COREDNS)
+        west.seed_apart("kube-system", "coredns", COREDNS)
+
+        def by_install() -> dict[str, list[str]]:
+            return {install_of(name): sorted(rule["vm"]) for name, rule in anti_rules(si).items()}
+
+        await eventually(
+            lambda: by_install() == {east.token: vms_a, west.token: vms_b},
+            "one rule per cluster, each over its own cluster's VMs",
+            20,
+        )
+        for install, vms in ((east, vms_a), (west, vms_b)):
+            assert install.bus is not None
+            owned = [(r.name, r.vms, r.cluster) for r in (await records(install.bus)).values()]
+            (name,) = [n for n, rule in anti_rules(si).items() if sorted(rule["vm"]) == vms]
+            assert owned == [(name, vms, install.cluster_identity)]
+            assert await conflicts(install) == []
+        assert admin_rule(si) == by_hand
+        kept = anti_rules(si)[
+            next(n for n, r in anti_rules(si).items() if sorted(r["vm"]) == vms_b)
+        ]
+
+        east.delete_apart("kube-system", "coredns")
+        await eventually(
+            lambda: by_install() == {west.token: vms_b}, "only the east cluster's rule removed", 20
+        )
+        await eventually(
+            lambda: east.translator is not None and east.translator.translator.idle(), "east idle"
+        )
+        assert anti_rules(si)[kept["name"]] == kept  # the west rule never edited, same key
+        assert admin_rule(si) == by_hand
+        assert east.bus is not None
+        assert await records(east.bus) == {}
+        assert await conflicts(east) == []
+        assert await conflicts(west) == []
+
+
+async def test_two_installs_configured_with_the_same_cluster_name_say_so(
+    vcsim: VcsimFactory, tmp_path: Path
+) -> None:
+    """A name is all vCenter keeps of its owner: two installs told they are the same cluster
+    name the same rule. The one that finds it without a record reports it as named for it but
+    not its own, pointing at the configuration, and never touches it."""
+    vc = vcsim(hosts=3, vms=6)
+    si = vc.connect()
+    plans = [("east", CLUSTER_A, "prod"), ("west", CLUSTER_B, "prod")]
+    async with installs_on(vc, tmp_path, plans) as (east, west):
+        east.seed_apart("kube-system", "coredns", COREDNS)
+        await eventually(lambda: len(anti_rules(si)) == 1, "east's rule", 20)
+        (first,) = anti_rules(si).values()
+        west.seed_apart("kube-system", "coredns", COREDNS)
+
+        async def west_reported() -> bool:
+            return any(e.reason == "prefix-without-record" for e in await conflicts(west))
+
+        await eventually_async(west_reported, "west reports the rule it does not own", 20)
+        (found,) = [e for e in await conflicts(west) if e.reason == "prefix-without-record"]
+        assert found.name == first["name"]
+        assert "shared.cluster.name" in found.message
+        assert anti_rules(si) == {first["name"]: first}  # untouched
