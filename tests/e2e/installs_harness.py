@@ -10,9 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from nats.js.errors import KeyNotFoundError
+
+from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.process.config import ClusterSettings, SharedSettings
-from hostaffinity.schema import LABEL_ESXI_HOST, install_token
+from hostaffinity.schema import (
+    DRS_BUCKET,
+    LABEL_ESXI_HOST,
+    DrsClusterReport,
+    drs_report_key,
+    install_token,
+)
 from tests.e2e.drs_harness import RunningTranslator, drs_config, running_translator
 from tests.e2e.labeller_harness import Replica, labeller_config, node_object, running, wait_ready
 from tests.platform.kube_double import KubeDouble
@@ -34,6 +44,7 @@ class Install:
     translator: RunningTranslator | None = None
     bus: Bus | None = None
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+    _translating: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     @property
     def cluster_identity(self) -> str:
@@ -63,12 +74,31 @@ class Install:
         config = labeller_config(vc, self.nats, self.kubeconfig, **self.sections())
         self.labeller = await self._stack.enter_async_context(running(config, self.name))
         await wait_ready(self.labeller)
-        drs = drs_config(vc, self.nats, self.kubeconfig, **self.sections())
-        self.translator = await self._stack.enter_async_context(running_translator(drs))
+        # Other installs' rules read every half second (30 s by default), so that what each
+        # install reports of the other's follows within a test's patience.
+        fast = DrsSettings(shared_rules_refresh_seconds=0.5)
+        drs = drs_config(vc, self.nats, self.kubeconfig, drs=fast, **self.sections())
+        self._stack.push_async_callback(self._translating.aclose)
+        self.translator = await self._translating.enter_async_context(running_translator(drs))
         self.bus = await self._stack.enter_async_context(self.nats.connection(f"{self.name}-test"))
+
+    async def stop_translator(self) -> None:
+        """The drs-translator stopped (as SIGTERM would), the rest left running."""
+        await self._translating.aclose()
+        self.translator = None
 
     async def stop(self) -> None:
         await self._stack.aclose()
+
+    async def report(self, vcenter: str, cluster_moid: str) -> DrsClusterReport | None:
+        """The cluster's report on this install's bus, as `hostaffinity status` reads it."""
+        assert self.bus is not None
+        kv = await self.bus.js.key_value(DRS_BUCKET)
+        try:
+            entry = await kv.get(drs_report_key(vcenter, cluster_moid))
+        except KeyNotFoundError:
+            return None
+        return msgspec.json.decode(entry.value or b"", type=DrsClusterReport)
 
     def seed_apart(self, namespace: str, name: str, labels: dict[str, str]) -> None:
         """One replica per node of this cluster, each with required anti-affinity on the

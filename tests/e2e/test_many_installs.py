@@ -12,8 +12,8 @@ from typing import Any
 
 from pyVmomi import vim
 
-from hostaffinity.schema import DrsRuleConflict, parse_drs_name
-from tests.e2e.drs_harness import drs_state, reconfigure, records, vm
+from hostaffinity.schema import DrsRuleConflict, DrsRuleHeld, parse_drs_name
+from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure, records, vm
 from tests.e2e.harness import eventually, eventually_async
 from tests.e2e.installs_harness import Install, installs_on
 from tests.e2e.labeller_harness import stream_events
@@ -142,3 +142,58 @@ async def test_two_installs_configured_with_the_same_cluster_name_say_so(
         assert found.name == first["name"]
         assert "shared.cluster.name" in found.message
         assert anti_rules(si) == {first["name"]: first}  # untouched
+
+
+async def test_each_install_reports_what_the_other_s_rules_do_to_the_shared_hosts(
+    vcsim: VcsimFactory, tmp_path: Path
+) -> None:
+    """Both clusters keep three replicas apart on the three hosts they share. Each install
+    lists the other's rule and says a host failure leaves it no failover room. With the east
+    install's translator down, a host entering maintenance waits on east's rule, enabled as
+    nobody holds it: west holds its own rule and its hold, its report and its metric name
+    east's rule as what still blocks the host."""
+    vc = vcsim(hosts=3, vms=6, enter_maintenance_seconds=60)
+    si = vc.connect()
+    cluster = cluster_of(si)._moId
+    plans = [("east", CLUSTER_A, "prod-east"), ("west", CLUSTER_B, "prod-west")]
+    async with installs_on(vc, tmp_path, plans) as (east, west):
+        east.seed_apart("kube-system", "coredns", COREDNS)
+        west.seed_apart("kube-system", "coredns", COREDNS)
+        await eventually(lambda: len(anti_rules(si)) == 2, "a rule per cluster", 20)
+        (east_rule,) = [n for n in anti_rules(si) if install_of(n) == east.token]
+        (west_rule,) = [n for n in anti_rules(si) if install_of(n) == west.token]
+
+        async def names_the_other(install: Install, other_rule: str) -> bool:
+            report = await install.report("vcsim", cluster)
+            return report is not None and [(w.risk, w.rule) for w in report.shared_hosts] == [
+                ("no-failover-room", other_rule)
+            ]
+
+        await eventually_async(lambda: names_the_other(west, east_rule), "west names east's")
+        await eventually_async(lambda: names_the_other(east, west_rule), "east names west's")
+        west_report = await west.report("vcsim", cluster)
+        assert west_report is not None
+        assert [(r.name, r.install, r.enabled) for r in west_report.other_installs] == [
+            (east_rule, east.token, True)
+        ]
+        assert west_report.unprotected == []
+
+        await east.stop_translator()
+        host = next(h for h in cluster_of(si).host if h.name == "DC0_C0_H0")
+        host.EnterMaintenanceMode_Task(timeout=0)
+        await eventually(
+            lambda: not anti_rules(si)[west_rule]["enabled"], "west holds its own rule", 20
+        )
+        assert anti_rules(si)[east_rule]["enabled"]
+
+        async def blocked_by_east() -> bool:
+            report = await west.report("vcsim", cluster)
+            return report is not None and [(w.risk, w.rule) for w in report.shared_hosts] == [
+                ("blocks-maintenance", east_rule)
+            ]
+
+        await eventually_async(blocked_by_east, "west's report: east's rule blocks the host")
+        assert west.bus is not None
+        held = [e for e in await stream_events(west.bus) if isinstance(e, DrsRuleHeld)]
+        assert [e.name for e in held if not e.restored] == [west_rule]
+        assert east_rule in held[-1].message

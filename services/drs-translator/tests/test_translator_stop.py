@@ -14,6 +14,7 @@ from hostaffinity.drs_translator.diff import Change
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
@@ -45,7 +46,10 @@ async def test_a_stop_swallowed_by_a_records_write_ends_the_loop() -> None:
     applier = DrsApplier(
         vcenter, records, kept, sent.append, metrics, vcenter=VCENTER, install=INSTALL
     )  # type: ignore[arg-type]
-    target = VCenterTarget(PlannerSettings(vcenter=VCENTER, install=INSTALL), applier, records)
+    reports = ClusterReports(kv, VCENTER, INSTALL)  # type: ignore[arg-type]
+    target = VCenterTarget(
+        PlannerSettings(vcenter=VCENTER, install=INSTALL), applier, records, reports
+    )
     translator = DrsTranslator([target], None, metrics)
     placements, hosts = topology()
     for node, placement in placements.items():

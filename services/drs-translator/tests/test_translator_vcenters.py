@@ -14,6 +14,7 @@ from hostaffinity.drs_translator.diff import Change
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
@@ -60,7 +61,10 @@ def target(vcenter: str, cluster: ClusterDouble, kv: MemoryKeyValue) -> VCenterT
     applier = DrsApplier(
         cluster, records, kept, lambda _: None, DrsMetrics(), vcenter=vcenter, install=INSTALL
     )  # type: ignore[arg-type]
-    return VCenterTarget(PlannerSettings(vcenter=vcenter, install=INSTALL), applier, records)
+    reports = ClusterReports(kv, vcenter, INSTALL)  # type: ignore[arg-type]
+    return VCenterTarget(
+        PlannerSettings(vcenter=vcenter, install=INSTALL), applier, records, reports
+    )
 
 
 async def test_a_hanging_vcenter_holds_back_none_of_the_others_cycles() -> None:

@@ -84,3 +84,62 @@ class ClusterHaSettings(msgspec.Struct, frozen=True, kw_only=True):
     def restarts_respect_anti_affinity(self) -> bool:
         """HA restarts VMs after a host failure, and never against a VM-VM anti-affinity rule."""
         return self.enabled and self.respects_vm_anti_affinity
+
+
+class UnprotectedGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """A rule or group this install wants in vCenter and vCenter does not hold, so its pods'
+    VMs have no DRS rule: `reason` is a `drs.rule.conflict` reason (`too-few-hosts`,
+    `together-and-apart`, `no-common-host`, `prefix-without-record`, `refused`) or `not-yet`
+    (asked for, not applied yet); `since` when it was first found so."""
+
+    name: str
+    kind: DrsObjectKind
+    reason: str
+    message: str = ""
+    vms: list[str] = []
+    pods: list[str] = []
+    since: str = ""
+
+
+class OtherInstallRule(msgspec.Struct, frozen=True, kw_only=True):
+    """A DRS rule another install of hostaffinity holds in the same vSphere cluster, known by its
+    name (`install` is the install token in it; empty for a name of a release before 0.2.0)."""
+
+    name: str
+    install: str
+    kind: DrsObjectKind
+    vms: list[str] = []
+    enabled: bool = True
+    mandatory: bool = False
+
+
+SharedHostsRisk = Literal["blocks-maintenance", "no-failover-room"]
+
+
+class SharedHostsWarning(msgspec.Struct, frozen=True, kw_only=True):
+    """What another install's rule does to hosts this install's VMs share: it keeps a host from
+    entering maintenance (`blocks-maintenance`: more VMs kept apart than hosts left), or leaves a
+    VM of its own that vSphere HA could not restart after one host failure (`no-failover-room`:
+    as many VMs kept apart as usable hosts). `hosts` are the hosts in or entering maintenance for
+    the first, the usable hosts for the second."""
+
+    risk: SharedHostsRisk
+    rule: str
+    install: str
+    vms: int
+    hosts: list[str] = []
+    message: str = ""
+
+
+class DrsClusterReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What needs attention in one vSphere cluster, for as long as it lasts: the value of
+    `report.<vcenter>.<cluster-moid>`, rewritten by the drs-translator when it changes and
+    deleted when there is nothing to say. `cluster` is this install's cluster identity."""
+
+    vcenter: str
+    cluster_moid: str
+    cluster: str = ""
+    reported_at: str = ""
+    unprotected: list[UnprotectedGroup] = []
+    other_installs: list[OtherInstallRule] = []
+    shared_hosts: list[SharedHostsWarning] = []

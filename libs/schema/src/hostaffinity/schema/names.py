@@ -40,6 +40,8 @@ DRS_RULE_KEY_PREFIX = "rule."
 DRS_OUTBOX_KEY_PREFIX = "outbox."
 # vSphere HA settings of each cluster holding rules of ours (ClusterHaSettings): the HA audit.
 DRS_HA_KEY_PREFIX = "ha."
+# What needs attention in each vSphere cluster (DrsClusterReport): status, explain, alerts.
+DRS_REPORT_KEY_PREFIX = "report."
 
 
 def node_key(node_name: str) -> str:
@@ -87,6 +89,11 @@ def drs_outbox_key(vcenter: str, event_id: str) -> str:
 def drs_ha_key(vcenter: str, cluster_moid: str) -> str:
     """KV key of a cluster's vSphere HA settings in `hostaffinity-drs`."""
     return f"{DRS_HA_KEY_PREFIX}{_key_safe(vcenter)}.{_key_safe(cluster_moid)}"
+
+
+def drs_report_key(vcenter: str, cluster_moid: str) -> str:
+    """KV key of a vSphere cluster's DrsClusterReport in `hostaffinity-drs`."""
+    return f"{DRS_REPORT_KEY_PREFIX}{_key_safe(vcenter)}.{_key_safe(cluster_moid)}"
 
 
 def _key_safe(part: str) -> str:

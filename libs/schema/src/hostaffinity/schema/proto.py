@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from hostaffinity.schema.drs import ClusterHaSettings, DrsOwnership
+from hostaffinity.schema.drs import ClusterHaSettings, DrsClusterReport, DrsOwnership
 from hostaffinity.schema.events import EVENT_MESSAGES, event_type_of
 from hostaffinity.schema.names import (
     DLQ_STREAM,
@@ -39,6 +39,7 @@ VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     DeadLetter,
     DrsOwnership,
     ClusterHaSettings,
+    DrsClusterReport,
 )
 # What the `hostaffinity` command prints with `-o json`.
 CLI_REPORTS: tuple[type[msgspec.Struct], ...] = (
@@ -130,8 +131,11 @@ def _asyncapi() -> dict[str, Any]:
                 "an EsxiHost (schemas/NodePlacement.json, schemas/EsxiHost.json). The KV "
                 f"bucket {DRS_BUCKET} holds rule.<vcenter>.<cluster-moid>.<name> → a "
                 "DrsOwnership (schemas/DrsOwnership.json) for every DRS rule or group the "
-                "drs-translator created, and ha.<vcenter>.<cluster-moid> → a ClusterHaSettings "
-                "(schemas/ClusterHaSettings.json): vSphere HA of each cluster holding such rules."
+                "drs-translator created, ha.<vcenter>.<cluster-moid> → a ClusterHaSettings "
+                "(schemas/ClusterHaSettings.json): vSphere HA of each cluster holding such rules, "
+                "and report.<vcenter>.<cluster-moid> → a DrsClusterReport "
+                "(schemas/DrsClusterReport.json): what needs attention in that cluster (groups "
+                "vCenter does not hold, other installs' rules on the same hosts)."
             ),
         },
         "channels": channels,

@@ -30,7 +30,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -38,6 +38,7 @@ from typing import Final
 import msgspec
 
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
+from hostaffinity.drs_translator.attention import other_install_rules, shared_hosts_warnings
 from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
@@ -51,7 +52,9 @@ from hostaffinity.schema import (
     DrsRuleDrift,
     DrsRuleHeld,
     DrsRulesApplied,
+    EsxiHost,
     Event,
+    SharedHostsWarning,
     event_id,
     parse_drs_name,
     utc_timestamp,
@@ -69,6 +72,7 @@ _log = logging.getLogger(__name__)
 # Hands a bus event to the runtime's outbox, which keeps it until NATS takes it.
 Send = Callable[[Event], None]
 GROUP_KINDS: Final = frozenset({"vm-group", "host-group"})
+BLOCKS: Final = "blocks-maintenance"
 
 
 class RenameUnfinished(Exception):
@@ -80,6 +84,7 @@ class RenameUnfinished(Exception):
 class _Backoff:
     attempts: int
     not_before: float
+    reason: str = ""
 
 
 class DrsApplier:
@@ -98,6 +103,7 @@ class DrsApplier:
         dry_run: bool = False,
         retry_base_seconds: float = 1.0,
         retry_max_seconds: float = 300.0,
+        refresh_seconds: float = 30.0,
     ) -> None:
         self._config = config
         self._records = records
@@ -109,23 +115,43 @@ class DrsApplier:
         self._dry_run = dry_run
         self._retry_base = retry_base_seconds
         self._retry_max = retry_max_seconds
+        self._refresh = refresh_seconds
+        self._read_at: dict[str, float] = {}
         self._actual: dict[str, dict[str, DrsObject]] = {}
         self._reported: set[tuple[str, str]] = set()
         self._backoff: dict[tuple[str, str], _Backoff] = {}
         # Per cluster, from its last plan: held rule → the hosts in or entering maintenance.
         self._maintenance_holds: dict[str, Mapping[str, tuple[str, ...]]] = {}
-        # Per cluster, from its last diff: other installs' rules and groups there.
+        # Per cluster, from its last diff: other installs' rules and groups there, names of
+        # ours vCenter holds without our record, and what other installs' rules do to the
+        # cluster's hosts (`shared_hosts_warnings`, the hosts as the last `apply` was given).
         self.other_installs: dict[str, list[DrsObject]] = {}
+        self.unowned: dict[str, list[str]] = {}
+        self.shared_hosts: dict[str, list[SharedHostsWarning]] = {}
+
+    def actual(self, cluster: str) -> Mapping[str, DrsObject]:
+        """What vCenter holds in the cluster, as last read and changed by us since."""
+        return self._actual.get(cluster, {})
+
+    def refused(self, cluster: str) -> dict[str, str]:
+        """Name → vCenter's last refusal, for the cluster's changes waiting out a backoff."""
+        return {name: b.reason for (c, name), b in self._backoff.items() if c == cluster}
 
     def next_retry(self) -> float | None:
         """When the earliest refused change may be tried again (monotonic), if any."""
         return min((b.not_before for b in self._backoff.values()), default=None)
 
-    async def apply(self, plan: ClusterPlan, *, reread: bool = False) -> None:
-        """Make vCenter hold `plan` for its cluster; `reread` reads vCenter first (resync)."""
+    async def apply(
+        self, plan: ClusterPlan, *, reread: bool = False, hosts: Sequence[EsxiHost] = ()
+    ) -> None:
+        """Make vCenter hold `plan` for its cluster; `reread` reads vCenter first (resync), as
+        does a change of the rules held for maintenance (other installs' rules on the same hosts
+        are judged on what vCenter holds now). `hosts` are the cluster's."""
         cluster = plan.cluster_moid
+        holds_changed = plan.maintenance_holds != self._maintenance_holds.get(cluster, {})
         self._maintenance_holds[cluster] = plan.maintenance_holds
-        if reread or cluster not in self._actual:
+        stale = time.monotonic() >= self._read_at.get(cluster, 0.0) + self._refresh
+        if reread or holds_changed or stale or cluster not in self._actual:
             await self._read(cluster)
         diff = self._diff(plan)
         if any(c.op != "add" and c.obj.is_rule and c.obj.key is None for c in diff.changes):
@@ -133,6 +159,10 @@ class DrsApplier:
             diff = self._diff(plan)
         self._report(cluster, diff)
         self.other_installs[cluster] = diff.other_installs
+        self.unowned[cluster] = [obj.name for obj in diff.unowned]
+        self.shared_hosts[cluster] = shared_hosts_warnings(
+            other_install_rules(diff.other_installs), hosts
+        )
         changes = self._due(cluster, diff.changes)
         if self._dry_run:
             if changes:
@@ -259,6 +289,19 @@ class DrsApplier:
 
     async def _read(self, cluster: str) -> None:
         self._actual[cluster] = await self._config.read(cluster)
+        self._read_at[cluster] = time.monotonic()
+
+    def next_read(self) -> float | None:
+        """When the cluster read longest ago is due again (monotonic), if any was read."""
+        if not self._read_at:
+            return None
+        return min(self._read_at.values()) + self._refresh
+
+    def visit_only(self, clusters: Iterable[str]) -> None:
+        """Forget what was read of clusters a cycle no longer visits (nothing of ours there)."""
+        for cluster in set(self._read_at) - set(clusters):
+            del self._read_at[cluster]
+            self._actual.pop(cluster, None)
 
     def _due(self, cluster: str, changes: Sequence[Change]) -> list[Change]:
         now = time.monotonic()
@@ -383,6 +426,9 @@ class DrsApplier:
             "restored: the hosts have room for its VMs again"
             + (f" (was {before.held_because})" if before is not None else "")
         )
+        blocking = [w.message for w in self.shared_hosts.get(cluster, ()) if w.risk == BLOCKS]
+        if rule.held_because and blocking:
+            message += "; other installs' rules on these hosts: " + "; ".join(blocking)
         _log.warning("DRS rule %s in %s %s", rule.name, cluster, message)
         self._metrics.holds.add(1, {"change": "restored" if restored else "held"})
         when = utc_timestamp()
@@ -415,7 +461,7 @@ class DrsApplier:
         previous = self._backoff.get(key)
         attempts = 1 if previous is None else previous.attempts + 1
         delay = min(self._retry_max, self._retry_base * 2 ** (attempts - 1))
-        self._backoff[key] = _Backoff(attempts, time.monotonic() + delay)
+        self._backoff[key] = _Backoff(attempts, time.monotonic() + delay, reason)
         _log.warning(
             "vCenter refused %s %s (attempt %d, next in %.1fs): %s",
             change.op,

@@ -37,6 +37,10 @@ class DrsSettings(Settings, frozen=True):
     debounce_seconds: Delay = 0.2
     # Read every cluster from vCenter again and repair drift this often.
     resync_seconds: Seconds = 300.0
+    # Read a cluster's rules at least this often, so that other installs' rules on the same
+    # hosts (another Kubernetes cluster's hostaffinity) are judged as they are now; a host
+    # entering maintenance reads it at once.
+    shared_rules_refresh_seconds: Seconds = 30.0
     # A change vCenter refused is retried after this, doubling up to the maximum.
     retry_base_seconds: Seconds = 2.0
     retry_max_seconds: Seconds = 300.0

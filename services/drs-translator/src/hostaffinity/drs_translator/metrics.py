@@ -3,10 +3,14 @@
 `hostaffinity_drs_conflicts_total{reason}`, `hostaffinity_drs_drift_total{change}`,
 `hostaffinity_drs_reconfigures_total{outcome}`, `hostaffinity_drs_maintenance_holds_total{change}`
 (rules held for a host's maintenance, and restored), `hostaffinity_drs_rules_held{vcenter}` (held
-now, read from the ownership records, so it survives a restart where the counters start at 0)
-and `hostaffinity_drs_plan_duration_seconds`.
+now, read from the ownership records, so it survives a restart where the counters start at 0),
+`hostaffinity_drs_unprotected_groups{vcenter,reason}` (rules and groups wanted that vCenter does
+not hold now), `hostaffinity_drs_shared_hosts_warnings{vcenter,risk}` (other installs' rules that
+keep a host from maintenance or leave no failover room now), both from the cluster reports, and
+`hostaffinity_drs_plan_duration_seconds`.
 """
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, get_args
 
@@ -16,6 +20,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from hostaffinity.drs_translator.diff import DriftChange
 from hostaffinity.drs_translator.rules import ConflictReason
 from hostaffinity.runtime.process.telemetry import seconds_histogram
+from hostaffinity.schema import DrsClusterReport
 
 # Planning every cluster is a pure computation over the caches: milliseconds, seconds at worst.
 RECONFIGURE_OUTCOMES: Final = ("applied", "refused")
@@ -24,6 +29,8 @@ PLAN_BUCKETS_SECONDS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 
 # Per vCenter (by name), how many rules of ours are held for a host's maintenance now.
 HeldRules = Callable[[], Mapping[str, int]]
+# Every vSphere cluster's report now.
+Reports = Callable[[], Iterable[DrsClusterReport]]
 
 
 def _observe_held(_options: CallbackOptions) -> Iterable[Observation]:
@@ -34,6 +41,28 @@ def _observe_held(_options: CallbackOptions) -> Iterable[Observation]:
     return [Observation(count, {"vcenter": name}) for name, count in _reporting.held().items()]
 
 
+def _observe_unprotected(_options: CallbackOptions) -> Iterable[Observation]:
+    if _reporting is None:
+        return []
+    counts = Counter(
+        (report.vcenter, group.reason)
+        for report in _reporting.reports()
+        for group in report.unprotected
+    )
+    return [Observation(n, {"vcenter": vc, "reason": why}) for (vc, why), n in counts.items()]
+
+
+def _observe_shared_hosts(_options: CallbackOptions) -> Iterable[Observation]:
+    if _reporting is None:
+        return []
+    counts = Counter(
+        (report.vcenter, warning.risk)
+        for report in _reporting.reports()
+        for warning in report.shared_hosts
+    )
+    return [Observation(n, {"vcenter": vc, "risk": risk}) for (vc, risk), n in counts.items()]
+
+
 class DrsMetrics:
     """Instruments created once per process, from the global meter provider; the newest instance
     is the one the held-rules gauge reports, once `count_held` says where to read."""
@@ -42,6 +71,20 @@ class DrsMetrics:
         global _reporting
         meter = metrics.get_meter("hostaffinity.drs_translator")
         self.held: HeldRules = dict
+        self.reports: Reports = list
+        meter.create_observable_gauge(
+            "hostaffinity_drs_unprotected_groups",
+            callbacks=[_observe_unprotected],
+            description="DRS rules and groups this install wants that vCenter does not hold now",
+        )
+        meter.create_observable_gauge(
+            "hostaffinity_drs_shared_hosts_warnings",
+            callbacks=[_observe_shared_hosts],
+            description=(
+                "Other installs' rules on the same hosts that keep a host from maintenance or "
+                "leave no failover room now"
+            ),
+        )
         meter.create_observable_gauge(
             "hostaffinity_drs_rules_held",
             callbacks=[_observe_held],
@@ -82,6 +125,10 @@ class DrsMetrics:
     def count_held(self, held: HeldRules) -> None:
         """Where the held-rules gauge reads (the ownership records, once loaded)."""
         self.held = held
+
+    def count_reports(self, reports: Reports) -> None:
+        """Where the unprotected-groups and shared-hosts gauges read (the cluster reports)."""
+        self.reports = reports
 
 
 _reporting: DrsMetrics | None = None

@@ -20,6 +20,7 @@ from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing, VCenterTarget
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
@@ -72,12 +73,18 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         work.cluster_rules = rules
         ha_recorders: dict[str, HaSettingsRecorder] = {}
         all_records: dict[str, OwnershipRecords] = {}
+        all_reports: dict[str, ClusterReports] = {}
         metrics.count_held(lambda: {name: own.held() for name, own in all_records.items()})
+        metrics.count_reports(
+            lambda: [r for reports in all_reports.values() for r in reports.by_cluster.values()]
+        )
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as
             ctx.add_readiness(f"vcenter connected: {name}", session.connected)
             records = all_records[name] = OwnershipRecords(drs_bucket, name, ctx.cluster.name)
             await records.load()
+            reports = all_reports[name] = ClusterReports(drs_bucket, name, ctx.cluster.name)
+            await reports.load()
             rules[name] = ClusterRules(session)
             applier = DrsApplier(
                 rules[name],
@@ -90,6 +97,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
                 dry_run=own.dry_run,
                 retry_base_seconds=own.retry_base_seconds,
                 retry_max_seconds=own.retry_max_seconds,
+                refresh_seconds=own.shared_rules_refresh_seconds,
             )
             for announcement in await kept[name].load():  # a batch an earlier run did not announce
                 await applier.settle(announcement)
@@ -101,7 +109,9 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
                 translate_preferred=own.translate_preferred,
             )
             logged_in[name] = asyncio.Event()
-            targets.append(VCenterTarget(settings, applier, records, logged_in[name].is_set))
+            targets.append(
+                VCenterTarget(settings, applier, records, reports, logged_in[name].is_set)
+            )
             if config.ha_audit.enabled and not own.dry_run:
                 ha_recorders[name] = HaSettingsRecorder(
                     drs_bucket, rules[name], records, name, config.ha_audit.refresh_seconds

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Pod
 from hostaffinity.drs_translator.applier import DrsApplier
+from hostaffinity.drs_translator.attention import other_install_rules, unprotected_groups
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import (
     ClusterPlan,
@@ -30,6 +31,7 @@ from hostaffinity.drs_translator.planner import (
     asks_for_placement,
 )
 from hostaffinity.drs_translator.records import OwnershipRecords
+from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested, wait_set
@@ -52,13 +54,15 @@ def _always() -> bool:
 @dataclass(frozen=True, slots=True)
 class VCenterTarget:
     """One vCenter's share of the work: the planner settings that name it, its ownership
-    records and the applier that writes to it alone. `logged_in` says whether its first login
-    is done: until then its cycles wait (`DrsTranslator.wake` says when); a later failure is
-    the cycle's, retried after `error_retry_seconds`, which logs in again."""
+    records, the applier that writes to it alone and its clusters' reports. `logged_in` says
+    whether its first login is done: until then its cycles wait (`DrsTranslator.wake` says
+    when); a later failure is the cycle's, retried after `error_retry_seconds`, which logs in
+    again."""
 
     settings: PlannerSettings
     applier: DrsApplier
     records: OwnershipRecords
+    reports: ClusterReports
     logged_in: Callable[[], bool] = _always
 
     @property
@@ -210,7 +214,9 @@ class DrsTranslator:
         # The cycle's NATS calls (ownership records) go through 3.11's `wait_for`, which may have
         # swallowed a cancellation: the wait below would then last until the next resync.
         raise_if_cancel_requested()
-        wake = min(next_resync, applier.next_retry() or next_resync)
+        wake = min(
+            next_resync, applier.next_retry() or next_resync, applier.next_read() or next_resync
+        )
         timeout = max(0.0, wake - time.monotonic())
         if not await wait_set(lane.dirty, timeout):
             return
@@ -230,10 +236,35 @@ class DrsTranslator:
         clusters = set(desired.clusters) | set(target.records.by_cluster)
         for cluster in sorted(clusters):
             cluster_plan = desired.clusters.get(cluster) or ClusterPlan(cluster)
-            await target.applier.apply(cluster_plan, reread=reread)
+            hosts = self._hosts_of(target.name, cluster)
+            await target.applier.apply(cluster_plan, reread=reread, hosts=hosts)
+            await self._put_report(target, cluster_plan, desired.conflicts)
+        await target.reports.keep_only(clusters)
+        target.applier.visit_only(clusters)
         self.completed[target.name] += 1
         self.cycles += 1
         return desired
+
+    def _hosts_of(self, vcenter: str, cluster: str) -> list[EsxiHost]:
+        return [
+            h for h in self.hosts.values() if h.vcenter == vcenter and h.cluster_moid == cluster
+        ]
+
+    async def _put_report(
+        self, target: VCenterTarget, plan: ClusterPlan, conflicts: Sequence[Conflict]
+    ) -> None:
+        """What needs attention in the cluster after its apply (attention.py)."""
+        applier, cluster = target.applier, plan.cluster_moid
+        unprotected = unprotected_groups(
+            plan,
+            conflicts,
+            applier.actual(cluster),
+            applier.refused(cluster),
+            applier.unowned.get(cluster, ()),
+        )
+        others = other_install_rules(applier.other_installs.get(cluster, ()))
+        warnings = applier.shared_hosts.get(cluster, [])
+        await target.reports.put(cluster, unprotected, others, warnings)
 
     async def _plan(self, target: VCenterTarget) -> Plan:
         """The plan, letting the loop run between its steps: informers, the Lease's renewal and

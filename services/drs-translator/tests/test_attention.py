@@ -1,0 +1,102 @@
+"""What needs attention in a cluster (attention.py): the groups vCenter does not hold, with why,
+and what other installs' rules do to the hosts shared with them."""
+
+import pytest
+from drs_builders import INSTALL, host
+
+from hostaffinity.drs_translator.attention import (
+    other_install_rules,
+    shared_hosts_warnings,
+    unprotected_groups,
+)
+from hostaffinity.drs_translator.planner import ClusterPlan, Conflict
+from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.schema import DrsName, DrsObjectKind, OtherInstallRule
+
+C = "domain-c1"
+
+
+def name(kind: DrsObjectKind, digest: str, install: str | None = INSTALL) -> str:
+    return str(DrsName(kind, install, digest * 12))
+
+
+def anti(rule: str, *vms: str, enabled: bool = True) -> DrsObject:
+    return DrsObject(rule, "vm-anti-affinity", C, vms=vms, enabled=enabled, pods=("ns/p",))
+
+
+WANTED = anti(name("vm-anti-affinity", "a"), "vm1", "vm2")
+
+
+def plan(*objects: DrsObject) -> ClusterPlan:
+    return ClusterPlan(C, {o.name: o for o in objects})
+
+
+def test_a_group_vcenter_holds_needs_no_attention() -> None:
+    assert unprotected_groups(plan(WANTED), [], {WANTED.name: WANTED}, {}, []) == []
+
+
+@pytest.mark.parametrize(
+    ("refused", "unowned", "reason"),
+    [
+        ({}, [], "not-yet"),
+        ({WANTED.name: "InvalidArgument"}, [], "refused"),
+        ({}, [WANTED.name], "prefix-without-record"),
+    ],
+    ids=["not-applied-yet", "refused-by-vcenter", "held-by-someone-without-our-record"],
+)
+def test_a_group_vcenter_does_not_hold_as_ours_says_why(
+    refused: dict[str, str], unowned: list[str], reason: str
+) -> None:
+    actual = {WANTED.name: WANTED} if unowned else {}
+    (group,) = unprotected_groups(plan(WANTED), [], actual, refused, unowned)
+    assert (group.name, group.reason, group.vms, group.pods) == (
+        WANTED.name,
+        reason,
+        ["vm1", "vm2"],
+        ["ns/p"],
+    )
+
+
+def test_a_conflict_held_back_is_unprotected_with_the_conflict_s_reason() -> None:
+    held = Conflict(C, WANTED.name, "too-few-hosts", "4 VMs, 3 hosts", ("vm1",), ("ns/p",))
+    elsewhere = Conflict("domain-c9", "x", "refused", "", (), ())
+    (group,) = unprotected_groups(plan(), [held, elsewhere], {}, {}, [])
+    assert (group.reason, group.message) == ("too-few-hosts", "4 VMs, 3 hosts")
+
+
+def test_other_installs_rules_are_listed_with_their_install_groups_left_out() -> None:
+    theirs = anti(name("vm-anti-affinity", "b", "cluster-b"), "vm7", "vm8", enabled=False)
+    old = anti(name("vm-anti-affinity", "c", None), "vm9")
+    group = DrsObject(name("vm-group", "d", "cluster-b"), "vm-group", C, vms=("vm7",))
+    listed = other_install_rules([group, theirs, old])
+    assert [(r.name, r.install, r.enabled) for r in listed] == [
+        (old.name, "", True),
+        (theirs.name, "cluster-b", False),
+    ]
+
+
+def rule(vms: int, *, enabled: bool = True) -> OtherInstallRule:
+    return OtherInstallRule(
+        name=name("vm-anti-affinity", "e", "cluster-b"),
+        install="cluster-b",
+        kind="vm-anti-affinity",
+        vms=[f"vm{i}" for i in range(vms)],
+        enabled=enabled,
+    )
+
+
+def test_another_install_s_rule_over_every_usable_host_leaves_no_failover_room() -> None:
+    (warning,) = shared_hosts_warnings([rule(3)], [host("h0"), host("h1"), host("h2")])
+    assert (warning.risk, warning.install, warning.vms) == ("no-failover-room", "cluster-b", 3)
+    assert warning.hosts == ["h0", "h1", "h2"]
+    assert "install cluster-b" in warning.message
+    assert shared_hosts_warnings([rule(2)], [host("h0"), host("h1"), host("h2")]) == []
+
+
+def test_another_install_s_enabled_rule_keeps_a_host_from_maintenance_until_it_is_held() -> None:
+    hosts = [host("h0", entering=True), host("h1"), host("h2")]
+    (warning,) = shared_hosts_warnings([rule(3)], hosts)
+    assert (warning.risk, warning.hosts) == ("blocks-maintenance", ["h0"])
+    assert "until install cluster-b holds it" in warning.message
+    assert shared_hosts_warnings([rule(3, enabled=False)], hosts) == []
+    assert shared_hosts_warnings([rule(2)], hosts)[0].risk == "no-failover-room"
