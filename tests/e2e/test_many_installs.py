@@ -10,6 +10,7 @@ none (its translator logged `has our prefix but no ownership record` once)."""
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyVmomi import vim
 
 from hostaffinity.schema import DrsRuleConflict, DrsRuleHeld, parse_drs_name
@@ -17,6 +18,7 @@ from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure, records, v
 from tests.e2e.harness import eventually, eventually_async
 from tests.e2e.installs_harness import Install, installs_on
 from tests.e2e.labeller_harness import stream_events
+from tests.integration.cli_runner import Cli
 from tests.platform.vcsim import VcsimFactory
 
 _vim: Any = vim
@@ -120,11 +122,12 @@ async def test_the_same_workload_in_two_clusters_gets_a_rule_each_and_loses_only
 
 
 async def test_two_installs_configured_with_the_same_cluster_name_say_so(
-    vcsim: VcsimFactory, tmp_path: Path
+    vcsim: VcsimFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A name is all vCenter keeps of its owner: two installs told they are the same cluster
     name the same rule. The one that finds it without a record reports it as named for it but
-    not its own, pointing at the configuration, and never touches it."""
+    not its own, pointing at the configuration, and never touches it; its `status` and `explain
+    pod` say its coredns has no DRS rule, for as long as that lasts."""
     vc = vcsim(hosts=3, vms=6)
     si = vc.connect()
     plans = [("east", CLUSTER_A, "prod"), ("west", CLUSTER_B, "prod")]
@@ -142,6 +145,17 @@ async def test_two_installs_configured_with_the_same_cluster_name_say_so(
         assert found.name == first["name"]
         assert "shared.cluster.name" in found.message
         assert anti_rules(si) == {first["name"]: first}  # untouched
+
+        cli = Cli(west.kubeconfig, west.nats, capsys)
+        _, explained = await cli.json("explain", "pod", "kube-system/coredns-0")
+        (sentence,) = explained["drs_not_held"]
+        assert first["name"] in sentence
+        assert "did not make" in sentence
+        code, status = await cli.json("status")
+        assert code == 1
+        assert status["drs_not_held"] == [sentence]
+        assert sentence in status["problems"]
+        assert status["cluster"] == "prod"
 
 
 async def test_each_install_reports_what_the_other_s_rules_do_to_the_shared_hosts(

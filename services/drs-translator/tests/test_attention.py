@@ -1,17 +1,13 @@
 """What needs attention in a cluster (attention.py): the groups vCenter does not hold, with why,
-and what other installs' rules do to the hosts shared with them."""
+and the rules of other installs on the same hosts."""
 
 import pytest
-from drs_builders import INSTALL, host
+from drs_builders import INSTALL
 
-from hostaffinity.drs_translator.attention import (
-    other_install_rules,
-    shared_hosts_warnings,
-    unprotected_groups,
-)
+from hostaffinity.drs_translator.attention import other_install_rules, unprotected_groups
 from hostaffinity.drs_translator.planner import ClusterPlan, Conflict
 from hostaffinity.drs_translator.rules import DrsObject
-from hostaffinity.schema import DrsName, DrsObjectKind, OtherInstallRule
+from hostaffinity.schema import DrsName, DrsObjectKind
 
 C = "domain-c1"
 
@@ -73,30 +69,3 @@ def test_other_installs_rules_are_listed_with_their_install_groups_left_out() ->
         (old.name, "", True),
         (theirs.name, "cluster-b", False),
     ]
-
-
-def rule(vms: int, *, enabled: bool = True) -> OtherInstallRule:
-    return OtherInstallRule(
-        name=name("vm-anti-affinity", "e", "cluster-b"),
-        install="cluster-b",
-        kind="vm-anti-affinity",
-        vms=[f"vm{i}" for i in range(vms)],
-        enabled=enabled,
-    )
-
-
-def test_another_install_s_rule_over_every_usable_host_leaves_no_failover_room() -> None:
-    (warning,) = shared_hosts_warnings([rule(3)], [host("h0"), host("h1"), host("h2")])
-    assert (warning.risk, warning.install, warning.vms) == ("no-failover-room", "cluster-b", 3)
-    assert warning.hosts == ["h0", "h1", "h2"]
-    assert "install cluster-b" in warning.message
-    assert shared_hosts_warnings([rule(2)], [host("h0"), host("h1"), host("h2")]) == []
-
-
-def test_another_install_s_enabled_rule_keeps_a_host_from_maintenance_until_it_is_held() -> None:
-    hosts = [host("h0", entering=True), host("h1"), host("h2")]
-    (warning,) = shared_hosts_warnings([rule(3)], hosts)
-    assert (warning.risk, warning.hosts) == ("blocks-maintenance", ["h0"])
-    assert "until install cluster-b holds it" in warning.message
-    assert shared_hosts_warnings([rule(3, enabled=False)], hosts) == []
-    assert shared_hosts_warnings([rule(2)], hosts)[0].risk == "no-failover-room"

@@ -18,6 +18,7 @@ from hostaffinity.affinity.headroom import host_headroom
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.spread_standing import SpreadStanding, spread_standings
 from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, standings
+from hostaffinity.cli.drs_attention import not_held, shared_hosts
 from hostaffinity.cli.ha_audit import HaAudit, failover_sentence
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
 from hostaffinity.cli.pod_lookup import NodeNotFoundError, PodFacts, PodNotFoundError
@@ -171,10 +172,20 @@ def explain_pod(
     headroom = [tight.sentence() for tight in host_headroom(engine, pod)]
     stranded = HaAudit(snapshot).rules_without_failover_room()
     failover = [failover_sentence(r.name, stranded[r.name]) for r in drs if r.name in stranded]
+    drs_not_held = not_held(snapshot.drs_reports, pod.key)
+    clusters = {(r.vcenter, r.cluster_moid) for r in snapshot.drs_records if pod.key in r.pods}
+    placed = snapshot.placements.get(pod.spec.node_name)
+    if placed is not None:
+        clusters.add((placed.vcenter, placed.cluster_moid))
+    shared = shared_hosts(snapshot.drs_reports, clusters)
     return PodExplanation(
         pod=pod.key,
         phase=_phase(facts),
-        concerned=host_level or bool(drs) or bool(history) or vm_restart is not None,
+        concerned=host_level
+        or bool(drs)
+        or bool(history)
+        or vm_restart is not None
+        or bool(drs_not_held),
         location=location(snapshot, pod.spec.node_name) if pod.spec.node_name else Location(""),
         terms=terms,
         feasible_nodes=feasible,
@@ -186,6 +197,8 @@ def explain_pod(
         host_headroom=headroom,
         ha_failover=failover,
         vm_restart=vm_restart,
+        drs_not_held=drs_not_held,
+        shared_hosts=shared,
     )
 
 
@@ -308,6 +321,8 @@ def render_pod(report: PodExplanation) -> str:
         parts.append("topology spreads:\n" + _spreads(report.spreads))
     parts.extend(f"no host to spare: {sentence}" for sentence in report.host_headroom)
     parts.extend(f"no host to fail over to: {sentence}" for sentence in report.ha_failover)
+    parts.extend(f"no DRS rule: {sentence}" for sentence in report.drs_not_held)
+    parts.extend(f"shared hosts: {sentence}" for sentence in report.shared_hosts)
     if report.vm_restart is not None:
         parts.append(_vm_restart(report.vm_restart))
     if report.summary:

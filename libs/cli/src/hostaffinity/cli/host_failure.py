@@ -11,7 +11,7 @@ from __future__ import annotations
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.cli.ha_audit import HaAudit
 from hostaffinity.cli.maintenance import maintenance_report, render_maintenance
-from hostaffinity.cli.snapshot import ClusterSnapshot
+from hostaffinity.cli.snapshot import ClusterSnapshot, other_installs_on
 from hostaffinity.schema import ClusterHaSettings
 from hostaffinity.schema.reports import HostFailureReport
 
@@ -34,6 +34,12 @@ def host_failure_report(
     audit = HaAudit(snapshot)
     stranded = audit.unrestartable_after(moids)
     clusters = audit.clusters_of_rules_on(moids)
+    names = {h.name for h in snapshot.hosts.values() if h.label == label}
+    others = [
+        w.message
+        for w in other_installs_on(snapshot, [label], also_away=False)
+        if w.risk == "no-failover-room" and names & set(w.hosts)
+    ]
     return HostFailureReport(
         host=label,
         exposed=exposed,
@@ -41,6 +47,7 @@ def host_failure_report(
         ha_unknown=[moid for (vc, moid) in clusters if (vc, moid) not in snapshot.ha_settings],
         unrestartable=stranded,
         ok=exposed.ok and not stranded,
+        other_installs_unrestartable=others,
     )
 
 
@@ -88,4 +95,7 @@ def render_host_failure(report: HostFailureReport) -> str:
         )
     else:
         parts.append("no anti-affinity rule of ours keeps a node VM on it from restarting")
+    if report.other_installs_unrestartable:
+        others = "\n".join(f"  {sentence}" for sentence in report.other_installs_unrestartable)
+        parts.append(f"other installs' rules on the same hosts:\n{others}")
     return "\n\n".join(parts)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.maintenance import plan_maintenance
-from hostaffinity.cli.snapshot import ClusterSnapshot, host_spellings
+from hostaffinity.cli.snapshot import ClusterSnapshot, host_spellings, other_installs_on
 from hostaffinity.cli.tables import table
 from hostaffinity.schema.reports import MaintenanceReport
 
@@ -31,7 +33,15 @@ def maintenance_report(
             f"no ESXi host named {', '.join(unknown)} (try `hostaffinity topology`)"
         )
     labels = [spellings[name] for name in hosts]
-    return plan_maintenance(engine, labels, snapshot.pods, snapshot.requests, snapshot.allocatable)
+    plan = plan_maintenance(engine, labels, snapshot.pods, snapshot.requests, snapshot.allocatable)
+    blocking = [
+        w.message
+        for w in other_installs_on(snapshot, labels, also_away=True)
+        if w.risk == "blocks-maintenance"
+    ]
+    return msgspec.structs.replace(
+        plan, blocked_by_other_installs=blocking, ok=plan.ok and not blocking
+    )
 
 
 def render_maintenance(report: MaintenanceReport) -> str:
@@ -55,8 +65,14 @@ def render_maintenance(report: MaintenanceReport) -> str:
     if report.unsatisfiable_rules:
         rules = "\n".join(f"  {r.pod}: {r.rule}" for r in report.unsatisfiable_rules)
         parts.append(f"required host-level rules that would become unsatisfiable:\n{rules}")
+    if report.blocked_by_other_installs:
+        lines = "\n".join(f"  {sentence}" for sentence in report.blocked_by_other_installs)
+        parts.append(f"other installs' rules on these hosts would keep them busy:\n{lines}")
     stuck = sum(m.verdict != "moves" for m in report.moves)
     parts.append(
-        "every pod has somewhere to go" if report.ok else f"{stuck} pod(s) would have nowhere to go"
+        f"{stuck} pod(s) would have nowhere to go"
+        if stuck
+        else "every pod has somewhere to go"
+        + ("" if report.ok else ", but the hosts cannot finish entering maintenance")
     )
     return "\n\n".join(parts)

@@ -258,6 +258,7 @@ async def _status(args: argparse.Namespace) -> int:
         tight,
         HaAudit(snapshot).rules_without_failover_room(),
         snapshot.drs_records,
+        snapshot.drs_reports,
     )
     _print(args, report, render_status(report))
     return 1 if report.problems else 0

@@ -37,11 +37,12 @@ from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
 from hostaffinity.schema import (
     DRS_BUCKET,
     ClusterHaSettings,
+    DrsClusterReport,
     DrsOwnership,
     EsxiHost,
     NodePlacement,
 )
-from hostaffinity.schema.names import DRS_HA_KEY_PREFIX, DRS_RULE_KEY_PREFIX
+from hostaffinity.schema.names import DRS_HA_KEY_PREFIX, DRS_REPORT_KEY_PREFIX, DRS_RULE_KEY_PREFIX
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -50,6 +51,7 @@ S = TypeVar("S", bound=Sized)
 VMIS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstances")
 _DRS_DECODER: Final = msgspec.json.Decoder(DrsOwnership)
 _HA_DECODER: Final = msgspec.json.Decoder(ClusterHaSettings)
+_REPORT_DECODER: Final = msgspec.json.Decoder(DrsClusterReport)
 
 
 class Progress:
@@ -140,6 +142,7 @@ async def read_bus(bus: Bus, snapshot: ClusterSnapshot, progress: Progress) -> N
     snapshot.placements, snapshot.hosts = await progress.counted("topology KV", _topology(bus))
     snapshot.drs_records = await progress.counted("DRS ownership records", drs_records(bus))
     snapshot.ha_settings = await progress.counted("vSphere HA settings", ha_settings(bus))
+    snapshot.drs_reports = await progress.counted("DRS cluster reports", drs_reports(bus))
 
 
 class _Topology(NamedTuple):
@@ -172,6 +175,11 @@ async def ha_settings(bus: Bus) -> dict[tuple[str, str], ClusterHaSettings]:
     """vSphere HA settings by (vCenter, cluster moid), as the drs-translator last read them."""
     found = await _drs_bucket_values(bus, DRS_HA_KEY_PREFIX, _HA_DECODER, "HA settings")
     return {(settings.vcenter, settings.cluster_moid): settings for settings in found}
+
+
+async def drs_reports(bus: Bus) -> list[DrsClusterReport]:
+    """What the drs-translator found needing attention, per vSphere cluster."""
+    return await _drs_bucket_values(bus, DRS_REPORT_KEY_PREFIX, _REPORT_DECODER, "DRS report")
 
 
 async def _drs_bucket_values(

@@ -7,7 +7,7 @@ way the services' informers do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -15,13 +15,16 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Node, Pod
 from hostaffinity.affinity.resources import Resources
+from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
 from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     ClusterHaSettings,
+    DrsClusterReport,
     DrsOwnership,
     EsxiHost,
     NodePlacement,
+    SharedHostsWarning,
 )
 
 
@@ -32,7 +35,8 @@ class ClusterSnapshot:
     `requests` (per pod key) and `allocatable` (per node) are the resource figures the API
     objects carry; `vmi_owners` maps (namespace, VMI name) to the VMI's controller;
     `drs_records` are the drs-translator's ownership records, `ha_settings` the vSphere HA
-    settings it read of their clusters, by (vCenter, cluster moid).
+    settings it read of their clusters, by (vCenter, cluster moid), `drs_reports` what it found
+    needing attention in each vSphere cluster.
     """
 
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -45,6 +49,7 @@ class ClusterSnapshot:
     vmi_owners: dict[tuple[str, str], WorkloadRef] = field(default_factory=dict)
     drs_records: list[DrsOwnership] = field(default_factory=list)
     ha_settings: dict[tuple[str, str], ClusterHaSettings] = field(default_factory=dict)
+    drs_reports: list[DrsClusterReport] = field(default_factory=list)
 
     @cached_property
     def hosts_by_vcenter(self) -> dict[tuple[str, str], EsxiHost]:
@@ -62,6 +67,26 @@ class ClusterSnapshot:
         return frozenset(
             pod for record in self.drs_records if record.state != "removing" for pod in record.pods
         )
+
+
+def other_installs_on(
+    snapshot: ClusterSnapshot, host_labels: Collection[str], also_away: bool
+) -> list[SharedHostsWarning]:
+    """What other installs' rules, in the vSphere clusters of the hosts labelled `host_labels`,
+    do to those clusters' hosts; with `also_away` those hosts count as entering maintenance."""
+    named = [h for h in snapshot.hosts.values() if h.label in host_labels]
+    warnings = []
+    for report in snapshot.drs_reports:
+        of_cluster = [
+            h
+            for (vcenter, _), h in snapshot.hosts_by_vcenter.items()
+            if vcenter == report.vcenter and h.cluster_moid == report.cluster_moid
+        ]
+        if not any(h in of_cluster for h in named):
+            continue
+        away = {h.name for h in named} if also_away else set()
+        warnings += shared_hosts_warnings(report.other_installs, of_cluster, also_away=away)
+    return warnings
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ attention when it is not.
 Each leader-elected service's Lease (leases.py), the last event each service published, the
 exposure count (the exposure report's), the dead letters waiting, each stream's replicas, and the
 HA audit's rules that leave a node VM unrestartable after one host failure (ha_audit.py).
-DRS rules held so that a host can enter maintenance mode (listed, not a problem).
+DRS rules held so that a host can enter maintenance mode (listed, not a problem). The cluster
+identity the services stamp on their events; the DRS rules and groups this install wants that
+vCenter does not hold, and other installs' rules on the same hosts that block maintenance or leave
+no failover room (the drs-translator's cluster reports, drs_attention.py).
 Anything that needs a person becomes one sentence in `problems`, and the command exits 1.
 """
 
@@ -17,10 +20,17 @@ from typing import Final
 import msgspec
 
 from hostaffinity.affinity.headroom import HostHeadroom
+from hostaffinity.cli.drs_attention import cluster_identity, not_held, shared_hosts
 from hostaffinity.cli.ha_audit import failover_sentence
 from hostaffinity.cli.leases import LEADER_ELECTED, Lease, leadership, parse_time
 from hostaffinity.cli.tables import table
-from hostaffinity.schema import DLQ_STREAM, DrsOwnership, TopologyEvent, utc_timestamp
+from hostaffinity.schema import (
+    DLQ_STREAM,
+    DrsClusterReport,
+    DrsOwnership,
+    TopologyEvent,
+    utc_timestamp,
+)
 from hostaffinity.schema.reports import ServiceView, StatusReport, StreamView, UnrestartableVm
 
 # Every service, in the order the pipeline runs; the extender holds no Lease.
@@ -77,12 +87,16 @@ def status_report(
     no_host_to_spare: Sequence[HostHeadroom] = (),
     ha_unrestartable: Mapping[str, Sequence[UnrestartableVm]] | None = None,
     drs_records: Sequence[DrsOwnership] = (),
+    drs_reports: Sequence[DrsClusterReport] = (),
 ) -> StatusReport:
     """The report at `now`, with a sentence for everything that needs attention."""
     last = _last_events(last_events)
     services = [_service(s, leases, last.get(s), now) for s in SERVICES]
     dlq = next((s.messages for s in streams if s.name == DLQ_STREAM), 0)
-    problems = [
+    cluster, disagreement = cluster_identity(list(last.values()))
+    drs_not_held, shared = not_held(drs_reports), shared_hosts(drs_reports)
+    problems = [*disagreement, *drs_not_held, *shared]
+    problems += [
         f"{s.service} has no live leader (Lease {s.lease}: "
         + ("no holder, or not renewed within its duration)" if s.renewed_at else "not found)")
         for s in services
@@ -127,6 +141,9 @@ def status_report(
             for r in drs_records
             if r.held_because
         ],
+        cluster=cluster,
+        drs_not_held=drs_not_held,
+        shared_hosts=shared,
     )
 
 
@@ -157,6 +174,7 @@ def render_status(report: StatusReport) -> str:
         for s in report.streams
     ]
     parts = [
+        f"cluster: {report.cluster or '(no event names it yet)'}",
         table(["SERVICE", "LEADER", "HELD FOR", "LAST EVENT"], service_rows),
         table(["STREAM", "MESSAGES", "REPLICAS", "LEADER", "REPLICA STATE"], stream_rows),
         f"exposed workloads: {report.exposed_workloads}; dead letters: {report.dlq_depth}",

@@ -136,14 +136,17 @@ class UnsatisfiableRule(_Report, frozen=True):
 
 class MaintenanceReport(_Report, frozen=True):
     """`hostaffinity what-if maintenance -o json`. `hosts` as resolved (label values, sorted),
-    `nodes` on them (sorted), `moves` sorted by pod; `ok` is false when any pod has nowhere to go
-    (the command then exits 1)."""
+    `nodes` on them (sorted), `moves` sorted by pod; `blocked_by_other_installs`: one sentence
+    per enabled DRS rule of another install on the same hosts that would keep them from entering
+    maintenance; `ok` is false when any pod has nowhere to go or such a rule blocks (the command
+    then exits 1)."""
 
     hosts: list[str]
     nodes: list[str]
     moves: list[PodMove]
     unsatisfiable_rules: list[UnsatisfiableRule]
     ok: bool
+    blocked_by_other_installs: list[str] = msgspec.field(default_factory=list)
 
 
 class UnrestartableVm(_Report, frozen=True):
@@ -166,8 +169,10 @@ class HostFailureReport(_Report, frozen=True):
     not come back (what-if maintenance's report of that host); `ha`: vSphere HA of each cluster
     holding our anti-affinity rules over its VMs, as the drs-translator last recorded it (by
     vCenter, then cluster moid), and `ha_unknown` the moids of such clusters it has no record of;
-    `unrestartable`: its node VMs HA could not restart, by rule then VM moid. `ok` is false when a
-    pod has nowhere to go or a VM could not restart (the command then exits 1)."""
+    `unrestartable`: its node VMs HA could not restart, by rule then VM moid;
+    `other_installs_unrestartable`: one sentence per DRS anti-affinity rule of another install
+    on the same hosts with no host left to restart its VM on. `ok` is false when a pod has
+    nowhere to go or a VM of ours could not restart (the command then exits 1)."""
 
     host: str
     exposed: MaintenanceReport
@@ -175,6 +180,7 @@ class HostFailureReport(_Report, frozen=True):
     ha_unknown: list[str]
     unrestartable: list[UnrestartableVm]
     ok: bool
+    other_installs_unrestartable: list[str] = msgspec.field(default_factory=list)
 
 
 class Location(_Report, frozen=True):
@@ -301,6 +307,10 @@ class PodExplanation(_Report, frozen=True):
     has nowhere to go. `ha_failover`: one sentence per DRS anti-affinity rule of the pod's that
     leaves a node VM unrestartable by vSphere HA after one host failure. `vm_restart`: for a
     virt-launcher pod, its VirtualMachine's placement that waits for a restart, if any.
+    `drs_not_held`: one sentence per DRS rule or group asked for the pod that vCenter does not
+    hold, and why. `shared_hosts`: one sentence per rule of another install, in a vSphere
+    cluster holding the pod's VMs or rules, that keeps a host from maintenance or leaves no
+    failover room.
     """
 
     pod: str
@@ -317,6 +327,8 @@ class PodExplanation(_Report, frozen=True):
     host_headroom: list[str] = msgspec.field(default_factory=list)
     ha_failover: list[str] = msgspec.field(default_factory=list)
     vm_restart: VmRestartView | None = None
+    drs_not_held: list[str] = msgspec.field(default_factory=list)
+    shared_hosts: list[str] = msgspec.field(default_factory=list)
 
 
 class NodeExplanation(_Report, frozen=True):
@@ -374,7 +386,12 @@ class StatusReport(_Report, frozen=True):
     `ha_unrestartable`: per DRS anti-affinity rule of ours that leaves a node VM unrestartable by
     vSphere HA after one host failure, one sentence (by rule name).
     `held_rules`: `rule in cluster: why` for each DRS rule the drs-translator holds (disabled) so
-    that a host can enter maintenance mode; expected while a host is patched, not a problem."""
+    that a host can enter maintenance mode; expected while a host is patched, not a problem.
+    `cluster`: the identity of the Kubernetes cluster this install serves, as its services stamp
+    it on their events. `drs_not_held`: one sentence per DRS rule or group this install wants
+    that vCenter does not hold (a problem each). `shared_hosts`: one sentence per rule of another
+    install on the same vSphere cluster that keeps a host from maintenance or leaves no failover
+    room (a problem each)."""
 
     at: str
     services: list[ServiceView]
@@ -385,3 +402,6 @@ class StatusReport(_Report, frozen=True):
     no_host_to_spare: list[str] = msgspec.field(default_factory=list)
     ha_unrestartable: list[str] = msgspec.field(default_factory=list)
     held_rules: list[str] = msgspec.field(default_factory=list)
+    cluster: str = ""
+    drs_not_held: list[str] = msgspec.field(default_factory=list)
+    shared_hosts: list[str] = msgspec.field(default_factory=list)

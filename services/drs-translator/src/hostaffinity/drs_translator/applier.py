@@ -37,8 +37,9 @@ from typing import Final
 
 import msgspec
 
+from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
-from hostaffinity.drs_translator.attention import other_install_rules, shared_hosts_warnings
+from hostaffinity.drs_translator.attention import other_install_rules
 from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import ClusterPlan
