@@ -1,7 +1,9 @@
-"""KubeVirt's published CRD schemas, and what the API server answers an object that breaks them.
+"""Published CRD schemas (KubeVirt's, and the multi-cluster About API's ClusterProperty), and what
+the API server answers an object that breaks them.
 
-The schemas are KubeVirt's own (`tests/fixtures/kubevirt-crds/`, provenance in
-tests/fixtures/README.md): the `openAPIV3Schema` each KubeVirt CRD is installed with. The real
+The schemas are their projects' own (`tests/fixtures/kubevirt-crds/`,
+`tests/fixtures/about-api-crds/`, provenance in tests/fixtures/README.md): the `openAPIV3Schema`
+each CRD is installed with. The real
 server validates a custom resource against it on every write (apiextensions-apiserver,
 pkg/apiserver/validation) and answers 422 with one cause per violation, in the wording the
 recording kube-apiserver/10-kubevirt-vmi-and-migration.json shows. Here the OpenAPI schema is
@@ -22,15 +24,15 @@ from tests.recorded_fixtures import fixture_dir
 if TYPE_CHECKING:
     import jsonschema
 
-FIXTURES: Final = "kubevirt-crds"
-# The schema file of each kind the double serves from KubeVirt.
+# The fixture set and schema file of each custom kind the double serves.
 SCHEMA_FILES: Final = {
-    "VirtualMachine": "virtualmachine.json",
-    "VirtualMachineInstance": "virtualmachineinstance.json",
-    "VirtualMachineInstanceReplicaSet": "virtualmachineinstancereplicaset.json",
-    "VirtualMachinePool": "virtualmachinepool.json",
-    "VirtualMachineInstanceMigration": "virtualmachineinstancemigration.json",
-    "KubeVirt": "kubevirt.json",
+    "VirtualMachine": ("kubevirt-crds", "virtualmachine.json"),
+    "VirtualMachineInstance": ("kubevirt-crds", "virtualmachineinstance.json"),
+    "VirtualMachineInstanceReplicaSet": ("kubevirt-crds", "virtualmachineinstancereplicaset.json"),
+    "VirtualMachinePool": ("kubevirt-crds", "virtualmachinepool.json"),
+    "VirtualMachineInstanceMigration": ("kubevirt-crds", "virtualmachineinstancemigration.json"),
+    "KubeVirt": ("kubevirt-crds", "kubevirt.json"),
+    "ClusterProperty": ("about-api-crds", "clusterproperty.json"),
 }
 RULES_SKIPPED: Final = {
     "reason": "FieldValueInvalid",
@@ -63,8 +65,9 @@ def _as_json_schema(node: Any) -> Any:
 
 @functools.cache
 def published_schema(kind: str) -> dict[str, Any]:
-    """KubeVirt's openAPIV3Schema for `kind`, as stored."""
-    schema: dict[str, Any] = json.loads((fixture_dir(FIXTURES) / SCHEMA_FILES[kind]).read_text())
+    """The published openAPIV3Schema for `kind`, as stored."""
+    fixtures, name = SCHEMA_FILES[kind]
+    schema: dict[str, Any] = json.loads((fixture_dir(fixtures) / name).read_text())
     return schema
 
 

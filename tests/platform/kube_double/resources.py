@@ -144,6 +144,18 @@ RESOURCES: tuple[Resource, ...] = (
     _kubevirt("virtualmachinepools", "VirtualMachinePool", group="pool.kubevirt.io/v1beta1"),
     _kubevirt("kubevirts", "KubeVirt"),
     _kubevirt("virtualmachineinstancemigrations", "VirtualMachineInstanceMigration"),
+    # The multi-cluster About API's ClusterProperty (KEP-2149), cluster-scoped, served at its
+    # storage version (kubernetes-sigs/about-api config/crd/about.k8s.io_clusterproperties.yaml).
+    Resource(
+        "about.k8s.io",
+        "v1beta1",
+        "clusterproperties",
+        "ClusterProperty",
+        False,
+        subresources=frozenset({"status"}),
+        custom=True,
+        has_generation=True,
+    ),
 )
 
 _BY_PATH: dict[tuple[str, str, str], Resource] = {
