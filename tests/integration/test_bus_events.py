@@ -90,6 +90,18 @@ async def test_the_same_event_published_twice_is_stored_once(bus: Bus) -> None:
     assert stored.headers[Header.MSG_ID.value] == event.id
 
 
+async def test_every_event_is_stamped_with_the_install_s_cluster_identity(bus: Bus) -> None:
+    """Whoever built it, an event carries the cluster its install serves (several installs'
+    events meet at a fleet hub, and one vCenter's DRS events name several clusters)."""
+    bus.cluster = "prod-east"
+    event = node_placed("worker-1")
+    assert event.cluster == ""
+    await bus.publish_event(event)
+    stored = await bus.js.get_last_msg(EVENTS_STREAM, event_subject("node.placed"))
+    decoded = decode_event(stored.data or b"")
+    assert (decoded.cluster, decoded.id) == ("prod-east", event.id)
+
+
 WRONG_TYPE = b'{"node": 7}'
 NESTED = b'{"node": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
 BAD_UTF8 = b'{"node": "\xc3\x28"}'
