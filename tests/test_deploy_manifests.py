@@ -1024,11 +1024,39 @@ def test_base_runs_the_webhook_and_the_extender_only_with_its_component() -> Non
     assert {p["name"] for p in container["ports"]} == {"extender", "http"}
 
 
+# What every service may read to tell which cluster it serves (runtime/kube/cluster_identity.py).
+IDENTITY_RULES = [["clusterproperties"], ["namespaces"]]
+
+
+@pytest.mark.parametrize("variant", ["kustomize", "helm"])
+@pytest.mark.parametrize(
+    "service",
+    ["node-labeller", "drs-translator", "admission-webhook", "scheduler-extender", "descheduler"],
+)
+def test_every_service_may_read_its_cluster_identity_and_nothing_more_of_it(
+    variant: str, service: str
+) -> None:
+    documents = RENDERERS[variant]("scheduler-extender")
+    role = one(documents, "ClusterRole", f"hostaffinity-{service}")
+    by_resource = {tuple(r["resources"]): r for r in role["rules"] if r.get("resourceNames")}
+    assert by_resource[("clusterproperties",)] == {
+        "apiGroups": ["about.k8s.io"],
+        "resources": ["clusterproperties"],
+        "resourceNames": ["id.k8s.io", "cluster.clusterset.k8s.io"],
+        "verbs": ["get"],
+    }
+    assert by_resource[("namespaces",)]["resourceNames"] == ["kube-system"]
+    assert by_resource[("namespaces",)]["verbs"] == ["get"]
+
+
 def test_the_extender_has_no_webhook_rights() -> None:
     """Secrets and the webhook configuration are the webhook's ServiceAccount's alone."""
     documents = render("scheduler-extender")
     role = one(documents, "ClusterRole", "hostaffinity-scheduler-extender")
-    assert [r["resources"] for r in role["rules"]] == [["pods", "nodes", "namespaces"]]
+    assert [r["resources"] for r in role["rules"]] == [
+        ["pods", "nodes", "namespaces"],
+        *IDENTITY_RULES,
+    ]
     bound = [
         d
         for d in documents

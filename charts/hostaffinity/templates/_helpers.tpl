@@ -278,6 +278,16 @@ metadata:
     {{- include "hostaffinity.labels" (dict "root" .root "name" .name) | nindent 4 }}
 rules:
   {{- toYaml .rules | nindent 2 }}
+  # Which cluster this is (config.shared.cluster.name unset): the multi-cluster API's cluster id,
+  # else the kube-system Namespace's UID. It names every DRS rule this install creates.
+  - apiGroups: ["about.k8s.io"]
+    resources: ["clusterproperties"]
+    resourceNames: ["id.k8s.io", "cluster.clusterset.k8s.io"]
+    verbs: ["get"]
+  - apiGroups: [""]
+    resources: ["namespaces"]
+    resourceNames: ["kube-system"]
+    verbs: ["get"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
