@@ -45,11 +45,11 @@ from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
 from hostaffinity.runtime.vcenter.session import VCenterSettings, connect
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,
-    DRS_NAME_PREFIX,
     LABEL_LEGACY_HOST,
     LABEL_REGION,
     LABEL_ZONE,
     DrsOwnership,
+    parse_drs_name,
 )
 
 OUR_KEY_PREFIX: Final = "hostaffinity.io/"
@@ -70,25 +70,33 @@ class ClusterCleanup:
 def ours_in_cluster(
     records: Mapping[str, DrsOwnership], rules: Iterable[Any], groups: Iterable[Any]
 ) -> ClusterCleanup:
-    """What of one cluster's `configurationEx` is ours: named with our prefix and recorded."""
+    """What of one cluster's `configurationEx` is ours: recorded in our bucket (whose records
+    name only what this install created). Another install's objects (their names carry its
+    cluster identity) are left without a word; one named as we name ours but not recorded is
+    reported and left."""
     cleanup = ClusterCleanup()
-    for rule in rules:
-        if not rule.name.startswith(DRS_NAME_PREFIX):
-            continue
-        record = records.get(rule.name)
-        if record is not None and record.kind not in GROUP_KINDS:
-            cleanup.rules[rule.name] = rule.key
-        else:
-            cleanup.left.append(f"rule {rule.name}: our prefix, but no ownership record")
-    for group in groups:
-        if not group.name.startswith(DRS_NAME_PREFIX):
-            continue
-        record = records.get(group.name)
-        if record is not None and record.kind in GROUP_KINDS:
-            cleanup.groups.append(group.name)
-        else:
-            cleanup.left.append(f"group {group.name}: our prefix, but no ownership record")
+    for kind, found in (("rule", rules), ("group", groups)):
+        for obj in found:
+            if parse_drs_name(obj.name) is None:
+                continue
+            record = records.get(obj.name)
+            if record is not None and (record.kind in GROUP_KINDS) == (kind == "group"):
+                if kind == "rule":
+                    cleanup.rules[obj.name] = obj.key
+                else:
+                    cleanup.groups.append(obj.name)
+            elif not _another_install_s(obj.name, records):
+                cleanup.left.append(f"{kind} {obj.name}: our prefix, but no ownership record")
     return cleanup
+
+
+def _another_install_s(name: str, records: Mapping[str, DrsOwnership]) -> bool:
+    """Named for an install other than the one whose records these are."""
+    parsed = parse_drs_name(name)
+    ours = {
+        parsed_record.install for r in records.values() if (parsed_record := parse_drs_name(r.name))
+    }
+    return parsed is not None and parsed.install is not None and parsed.install not in ours
 
 
 def node_keys(node: Mapping[str, Any], legacy_host_label: bool) -> tuple[list[str], list[str]]:
