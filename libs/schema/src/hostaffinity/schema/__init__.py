@@ -39,6 +39,12 @@ from hostaffinity.schema.events import (
     event_id,
     event_type_of,
 )
+from hostaffinity.schema.fleet import (
+    LABEL_FLEET_GROUP,
+    ReplicaPlacement,
+    WorkloadPlacement,
+    fleet_host_id,
+)
 from hostaffinity.schema.labels import label_value
 from hostaffinity.schema.names import (
     ANNOTATION_ESXI_HOST_NAME,
@@ -49,6 +55,7 @@ from hostaffinity.schema.names import (
     DRS_BUCKET,
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
+    FLEET_BUCKET,
     LABEL_DATACENTER,
     LABEL_ESXI_HOST,
     LABEL_LEGACY_HOST,
@@ -56,6 +63,7 @@ from hostaffinity.schema.names import (
     LABEL_REGION,
     LABEL_VSPHERE_CLUSTER,
     LABEL_ZONE,
+    PLACEMENTS_BUCKET,
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
     TOPOLOGY_BUCKET,
@@ -65,9 +73,11 @@ from hostaffinity.schema.names import (
     drs_report_key,
     drs_rule_key,
     event_subject,
+    fleet_key,
     host_id,
     host_key,
     node_key,
+    workload_key,
 )
 from hostaffinity.schema.timestamps import utc_timestamp
 from hostaffinity.schema.topology import DeadLetter, EsxiHost, NodePlacement
@@ -85,14 +95,17 @@ __all__ = [
     "EVENTS_SUBJECT_PREFIX",
     "EVENT_MESSAGES",
     "EVENT_TYPES",
+    "FLEET_BUCKET",
     "HA_RESPECT_VM_ANTI_AFFINITY_OPTION",
     "LABEL_DATACENTER",
     "LABEL_ESXI_HOST",
+    "LABEL_FLEET_GROUP",
     "LABEL_LEGACY_HOST",
     "LABEL_RACK",
     "LABEL_REGION",
     "LABEL_VSPHERE_CLUSTER",
     "LABEL_ZONE",
+    "PLACEMENTS_BUCKET",
     "POD_PHYSICAL_ANTI_AFFINITY",
     "POD_SPREAD_ACROSS_HOSTS",
     "SCHEMA_VERSION",
@@ -119,11 +132,13 @@ __all__ = [
     "OtherInstallRule",
     "PodEvicted",
     "PodMutated",
+    "ReplicaPlacement",
     "SharedHostsWarning",
     "TopologyEvent",
     "UnprotectedGroup",
     "VmMoved",
     "VmiMigrationRequested",
+    "WorkloadPlacement",
     "decode_event",
     "dlq_subject",
     "drs_ha_key",
@@ -135,6 +150,8 @@ __all__ = [
     "event_id",
     "event_subject",
     "event_type_of",
+    "fleet_host_id",
+    "fleet_key",
     "host_id",
     "host_key",
     "install_token",
@@ -142,4 +159,5 @@ __all__ = [
     "node_key",
     "parse_drs_name",
     "utc_timestamp",
+    "workload_key",
 ]

@@ -43,6 +43,12 @@ DRS_HA_KEY_PREFIX = "ha."
 # What needs attention in each vSphere cluster (DrsClusterReport): status, explain, alerts.
 DRS_REPORT_KEY_PREFIX = "report."
 
+# The fleet (fleet.py): an install's own placement summary, and the fleet view (on the hub, every
+# install's summary and topology; on an install, the hub's view mirrored into its own domain).
+PLACEMENTS_BUCKET = "hostaffinity-placements"
+FLEET_BUCKET = "hostaffinity-fleet"
+WORKLOAD_KEY_PREFIX = "workload."
+
 
 def node_key(node_name: str) -> str:
     """KV key of a node's placement. Node names contain dots: watch `node.>`, never `node.*`."""
@@ -89,6 +95,17 @@ def drs_outbox_key(vcenter: str, event_id: str) -> str:
 def drs_ha_key(vcenter: str, cluster_moid: str) -> str:
     """KV key of a cluster's vSphere HA settings in `hostaffinity-drs`."""
     return f"{DRS_HA_KEY_PREFIX}{_key_safe(vcenter)}.{_key_safe(cluster_moid)}"
+
+
+def workload_key(namespace: str, kind: str, name: str) -> str:
+    """KV key of a workload's WorkloadPlacement in `hostaffinity-placements`."""
+    return f"{WORKLOAD_KEY_PREFIX}{_key_safe(namespace)}.{_key_safe(kind)}.{_key_safe(name)}"
+
+
+def fleet_key(install: str, key: str) -> str:
+    """Where an install's placements or topology key is kept in `hostaffinity-fleet`: under the
+    install's token (drs_names.install_token), so that installs never overwrite each other."""
+    return f"{_key_safe(install)}.{key}"
 
 
 def drs_report_key(vcenter: str, cluster_moid: str) -> str:
