@@ -207,11 +207,11 @@ class Bus:
 
     async def publish_event(self, event: Event) -> PubAck:
         """Publish on `hostaffinity.events.<type>` with `Nats-Msg-Id` = `event.id`, stamped
-        with this install's cluster identity (`cluster`), whoever built the event.
+        with this install's cluster identity (`cluster`, when set), whoever built the event.
 
         A repeat within the duplicate window is not stored again: `ack.duplicate` is then True.
         """
-        if event.cluster != self.cluster:
+        if self.cluster and event.cluster != self.cluster:
             event = msgspec.structs.replace(event, cluster=self.cluster)
         return await publish(
             self.js, event_subject(event_type(event)), encode_event(event), msg_id=event.id
