@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from . import admission, errors, fieldsets, patches
+from . import admission, discovery, errors, fieldsets, patches, protobuf
 from .actions import SubresourceActions
 from .auth import User, allowed, authenticate, forbidden, verb_of
 from .resources import Resource, Route, lookup
@@ -204,6 +204,8 @@ class KubeApiServer:
 
     async def _dispatch(self, http: web.Request) -> web.StreamResponse:
         user = authenticate(http.headers.get("Authorization"), self.tokens)
+        if http.method == "GET" and (found := discovery.answer(http.path, http.host)) is not None:
+            return self._json(found)
         query = dict(http.query)
         route = self._route(http.path)
         watch = http.method == "GET" and query.get("watch", "") in _TRUE
@@ -273,6 +275,8 @@ class KubeApiServer:
 
     @staticmethod
     async def _body(http: web.Request) -> Any:
+        if http.content_type == protobuf.CONTENT_TYPE:
+            return protobuf.decode(await http.read())
         text = await http.text()
         if not text:
             return {}
@@ -545,6 +549,11 @@ class KubeApiServer:
             await hold.released.wait()
         content_type = request.http.content_type
         body = await self._body(request.http)
+        if (
+            content_type == "application/apply-patch+yaml"
+            and self.store.get(route.resource.storage_key, _key(route, route.name or "")) is None
+        ):
+            return self._created(self._apply_new(request, body))
         old = self._get(route)
         warnings: list[str] = []
         if content_type == "application/apply-patch+yaml":
@@ -639,6 +648,31 @@ class KubeApiServer:
             raise _apply_conflict(exc.conflicts) from None
         new["metadata"]["managedFields"] = entries
         return new
+
+    def _apply_new(self, request: Request, body: Any) -> dict[str, Any]:
+        """Server-side apply of an object that does not exist yet creates it, as `kubectl
+        apply --server-side` relies on (apiserver endpoints/handlers/patch.go: an apply patch
+        on NotFound becomes a create), in the namespace it names, which must exist."""
+        route = request.route
+        resource = route.resource
+        empty = {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {
+                "name": route.name,
+                **({"namespace": route.namespace} if route.namespace else {}),
+            },
+        }
+        if (
+            route.namespace is not None
+            and self.store.get("namespaces", ("", route.namespace)) is None
+        ):
+            raise errors.not_found(lookup("", "v1", "namespaces"), route.namespace)  # type: ignore[arg-type]
+        obj = admission.to_storage(resource, self._apply(request, empty, body))
+        admission.validate_create(resource, obj, route.namespace)
+        admission.default_create(resource, obj, None)
+        # The managedFields are the apply's own entry: commit_new records no update on top.
+        return admission.present(resource, self.commit_new(resource, obj, None))
 
     def _delete(self, request: Request) -> dict[str, Any]:
         route = request.route
