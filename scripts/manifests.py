@@ -54,10 +54,16 @@ def _kustomization(where: Path) -> dict[str, Any]:
 
 
 def matches(document: dict[str, Any], target: dict[str, str]) -> bool:
-    return all(
-        (document["kind"] if key == "kind" else document["metadata"].get(key)) == value
-        for key, value in target.items()
-    )
+    """kustomize's patch target: kind, group and the metadata fields it names."""
+
+    def field(key: str) -> Any:
+        if key == "kind":
+            return document["kind"]
+        if key == "group":
+            return document["apiVersion"].rpartition("/")[0]
+        return document["metadata"].get(key)
+
+    return all(field(key) == value for key, value in target.items())
 
 
 def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,10 +111,9 @@ def _with_component(documents: list[dict[str, Any]], where: Path) -> list[dict[s
                 raise ValueError(f"{component}: {patch['path']} deletes nothing")
             documents = [d for d in documents if not matches(d, target)]
             continue
-        targets = [d for d in documents if matches(d, patch["target"])]
-        if not targets:
-            raise ValueError(f"{component}: {patch['path']} matches no object")
-        for document in targets:
+        # A patch whose target matches nothing changes nothing, as in kustomize (external-nats
+        # takes the NATS alert out of monitoring's PrometheusRule only when there is one).
+        for document in (d for d in documents if matches(d, patch["target"])):
             patched = jsonpatch.apply_patch(document, content)
             document.clear()
             document.update(patched)
