@@ -145,21 +145,25 @@ def pod_filesystem(
 ) -> tuple[list[str], dict[str, str]]:
     """The Deployment's container as the kubelet starts it, its file system under `root`: every
     key of its ConfigMap, Secret and projected volumes written at root/<mountPath>/<path>.
-    Returns its args and its environment (from values, Secrets and the downward API), each path
-    into a mount moved under `root`, so the service can run here on what the pod would see."""
+    Returns its args and its environment (from values, Secrets and the downward API); each path
+    into a mount, there and in the files written, is moved under `root`, so that the service
+    runs here on what the pod would see."""
     deployment = one(documents, "Deployment", deployment_name)
     pod, container = pod_and_container(deployment)
-    mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+    mounts = [m["mountPath"].rstrip("/") + "/" for m in container.get("volumeMounts", [])]
+
+    def moved(value: str) -> str:
+        """A path into a mount, as seen from here (the whole value, or inside a file)."""
+        for mount in mounts:
+            value = value.replace(mount, f"{root}{mount}")
+        return value
+
     for mount in container.get("volumeMounts", []):
         volume = _volume(pod, mount["name"])
         for path, text in _volume_files(documents, volume, secrets).items():
             target = root / mount["mountPath"].lstrip("/") / path
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-
-    def moved(value: str) -> str:
-        inside = any(value == m or value.startswith(m.rstrip("/") + "/") for m in mounts)
-        return str(root / value.lstrip("/")) if inside else value
+            target.write_text(moved(text), encoding="utf-8")
 
     namespace = deployment["metadata"]["namespace"]
     values = {e["name"]: env_value(e, secrets, namespace) for e in container.get("env", [])}

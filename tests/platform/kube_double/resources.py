@@ -171,6 +171,18 @@ RESOURCES: tuple[Resource, ...] = (
             ("mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding"),
         )
     ),
+    # The Prometheus operator's and cert-manager's kinds the monitoring and cert-manager
+    # variants hold, served as when their CRDs are installed (the install page asks for them
+    # first); stored unvalidated.
+    *(
+        Resource(group, "v1", plural, kind, True, custom=True, has_generation=True)
+        for group, plural, kind in (
+            ("monitoring.coreos.com", "podmonitors", "PodMonitor"),
+            ("monitoring.coreos.com", "prometheusrules", "PrometheusRule"),
+            ("cert-manager.io", "issuers", "Issuer"),
+            ("cert-manager.io", "certificates", "Certificate"),
+        )
+    ),
     # KubeVirt v1.9's CRDs (kubevirt pkg/virt-operator/resource/generate/components/crds.go):
     # all but the VMI have a status subresource (VMIRS and pools a scale one too, not served
     # here); a pool is pool.kubevirt.io, served as v1beta1 (its storage version).
