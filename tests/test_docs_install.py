@@ -138,8 +138,8 @@ def test_every_component_of_step_2_builds_in_the_overlay(tmp_path: Path) -> None
     (checkout / "k8s" / "examples" / "site-overlay").rename(site)
     (site / "vmca-root.crt").write_text(vmca("127.0.0.1").ca_pem.decode(), encoding="utf-8")
     kustomization = yaml.safe_load((site / "kustomization.yaml").read_text())
-    admission, rest = paths[:2], paths[2:]
-    for components in [[p] for p in paths] + [[a, *rest] for a in admission]:
+    monitoring, admission, rest = paths[0], paths[1:3], paths[3:]
+    for components in [[p] for p in paths] + [[monitoring, a, *rest] for a in admission]:
         (site / "kustomization.yaml").write_text(
             yaml.safe_dump({**kustomization, "components": components}), encoding="utf-8"
         )
