@@ -38,6 +38,7 @@ _SUBRESOURCE_VERBS = {
     "binding": ["create"],
     "eviction": ["create"],
     "token": ["create"],
+    "scale": ["get", "patch", "update"],
 }
 
 

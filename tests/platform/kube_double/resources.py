@@ -143,13 +143,11 @@ RESOURCES: tuple[Resource, ...] = (
     _core("configmaps", "ConfigMap", True),
     _core("services", "Service", True, subresources=frozenset({"status"})),
     *(
-        Resource(
-            group, "v1", plural, kind, True, subresources=frozenset({"status"}), has_generation=True
-        )
-        for group, plural, kind in (
-            ("apps", "deployments", "Deployment"),
-            ("apps", "statefulsets", "StatefulSet"),
-            ("batch", "jobs", "Job"),
+        Resource(group, "v1", plural, kind, True, subresources=subresources, has_generation=True)
+        for group, plural, kind, subresources in (
+            ("apps", "deployments", "Deployment", frozenset({"status", "scale"})),
+            ("apps", "statefulsets", "StatefulSet", frozenset({"status", "scale"})),
+            ("batch", "jobs", "Job", frozenset({"status"})),
         )
     ),
     Resource(

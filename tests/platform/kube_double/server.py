@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from . import admission, discovery, errors, fieldsets, patches, protobuf
+from . import admission, discovery, errors, fieldsets, patches, protobuf, scale
 from .actions import SubresourceActions
 from .auth import User, allowed, authenticate, forbidden, verb_of
 from .resources import Resource, Route, lookup
@@ -226,6 +226,8 @@ class KubeApiServer:
             )
         if http.method == "GET" and route.name is None:
             return await self._watch(request) if watch else self._json(await self._list(request))
+        if route.subresource == "scale":
+            return await self._scale(request)
         if http.method == "GET":
             return self._json(self._present(route, self._get(route)))
         if http.method == "POST" and route.subresource is not None:
@@ -648,6 +650,16 @@ class KubeApiServer:
             raise _apply_conflict(exc.conflicts) from None
         new["metadata"]["managedFields"] = entries
         return new
+
+    async def _scale(self, request: Request) -> web.Response:
+        """GET, PATCH or PUT of a Deployment's or StatefulSet's scale subresource."""
+        old = self._get(request.route)
+        if request.http.method == "GET":
+            return self._json(scale.scale_of(old))
+        body = await self._body(request.http)
+        new = scale.scaled(old, request.http.content_type, body)
+        stored = self.commit(request, old, new, subresource="scale")
+        return self._json(scale.scale_of(stored))
 
     def _apply_new(self, request: Request, body: Any) -> dict[str, Any]:
         """Server-side apply of an object that does not exist yet creates it, as `kubectl
