@@ -18,12 +18,15 @@ from hostaffinity.runtime.http.certificates import ServingIdentity, issue
 from tests.platform.doc_commands import Substitutions
 from tests.platform.kubectl import Kubectl
 from tests.platform.pod_config import pod_filesystem
-from tests.platform.vcsim import PASSWORD, USERNAME, Vcsim
+from tests.platform.vcsim import USERNAME, Vcsim
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 NAMESPACE = "hostaffinity"
 VCENTER_SERVICES = ("node-labeller", "drs-translator")
+# The password the pages' `password='...'` becomes: one no output may show (--check-config makes
+# a TLS handshake only, so vcsim never sees it).
+SITE_PASSWORD = "Xq7-site-password"
 # What the bus's Secrets Job makes (hostaffinity bus secrets): --check-config only needs the
 # files to be there.
 BUS_SECRETS = {
@@ -55,7 +58,7 @@ def site_values(vc: Vcsim, roots_url: str) -> Substitutions:
             "vcenter.example.com": vc.host,
             "vc-west.example.com": vc.host,  # a further vCenter: the same simulator
             "svc-hostaffinity@vsphere.local": USERNAME,
-            "password='...'": f"password='{PASSWORD}'",
+            "password='...'": f"password='{SITE_PASSWORD}'",
         }
     )
 
@@ -63,7 +66,7 @@ def site_values(vc: Vcsim, roots_url: str) -> Substitutions:
 def fill_in_vcenter_env(site: Path, vc: Vcsim) -> None:
     """What step 1 asks of the operator: the account in my-site/vcenter.env."""
     (site / "vcenter.env").write_text(
-        f"host={vc.host}\nusername={USERNAME}\npassword={PASSWORD}\n", encoding="utf-8"
+        f"host={vc.host}\nusername={USERNAME}\npassword={SITE_PASSWORD}\n", encoding="utf-8"
     )
 
 
@@ -81,7 +84,8 @@ def secret_data(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """Each Secret's keys and values (decoded), with what the bus's Job would have made."""
     found = {
         d["metadata"]["name"]: {
-            k: base64.b64decode(v).decode() for k, v in d.get("data", {}).items()
+            **{k: base64.b64decode(v).decode() for k, v in d.get("data", {}).items()},
+            **d.get("stringData", {}),  # as rendered, before the API server merges it
         }
         for d in objects
         if d["kind"] == "Secret"

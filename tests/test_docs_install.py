@@ -22,6 +22,7 @@ from scripts.release import workspace_version, write_manifests
 from tests.docs_install_harness import (
     DOCS,
     NAMESPACE,
+    SITE_PASSWORD,
     VCENTER_SERVICES,
     check_config,
     cluster_objects,
@@ -33,7 +34,7 @@ from tests.docs_install_harness import (
 from tests.platform.doc_commands import Shell, block, blocks, command_lines
 from tests.platform.kubectl import Kubectl, kubectl_on_a_double, kustomize
 from tests.platform.vcenter_roots import trusted_roots_served
-from tests.platform.vcsim import PASSWORD, Vcsim, VcsimFactory
+from tests.platform.vcsim import Vcsim, VcsimFactory
 
 INSTALL = DOCS / "install.md"
 TRUST = DOCS / "vcenter-trust.md"
@@ -205,8 +206,8 @@ async def run_the_notes(shell: Shell, kubectl: Kubectl, printed: str) -> None:
         done = await shell.run(command)
         assert done.returncode == 0, (command, done.stderr)
         # The Secret's keys, never the password, plain or base64 (describe gives its size).
-        for shown in (PASSWORD, base64.b64encode(PASSWORD.encode()).decode()):
-            assert shown not in done.stdout.split(), (command, done.stdout)
+        for shown in (SITE_PASSWORD, base64.b64encode(SITE_PASSWORD.encode()).decode()):
+            assert shown not in done.stdout, (command, done.stdout)
 
 
 async def test_the_trust_page_fixes_a_kustomize_install(
