@@ -1,11 +1,14 @@
 """k8s/base with k8s/components rendered onto it, as `kustomize build` does for what they use.
 
-No kustomize or kubectl can be installed here (Debian's kubernetes-client is v1.20, whose
-built-in kustomize predates components), so the release (scripts/release.py) and the manifest
-tests (tests/test_deploy_manifests.py) both render through this module. It covers exactly the
+The release (scripts/release.py) renders through this module, not kustomize, to keep the NATS
+config's name without kustomize's content hash (see below); the manifest tests
+(tests/test_deploy_manifests.py) render the same way. It covers exactly the
 features k8s/ uses: `resources`, the kustomization's `namespace` on objects that have none,
 `configMapGenerator` in its `files` form with `options.labels`, and a component's `patches` in
-the two forms they are written in (an RFC 6902 list on a `target`, and `$patch: delete`).
+the two forms they are written in (an RFC 6902 list on a `target` of kind, group and name, which
+changes nothing when it matches nothing, as in kustomize; and `$patch: delete`). The install
+pages' overlays are built by the real kustomize (`kubectl kustomize`, tests/platform/kubectl.py);
+this module renders what `make release` ships and what the manifest tests hold to the chart.
 
 Where it differs from kustomize: a generated ConfigMap keeps the name as written (kustomize
 appends a hash of the content to the name and to every reference, so a change of content rolls
