@@ -91,7 +91,8 @@ class KubeDouble:
             self._runner = None
 
     def configuration(self, token: str | None = None) -> Configuration:
-        """A kubernetes_asyncio Configuration (host + bearer token) for code under test."""
+        """A kubernetes_asyncio Configuration (host + bearer token) for code under test, on a
+        double served over http (over https, use `write_kubeconfig`, which carries the CA)."""
         config = Configuration(host=self.url)
         config.api_key = {"BearerToken": token or self.token}
         config.api_key_prefix = {"BearerToken": "Bearer"}
