@@ -408,8 +408,8 @@ def test_descheduler_policy_in_the_configmap_loads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("service", ["node-labeller", "drs-translator"])
 def test_vcenter_trust_comes_from_the_vcenter_secret(service: str) -> None:
-    """vcenter.ca_file is the Secret's key ca.crt, mounted alone; vcenter.thumbprint its key
-    thumbprint. Both optional, so a Secret may carry either (docs/vcenter-trust.md)."""
+    """vcenters[0].ca_file is the Secret's key ca.crt, mounted alone; vcenters[0].thumbprint
+    its key thumbprint. Both optional, so a Secret may carry either (docs/vcenter-trust.md)."""
     pod = one(render(), "Deployment", service)["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
