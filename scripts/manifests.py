@@ -1,11 +1,14 @@
 """k8s/base with k8s/components rendered onto it, as `kustomize build` does for what they use.
 
-No kustomize or kubectl can be installed here (Debian's kubernetes-client is v1.20, whose
-built-in kustomize predates components), so the release (scripts/release.py) and the manifest
-tests (tests/test_deploy_manifests.py) both render through this module. It covers exactly the
+The release (scripts/release.py) renders through this module, not kustomize, to keep the NATS
+config's name without kustomize's content hash (see below); the manifest tests
+(tests/test_deploy_manifests.py) render the same way. It covers exactly the
 features k8s/ uses: `resources`, the kustomization's `namespace` on objects that have none,
 `configMapGenerator` in its `files` form with `options.labels`, and a component's `patches` in
-the two forms they are written in (an RFC 6902 list on a `target`, and `$patch: delete`).
+the two forms they are written in (an RFC 6902 list on a `target` of kind, group and name, which
+changes nothing when it matches nothing, as in kustomize; and `$patch: delete`). The install
+pages' overlays are built by the real kustomize (`kubectl kustomize`, tests/platform/kubectl.py);
+this module renders what `make release` ships and what the manifest tests hold to the chart.
 
 Where it differs from kustomize: a generated ConfigMap keeps the name as written (kustomize
 appends a hash of the content to the name and to every reference, so a change of content rolls
@@ -54,10 +57,16 @@ def _kustomization(where: Path) -> dict[str, Any]:
 
 
 def matches(document: dict[str, Any], target: dict[str, str]) -> bool:
-    return all(
-        (document["kind"] if key == "kind" else document["metadata"].get(key)) == value
-        for key, value in target.items()
-    )
+    """kustomize's patch target: kind, group and the metadata fields it names."""
+
+    def field(key: str) -> Any:
+        if key == "kind":
+            return document["kind"]
+        if key == "group":
+            return document["apiVersion"].rpartition("/")[0]
+        return document["metadata"].get(key)
+
+    return all(field(key) == value for key, value in target.items())
 
 
 def generated_configmaps(where: Path, kustomization: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,10 +114,9 @@ def _with_component(documents: list[dict[str, Any]], where: Path) -> list[dict[s
                 raise ValueError(f"{component}: {patch['path']} deletes nothing")
             documents = [d for d in documents if not matches(d, target)]
             continue
-        targets = [d for d in documents if matches(d, patch["target"])]
-        if not targets:
-            raise ValueError(f"{component}: {patch['path']} matches no object")
-        for document in targets:
+        # A patch whose target matches nothing changes nothing, as in kustomize (external-nats
+        # takes the NATS alert out of monitoring's PrometheusRule only when there is one).
+        for document in (d for d in documents if matches(d, patch["target"])):
             patched = jsonpatch.apply_patch(document, content)
             document.clear()
             document.update(patched)

@@ -1,8 +1,10 @@
 """`make release`: what an operator installs, versioned, written into dist/ (ignored by git).
 
 - `hostaffinity-<version>-<variant>.yaml`: one install manifest per variant, k8s/base with the
-  variant's component rendered onto it (scripts/manifests.py), in kustomize's order, for
-  `kubectl apply --server-side -f`;
+  variant's component rendered onto it (scripts/manifests.py), in kustomize's order (the
+  Namespace first), for `kubectl apply --server-side -f`;
+- `hostaffinity-<version>-dashboard.yaml`: the monitoring variant's Grafana dashboard, without a
+  namespace, for `kubectl apply -n <Grafana's namespace> -f`;
 - the wheels of the CLI and of the three libraries it depends on, and `constraints.txt`, which
   pins them to this version and every other dependency to what uv.lock tested, so
   `uv tool install --find-links dist -c dist/constraints.txt dist/hostaffinity_cli-*.whl` (or
@@ -37,6 +39,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "monitoring": ("monitoring",),
     "cert-manager": ("cert-manager",),
 }
+# The Grafana dashboard's ConfigMap: a manifest of its own, applied in Grafana's namespace.
+DASHBOARD = ("ConfigMap", "hostaffinity-dashboard")
 # The CLI and the workspace members it needs, each built as its own wheel.
 WHEELS = (
     "hostaffinity-schema",
@@ -93,20 +97,44 @@ def disagreements(version: str) -> list[str]:
     return wrong
 
 
-def write_manifests(version: str) -> list[Path]:
+def is_dashboard(document: dict[str, Any]) -> bool:
+    return (document["kind"], document["metadata"]["name"]) == DASHBOARD
+
+
+def variant_documents(components: tuple[str, ...]) -> list[dict[str, Any]]:
+    """What a variant's manifest installs: k8s/base with its components, in kustomize's order,
+    less the Grafana dashboard, which goes where Grafana reads (`dashboard_document`)."""
+    return [d for d in kustomize_order(render(*components)) if not is_dashboard(d)]
+
+
+def dashboard_document() -> dict[str, Any]:
+    """The dashboard ConfigMap with no namespace: `kubectl apply -n <Grafana's namespace> -f`
+    puts it where Grafana's sidecar reads, which the install manifests cannot know."""
+    (dashboard,) = [d for d in render("monitoring") if is_dashboard(d)]
+    del dashboard["metadata"]["namespace"]
+    return dashboard
+
+
+def write_manifests(version: str, dist: Path = DIST) -> list[Path]:
     written = []
     for variant, components in VARIANTS.items():
-        path = DIST / f"hostaffinity-{version}-{variant}.yaml"
-        documents = kustomize_order(render(*components))
+        path = dist / f"hostaffinity-{version}-{variant}.yaml"
         path.write_text(
             f"# hostaffinity {version}: k8s/base"
             + "".join(f" + k8s/components/{c}" for c in components)
             + " (make release)\n"
-            + yaml.safe_dump_all(documents, sort_keys=False),
+            + yaml.safe_dump_all(variant_documents(components), sort_keys=False),
             encoding="utf-8",
         )
         written.append(path)
-    return written
+    path = dist / f"hostaffinity-{version}-dashboard.yaml"
+    path.write_text(
+        f"# hostaffinity {version}: the Grafana dashboard of k8s/components/monitoring, for "
+        "`kubectl apply -n <Grafana's namespace> -f` (make release)\n"
+        + yaml.safe_dump(dashboard_document(), sort_keys=False),
+        encoding="utf-8",
+    )
+    return [*written, path]
 
 
 def build_wheels(version: str) -> list[Path]:

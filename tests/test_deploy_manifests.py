@@ -6,9 +6,12 @@ held to the same checks.
 """
 
 import copy
+import datetime
 import itertools
 import json
+import os
 import re
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.runtime.http.certificates import service_hostnames
+from hostaffinity.runtime.http.certificates import issue, service_hostnames
 from hostaffinity.runtime.process.config import (
     ServiceSettings,
     Settings,
@@ -36,8 +39,9 @@ from hostaffinity.schema import (
     POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
-from scripts.manifests import matches, render
+from scripts.manifests import render
 from tests.platform.helm_chart import render_variant
+from tests.platform.kubectl import kustomize
 from tests.platform.pod_config import one
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +84,8 @@ NATS_CONFIG = "hostaffinity-nats-config"
 NATS_CREDENTIALS = "/var/run/hostaffinity/nats"
 PART_OF = {"app.kubernetes.io/part-of": "hostaffinity"}
 NAMESPACE = "hostaffinity"  # the base's
+# Where the alerts' runbooks are served: docs/operating.md on the docs site mkdocs.yml names.
+RUNBOOKS = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"] + "operating/"
 MONITORING = {"hostaffinity.io/monitoring": "true"}
 # Volume types the restricted Pod Security Standard allows.
 RESTRICTED_VOLUMES = {
@@ -134,6 +140,8 @@ def test_every_manifest_is_a_valid_kubernetes_object(where: str, document: dict[
 
 def test_every_kustomization_lists_existing_files() -> None:
     for kustomization in (ROOT / "k8s").rglob("kustomization.yaml"):
+        if kustomization.parent == SITE_OVERLAY:
+            continue  # its paths are from my-site/, a copy next to k8s/: built below
         loaded = yaml.safe_load(kustomization.read_text(encoding="utf-8"))
         listed = loaded.get("resources", []) + [p["path"] for p in loaded.get("patches", [])]
         listed += [
@@ -145,122 +153,35 @@ def test_every_kustomization_lists_existing_files() -> None:
         assert not missing, f"{kustomization}: {missing}"
 
 
-# k8s/examples/site-overlay: rendered as kustomize would, for the fields it uses (anything else
-# in it fails here, so the renderer cannot silently skip what the overlay asks for).
+# k8s/examples/site-overlay, built by the real kustomize (`kubectl kustomize`) where the install
+# page puts it: copied next to k8s/ as my-site/, with a CA bundle in vmca-root.crt.
 SITE_OVERLAY = ROOT / "k8s" / "examples" / "site-overlay"
-OVERLAY_FIELDS = {
-    "apiVersion", "kind", "resources", "components", "images", "secretGenerator", "patches",
-    "configMapGenerator", "replacements",
-}  # fmt: skip
-LOCAL_CONFIG = "config.kubernetes.io/local-config"
 WORKLOADS = {"Deployment", "StatefulSet", "Job"}
 
 
-def render_overlay(*extra_components: str) -> list[dict[str, Any]]:
-    """The example overlay on k8s/base, with `extra_components` added to its own."""
+def render_overlay(folder: Path, *extra_components: str) -> list[dict[str, Any]]:
+    """The example overlay, copied to `folder`/my-site beside a copy of k8s/, with
+    `extra_components` added to its own (after them, as the install page lists them)."""
+    site = folder / "my-site"
+    if not site.exists():
+        shutil.copytree(ROOT / "k8s", folder / "k8s")
+        shutil.copytree(SITE_OVERLAY, site)
+        ca = issue(["vcenter.example.com"], datetime.datetime.now(datetime.UTC)).ca_pem
+        (site / "vmca-root.crt").write_bytes(ca)
     kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
-    assert set(kustomization) <= OVERLAY_FIELDS, set(kustomization) - OVERLAY_FIELDS
-    assert [(SITE_OVERLAY / r).resolve() for r in kustomization["resources"]] == [
-        ROOT / "k8s" / "base"
+    kustomization["components"] = [
+        *kustomization["components"],
+        *(f"../k8s/components/{c}" for c in extra_components),
     ]
-    components = [(SITE_OVERLAY / c).resolve() for c in kustomization["components"]]
-    assert all(c.parent == ROOT / "k8s" / "components" for c in components), components
-    documents = render(*(c.name for c in components), *extra_components)
-    documents += [_generated_secret(g) for g in kustomization.get("secretGenerator", [])]
-    for image in kustomization.get("images", []):
-        _set_image(documents, image)
-    for patch in kustomization.get("patches", []):
-        assert set(patch) == {"path"}, patch  # a strategic merge patch naming its target
-        _merge_patch(documents, yaml.safe_load((SITE_OVERLAY / patch["path"]).read_text()))
-    local = [_local_configmap(g) for g in kustomization.get("configMapGenerator", [])]
-    for replacement in kustomization.get("replacements", []):
-        _replace(documents + local, replacement)
-    return documents
+    (site / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
+    return kustomize(site)
 
 
-def _local_configmap(generator: dict[str, Any]) -> dict[str, Any]:
-    """A generated ConfigMap of `literals` that only feeds replacements (never applied)."""
-    assert set(generator) == {"name", "literals", "options"}, generator
-    assert generator["options"]["annotations"][LOCAL_CONFIG] == "true"
-    data = dict(literal.split("=", 1) for literal in generator["literals"])
-    return {"kind": "ConfigMap", "metadata": {"name": generator["name"]}, "data": data}
-
-
-def _replace(documents: list[dict[str, Any]], replacement: dict[str, Any]) -> None:
-    """kustomize's replacement: a source field into target fields (`*` for every list item or
-    map value); with `delimiter`, only the `index`-th part of the target value."""
-    source = replacement["source"]
-    wanted = {"kind": source["kind"], "name": source["name"]}
-    (value,) = [d for d in documents if matches(d, wanted)]
-    for key in source["fieldPath"].split("."):
-        value = value[key]
-
-    def put(node: Any, path: list[str], options: dict[str, Any]) -> None:
-        key, rest = path[0], path[1:]
-        children = (node if isinstance(node, list) else node.values()) if key == "*" else None
-        if children is not None:
-            for child in children:
-                put(child, rest, options)
-        elif rest:
-            put(node[key], rest, options)
-        elif "delimiter" in options:
-            parts = node[key].split(options["delimiter"])
-            parts[options["index"]] = value
-            node[key] = options["delimiter"].join(parts)
-        else:
-            node[key] = value
-
-    for target in replacement["targets"]:
-        for document in (d for d in documents if matches(d, target["select"])):
-            for path in target["fieldPaths"]:
-                put(document, path.split("."), target.get("options", {}))
-
-
-def _generated_secret(generator: dict[str, Any]) -> dict[str, Any]:
-    """A secretGenerator's Secret from its `envs` files (KEY=value lines, # comments)."""
-    data: dict[str, str] = {}
-    for name in generator["envs"]:
-        for line in (SITE_OVERLAY / name).read_text(encoding="utf-8").splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                key, _, value = line.partition("=")
-                data[key.strip()] = value
-    assert set(generator) <= {"name", "namespace", "envs", "options"}, generator
-    metadata = {
-        "name": generator["name"],
-        "namespace": generator["namespace"],
-        "labels": generator.get("options", {}).get("labels", {}),
-    }
-    return {
-        "apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque",
-        "stringData": data,
-    }  # fmt: skip
-
-
-def _set_image(documents: list[dict[str, Any]], image: dict[str, str]) -> None:
-    """kustomize's `images:` entry: every container whose image is `name` (any tag) changes."""
-    assert set(image) <= {"name", "newName", "newTag"}, image
-    for pod in pod_specs(documents).values():
-        for container in pod["containers"]:
-            name, _, tag = container["image"].partition(":")
-            if name == image["name"]:
-                new_name = image.get("newName", name)
-                container["image"] = f"{new_name}:{image.get('newTag', tag)}"
-
-
-def _merge_patch(documents: list[dict[str, Any]], patch: dict[str, Any]) -> None:
-    """A strategic merge patch without lists: maps merge key by key (what a ConfigMap needs)."""
-    target = {"kind": patch["kind"], "name": patch["metadata"]["name"]}
-    (document,) = [d for d in documents if matches(d, target)]
-
-    def merge(into: dict[str, Any], change: dict[str, Any]) -> None:
-        for key, value in change.items():
-            assert not isinstance(value, list), f"{key}: lists are not merged here"
-            if isinstance(value, dict) and isinstance(into.get(key), dict):
-                merge(into[key], value)
-            else:
-                into[key] = value
-
-    merge(document, patch)
+def site_settings() -> dict[str, str]:
+    """The example overlay's site settings (its hostaffinity-site literals)."""
+    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
+    (generator,) = kustomization["configMapGenerator"]
+    return dict(literal.split("=", 1) for literal in generator["literals"])
 
 
 def deployment_settings(documents: list[dict[str, Any]], service: str, tmp_path: Path) -> Settings:
@@ -487,8 +408,8 @@ def test_descheduler_policy_in_the_configmap_loads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("service", ["node-labeller", "drs-translator"])
 def test_vcenter_trust_comes_from_the_vcenter_secret(service: str) -> None:
-    """vcenter.ca_file is the Secret's key ca.crt, mounted alone; vcenter.thumbprint its key
-    thumbprint. Both optional, so a Secret may carry either (docs/vcenter-trust.md)."""
+    """vcenters[0].ca_file is the Secret's key ca.crt, mounted alone; vcenters[0].thumbprint
+    its key thumbprint. Both optional, so a Secret may carry either (docs/vcenter-trust.md)."""
     pod = one(render(), "Deployment", service)["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
@@ -995,7 +916,8 @@ def test_monitoring_component_rules_are_complete() -> None:
     for alert in alerts:
         assert alert["labels"]["severity"] in SEVERITIES, alert["alert"]
         assert alert["annotations"]["summary"], alert["alert"]
-        assert alert["annotations"]["runbook_url"] == f"docs/operating.md#{alert['alert'].lower()}"
+        # An address a pager opens: the runbook on the docs site mkdocs.yml names.
+        assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}#{alert['alert'].lower()}"
 
 
 def test_monitoring_component_ships_the_dashboard_for_grafanas_sidecar() -> None:
@@ -1102,7 +1024,7 @@ def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
 
 @pytest.mark.parametrize("component", [None, *COMPONENTS])
 def test_example_overlay_renders_with_each_component(component: str | None, tmp_path: Path) -> None:
-    documents = render_overlay(*([component] if component else []))
+    documents = render_overlay(tmp_path, *([component] if component else []))
     for document in documents:
         if not is_custom(document):
             validate(copy.deepcopy(document))
@@ -1116,13 +1038,17 @@ def test_example_overlay_renders_with_each_component(component: str | None, tmp_
                 and not ref.get("optional")  # the vCenter trust's thumbprint: one way of two
             ):
                 # The vCenter Secret the overlay generates, with the key the pod reads.
-                assert ref["key"] in secrets[ref["name"]]["stringData"], (where, ref)
+                assert ref["key"] in secrets[ref["name"]]["data"], (where, ref)
+        for volume in pod.get("volumes", []):
+            if "secret" in volume and volume["secret"]["secretName"].startswith("hostaffinity-vc"):
+                # The CA bundle, under the generated (hashed) name the Secret has.
+                assert "ca.crt" in secrets[volume["secret"]["secretName"]]["data"], where
     for service in SERVICE_CONFIGS:
         if any(d["kind"] == "Deployment" and d["metadata"]["name"] == service for d in documents):
             deployment_settings(documents, service, tmp_path)
 
 
-def test_example_overlay_sets_every_image_of_ours() -> None:
+def test_example_overlay_sets_every_image_of_ours(tmp_path: Path) -> None:
     """One `images:` line per image the manifests name (base and every component)."""
     kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
     wanted = {i["name"]: i["newTag"] for i in kustomization["images"]}
@@ -1134,7 +1060,7 @@ def test_example_overlay_sets_every_image_of_ours() -> None:
         if c["image"].startswith("ghcr.io/hostaffinity/")
     }
     assert ours == set(wanted)
-    for where, pod in pod_specs(render_overlay("scheduler-extender")).items():
+    for where, pod in pod_specs(render_overlay(tmp_path, "scheduler-extender")).items():
         for container in pod["containers"]:
             name = container["image"].partition(":")[0]
             if name in wanted:
@@ -1143,7 +1069,7 @@ def test_example_overlay_sets_every_image_of_ours() -> None:
 
 def test_example_overlay_patches_the_drs_translator_into_dry_run(tmp_path: Path) -> None:
     """The config patch reaches the service's settings (and the rest of the ConfigMap stays)."""
-    documents = render_overlay()
+    documents = render_overlay(tmp_path)
     settings = deployment_settings(documents, "drs-translator", tmp_path)
     assert isinstance(settings, DrsTranslatorConfig)
     assert settings.drs.dry_run is True
@@ -1177,22 +1103,49 @@ def test_install_page_waits_only_for_objects_the_manifests_make() -> None:
     assert "- /" not in text
 
 
-def test_example_overlay_sets_the_monitoring_site_settings_in_one_place() -> None:
+def test_example_overlay_sets_the_monitoring_site_settings_in_one_place(tmp_path: Path) -> None:
     """Each runbook_url becomes the served page's address; the dashboard goes where Grafana's
     sidecar looks; everything else stays in the namespace the base names."""
-    kustomization = yaml.safe_load((SITE_OVERLAY / "kustomization.yaml").read_text())
-    (site,) = [_local_configmap(g) for g in kustomization["configMapGenerator"]]
-    documents = render_overlay("monitoring")
+    site = site_settings()
+    documents = render_overlay(tmp_path, "monitoring")
     rule = one(documents, "PrometheusRule")
     for alert in (r for group in rule["spec"]["groups"] for r in group["rules"]):
-        expected = f"{site['data']['runbook_base_url']}#{alert['alert'].lower()}"
+        expected = f"{site['runbook_base_url']}#{alert['alert'].lower()}"
         assert alert["annotations"]["runbook_url"] == expected
     dashboard = one(documents, "ConfigMap", "hostaffinity-dashboard")
-    assert dashboard["metadata"]["namespace"] == site["data"]["grafana_namespace"] != NAMESPACE
-    assert not [d for d in documents if d["metadata"]["name"] == site["metadata"]["name"]]
+    assert dashboard["metadata"]["namespace"] == site["grafana_namespace"] != NAMESPACE
+    assert not [d for d in documents if d["metadata"]["name"] == "hostaffinity-site"]
     elsewhere = [
         d["metadata"]["name"]
         for d in documents
         if d is not dashboard and d["metadata"].get("namespace", NAMESPACE) != NAMESPACE
     ]
     assert elsewhere == []
+
+
+def without_hashes(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects with kustomize's content hash taken off the generated ConfigMap's name and
+    every reference to it, sorted (scripts/manifests.py keeps the name as written). Blank lines
+    inside strings are collapsed: kustomize's YAML round trip (kyaml) adds one after the first
+    line of a folded scalar with more-indented lines, as the admission policy's CEL expressions
+    are written; CEL reads them the same."""
+    text = re.sub(rf"{NATS_CONFIG}-[a-z0-9]{{10}}", NATS_CONFIG, json.dumps(documents))
+    text = re.sub(r"(\\n)+", r"\\n", text)
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    return sorted(json.loads(text), key=key)
+
+
+@pytest.mark.parametrize("component", [None, *COMPONENTS])
+def test_the_release_renderer_builds_what_kustomize_builds(
+    component: str | None, tmp_path: Path
+) -> None:
+    """scripts/manifests.py (what `make release` ships) against the real kustomize, k8s/base
+    with one component, object for object."""
+    build = tmp_path / "build"
+    build.mkdir()
+    k8s = os.path.relpath(ROOT / "k8s", build)  # kustomize takes relative paths only
+    kustomization: dict[str, Any] = {"resources": [f"{k8s}/base"]}
+    if component:
+        kustomization["components"] = [f"{k8s}/components/{component}"]
+    (build / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
+    assert without_hashes(render(component)) == without_hashes(kustomize(build))

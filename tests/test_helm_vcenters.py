@@ -206,4 +206,4 @@ def test_an_empty_list_renders_the_default() -> None:
 def test_the_notes_name_every_secret_to_check() -> None:
     notes = render_notes(VALUES)
     for secret_name in SECRETS:
-        assert f"get secret {secret_name} -o jsonpath" in notes
+        assert f"describe secret {secret_name}" in notes

@@ -17,7 +17,14 @@ import yaml
 from hostaffinity.cli.main import main
 from hostaffinity.schema.version import release_version
 from scripts.manifests import load_all, render
-from scripts.release import VARIANTS, WHEELS, disagreements, our_images, workspace_version
+from scripts.release import (
+    VARIANTS,
+    WHEELS,
+    disagreements,
+    our_images,
+    variant_documents,
+    workspace_version,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = sorted(p.parent.name for p in (ROOT / "services").glob("*/pyproject.toml"))
@@ -78,7 +85,7 @@ def test_a_fresh_checkout_releases_manifests_and_an_installable_cli(tmp_path: Pa
         documents = load_all(dist / f"hostaffinity-{VERSION}-{variant}.yaml")
         assert documents[0]["kind"] == "Namespace", variant
         assert {(d["kind"], d["metadata"]["name"]) for d in documents} == {
-            (d["kind"], d["metadata"]["name"]) for d in render(*components)
+            (d["kind"], d["metadata"]["name"]) for d in variant_documents(components)
         }, variant
         assert {i.rpartition(":")[2] for i in our_images(documents)} == {VERSION}, variant
     wheels = sorted(p.name for p in dist.glob("*.whl"))

@@ -1,8 +1,10 @@
 """vCenter's certificate, as a site's VMCA signs it: vcsim over TLS with a CA of the test's own.
 
-Trusted through `vcenter.ca_file` or a pinned `vcenter.thumbprint`, a login works; otherwise the
-login, `--check-config` (through the services' runner) and the service's start-up retries each
-say in one line which setting to change and which thumbprint the server presents.
+Trusted through `vcenters[i].ca_file` or a pinned `vcenters[i].thumbprint`, a login works;
+otherwise the login, `--check-config` (through the services' runner) and the service's start-up
+retries each say in one line which setting to change, by the key the config loader reads
+(`vcenters[0].ca_file`; a session, which holds only its item, names it `vcenters[name=<its
+name>]`), and which thumbprint the server presents.
 """
 
 from __future__ import annotations
@@ -83,8 +85,8 @@ def test_without_the_ca_the_login_says_which_setting_to_set(vc: Vcsim) -> None:
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"vcenter: certificate of 127.0.0.1:{vc.port} not trusted (")
-    assert "set vcenter.ca_file to the CA bundle" in message
-    assert message.endswith(f"or vcenter.thumbprint to {presented(vc)}")
+    assert "set vcenters[name=127.0.0.1].ca_file to the CA bundle" in message
+    assert message.endswith(f"or vcenters[name=127.0.0.1].thumbprint to {presented(vc)}")
 
 
 def test_a_wrong_thumbprint_is_refused(vc: Vcsim) -> None:
@@ -93,12 +95,15 @@ def test_a_wrong_thumbprint_is_refused(vc: Vcsim) -> None:
         connect(vc.settings(ca_file=None, thumbprint=wrong))
     message = str(raised.value)
     assert "\n" not in message
-    assert f"has thumbprint {presented(vc)}, not the vcenter.thumbprint {wrong}" in message
+    assert (
+        f"has thumbprint {presented(vc)}, not the vcenters[name=127.0.0.1].thumbprint {wrong}"
+        in message
+    )
 
 
 def test_a_certificate_for_another_name_says_to_fix_the_host(vcsim: VcsimFactory) -> None:
     vc = vcsim(hosts=1, vms=1, tls=vmca("vcenter.example"))
-    with pytest.raises(VCenterTrustError, match=r"set vcenter\.host to a name the certificate"):
+    with pytest.raises(VCenterTrustError, match=r"set vcenters\[name=127\.0\.0\.1\]\.host to a"):
         connect(vc.settings())
 
 
@@ -118,13 +123,13 @@ def test_check_config_says_in_one_line_what_to_trust(
     assert code == 2
     assert stderr.count("\n") == 1, stderr
     assert stderr.startswith(f"hostaffinity-{service}: vcenter: certificate of 127.0.0.1:")
-    assert "vcenter.ca_file to the CA bundle that signed it" in stderr
+    assert "set vcenters[0].ca_file to the CA bundle that signed it" in stderr
     assert presented(vc) in stderr
     wrong = "ab" * 32
     code, stderr = check_config(service, vc, tmp_path, capsys, thumbprint=wrong)
     assert code == 2
     assert stderr.count("\n") == 1, stderr
-    assert f"not the vcenter.thumbprint {wrong}" in stderr
+    assert f"not the vcenters[0].thumbprint {wrong}" in stderr
 
 
 def test_check_config_names_a_missing_or_unreadable_ca_file(
@@ -135,14 +140,14 @@ def test_check_config_names_a_missing_or_unreadable_ca_file(
     )
     assert (code, stderr) == (
         2,
-        "hostaffinity-drs-translator: configured file missing: "
-        "vcenter.ca_file (/nonexistent/ca.crt)\n",
+        "hostaffinity-drs-translator: configured file missing: vcenters[0].ca_file "
+        "(/nonexistent/ca.crt); or pin the certificate with vcenters[0].thumbprint\n",
     )
     not_pem = tmp_path / "ca.crt"
     not_pem.write_text("not a certificate\n")
     code, stderr = check_config("drs-translator", vc, tmp_path, capsys, ca_file=str(not_pem))
     assert code == 2
-    assert f"vcenter.ca_file ({not_pem}) is not a readable PEM CA bundle" in stderr
+    assert f"vcenters[0].ca_file ({not_pem}) is not a readable PEM CA bundle" in stderr
 
 
 def test_check_config_rejects_a_malformed_thumbprint(
@@ -183,5 +188,5 @@ async def test_a_starting_service_logs_the_setting_to_fix_while_it_waits(
             await session.close()
     lines = [record.getMessage() for record in caplog.records]
     assert lines
-    assert all("set vcenter.ca_file to the CA bundle" in line for line in lines), lines
+    assert all("set vcenters[name=127.0.0.1].ca_file to the CA" in line for line in lines), lines
     assert all("\n" not in line for line in lines)

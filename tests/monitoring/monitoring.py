@@ -27,10 +27,16 @@ def tool(name: str) -> str:
     return found
 
 
+EXTENDER_ALERTS = ROOT / "k8s" / "components" / "scheduler-extender" / "alerts.patch.yaml"
+
+
 def rule_groups() -> dict[str, Any]:
-    """The PrometheusRule's spec: a Prometheus rule file (`groups:`) as it is."""
+    """Every shipped alert as one Prometheus rule file (`groups:`): the PrometheusRule's spec,
+    and the extender's group that k8s/components/scheduler-extender adds to it."""
     rule = yaml.safe_load((COMPONENT / "prometheusrule.yaml").read_text(encoding="utf-8"))
     spec: dict[str, Any] = rule["spec"]
+    added = yaml.safe_load(EXTENDER_ALERTS.read_text(encoding="utf-8"))
+    spec["groups"] += [op["value"] for op in added if op["op"] == "add"]
     return spec
 
 

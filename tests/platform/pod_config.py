@@ -113,3 +113,59 @@ def deployment_config(
     values = {e["name"]: env_value(e, secrets, namespace) for e in container.get("env", [])}
     environ = {name: value for name, value in values.items() if value is not None}
     return load_config(record, paths, environ=environ)
+
+
+def _volume_files(
+    documents: list[dict[str, Any]], volume: dict[str, Any], secrets: SecretData
+) -> dict[str, str]:
+    """Relative path -> text of what the kubelet puts in one ConfigMap, Secret or projected
+    volume (a missing key of an optional source is left out; of a required one, the pod does
+    not start)."""
+    sources = [{k: v} for k, v in volume.items() if k in ("configMap", "secret")]
+    sources += volume.get("projected", {}).get("sources", [])
+    files: dict[str, str] = {}
+    for source in sources:
+        if "configMap" in source:
+            spec = source["configMap"]
+            data = dict(one(documents, "ConfigMap", spec["name"]).get("data", {}))
+        else:
+            spec = source["secret"]
+            data = dict(secrets.get(spec.get("secretName", spec.get("name", "")), {}))
+        items = spec.get("items") or [{"key": key, "path": key} for key in data]
+        for item in items:
+            if item["key"] in data:
+                files[item["path"]] = data[item["key"]]
+            elif not spec.get("optional", False):
+                raise LookupError(f"volume {volume['name']}: no key {item['key']} in {spec}")
+    return files
+
+
+def pod_filesystem(
+    documents: list[dict[str, Any]], deployment_name: str, secrets: SecretData, root: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The Deployment's container as the kubelet starts it, its file system under `root`: every
+    key of its ConfigMap, Secret and projected volumes written at root/<mountPath>/<path>.
+    Returns its args and its environment (from values, Secrets and the downward API); each path
+    into a mount, there and in the files written, is moved under `root`, so that the service
+    runs here on what the pod would see."""
+    deployment = one(documents, "Deployment", deployment_name)
+    pod, container = pod_and_container(deployment)
+    mounts = [m["mountPath"].rstrip("/") + "/" for m in container.get("volumeMounts", [])]
+
+    def moved(value: str) -> str:
+        """A path into a mount, as seen from here (the whole value, or inside a file)."""
+        for mount in mounts:
+            value = value.replace(mount, f"{root}{mount}")
+        return value
+
+    for mount in container.get("volumeMounts", []):
+        volume = _volume(pod, mount["name"])
+        for path, text in _volume_files(documents, volume, secrets).items():
+            target = root / mount["mountPath"].lstrip("/") / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(moved(text), encoding="utf-8")
+
+    namespace = deployment["metadata"]["namespace"]
+    values = {e["name"]: env_value(e, secrets, namespace) for e in container.get("env", [])}
+    environ = {name: moved(value) for name, value in values.items() if value is not None}
+    return [moved(arg) for arg in container.get("args", [])], environ

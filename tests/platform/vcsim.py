@@ -13,7 +13,7 @@ there.
 
 `vcsim(tls=identity)` serves https with a `ServingIdentity` (runtime http/certificates.py `issue`):
 a CA of the test's own signs vcsim's certificate, as a site's VMCA signs vCenter's; `settings()`
-then trusts that CA (`vcenter.ca_file`) unless told otherwise.
+then trusts that CA (`ca_file`) unless told otherwise.
 
 Host names are `DC0_C<c>_H<h>`; VM i (from 0) runs on the i-th host in that order. Beyond govmomi
 0.24's simulator, `ReconfigureComputeResource_Task` applies the spec's `dasConfig` (vSphere HA),

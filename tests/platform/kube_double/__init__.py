@@ -11,8 +11,9 @@ write, so the double is a small aiohttp server of its own instead.
 
 Modules: `store` (revisions, history, watch fan-out), `server` (HTTP verbs), `actions`
 (binding, eviction, tokens, reviews), `admission` (defaulting, validation, conversion),
-`patches`, `fieldsets` (managedFields), `selectors`, `auth`, `double` (start/stop + test hooks),
-`fixture` (the `kube_double` pytest fixture).
+`patches`, `fieldsets` (managedFields), `selectors`, `auth`, `discovery` (what kubectl reads
+before anything else), `protobuf` (the request bodies kubectl's typed commands send), `double`
+(start/stop, over http or https, + test hooks), `fixture` (the `kube_double` pytest fixture).
 """
 
 from .double import KubeDouble

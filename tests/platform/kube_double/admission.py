@@ -4,6 +4,7 @@ validation, version conversion. Only what the recorded exchanges show, per kind.
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 import secrets
@@ -302,6 +303,13 @@ def default_create(resource: Resource, obj: dict[str, Any], node: dict[str, Any]
     elif resource.kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj.setdefault("status", {}).setdefault("phase", "Active")
+    elif resource.kind == "Secret":
+        # core/v1 SetDefaults_Secret (type Opaque) and the conversion that merges the
+        # write-only stringData into data.
+        if not obj.get("type"):
+            obj["type"] = "Opaque"
+        for key, value in (obj.pop("stringData", None) or {}).items():
+            obj.setdefault("data", {})[key] = base64.b64encode(value.encode()).decode()
     elif resource.kind == "PodDisruptionBudget":
         obj["status"] = {
             "disruptionsAllowed": 0,

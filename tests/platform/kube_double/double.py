@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+import ssl
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +22,8 @@ from .server import KubeApiServer, ObjectFault, PatchHold
 from .store import Store, key_of
 
 if TYPE_CHECKING:
+    from hostaffinity.runtime.http.certificates import ServingIdentity
+
     from .webhooks import Endpoints, WebhookCall
 
 _SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -51,19 +56,33 @@ class KubeDouble:
         )
         self.url = ""
         self._runner: web.AppRunner | None = None
+        self._tls: ServingIdentity | None = None
         for name in _SYSTEM_NAMESPACES:
             self.seed(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
                 manager="kube-apiserver",
             )
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, tls: ServingIdentity | None = None
+    ) -> None:
+        """Serve on `host:port` (0: any free port); over https with `tls`'s certificate, which
+        kubectl needs: it sends no bearer token over plain http."""
         self._runner = web.AppRunner(self.server.app(), shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        self._tls = tls if tls is not None else self._tls
+        context = None
+        if self._tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            with tempfile.TemporaryDirectory() as folder:
+                cert, key = Path(folder) / "tls.crt", Path(folder) / "tls.key"
+                cert.write_bytes(self._tls.cert_pem)
+                key.write_bytes(self._tls.key_pem)
+                context.load_cert_chain(cert, key)
+        site = web.TCPSite(self._runner, host, port, ssl_context=context)
         await site.start()
         bound = self._runner.addresses[0]
-        self.url = f"http://{bound[0]}:{bound[1]}"
+        self.url = f"{'https' if context else 'http'}://{bound[0]}:{bound[1]}"
 
     async def stop(self) -> None:
         self.server.close_watches()
@@ -72,7 +91,8 @@ class KubeDouble:
             self._runner = None
 
     def configuration(self, token: str | None = None) -> Configuration:
-        """A kubernetes_asyncio Configuration (host + bearer token) for code under test."""
+        """A kubernetes_asyncio Configuration (host + bearer token) for code under test, on a
+        double served over http (over https, use `write_kubeconfig`, which carries the CA)."""
         config = Configuration(host=self.url)
         config.api_key = {"BearerToken": token or self.token}
         config.api_key_prefix = {"BearerToken": "Bearer"}
@@ -80,10 +100,13 @@ class KubeDouble:
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig file for the double, so code under test loads credentials as for real."""
+        cluster: dict[str, str] = {"server": self.url}
+        if self._tls is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(self._tls.ca_pem).decode()
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "double", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "double", "cluster": cluster}],
             "users": [{"name": "admin", "user": {"token": self.token}}],
             "contexts": [{"name": "double", "context": {"cluster": "double", "user": "admin"}}],
             "current-context": "double",
@@ -167,7 +190,7 @@ class KubeDouble:
 
     async def revive(self) -> None:
         """Serve again on the same address after `kill`, at the same resourceVersions."""
-        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        host, port = self.url.partition("://")[2].rsplit(":", 1)
         await self.start(host, int(port))
 
     def compact(self) -> None:

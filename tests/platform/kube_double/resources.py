@@ -135,6 +135,52 @@ RESOURCES: tuple[Resource, ...] = (
         False,
         has_generation=True,
     ),
+    # The built-in kinds hostaffinity's install manifests hold (k8s/, the chart), so that
+    # `kubectl apply` of an install page can run against the double. Stored as sent: no
+    # controller acts on them (a Deployment makes no pods), as on a server without its
+    # controller-manager. Subresources and generation as the real server has them
+    # (pkg/registry/<group>/<kind>/storage).
+    _core("configmaps", "ConfigMap", True),
+    _core("services", "Service", True, subresources=frozenset({"status"})),
+    *(
+        Resource(group, "v1", plural, kind, True, subresources=subresources, has_generation=True)
+        for group, plural, kind, subresources in (
+            ("apps", "deployments", "Deployment", frozenset({"status", "scale"})),
+            ("apps", "statefulsets", "StatefulSet", frozenset({"status", "scale"})),
+            ("batch", "jobs", "Job", frozenset({"status"})),
+        )
+    ),
+    Resource(
+        "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, has_generation=True
+    ),
+    *(
+        Resource("rbac.authorization.k8s.io", "v1", plural, kind, namespaced)
+        for plural, kind, namespaced in (
+            ("roles", "Role", True),
+            ("rolebindings", "RoleBinding", True),
+            ("clusterroles", "ClusterRole", False),
+            ("clusterrolebindings", "ClusterRoleBinding", False),
+        )
+    ),
+    *(
+        Resource("admissionregistration.k8s.io", "v1", plural, kind, False, has_generation=True)
+        for plural, kind in (
+            ("mutatingadmissionpolicies", "MutatingAdmissionPolicy"),
+            ("mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding"),
+        )
+    ),
+    # The Prometheus operator's and cert-manager's kinds the monitoring and cert-manager
+    # variants hold, served as when their CRDs are installed (the install page asks for them
+    # first); stored unvalidated.
+    *(
+        Resource(group, "v1", plural, kind, True, custom=True, has_generation=True)
+        for group, plural, kind in (
+            ("monitoring.coreos.com", "podmonitors", "PodMonitor"),
+            ("monitoring.coreos.com", "prometheusrules", "PrometheusRule"),
+            ("cert-manager.io", "issuers", "Issuer"),
+            ("cert-manager.io", "certificates", "Certificate"),
+        )
+    ),
     # KubeVirt v1.9's CRDs (kubevirt pkg/virt-operator/resource/generate/components/crds.go):
     # all but the VMI have a status subresource (VMIRS and pools a scale one too, not served
     # here); a pool is pool.kubevirt.io, served as v1beta1 (its storage version).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from . import admission, errors, fieldsets, patches
+from . import admission, discovery, errors, fieldsets, patches, protobuf, scale
 from .actions import SubresourceActions
 from .auth import User, allowed, authenticate, forbidden, verb_of
 from .resources import Resource, Route, lookup
@@ -204,6 +204,8 @@ class KubeApiServer:
 
     async def _dispatch(self, http: web.Request) -> web.StreamResponse:
         user = authenticate(http.headers.get("Authorization"), self.tokens)
+        if http.method == "GET" and (found := discovery.answer(http.path, http.host)) is not None:
+            return self._json(found)
         query = dict(http.query)
         route = self._route(http.path)
         watch = http.method == "GET" and query.get("watch", "") in _TRUE
@@ -224,6 +226,8 @@ class KubeApiServer:
             )
         if http.method == "GET" and route.name is None:
             return await self._watch(request) if watch else self._json(await self._list(request))
+        if route.subresource == "scale":
+            return await self._scale(request)
         if http.method == "GET":
             return self._json(self._present(route, self._get(route)))
         if http.method == "POST" and route.subresource is not None:
@@ -273,6 +277,8 @@ class KubeApiServer:
 
     @staticmethod
     async def _body(http: web.Request) -> Any:
+        if http.content_type == protobuf.CONTENT_TYPE:
+            return protobuf.decode(await http.read())
         text = await http.text()
         if not text:
             return {}
@@ -545,6 +551,11 @@ class KubeApiServer:
             await hold.released.wait()
         content_type = request.http.content_type
         body = await self._body(request.http)
+        if (
+            content_type == "application/apply-patch+yaml"
+            and self.store.get(route.resource.storage_key, _key(route, route.name or "")) is None
+        ):
+            return self._created(self._apply_new(request, body))
         old = self._get(route)
         warnings: list[str] = []
         if content_type == "application/apply-patch+yaml":
@@ -639,6 +650,41 @@ class KubeApiServer:
             raise _apply_conflict(exc.conflicts) from None
         new["metadata"]["managedFields"] = entries
         return new
+
+    async def _scale(self, request: Request) -> web.Response:
+        """GET, PATCH or PUT of a Deployment's or StatefulSet's scale subresource."""
+        old = self._get(request.route)
+        if request.http.method == "GET":
+            return self._json(scale.scale_of(old))
+        body = await self._body(request.http)
+        new = scale.scaled(old, request.http.content_type, body)
+        stored = self.commit(request, old, new, subresource="scale")
+        return self._json(scale.scale_of(stored))
+
+    def _apply_new(self, request: Request, body: Any) -> dict[str, Any]:
+        """Server-side apply of an object that does not exist yet creates it, as `kubectl
+        apply --server-side` relies on (apiserver endpoints/handlers/patch.go: an apply patch
+        on NotFound becomes a create), in the namespace it names, which must exist."""
+        route = request.route
+        resource = route.resource
+        empty = {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {
+                "name": route.name,
+                **({"namespace": route.namespace} if route.namespace else {}),
+            },
+        }
+        if (
+            route.namespace is not None
+            and self.store.get("namespaces", ("", route.namespace)) is None
+        ):
+            raise errors.not_found(lookup("", "v1", "namespaces"), route.namespace)  # type: ignore[arg-type]
+        obj = admission.to_storage(resource, self._apply(request, empty, body))
+        admission.validate_create(resource, obj, route.namespace)
+        admission.default_create(resource, obj, None)
+        # The managedFields are the apply's own entry: commit_new records no update on top.
+        return admission.present(resource, self.commit_new(resource, obj, None))
 
     def _delete(self, request: Request) -> dict[str, Any]:
         route = request.route

@@ -21,6 +21,7 @@ from hostaffinity.drs_translator.diff import DriftChange
 from hostaffinity.drs_translator.rules import ConflictReason
 from hostaffinity.runtime.process.telemetry import seconds_histogram
 from hostaffinity.schema import DrsClusterReport
+from hostaffinity.schema.drs import SharedHostsRisk
 
 # Planning every cluster is a pure computation over the caches: milliseconds, seconds at worst.
 RECONFIGURE_OUTCOMES: Final = ("applied", "refused")
@@ -29,6 +30,8 @@ PLAN_BUCKETS_SECONDS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 
 # Per vCenter (by name), how many rules of ours are held for a host's maintenance now.
 HeldRules = Callable[[], Mapping[str, int]]
+# The reasons a wanted rule or group is not in vCenter (UnprotectedGroup.reason).
+UNPROTECTED_REASONS: Final = (*get_args(ConflictReason), "not-yet")
 # Every vSphere cluster's report now.
 Reports = Callable[[], Iterable[DrsClusterReport]]
 
@@ -42,6 +45,7 @@ def _observe_held(_options: CallbackOptions) -> Iterable[Observation]:
 
 
 def _observe_unprotected(_options: CallbackOptions) -> Iterable[Observation]:
+    """Every (vCenter, reason) served, at 0 when none: an alert's series exists from the start."""
     if _reporting is None:
         return []
     counts = Counter(
@@ -49,7 +53,11 @@ def _observe_unprotected(_options: CallbackOptions) -> Iterable[Observation]:
         for report in _reporting.reports()
         for group in report.unprotected
     )
-    return [Observation(n, {"vcenter": vc, "reason": why}) for (vc, why), n in counts.items()]
+    return [
+        Observation(counts[(vc, why)], {"vcenter": vc, "reason": why})
+        for vc in _reporting.vcenters
+        for why in UNPROTECTED_REASONS
+    ]
 
 
 def _observe_shared_hosts(_options: CallbackOptions) -> Iterable[Observation]:
@@ -60,7 +68,11 @@ def _observe_shared_hosts(_options: CallbackOptions) -> Iterable[Observation]:
         for report in _reporting.reports()
         for warning in report.shared_hosts
     )
-    return [Observation(n, {"vcenter": vc, "risk": risk}) for (vc, risk), n in counts.items()]
+    return [
+        Observation(counts[(vc, risk)], {"vcenter": vc, "risk": risk})
+        for vc in _reporting.vcenters
+        for risk in get_args(SharedHostsRisk)
+    ]
 
 
 class DrsMetrics:
@@ -72,6 +84,7 @@ class DrsMetrics:
         meter = metrics.get_meter("hostaffinity.drs_translator")
         self.held: HeldRules = dict
         self.reports: Reports = list
+        self.vcenters: list[str] = []
         meter.create_observable_gauge(
             "hostaffinity_drs_unprotected_groups",
             callbacks=[_observe_unprotected],
@@ -126,9 +139,11 @@ class DrsMetrics:
         """Where the held-rules gauge reads (the ownership records, once loaded)."""
         self.held = held
 
-    def count_reports(self, reports: Reports) -> None:
-        """Where the unprotected-groups and shared-hosts gauges read (the cluster reports)."""
+    def count_reports(self, reports: Reports, vcenters: Iterable[str]) -> None:
+        """Where the unprotected-groups and shared-hosts gauges read (the cluster reports), and
+        the vCenters they report on."""
         self.reports = reports
+        self.vcenters = list(vcenters)
 
 
 _reporting: DrsMetrics | None = None

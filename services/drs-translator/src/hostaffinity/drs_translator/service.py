@@ -76,7 +76,8 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         all_reports: dict[str, ClusterReports] = {}
         metrics.count_held(lambda: {name: own.held() for name, own in all_records.items()})
         metrics.count_reports(
-            lambda: [r for reports in all_reports.values() for r in reports.by_cluster.values()]
+            lambda: [r for reports in all_reports.values() for r in reports.by_cluster.values()],
+            [vc.known_as for vc in config.vcenters],
         )
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as

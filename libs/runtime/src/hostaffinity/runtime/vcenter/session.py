@@ -129,13 +129,14 @@ class VCenterServiceSettings(LeaderElectedSettings, frozen=True, kw_only=True):
 
 
 def for_each_vcenter(
-    check: Callable[[VCenterSettings], None],
+    check: Callable[[VCenterSettings, str], None],
 ) -> Callable[[VCenterServiceSettings], None]:
-    """A runner check or probe of one vCenter, run on every configured one."""
+    """A runner check or probe of one vCenter, run on every configured one with the key of its
+    item (`vcenters[<index>]`), which its messages name."""
 
     def run(config: VCenterServiceSettings) -> None:
-        for vcenter in config.vcenters:
-            check(vcenter)
+        for index, vcenter in enumerate(config.vcenters):
+            check(vcenter, f"vcenters[{index}]")
 
     return run
 
