@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from hostaffinity.schema.drs import ClusterHaSettings
+from hostaffinity.schema.readiness import ReadinessPart
 
 Coverage = Literal["required", "preferred", "none"]
 Verdict = Literal["moves", "unsatisfiable", "no-node", "no-room"]
@@ -340,6 +341,9 @@ class ServiceView(_Report, frozen=True):
 
     `live` is false when the Lease is missing, has no holder, or was not renewed within its
     duration; `held_seconds` counts from `acquired_at` to the moment of the report.
+    `readiness` is the live leader's /readyz as it wrote it on its Lease ("ready", "degraded":
+    ready with a vCenter of several away, or "not ready"; "" when not known), and
+    `readiness_parts` each part that does not pass, in /readyz's order.
     """
 
     service: str
@@ -351,6 +355,8 @@ class ServiceView(_Report, frozen=True):
     held_seconds: float = 0.0
     last_event_type: str = ""
     last_event_at: str = ""
+    readiness: str = ""
+    readiness_parts: list[ReadinessPart] = msgspec.field(default_factory=list)
 
 
 class StreamView(_Report, frozen=True):
@@ -367,7 +373,8 @@ class StreamView(_Report, frozen=True):
 
 class StatusReport(_Report, frozen=True):
     """`hostaffinity status -o json`. `problems` names what needs attention, one sentence each
-    (a service with no live leader, dead letters, a replica not current, exposed workloads, rules
+    (a service with no live leader, a part of a leader's readiness that does not pass (a vCenter
+    of several away: degraded), dead letters, a replica not current, exposed workloads, rules
     with no host to spare); the command exits 1 when it is not empty. `at` is when the report was
     made. `no_host_to_spare`: per required host-level anti-affinity rule whose replicas fill every
     usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock).

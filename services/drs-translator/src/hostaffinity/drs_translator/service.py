@@ -5,6 +5,11 @@ ownership records and its session (logging in on its own: one vCenter down holds
 own work and readiness), then the Pod and Namespace informers and the topology watch; the
 first plan waits until all three have replayed their current state, so a restart never mistakes
 "not yet seen" for "gone" and removes a rule it still needs.
+
+Readiness (declared up front in the spec, `readiness_parts`): the informers and the topology
+synced, and per vCenter "vcenter connected: <name>" (logged in, its last cycle did not fail) and
+"first DRS cycle done: <name>": with several vCenters, one away is degraded while another is
+served, not "not ready" for all.
 """
 
 import asyncio
@@ -33,6 +38,21 @@ from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event
 
 _SYNC_POLL_SECONDS: Final = 0.05
+_SYNCED: Final = ("pods synced", "namespaces synced", "topology synced")
+
+
+def _connected(vcenter: str) -> str:
+    return f"vcenter connected: {vcenter}"
+
+
+def _first_cycle(vcenter: str) -> str:
+    return f"first DRS cycle done: {vcenter}"
+
+
+def readiness_parts(config: DrsTranslatorConfig) -> list[str]:
+    """Every part of /readyz the work adds (the spec declares them up front)."""
+    names = [vc.known_as for vc in config.vcenters]
+    return [*_SYNCED, *map(_connected, names), *map(_first_cycle, names)]
 
 
 class DrsTranslatorWork:
@@ -74,7 +94,6 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         metrics.count_held(lambda: {name: own.held() for name, own in all_records.items()})
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as
-            ctx.add_readiness(f"vcenter connected: {name}", session.connected)
             records = all_records[name] = OwnershipRecords(drs_bucket, name)
             await records.load()
             rules[name] = ClusterRules(session)
@@ -124,14 +143,16 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             upsert_or_remove(translator.upsert_namespace, translator.remove_namespace),
             decode_namespace,
         )
-        ctx.add_readiness("pods synced", pods.synced.is_set)
-        ctx.add_readiness("namespaces synced", namespaces.synced.is_set)
+        pods_synced, namespaces_synced, topology_synced = _SYNCED
+        ctx.add_readiness(pods_synced, pods.synced.is_set)
+        ctx.add_readiness(namespaces_synced, namespaces.synced.is_set)
         for session, name in zip(sessions, rules, strict=True):
             done = logged_in[name]
             ctx.start(_log_in(session, done, translator.wake), name=f"vcenter {name} login")
-        ctx.add_readiness("topology synced", lambda: translator.topology_synced)
-        for name in rules:
-            ctx.add_readiness(f"first DRS cycle done: {name}", _cycled(translator, name))
+            served = _VCenterServed(session, translator, name)
+            ctx.add_readiness(_connected(name), served.now, vcenter=name, detail=served.why_not)
+            ctx.add_readiness(_first_cycle(name), _cycled(translator, name), vcenter=name)
+        ctx.add_readiness(topology_synced, lambda: translator.topology_synced)
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")
         ctx.start(
@@ -165,6 +186,24 @@ async def _after(done: asyncio.Event, work: Callable[[], Awaitable[None]]) -> No
     """`work`, once that vCenter's first login is done (its reads would only fail before)."""
     await done.wait()
     await work()
+
+
+class _VCenterServed:
+    """Readiness of one vCenter's connection: logged in, and its last DRS cycle did not fail."""
+
+    def __init__(self, session: VCenterSession, translator: DrsTranslator, vcenter: str) -> None:
+        self._session = session
+        self._translator = translator
+        self._vcenter = vcenter
+
+    def now(self) -> bool:
+        return self._session.connected() and self._vcenter not in self._translator.failing
+
+    def why_not(self) -> str:
+        failure = self._translator.failing.get(self._vcenter)
+        if failure is not None:
+            return f"away since {failure.since}: {failure.why}"
+        return "" if self._session.connected() else "not logged in yet (the log says why)"
 
 
 def _cycled(translator: DrsTranslator, vcenter: str) -> Callable[[], bool]:
