@@ -7,7 +7,6 @@ way the services' informers do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -17,7 +16,6 @@ from hostaffinity.affinity.model import Namespace, Node, Pod
 from hostaffinity.affinity.resources import Resources
 from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.schema import (
-    LABEL_ESXI_HOST,
     ClusterHaSettings,
     DrsOwnership,
     EsxiHost,
@@ -85,19 +83,3 @@ def build_engine(snapshot: ClusterSnapshot, options: EngineOptions) -> AffinityE
     for pod in snapshot.pods.values():
         index.upsert_pod(pod)
     return AffinityEngine(index, fail_unplaced=options.unknown_placement == "fail")
-
-
-def host_spellings(snapshot: ClusterSnapshot) -> Mapping[str, str]:
-    """Every way an operator may name a host (label value, full name, moid) -> its label value."""
-    names: dict[str, str] = {}
-    for node in snapshot.nodes.values():
-        label = node.metadata.labels.get(LABEL_ESXI_HOST)
-        if label:
-            names[label] = label
-    for placement in snapshot.placements.values():
-        for spelling in (placement.host_label, placement.host_name, placement.host_moid):
-            names[spelling] = placement.host_label
-    for host in snapshot.hosts.values():
-        for spelling in (host.label, host.name, host.moid):
-            names[spelling] = host.label
-    return names

@@ -136,7 +136,8 @@ class UnsatisfiableRule(_Report, frozen=True):
 
 
 class MaintenanceReport(_Report, frozen=True):
-    """`hostaffinity what-if maintenance -o json`. `hosts` as resolved (label values, sorted),
+    """`hostaffinity what-if maintenance -o json`. `hosts` as resolved (their names, sorted;
+    `<vcenter>/<name>` when the topology spans several vCenters),
     `nodes` on them (sorted), `moves` sorted by pod; `ok` is false when any pod has nowhere to go
     (the command then exits 1)."""
 
@@ -162,13 +163,15 @@ class UnrestartableVm(_Report, frozen=True):
 
 
 class HostFailureReport(_Report, frozen=True):
-    """`hostaffinity what-if host-failure HOST -o json`. `host` as resolved (its label value);
+    """`hostaffinity what-if host-failure HOST -o json`. `host` as resolved (its name);
     `exposed`: the pods on its nodes and where they could be rescheduled if their node VMs do
     not come back (what-if maintenance's report of that host); `ha`: vSphere HA of each cluster
     holding our anti-affinity rules over its VMs, as the drs-translator last recorded it (by
     vCenter, then cluster moid), and `ha_unknown` the moids of such clusters it has no record of;
     `unrestartable`: its node VMs HA could not restart, by rule then VM moid. `ok` is false when a
-    pod has nowhere to go or a VM could not restart (the command then exits 1)."""
+    pod has nowhere to go or a VM could not restart (the command then exits 1). With several
+    vCenters, `vcenter` is the host's, and `host`, `ha_unknown` and the hosts and clusters of
+    `unrestartable` are `<vcenter>/<name or moid>` (names and moids repeat across vCenters)."""
 
     host: str
     exposed: MaintenanceReport
@@ -176,11 +179,13 @@ class HostFailureReport(_Report, frozen=True):
     ha_unknown: list[str]
     unrestartable: list[UnrestartableVm]
     ok: bool
+    vcenter: str = ""
 
 
 class Location(_Report, frozen=True):
     """Where a node's VM runs, from the topology KV; only `node` is set when the KV has no
-    placement for it (or, for a pod, when the pod is on no node: all empty)."""
+    placement for it (or, for a pod, when the pod is on no node: all empty). `vcenter` is set
+    when the topology spans several vCenters (names and moids repeat across them)."""
 
     node: str
     vm_moid: str = ""
@@ -188,6 +193,7 @@ class Location(_Report, frozen=True):
     host_label: str = ""
     cluster: str = ""
     datacenter: str = ""
+    vcenter: str = ""
 
 
 class TermView(_Report, frozen=True):
