@@ -114,6 +114,15 @@ def no_parts(_config: Any) -> Sequence[str]:
     return ()
 
 
+# The part of /readyz both vCenter services add per vCenter: its connection is up.
+VCENTER_CONNECTED: Final = "vcenter connected"
+
+
+def vcenter_part(part: str, vcenter: str) -> str:
+    """A part of one vCenter's own, as /readyz names it: `<part>: <vcenter>`."""
+    return f"{part}: {vcenter}"
+
+
 @dataclass(frozen=True)
 class ServiceSpec(Generic[C]):
     """What a service is: its name (`node-labeller`), config record and work.

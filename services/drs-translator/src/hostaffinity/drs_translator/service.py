@@ -33,26 +33,22 @@ from hostaffinity.runtime.bus.topology_feed import follow_topology
 from hostaffinity.runtime.kube.client import NAMESPACES, PODS
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
-from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.runtime.runner import VCENTER_CONNECTED, ServiceContext, vcenter_part
 from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event
 
 _SYNC_POLL_SECONDS: Final = 0.05
 _SYNCED: Final = ("pods synced", "namespaces synced", "topology synced")
-
-
-def _connected(vcenter: str) -> str:
-    return f"vcenter connected: {vcenter}"
-
-
-def _first_cycle(vcenter: str) -> str:
-    return f"first DRS cycle done: {vcenter}"
+FIRST_CYCLE: Final = "first DRS cycle done"
 
 
 def readiness_parts(config: DrsTranslatorConfig) -> list[str]:
     """Every part of /readyz the work adds (the spec declares them up front)."""
     names = [vc.known_as for vc in config.vcenters]
-    return [*_SYNCED, *map(_connected, names), *map(_first_cycle, names)]
+    per_vcenter = [
+        vcenter_part(part, n) for part in (VCENTER_CONNECTED, FIRST_CYCLE) for n in names
+    ]
+    return [*_SYNCED, *per_vcenter]
 
 
 class DrsTranslatorWork:
@@ -150,8 +146,10 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             done = logged_in[name]
             ctx.start(_log_in(session, done, translator.wake), name=f"vcenter {name} login")
             served = _VCenterServed(session, translator, name)
-            ctx.add_readiness(_connected(name), served.now, vcenter=name, detail=served.why_not)
-            ctx.add_readiness(_first_cycle(name), _cycled(translator, name), vcenter=name)
+            connected = vcenter_part(VCENTER_CONNECTED, name)
+            ctx.add_readiness(connected, served.now, vcenter=name, detail=served.why_not)
+            first_cycle = vcenter_part(FIRST_CYCLE, name)
+            ctx.add_readiness(first_cycle, _cycled(translator, name), vcenter=name)
         ctx.add_readiness(topology_synced, lambda: translator.topology_synced)
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")

@@ -26,25 +26,19 @@ from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.kube.client import NODES
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, InformerEvent, msgspec_decoder
-from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.runtime.runner import VCENTER_CONNECTED, ServiceContext, vcenter_part
 from hostaffinity.schema import EVENTS_STREAM
 
 log = logging.getLogger(__name__)
 LABELLING_DONE = "labelling done"
-
-
-def _read(vcenter: str) -> str:
-    return f"vcenter read: {vcenter}"
-
-
-def _connected(vcenter: str) -> str:
-    return f"vcenter connected: {vcenter}"
+READ = "vcenter read"
 
 
 def readiness_parts(config: NodeLabellerConfig) -> list[str]:
     """Every part of /readyz the work adds (the spec declares them up front)."""
     names = [vcenter.known_as for vcenter in config.vcenters]
-    return [LABELLING_DONE, *map(_read, names), *map(_connected, names)]
+    per_vcenter = [vcenter_part(part, name) for part in (READ, VCENTER_CONNECTED) for name in names]
+    return [LABELLING_DONE, *per_vcenter]
 
 
 class NodeLabellerWork:
@@ -78,9 +72,12 @@ class NodeLabellerWork:
         self.watchers = [InventoryWatcher(vcenter, properties) for vcenter in config.vcenters]
         for watcher in self.watchers:
             name = watcher.vcenter
-            ctx.add_readiness(_read(name), self._read_once(name))
+            ctx.add_readiness(vcenter_part(READ, name), self._read_once(name))
             ctx.add_readiness(
-                _connected(name), watcher.following, vcenter=name, detail=watcher.away
+                vcenter_part(VCENTER_CONNECTED, name),
+                watcher.following,
+                vcenter=name,
+                detail=watcher.away,
             )
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
         store = await ctx.bus.topology()
