@@ -118,6 +118,7 @@ def status_report(
 ) -> StatusReport:
     """The report at `now`, with a sentence for everything that needs attention."""
     last = _last_events(last_events)
+    several = len({record.vcenter for record in drs_records}) > 1
     services = [_service(s, leases, last.get(s), now) for s in SERVICES]
     dlq = next((s.messages for s in streams if s.name == DLQ_STREAM), 0)
     problems = [
@@ -162,11 +163,16 @@ def status_report(
         no_host_to_spare=[f"{tight.pod}: {tight.sentence()}" for tight in no_host_to_spare],
         ha_unrestartable=[failover_sentence(rule, vms) for rule, vms in sorted(stranded.items())],
         held_rules=[
-            f"{r.name} in cluster {r.cluster_moid}: {r.held_because}"
+            f"{r.name} in cluster {_cluster(r, several)}: {r.held_because}"
             for r in drs_records
             if r.held_because
         ],
     )
+
+
+def _cluster(record: DrsOwnership, several_vcenters: bool) -> str:
+    """Cluster moids repeat across vCenters: `<vcenter>/<moid>` when the records span several."""
+    return f"{record.vcenter}/{record.cluster_moid}" if several_vcenters else record.cluster_moid
 
 
 def _held(seconds: float) -> str:

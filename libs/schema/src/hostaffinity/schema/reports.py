@@ -387,7 +387,8 @@ class StatusReport(_Report, frozen=True):
     `ha_unrestartable`: per DRS anti-affinity rule of ours that leaves a node VM unrestartable by
     vSphere HA after one host failure, one sentence (by rule name).
     `held_rules`: `rule in cluster: why` for each DRS rule the drs-translator holds (disabled) so
-    that a host can enter maintenance mode; expected while a host is patched, not a problem."""
+    that a host can enter maintenance mode (the cluster `<vcenter>/<moid>` when the rules span
+    several vCenters); expected while a host is patched, not a problem."""
 
     at: str
     services: list[ServiceView]
