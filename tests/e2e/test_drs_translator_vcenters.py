@@ -1,6 +1,6 @@
 """drs-translator with two vCenters (two vcsim instances): each vCenter's rules go to it alone,
 its ownership records name it, replicas in two vCenters make no rule, and a vCenter that stops
-answering holds back only its own work."""
+answering holds back only its own work: readiness names it degraded, not "not ready"."""
 
 import asyncio
 
@@ -35,7 +35,7 @@ async def test_each_vcenter_gets_its_own_rules_and_goes_on_when_the_other_stops(
             vcenters=two.settings[::-1],
             drs=DrsSettings(error_retry_seconds=0.5),
         )
-        async with running_translator(config):
+        async with running_translator(config) as translator:
             kube = parts.kube
             kube.seed(pod_manifest("wa2", "a2", WEB_A, apart_from=WEB_A))
             kube.seed(pod_manifest("wa3", "a3", WEB_A, apart_from=WEB_A))
@@ -72,6 +72,17 @@ async def test_each_vcenter_gets_its_own_rules_and_goes_on_when_the_other_stops(
                 lambda: list(anti_rules(two.admin_a).values()) == [everyone],
                 "vc-a's rule grown while vc-b is down",
             )
+            # A change vc-b's rule must follow: its cycle now needs vc-b, and fails.
+            kube.delete("v1", "pods", "wb2", "default")
+            health = translator.runner.health
+            await eventually(
+                lambda: "vcenter connected: vc-b" in health.readiness().degraded,
+                "vc-b's failing cycles shown as degraded",
+            )
+            readiness = health.readiness()
+            assert readiness.ready
+            (part,) = [p for p in readiness.parts if p.name == "vcenter connected: vc-b"]
+            assert part.detail.startswith("away since ")
 
     applied = [e for e in await stream_events(bus) if isinstance(e, DrsRulesApplied)]
     assert {e.vcenter for e in applied} == {"vc-a", "vc-b"}

@@ -155,3 +155,37 @@ async def test_racks_from_drs_host_groups(
         assert LABEL_RACK not in node_labels(kube_double, "node-2")
         # No zone or region category: those keys are not touched.
         assert LABEL_ZONE not in node_labels(kube_double, "node-1")
+
+
+async def test_a_zone_tag_attached_to_nothing_leaves_every_other_label_following_vmotions(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    """An administrator made a zone tag and attached it to nothing yet: vCenter lists it with
+    `"object_ids": null`. The other tags are read, and their zones and regions follow moves."""
+    vc = vcsim(hosts=3, vms=3)
+    si = vc.connect()
+    host = {name: host_by_name(si, name)._moId for name in ("DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2")}
+    tags = VcenterTags(vc)
+    zone, region = tags.category("site-zone"), tags.category("site-region")
+    tags.tag(zone, "zone-planned")  # attached to nothing
+    tags.tag(region, "region-planned")  # attached to nothing
+    datacenter = si.content.rootFolder.childEntity[0]._moId
+    tags.attach(tags.tag(region, "eu-west"), datacenter, "Datacenter")
+    for name, value in (("DC0_C0_H0", "zone-a"), ("DC0_C0_H1", "zone-b"), ("DC0_C0_H2", "zone-c")):
+        tags.attach(tags.tag(zone, value), host[name], "HostSystem")
+    seed_nodes(kube_double, si, NODES[:3])
+    config = labeller_config(vc, nats_server, kubeconfig, failure_domains=DOMAINS)
+    async with running(config) as service:
+        await wait_ready(service)
+        await eventually(
+            lambda: node_labels(kube_double, "node-1").get(LABEL_ZONE) == "zone-a",
+            "zones labelled although a zone tag is attached to nothing",
+        )
+        assert node_labels(kube_double, "node-2")[LABEL_REGION] == "eu-west"
+        relocate(si, "node-1", "DC0_C0_H2")
+        await eventually(
+            lambda: node_labels(kube_double, "node-1").get(LABEL_ZONE) == "zone-c",
+            "node-1's zone follows its vMotion",
+        )
+        assert node_labels(kube_double, "node-1")[LABEL_ESXI_HOST] == "DC0_C0_H2"
+        assert node_labels(kube_double, "node-1")[LABEL_REGION] == "eu-west"

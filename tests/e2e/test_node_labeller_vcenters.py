@@ -1,8 +1,13 @@
 """node-labeller with two vCenters (two vcsim instances): nodes of both labelled, host records
-kept apart although the moids repeat, and one BIOS UUID in both reported, never guessed."""
+kept apart although the moids repeat, one BIOS UUID in both reported, never guessed, and one
+vCenter away a degraded part of readiness, not "not ready"."""
 
 import asyncio
+import time
+from typing import Any
 
+import aiohttp
+import pytest
 from pyVmomi import vim
 
 from hostaffinity.runtime.bus.client import Bus
@@ -14,7 +19,7 @@ from hostaffinity.schema import (
     NodeUnmatched,
     VmMoved,
 )
-from tests.e2e.harness import finished, inventory
+from tests.e2e.harness import FAST_LEASE, finished, inventory
 from tests.e2e.labeller_harness import (
     VC_A_NODES,
     VC_B_NODES,
@@ -26,6 +31,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     vm_by_name,
 )
+from tests.integration.cli_runner import Cli
 
 
 def host_of(si: vim.ServiceInstance, vm_name: str) -> str:
@@ -100,3 +106,68 @@ async def test_one_bios_uuid_in_two_vcenters_is_reported_and_the_node_left_unlab
     assert "2 VMs share the BIOS UUID" in report.reason
     assert " in vc-a, " in report.reason
     assert " in vc-b)" in report.reason
+
+
+async def test_one_vcenter_away_leaves_the_labeller_ready_and_says_which(
+    parts: LabellerParts, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vc-b dies: /readyz stays 200 throughout and names vc-b degraded, as do the metric and
+    `hostaffinity status`, while vMotions in vc-a are still labelled."""
+    two = parts.two_vcenters()
+    async with parts.labeller(two.a, vcenters=two.settings) as replica:
+        health = f"http://127.0.0.1:{replica.runner.health.port}"
+        await asyncio.to_thread(two.b.stop)
+        away = "[~] vcenter connected: vc-b: away since "
+        async with aiohttp.ClientSession() as http:
+            answers: list[tuple[int, str]] = []
+
+            async def readyz() -> tuple[int, str]:
+                async with http.get(f"{health}/readyz") as response:
+                    answers.append((response.status, await response.text()))
+                return answers[-1]
+
+            deadline = time.monotonic() + 20
+            while away not in (await readyz())[1]:
+                assert time.monotonic() < deadline, answers[-1]
+                await asyncio.sleep(0.05)
+            text = answers[-1][1]
+            assert text.startswith("ready, degraded: vcenter connected: vc-b\n")
+            assert "[+] vcenter connected: vc-a\n" in text
+            # vc-a is still followed, and readiness never dropped meanwhile.
+            target = next(h for h in ("DC0_C0_H1", "DC0_C0_H2") if h != host_of(two.admin_a, "a1"))
+            await asyncio.to_thread(relocate, two.admin_a, "a1", target)
+            moved = time.monotonic()
+            while node_labels(parts.kube, "a1")[LABEL_ESXI_HOST] != target:
+                assert time.monotonic() - moved < 10, "a1 not relabelled"
+                await readyz()
+                await asyncio.sleep(0.05)
+            for _ in range(20):
+                await readyz()
+                await asyncio.sleep(0.05)
+            assert {code for code, _ in answers} == {200}
+            async with http.get(f"{health}/metrics") as response:
+                metrics = await response.text()
+        degraded = 'hostaffinity_readiness_degraded{check="vcenter connected: vc-b"} 1.0'
+        assert degraded in metrics
+        assert 'hostaffinity_readiness_degraded{check="vcenter connected: vc-a"} 0.0' in metrics
+
+        cli = Cli(parts.kubeconfig, parts.nats, capsys)
+        sentence = "node-labeller: vcenter connected: vc-b is degraded (away since "
+        report: dict[str, Any] = {}
+
+        async def status_names_it() -> bool:
+            nonlocal report
+            _, report = await cli.json("status", "--namespace", FAST_LEASE.namespace)
+            return any(p.startswith(sentence) for p in report["problems"])
+
+        deadline = time.monotonic() + 10
+        while not await status_names_it():
+            assert time.monotonic() < deadline, report["problems"]
+        (labeller,) = [s for s in report["services"] if s["service"] == "node-labeller"]
+        assert labeller["readiness"] == "degraded"
+        assert [p["name"] for p in labeller["readiness_parts"]] == ["vcenter connected: vc-b"]
+        code, out, _ = await cli("status", "--namespace", FAST_LEASE.namespace)
+        assert code == 1
+        (row,) = [line for line in out.splitlines() if line.startswith("node-labeller")]
+        assert "degraded" in row
+        assert f"  - {sentence}" in out

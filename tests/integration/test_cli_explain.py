@@ -116,6 +116,7 @@ async def test_explain_a_placed_pod_where_it_runs_and_its_rule_holding(
             "host_label": "DC0_C0_H0",
             "cluster": "DC0_C0",
             "datacenter": "DC0",
+            "vcenter": "",  # one vCenter: hosts are named bare
         }
         assert report["location"]["vm_moid"].startswith("vm-")
         own = [t for t in report["terms"] if t["owner"] == "default/web-1"]

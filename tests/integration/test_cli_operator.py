@@ -1,7 +1,7 @@
 """`hostaffinity topology | exposure | what-if maintenance` (and `explain` of a KubeVirt VM's pod)
 against the Kubernetes double and a real nats-server; the what-if and topology cases take their
-placements from the node-labeller following vcsim, the others from placements written to the
-topology KV."""
+placements from the node-labeller following vcsim (one vCenter, or two whose host names and moids
+repeat), the others from placements written to the topology KV."""
 
 from __future__ import annotations
 
@@ -26,11 +26,16 @@ from hostaffinity.schema import (
     drs_rule_key,
 )
 from tests.e2e.labeller_harness import (
+    VC_A_NODES,
+    VC_B_NODES,
+    LabellerParts,
     eventually,
+    host_by_name,
     labeller_config,
     node_labels,
     node_object,
     running,
+    vm_by_name,
     wait_ready,
 )
 from tests.integration.cli_runner import Cli, exit_code
@@ -79,6 +84,10 @@ def deployment_pod(
         "ownerReferences": [owner],
     }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def host_of(si: Any, vm_name: str) -> str:
+    return str(vm_by_name(si, vm_name).runtime.host.name)
 
 
 def placement(node: str, host: str) -> NodePlacement:
@@ -396,3 +405,58 @@ async def test_topology_shows_the_failure_domains_hosts_have(
     assert header.split()[:4] == ["DATACENTER", "REGION", "ZONE", "CLUSTER"]
     assert "RACK" not in header
     assert first.split()[:4] == ["DC0", "eu", "zone-a", "C0"]
+
+
+async def test_hosts_of_two_vcenters_are_named_apart_in_what_if_and_topology(
+    vcsim: VcsimFactory,
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    cli: Cli,
+) -> None:
+    """vcsim gives two vCenters the same host names and moids (DC0_C0_H0 is host-21 in both):
+    a host is named `<vcenter>/<name>`, a bare name or moid that fits both is refused with the
+    candidates, and maintenance of vc-b's host takes only vc-b's nodes."""
+    parts = LabellerParts(vcsim, nats_server, kube_double, kubeconfig)
+    two = parts.two_vcenters()
+    for name in (*VC_A_NODES, *VC_B_NODES):  # `two_vcenters` seeded them without allocatable
+        node = kube_double.read("v1", "nodes", name)
+        assert node is not None
+        node["status"] = {"allocatable": ALLOCATABLE}
+        kube_double.write(node)
+    on_h0 = {
+        vcenter: sorted(n for n in names if host_of(si, n) == "DC0_C0_H0")
+        for vcenter, si, names in (
+            ("vc-a", two.admin_a, VC_A_NODES),
+            ("vc-b", two.admin_b, VC_B_NODES),
+        )
+    }
+    assert on_h0["vc-a"], on_h0
+    assert on_h0["vc-b"], on_h0
+    moid = host_by_name(two.admin_b, "DC0_C0_H0")._moId
+    assert moid == host_by_name(two.admin_a, "DC0_C0_H0")._moId, "vcsim repeats moids"
+    async with parts.labeller(two.a, vcenters=two.settings):
+        for spelling in (moid, "DC0_C0_H0"):
+            code, _, err = await cli("what-if", "maintenance", spelling)
+            assert code == 1
+            assert (
+                f"{spelling} names 2 ESXi hosts: vc-a/DC0_C0_H0 ({moid}), vc-b/DC0_C0_H0 ({moid})"
+            ) in err
+
+        for spelling in ("vc-b/DC0_C0_H0", f"vc-b/{moid}"):
+            code, report = await cli.json("what-if", "maintenance", spelling)
+            assert (report["hosts"], report["nodes"]) == (["vc-b/DC0_C0_H0"], on_h0["vc-b"])
+        code, out, _ = await cli("what-if", "maintenance", "vc-b/DC0_C0_H0")
+        assert out.startswith(f"hosts vc-b/DC0_C0_H0: {len(on_h0['vc-b'])} nodes")
+
+        code, report = await cli.json("what-if", "host-failure", "vc-a/DC0_C0_H0")
+        assert (report["host"], report["vcenter"]) == ("vc-a/DC0_C0_H0", "vc-a")
+        assert report["exposed"]["nodes"] == on_h0["vc-a"]
+
+        code, out, _ = await cli("topology")
+        rows = [line.split() for line in out.splitlines()[1:] if line.startswith("DC0")]
+        hosts = {row[3] for row in rows}
+        assert hosts == {
+            "vc-a/DC0_C0_H0", "vc-a/DC0_C0_H1", "vc-a/DC0_C0_H2",
+            "vc-b/DC0_C0_H0", "vc-b/DC0_C0_H1",
+        }  # fmt: skip

@@ -13,6 +13,8 @@ import jsonschema
 import pytest
 
 from hostaffinity.schema import LABEL_ESXI_HOST
+from hostaffinity.schema.names import ANNOTATION_READINESS
+from hostaffinity.schema.readiness import decode_readiness
 from tests.e2e.descheduler_harness import pod_object
 from tests.e2e.harness import FAST_LEASE
 from tests.e2e.labeller_harness import (
@@ -27,6 +29,14 @@ from tests.integration.cli_runner import exit_code, lease, schema_of
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import VcsimFactory
+
+
+def _lease_says_ready(kube: KubeDouble) -> bool:
+    lease = kube.read(
+        "coordination.k8s.io/v1", "leases", "hostaffinity-node-labeller", FAST_LEASE.namespace
+    )
+    written = (lease or {}).get("metadata", {}).get("annotations", {}).get(ANNOTATION_READINESS)
+    return written is not None and decode_readiness(written).ready
 
 
 async def status(
@@ -60,6 +70,8 @@ async def test_status_healthy_then_a_service_whose_leader_is_gone(
     async with running(config, identity="node-labeller-6d8-q1") as labeller:
         await wait_ready(labeller)
         await eventually(lambda: LABEL_ESXI_HOST in node_labels(kube, "node2"), "labelled")
+        # Its Lease says so from its next renewal on (status reads readiness there).
+        await eventually(lambda: _lease_says_ready(kube), "the labeller's Lease says ready")
         code, out = await status(nats_cluster, kubeconfig, capsys, "-o", "json")
         report = json.loads(out)
         jsonschema.Draft202012Validator(schema_of(["status"])).validate(report)
@@ -80,6 +92,8 @@ async def test_status_healthy_then_a_service_whose_leader_is_gone(
         code, out = await status(nats_cluster, kubeconfig, capsys)
         assert code == 0
         assert "node-labeller       node-labeller-6d8-q1" in out
+        (row,) = [line for line in out.splitlines() if line.startswith("node-labeller")]
+        assert " ready " in row
         assert out.rstrip().endswith("all well")
     # The labeller stopped (released its Lease); the descheduler's leader stopped renewing.
     kube.write(lease("descheduler", "descheduler-5f4-k8", now - timedelta(minutes=5)))

@@ -117,7 +117,8 @@ async def test_not_ready_until_kube_apiserver_can_verify_it(
     async with running_service(service_spec(work), settings(nats_server, kubeconfig)) as runner:
 
         async def waiting_only_for_registration() -> bool:
-            return await readiness(runner.health.port) == (503, "not ready: webhook registered\n")
+            status, text = await readiness(runner.health.port)
+            return (status, text.splitlines()[0]) == (503, "not ready: webhook registered")
 
         await eventually_true(waiting_only_for_registration, "only the registration missing")
         assert work.server is not None

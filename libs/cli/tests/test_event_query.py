@@ -112,6 +112,13 @@ def test_an_event_matches_when_it_names_every_object_asked_for(
     assert (query.matches(MOVED), query.matches(EVICTED)) == (moved, evicted)
 
 
+def test_a_host_may_be_named_with_its_vcenter_as_the_commands_print_it() -> None:
+    moved = msgspec.structs.replace(MOVED, vcenter="vc-a")
+    assert EventQuery(host="vc-a/esx-b.lab").matches(moved)
+    assert not EventQuery(host="vc-b/esx-b.lab").matches(moved)
+    assert EventQuery(host="esx-b.lab").matches(moved)
+
+
 def test_a_row_reads_when_what_about_which_object_and_the_event_s_own_fields() -> None:
     header, row = table_header(), table_row(MOVED)
     starts = [header.index(column) for column in ("TIME", "TYPE", "OBJECT", "DETAILS")]

@@ -78,14 +78,22 @@ ONE_EACH = {"n0": "h0", "n1": "h1", "n2": "h2"}
 def test_vms_that_could_not_restart_after_h0_fails(
     hosts: dict[str, str], vms: dict[str, str], options: dict[str, bool], stranded: list[str]
 ) -> None:
-    found = HaAudit(snapshot(hosts, vms, **options)).unrestartable_after(["h0"])  # type: ignore[arg-type]
+    found = HaAudit(snapshot(hosts, vms, **options)).unrestartable_after([(VCENTER, "h0")])
     assert [vm.vm_moid for vm in found] == stranded
     assert all(vm.rule == RULE and "h0.esx.example.com" not in vm.hosts_left for vm in found)
 
 
+def test_the_same_moid_failing_in_another_vcenter_strands_nothing_here() -> None:
+    """Moids repeat across vCenters: another vCenter's h0 is not this rule's h0."""
+    audit = HaAudit(snapshot(UP3, ONE_EACH))
+    assert audit.unrestartable_after([("vc-elsewhere", "h0")]) == []
+    assert audit.clusters_of_rules_on([("vc-elsewhere", "h0")]) == []
+    assert audit.clusters_of_rules_on([(VCENTER, "h0")]) == [(VCENTER, CLUSTER)]
+
+
 def test_the_hosts_left_are_named_and_every_host_of_the_rule_counts_for_status() -> None:
     taken = snapshot(UP3, ONE_EACH)
-    [vm] = HaAudit(taken).unrestartable_after(["h0"])
+    [vm] = HaAudit(taken).unrestartable_after([(VCENTER, "h0")])
     assert (vm.node, vm.host, vm.hosts_left) == (
         "n0",
         "h0.esx.example.com",

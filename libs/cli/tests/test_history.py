@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from hostaffinity.cli.history import NODE_EVENT_TYPES, PodIdentity, node_history, pod_history
 from hostaffinity.schema import (
     DrsRulesApplied,
@@ -67,6 +69,24 @@ def test_a_node_s_history_is_its_own_events_oldest_first_in_words() -> None:
             "apart from app=web",
         ),
     ]
+
+
+def test_events_of_several_vcenters_name_hosts_with_their_vcenter() -> None:
+    """Host names repeat across vCenters: a history that spans two says which host it means."""
+    moves = [
+        msgspec.structs.replace(
+            vm_moved("worker-1", "esx-1", "esx-2", at=f"2026-11-25T10:00:0{n}Z", version=n),
+            vcenter=vcenter,
+        )
+        for n, vcenter in ((1, "vc-a"), (2, "vc-b"))
+    ]
+    assert [entry.summary for entry in node_history(moves, "worker-1")] == [
+        "VM vm-worker-1 moved from vc-a/esx-1 to vc-a/esx-2",
+        "VM vm-worker-1 moved from vc-b/esx-1 to vc-b/esx-2",
+    ]
+    assert (
+        node_history(moves[:1], "worker-1")[0].summary == "VM vm-worker-1 moved from esx-1 to esx-2"
+    )
 
 
 def test_node_event_types_are_those_of_the_node_events() -> None:

@@ -52,6 +52,9 @@ def test_hosts_with_the_same_moid_in_two_vcenters_stay_apart() -> None:
     rendered = render_topology(report)
     assert "dc-1 (vc-east)" in rendered
     assert "dc-1 (vc-west)" in rendered
+    # Hosts as `what-if` takes them: the name repeats across vCenters too.
+    assert "vc-east/esx-e1" in rendered
+    assert "vc-west/esx-w1" in rendered
 
 
 def test_a_host_record_that_names_no_vcenter_is_the_only_vcenter_s() -> None:

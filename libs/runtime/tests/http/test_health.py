@@ -1,7 +1,11 @@
-"""HealthServer: /healthz always, /readyz only when every check passes, /metrics as text, with
-each server's own readiness checks and gauges (alerts read them)."""
+"""HealthServer: /healthz always, /readyz only when every part passes (a declared part not yet
+registered fails; a vCenter's part is degraded while another vCenter is served), /metrics as
+text, with each server's own readiness parts and gauges (alerts read them)."""
+
+import functools
 
 import aiohttp
+import pytest
 
 from hostaffinity.runtime.http.health import HealthServer
 
@@ -18,10 +22,11 @@ async def test_readiness_follows_the_checks() -> None:
                 assert response.status == 200
             async with http.get(base + "/readyz") as response:
                 assert response.status == 503
-                assert "nodes synced" in await response.text()
+                assert await response.text() == "not ready: nodes synced\n[-] nodes synced\n"
             synced = True
             async with http.get(base + "/readyz") as response:
                 assert response.status == 200
+                assert await response.text() == "ready\n[+] nodes synced\n"
             async with http.get(base + "/metrics") as response:
                 assert response.status == 200
                 assert response.headers["Content-Type"].startswith("text/plain")
@@ -55,3 +60,54 @@ async def test_metrics_carry_this_servers_checks_and_gauges() -> None:
     assert "python_info" in text
     assert "hostaffinity_leader" not in other
     assert 'check="nodes synced"' not in other
+
+
+def test_a_declared_part_fails_until_it_is_registered() -> None:
+    server = HealthServer("127.0.0.1", 0)
+    server.add_readiness_check("nats connected", lambda: True)
+    server.declare("webhook listening")
+    assert server.not_ready() == ["webhook listening"]
+    assert server.readiness().body() == (
+        "not ready: webhook listening\n"
+        "[+] nats connected\n"
+        "[-] webhook listening: not registered yet\n"
+    )
+    server.add_readiness_check("webhook listening", lambda: True)
+    server.declare("webhook listening")  # declaring again keeps the registered check
+    assert server.readiness().ready
+
+
+@pytest.mark.parametrize(
+    ("up", "states"),
+    [
+        pytest.param({"vc-a", "vc-b"}, ["passes"] * 4, id="both-served"),
+        pytest.param(
+            {"vc-a"}, ["passes", "passes", "passes", "degraded"], id="one-away-is-degraded"
+        ),
+        pytest.param(set(), ["passes", "passes", "fails", "fails"], id="none-served-fails"),
+    ],
+)
+def test_a_vcenter_part_is_degraded_while_another_vcenter_is_served(
+    up: set[str], states: list[str]
+) -> None:
+    server = HealthServer("127.0.0.1", 0)
+    for name in ("vc-a", "vc-b"):
+        server.add_readiness_check(f"vcenter read: {name}", lambda: True)  # no unit: a gate
+    for name in ("vc-a", "vc-b"):
+        server.add_readiness_check(
+            f"vcenter connected: {name}",
+            functools.partial(set.__contains__, up, name),
+            unit=name,
+            detail=lambda: "refused",
+        )
+    readiness = server.readiness()
+    assert [part.state for part in readiness.parts] == states
+    assert readiness.ready is (bool(up))
+    details = {part.detail for part in readiness.parts if part.state != "passes"}
+    assert details <= {"refused"}
+
+
+def test_with_one_vcenter_its_part_failing_fails() -> None:
+    server = HealthServer("127.0.0.1", 0)
+    server.add_readiness_check("vcenter connected: vc", lambda: False, unit="vc")
+    assert server.readiness().failing == ["vcenter connected: vc"]

@@ -106,12 +106,15 @@ def plan_maintenance(
     pods: Mapping[str, Pod],
     requests: Mapping[str, Resources],
     allocatable: Mapping[str, Resources],
+    nodes: Iterable[str] | None = None,
 ) -> MaintenanceReport:
     """Where every pod on the hosts' nodes would go. The engine's index is changed: pass one
-    built for this plan. `pods` and `requests` are keyed `namespace/name`; `allocatable` by node."""
+    built for this plan. `pods` and `requests` are keyed `namespace/name`; `allocatable` by node.
+    `hosts` are label values, whose nodes go, unless `nodes` names them (then `hosts` only name
+    the hosts in the report): hosts of two vCenters may share a label value."""
     index = engine.index
     hosts = sorted(set(hosts))
-    gone = hosts_nodes(engine, hosts)
+    gone = hosts_nodes(engine, hosts) if nodes is None else sorted(set(nodes))
     capacity = _Capacity(allocatable)
     for record in index.pods():
         capacity.add(record.node, requests.get(record.key, {}))

@@ -94,7 +94,7 @@ class EventQuery:
         return (
             _names(fields, POD_FIELDS, self.pod)
             and _names(fields, NODE_FIELDS, self.node)
-            and _names(fields, HOST_FIELDS, self.host)
+            and _names_host(fields, self.host)
         )
 
 
@@ -106,6 +106,16 @@ def _names(fields: dict[str, Any], names: tuple[str, ...], wanted: str | None) -
         if value == wanted or (isinstance(value, list) and wanted in value):
             return True
     return False
+
+
+def _names_host(fields: dict[str, Any], wanted: str | None) -> bool:
+    """A host named bare, or `<vcenter>/<host>` as the commands print it with several vCenters
+    (host names repeat across vCenters)."""
+    if wanted is not None and "/" in wanted:
+        vcenter, _, host = wanted.rpartition("/")
+        if fields.get("vcenter") == vcenter and _names(fields, HOST_FIELDS, host):
+            return True
+    return _names(fields, HOST_FIELDS, wanted)
 
 
 _COMMON: Final = frozenset({"id", "schema_version", "occurred_at", "source"})

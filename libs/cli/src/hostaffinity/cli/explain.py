@@ -21,6 +21,7 @@ from hostaffinity.affinity.standing import KIND_WORDS, Standing, own_terms, stan
 from hostaffinity.cli.drs_attention import not_held, shared_hosts
 from hostaffinity.cli.ha_audit import HaAudit, failover_sentence
 from hostaffinity.cli.history import PodIdentity, node_history, pod_history
+from hostaffinity.cli.host_names import HostNames
 from hostaffinity.cli.pod_lookup import NodeNotFoundError, PodFacts, PodNotFoundError
 from hostaffinity.cli.snapshot import ClusterSnapshot
 from hostaffinity.cli.tables import table
@@ -51,6 +52,7 @@ def location(snapshot: ClusterSnapshot, node: str) -> Location:
         host_label=placement.host_label,
         cluster=placement.cluster_name,
         datacenter=placement.datacenter,
+        vcenter=placement.vcenter if HostNames(snapshot).several_vcenters else "",
     )
 
 
@@ -215,14 +217,14 @@ def explain_node(
     if node is None:
         raise NodeNotFoundError(f"node {name} does not exist")
     where = location(snapshot, name)
-    host = next(
-        (h for h in snapshot.hosts.values() if where.host_label and h.label == where.host_label),
-        None,
-    )
+    # The host by vCenter and moid: labels and moids may repeat across vCenters.
+    placed = snapshot.placements.get(name)
+    at = (placed.vcenter, placed.host_moid) if placed else None
+    host = snapshot.hosts_by_vcenter.get(at) if at else None
     peers = sorted(
         other
         for other, placement in snapshot.placements.items()
-        if where.host_label and placement.host_label == where.host_label and other != name
+        if (placement.vcenter, placement.host_moid) == at and other != name
     )
     terms = [
         _view(standing)
@@ -248,8 +250,9 @@ def explain_node(
 def _vm(where: Location) -> str:
     if not where.esxi_host:
         return "no known ESXi host"
+    host = f"{where.vcenter}/{where.esxi_host}" if where.vcenter else where.esxi_host
     return (
-        f"VM {where.vm_moid} on ESXi host {where.esxi_host} "
+        f"VM {where.vm_moid} on ESXi host {host} "
         f"(cluster {where.cluster}, datacenter {where.datacenter})"
     )
 

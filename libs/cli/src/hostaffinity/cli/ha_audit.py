@@ -105,15 +105,15 @@ class HaAudit:
             for p in down[free:]
         ]
 
-    def unrestartable_after(self, failed: Iterable[str]) -> list[UnrestartableVm]:
-        """The node VMs on the failed host (its moids: one per vCenter) HA could not restart, by
-        rule then VM."""
+    def unrestartable_after(self, failed: Iterable[tuple[str, str]]) -> list[UnrestartableVm]:
+        """The node VMs on the failed host, by (vCenter, moid) (moids repeat across vCenters),
+        HA could not restart, by rule then VM."""
         failed_hosts = set(failed)
         return [
             vm
             for rule in self._rules
             if self._respected(rule)
-            for vm in self._stranded(rule, failed_hosts)
+            for vm in self._stranded(rule, _in_vcenter(rule.vcenter, failed_hosts))
         ]
 
     def rules_without_failover_room(self) -> dict[str, list[UnrestartableVm]]:
@@ -128,17 +128,21 @@ class HaAudit:
                 found[rule.name] = stranded
         return found
 
-    def clusters_of_rules_on(self, failed: Iterable[str]) -> list[tuple[str, str]]:
+    def clusters_of_rules_on(self, failed: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """(vCenter, cluster moid) of each of our anti-affinity rules with a VM on the failed
-        host, whatever HA's settings there."""
+        host (by vCenter and moid), whatever HA's settings there."""
         failed_hosts = set(failed)
         return sorted(
             {
                 (rule.vcenter, rule.cluster_moid)
                 for rule in self._rules
-                if any(p.host_moid in failed_hosts for p in self._placed(rule))
+                if any((rule.vcenter, p.host_moid) in failed_hosts for p in self._placed(rule))
             }
         )
+
+
+def _in_vcenter(vcenter: str, hosts: set[tuple[str, str]]) -> set[str]:
+    return {moid for host_vcenter, moid in hosts if host_vcenter == vcenter}
 
 
 def failover_sentence(rule: str, stranded: Sequence[UnrestartableVm]) -> str:

@@ -113,9 +113,17 @@ def _admission(events: Sequence[TopologyEvent], pod: PodIdentity) -> PodMutated 
 
 
 def _entries(events: list[TopologyEvent]) -> list[HistoryEntry]:
+    """In time order; hosts and clusters named `<vcenter>/<name>` when the events name several
+    vCenters (names and moids repeat across them)."""
     ordered = sorted(events, key=lambda e: parse_time(e.occurred_at))
+    several = len({vcenter for e in events if (vcenter := getattr(e, "vcenter", ""))}) > 1
     return [
-        HistoryEntry(at=e.occurred_at, type=event_type(e), source=e.source, summary=summary(e))
+        HistoryEntry(
+            at=e.occurred_at,
+            type=event_type(e),
+            source=e.source,
+            summary=summary(e, qualified=several),
+        )
         for e in ordered
     ]
 
@@ -125,8 +133,14 @@ def event_type(event: TopologyEvent) -> str:
     return str(event.__struct_config__.tag)
 
 
-def summary(event: TopologyEvent) -> str:
-    """The event in words: what was done, to what, and why."""
+def summary(event: TopologyEvent, *, qualified: bool = False) -> str:
+    """The event in words: what was done, to what, and why; `qualified`: its hosts and clusters
+    as `<vcenter>/<name>`."""
+    vcenter = str(getattr(event, "vcenter", "")) if qualified else ""
+
+    def at(name: str) -> str:
+        return f"{vcenter}/{name}" if vcenter else name
+
     match event:
         case PodMutated():
             added = [
@@ -157,9 +171,9 @@ def summary(event: TopologyEvent) -> str:
                 if names
             ]
             plan = " (dry run: planned only)" if event.dry_run else ""
-            return f"DRS rules in cluster {event.cluster_moid}: {'; '.join(changes)}{plan}"
+            return f"DRS rules in cluster {at(event.cluster_moid)}: {'; '.join(changes)}{plan}"
         case DrsRuleHeld():
-            return f"DRS rule {event.name} in cluster {event.cluster_moid}: {event.message}"
+            return f"DRS rule {event.name} in cluster {at(event.cluster_moid)}: {event.message}"
         case PodEvicted():
             return f"{event.result} from node {event.node} by {event.strategy}: {event.rule}"
         case VmiMigrationRequested():
@@ -168,10 +182,14 @@ def summary(event: TopologyEvent) -> str:
                 f"requested by {event.strategy}: {event.rule}"
             )
         case VmMoved():
-            return f"VM {event.vm_moid} moved from {event.from_host_name} to {event.to_host_name}"
+            return (
+                f"VM {event.vm_moid} moved from {at(event.from_host_name)} to "
+                f"{at(event.to_host_name)}"
+            )
         case NodePlaced():
             return (
-                f"placed: VM {event.vm_moid} on {event.host_name} in cluster {event.cluster_name} "
+                f"placed: VM {event.vm_moid} on {at(event.host_name)} in cluster "
+                f"{event.cluster_name} "
                 f"(matched by {event.matched_by})"
             )
         case NodeLabelled():

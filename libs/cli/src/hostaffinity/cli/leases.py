@@ -30,8 +30,13 @@ class LeaseSpec(msgspec.Struct, frozen=True, rename="camel"):
     lease_duration_seconds: int = 0
 
 
+class LeaseMetadata(msgspec.Struct, frozen=True):
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 class Lease(msgspec.Struct, frozen=True):
     spec: LeaseSpec = msgspec.field(default_factory=LeaseSpec)
+    metadata: LeaseMetadata = msgspec.field(default_factory=LeaseMetadata)
 
 
 class Leadership(msgspec.Struct, frozen=True):

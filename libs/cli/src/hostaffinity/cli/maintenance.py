@@ -1,6 +1,7 @@
 """`hostaffinity what-if maintenance HOST...`: what must move, whether it can, which rules break.
 
-Hosts are named as the operator knows them (label value, full name or moid). The plan is the
+Hosts are named as the operator knows them (label value, full name or moid; `<vcenter>/<host>`
+where moids and names repeat across vCenters: host_names.py), and printed so. The plan is the
 affinity library's (maintenance.py): the engine in kube-scheduler mode with the hosts' nodes
 gone, plus requests against allocatable.
 """
@@ -13,30 +14,56 @@ import msgspec
 
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.maintenance import plan_maintenance
-from hostaffinity.cli.snapshot import ClusterSnapshot, host_spellings, other_installs_on
+from hostaffinity.cli.host_names import (
+    AmbiguousHostError,
+    HostNames,
+    KnownHost,
+    UnknownHostError,
+)
+from hostaffinity.cli.snapshot import ClusterSnapshot, other_installs_on
 from hostaffinity.cli.tables import table
 from hostaffinity.schema.reports import MaintenanceReport
-
-
-class UnknownHostError(ValueError):
-    """A host name matched no ESXi host in the topology KV or the node labels."""
 
 
 def maintenance_report(
     snapshot: ClusterSnapshot, engine: AffinityEngine, hosts: Sequence[str]
 ) -> MaintenanceReport:
-    """The plan for taking `hosts` away; raises UnknownHostError naming what did not match."""
-    spellings = host_spellings(snapshot)
-    unknown = [name for name in hosts if name not in spellings]
+    """The plan for taking `hosts` away; raises UnknownHostError naming what did not match (or
+    matched hosts of several vCenters)."""
+    names = HostNames(snapshot)
+    found: list[KnownHost] = []
+    unknown: list[str] = []
+    for spelling in hosts:
+        try:
+            found.append(names.find(spelling))
+        except AmbiguousHostError:
+            raise
+        except UnknownHostError:
+            unknown.append(spelling)
     if unknown:
         raise UnknownHostError(
             f"no ESXi host named {', '.join(unknown)} (try `hostaffinity topology`)"
         )
-    labels = [spellings[name] for name in hosts]
-    plan = plan_maintenance(engine, labels, snapshot.pods, snapshot.requests, snapshot.allocatable)
+    return plan_for(snapshot, engine, names, found)
+
+
+def plan_for(
+    snapshot: ClusterSnapshot, engine: AffinityEngine, names: HostNames, hosts: list[KnownHost]
+) -> MaintenanceReport:
+    """The plan for `hosts`, named as `names` prints them; with the enabled DRS rules of other
+    installs on the same hosts that would keep them from entering maintenance."""
+    plan = plan_maintenance(
+        engine,
+        [names.name(host.vcenter, host.moid, host.name) for host in hosts],
+        snapshot.pods,
+        snapshot.requests,
+        snapshot.allocatable,
+        nodes=names.nodes_on(hosts),
+    )
+    keys = {(host.vcenter, host.moid) for host in hosts if host.moid}
     blocking = [
         w.message
-        for w in other_installs_on(snapshot, labels, also_away=True)
+        for w in other_installs_on(snapshot, keys, also_away=True)
         if w.risk == "blocks-maintenance"
     ]
     return msgspec.structs.replace(

@@ -7,7 +7,7 @@ way the services' informers do.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -18,7 +18,6 @@ from hostaffinity.affinity.resources import Resources
 from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
 from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.schema import (
-    LABEL_ESXI_HOST,
     ClusterHaSettings,
     DrsClusterReport,
     DrsOwnership,
@@ -70,11 +69,11 @@ class ClusterSnapshot:
 
 
 def other_installs_on(
-    snapshot: ClusterSnapshot, host_labels: Collection[str], also_away: bool
+    snapshot: ClusterSnapshot, hosts: Collection[tuple[str, str]], also_away: bool
 ) -> list[SharedHostsWarning]:
-    """What other installs' rules, in the vSphere clusters of the hosts labelled `host_labels`,
-    do to those clusters' hosts; with `also_away` those hosts count as entering maintenance."""
-    named = [h for h in snapshot.hosts.values() if h.label in host_labels]
+    """What other installs' rules, in the vSphere clusters of `hosts` ((vCenter, moid) pairs), do
+    to those clusters' hosts; with `also_away` those hosts count as entering maintenance."""
+    named = [h for key, h in snapshot.hosts_by_vcenter.items() if key in hosts]
     warnings = []
     for report in snapshot.drs_reports:
         of_cluster = [
@@ -84,7 +83,7 @@ def other_installs_on(
         ]
         if not any(h in of_cluster for h in named):
             continue
-        away = {h.name for h in named} if also_away else set()
+        away = {h.name for h in named if h in of_cluster} if also_away else set()
         warnings += shared_hosts_warnings(report.other_installs, of_cluster, also_away=away)
     return warnings
 
@@ -110,19 +109,3 @@ def build_engine(snapshot: ClusterSnapshot, options: EngineOptions) -> AffinityE
     for pod in snapshot.pods.values():
         index.upsert_pod(pod)
     return AffinityEngine(index, fail_unplaced=options.unknown_placement == "fail")
-
-
-def host_spellings(snapshot: ClusterSnapshot) -> Mapping[str, str]:
-    """Every way an operator may name a host (label value, full name, moid) -> its label value."""
-    names: dict[str, str] = {}
-    for node in snapshot.nodes.values():
-        label = node.metadata.labels.get(LABEL_ESXI_HOST)
-        if label:
-            names[label] = label
-    for placement in snapshot.placements.values():
-        for spelling in (placement.host_label, placement.host_name, placement.host_moid):
-            names[spelling] = placement.host_label
-    for host in snapshot.hosts.values():
-        for spelling in (host.label, host.name, host.moid):
-            names[spelling] = host.label
-    return names

@@ -1,14 +1,16 @@
 """`hostaffinity status`: one screen saying whether hostaffinity is working, and what needs
 attention when it is not.
 
-Each leader-elected service's Lease (leases.py), the last event each service published, the
-exposure count (the exposure report's), the dead letters waiting, each stream's replicas, and the
-HA audit's rules that leave a node VM unrestartable after one host failure (ha_audit.py).
-DRS rules held so that a host can enter maintenance mode (listed, not a problem). The cluster
-identity the services stamp on their events; the DRS rules and groups this install wants that
-vCenter does not hold, and other installs' rules on the same hosts that block maintenance or leave
-no failover room (the drs-translator's cluster reports, drs_attention.py).
-Anything that needs a person becomes one sentence in `problems`, and the command exits 1.
+Each leader-elected service's Lease (leases.py) and the readiness its leader writes there at
+each renewal (a vCenter of several away is a degraded part, not a dead service), the last event
+each service published, the exposure count (the exposure report's), the dead letters waiting,
+each stream's replicas, and the HA audit's rules that leave a node VM unrestartable after one
+host failure (ha_audit.py). DRS rules held so that a host can enter maintenance mode (listed,
+not a problem). The cluster identity the services stamp on their events; the DRS rules and
+groups this install wants that vCenter does not hold, and other installs' rules on the same
+hosts that block maintenance or leave no failover room (the drs-translator's cluster reports,
+drs_attention.py). Anything that needs a person becomes one sentence in `problems`, and the
+command exits 1.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from hostaffinity.schema import (
     TopologyEvent,
     utc_timestamp,
 )
+from hostaffinity.schema.names import ANNOTATION_READINESS
+from hostaffinity.schema.readiness import ReadinessPart, decode_readiness
 from hostaffinity.schema.reports import ServiceView, StatusReport, StreamView, UnrestartableVm
 
 # Every service, in the order the pipeline runs; the extender holds no Lease.
@@ -66,7 +70,9 @@ def _service(
     )
     if service not in LEADER_ELECTED:
         return view
-    held = leadership(service, leases.get(service), now)
+    lease = leases.get(service)
+    held = leadership(service, lease, now)
+    verdict, parts = _leader_readiness(lease) if held.holder and lease else ("", [])
     return msgspec.structs.replace(
         view,
         lease=held.lease,
@@ -75,7 +81,39 @@ def _service(
         acquired_at=held.acquired_at,
         renewed_at=held.renewed_at,
         held_seconds=held.held_seconds,
+        readiness=verdict,
+        readiness_parts=parts,
     )
+
+
+def _leader_readiness(lease: Lease) -> tuple[str, list[ReadinessPart]]:
+    """What the leader wrote on its Lease: the verdict and the parts that do not pass."""
+    text = lease.metadata.annotations.get(ANNOTATION_READINESS)
+    if text is None:
+        return "", []  # a leader of a release that did not write it
+    try:
+        written = decode_readiness(text)
+    except msgspec.DecodeError as error:
+        unreadable = f"annotation {ANNOTATION_READINESS} unreadable: {error}"
+        return "", [ReadinessPart(name="readiness", state="fails", detail=unreadable)]
+    if not written.ready:
+        return "not ready", written.parts
+    degraded = any(part.state == "degraded" for part in written.parts)
+    return ("degraded" if degraded else "ready"), written.parts
+
+
+def _readiness_problems(service: ServiceView) -> list[str]:
+    """One sentence per part of a live leader's readiness that does not pass."""
+    sentences = []
+    for part in service.readiness_parts:
+        why = f" ({part.detail})" if part.detail else ""
+        if part.state == "degraded":
+            sentences.append(
+                f"{service.service}: {part.name} is degraded{why}; it serves the other vCenters"
+            )
+        else:
+            sentences.append(f"{service.service}'s leader is not ready: {part.name}{why}")
+    return sentences
 
 
 def status_report(
@@ -91,6 +129,7 @@ def status_report(
 ) -> StatusReport:
     """The report at `now`, with a sentence for everything that needs attention."""
     last = _last_events(last_events)
+    several = len({record.vcenter for record in drs_records}) > 1
     services = [_service(s, leases, last.get(s), now) for s in SERVICES]
     dlq = next((s.messages for s in streams if s.name == DLQ_STREAM), 0)
     cluster, disagreement = cluster_identity(list(last.values()))
@@ -102,6 +141,7 @@ def status_report(
         for s in services
         if not s.live
     ]
+    problems.extend(sentence for s in services for sentence in _readiness_problems(s))
     if dlq:
         problems.append(f"{dlq} dead letter(s) in {DLQ_STREAM}")
     problems.extend(
@@ -137,7 +177,7 @@ def status_report(
         no_host_to_spare=[f"{tight.pod}: {tight.sentence()}" for tight in no_host_to_spare],
         ha_unrestartable=[failover_sentence(rule, vms) for rule, vms in sorted(stranded.items())],
         held_rules=[
-            f"{r.name} in cluster {r.cluster_moid}: {r.held_because}"
+            f"{r.name} in cluster {_cluster(r, several)}: {r.held_because}"
             for r in drs_records
             if r.held_because
         ],
@@ -145,6 +185,11 @@ def status_report(
         drs_not_held=drs_not_held,
         shared_hosts=shared,
     )
+
+
+def _cluster(record: DrsOwnership, several_vcenters: bool) -> str:
+    """Cluster moids repeat across vCenters: `<vcenter>/<moid>` when the records span several."""
+    return f"{record.vcenter}/{record.cluster_moid}" if several_vcenters else record.cluster_moid
 
 
 def _held(seconds: float) -> str:
@@ -159,6 +204,7 @@ def render_status(report: StatusReport) -> str:
             s.service,
             (s.holder or "NONE") if s.lease else "(every replica)",
             _held(s.held_seconds) if s.holder else "-",
+            s.readiness or "-",
             f"{s.last_event_type} at {s.last_event_at}" if s.last_event_type else "-",
         ]
         for s in report.services
@@ -175,7 +221,7 @@ def render_status(report: StatusReport) -> str:
     ]
     parts = [
         f"cluster: {report.cluster or '(no event names it yet)'}",
-        table(["SERVICE", "LEADER", "HELD FOR", "LAST EVENT"], service_rows),
+        table(["SERVICE", "LEADER", "HELD FOR", "READINESS", "LAST EVENT"], service_rows),
         table(["STREAM", "MESSAGES", "REPLICAS", "LEADER", "REPLICA STATE"], stream_rows),
         f"exposed workloads: {report.exposed_workloads}; dead letters: {report.dlq_depth}",
     ]

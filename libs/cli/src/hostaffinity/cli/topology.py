@@ -105,7 +105,8 @@ def _hosts(
 
 def render_topology(report: TopologyReport) -> str:
     """The tree as an aligned table, one row per node (a host without nodes gets one row).
-    REGION, ZONE and RACK columns appear when some host has that failure domain."""
+    REGION, ZONE and RACK columns appear when some host has that failure domain. With several
+    vCenters, a datacenter names its vCenter and a host is `<vcenter>/<name>`."""
     all_hosts = [h for d in report.datacenters for c in d.clusters for h in c.hosts]
     levels = [level for level in _DOMAIN_LEVELS if any(getattr(h, level) for h in all_hosts)]
     several = len({d.vcenter for d in report.datacenters}) > 1
@@ -118,7 +119,9 @@ def render_topology(report: TopologyReport) -> str:
                     ", maintenance" if host.in_maintenance_mode else ""
                 )
                 domains = [getattr(host, level) or "-" for level in levels]
-                where = [where_dc, *domains, cluster.name, host.name, state]
+                # As `what-if` takes it: names repeat across vCenters (host_names.py).
+                name = f"{datacenter.vcenter}/{host.name}" if several else host.name
+                where = [where_dc, *domains, cluster.name, name, state]
                 cells: list[NodeView | None] = list(host.nodes) or [None]
                 rows.extend(where + _node_cells(node) for node in cells)
     for node in report.unplaced_nodes:

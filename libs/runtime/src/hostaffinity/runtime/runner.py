@@ -22,7 +22,11 @@ an async function the runner calls with a `ServiceContext` once everything is in
 
 
     SPEC = ServiceSpec(
-        name="drs-translator", config_type=DrsTranslatorConfig, work=translate, leader_elected=True
+        name="drs-translator",
+        config_type=DrsTranslatorConfig,
+        work=translate,
+        leader_elected=True,
+        readiness=lambda config: ["pods synced"],      # every part the work will add
     )
 
 
@@ -50,6 +54,8 @@ lease.renew_deadline_seconds`, the time before a rival may take the Lease over. 
 exits with status 1 (`EXIT_LEADERSHIP_LOST`) rather than going back to standby: the Deployment
 restarts it as a fresh standby, so no state of the lost term survives into the next. Work that
 does not unwind in time ends the process at once (`os._exit`), since it may still be writing.
+While it leads, the elector writes the replica's readiness on the Lease at each renewal
+(annotation `hostaffinity.io/readiness`), where `hostaffinity status` reads a partial outage.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgspec
 
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.http.health import HealthServer, ReadinessCheck
+from hostaffinity.runtime.http.health import HealthServer, ReadinessCheck, ReadinessDetail
 from hostaffinity.runtime.http.refusals import quiet_malformed_requests
 from hostaffinity.runtime.kube.client import KubeClient, api_client
 from hostaffinity.runtime.kube.cluster_identity import (
@@ -87,6 +93,8 @@ from hostaffinity.runtime.process.config import (
     load_config,
 )
 from hostaffinity.runtime.process.telemetry import setup_telemetry
+from hostaffinity.schema.names import ANNOTATION_READINESS
+from hostaffinity.schema.readiness import encode_readiness
 from hostaffinity.schema.version import release_version
 
 C = TypeVar("C", bound=ServiceSettings)
@@ -107,6 +115,19 @@ class DrainTimeout(Exception):
     """The work did not unwind within its bound after being cancelled."""
 
 
+def no_parts(_config: Any) -> Sequence[str]:
+    return ()
+
+
+# The part of /readyz both vCenter services add per vCenter: its connection is up.
+VCENTER_CONNECTED: Final = "vcenter connected"
+
+
+def vcenter_part(part: str, vcenter: str) -> str:
+    """A part of one vCenter's own, as /readyz names it: `<part>: <vcenter>`."""
+    return f"{part}: {vcenter}"
+
+
 @dataclass(frozen=True)
 class ServiceSpec(Generic[C]):
     """What a service is: its name (`node-labeller`), config record and work.
@@ -119,6 +140,9 @@ class ServiceSpec(Generic[C]):
     won; `probes` reach out (vCenter's certificate) at `--check-config` only. Each raises
     `ConfigError` with one line naming the setting; a probe raises `OSError` when it cannot
     reach what it checks.
+
+    `readiness` names, from the config, every part of /readyz the work will add: each fails
+    ("not registered yet") until the work adds it, and the work may add no other.
     """
 
     name: str
@@ -127,6 +151,7 @@ class ServiceSpec(Generic[C]):
     leader_elected: bool = False
     checks: Sequence[Callable[[C], None]] = ()
     probes: Sequence[Callable[[C], None]] = ()
+    readiness: Callable[[C], Sequence[str]] = no_parts
 
     def __post_init__(self) -> None:
         if self.leader_elected and not issubclass(self.config_type, LeaderElectedSettings):
@@ -153,6 +178,7 @@ class ServiceContext(Generic[C]):
         health: HealthServer,
         group: asyncio.TaskGroup,
         cluster: ClusterIdentity,
+        declared: Sequence[str] = (),
     ) -> None:
         self.config = config
         # Which Kubernetes cluster this install serves (shared.cluster.name, or read from the API).
@@ -165,10 +191,22 @@ class ServiceContext(Generic[C]):
         self.bus = bus
         self._health = health
         self._group = group
+        self._declared = frozenset(declared)
 
-    def add_readiness(self, name: str, check: ReadinessCheck) -> None:
-        """A named part of /readyz; the pod is ready when every part passes."""
-        self._health.add_readiness_check(name, check)
+    def add_readiness(
+        self,
+        name: str,
+        check: ReadinessCheck,
+        *,
+        vcenter: str | None = None,
+        detail: ReadinessDetail | None = None,
+    ) -> None:
+        """A named part of /readyz, declared in the spec's `readiness`; the pod is ready when
+        every part passes. A part of one `vcenter` among several is degraded, not failing, while
+        another vCenter's parts all pass; `detail` says why it does not pass."""
+        if name not in self._declared:
+            raise ValueError(f"readiness part {name!r} is not declared in the service's spec")
+        self._health.add_readiness_check(name, check, unit=vcenter, detail=detail)
 
     def start(self, work: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
         """Run `work` beside the main work; if it fails, all the work is cancelled and fails."""
@@ -209,6 +247,8 @@ class ServiceRunner(Generic[C]):
         """Until stopped, the work ends, or the Lease is lost (`LeadershipLost`)."""
         self.health.add_readiness_check("nats connected", lambda: self.bus is not None)
         self.health.add_readiness_check("cluster identity known", lambda: self.cluster is not None)
+        if not self.spec.leader_elected:  # a standby's readiness is NATS alone
+            self._declare_work_parts()
         await self.health.start()
         self.listening.set()
         try:
@@ -252,13 +292,26 @@ class ServiceRunner(Generic[C]):
             renew_deadline_s=lease.renew_deadline_seconds,
             retry_period_s=lease.retry_period_seconds,
             on_lost=self._lost.set,
+            annotations=self._readiness_annotation,
         )
         async with self.elector as elector:
             await self._unless_stopped(elector.wait_until_leader())
             if not self.stopping:
                 await self._work(kube, bus, cluster)
 
+    def _declare_work_parts(self) -> list[str]:
+        parts = list(self.spec.readiness(self.config))
+        for name in parts:
+            self.health.declare(name)
+        return parts
+
+    def _readiness_annotation(self) -> dict[str, str]:
+        """What the leader writes on its Lease at each renewal: its /readyz, part by part."""
+        return {ANNOTATION_READINESS: encode_readiness(self.health.readiness().summary())}
+
     async def _work(self, kube: KubeClient, bus: Bus, cluster: ClusterIdentity) -> None:
+        declared = self._declare_work_parts()
+
         async def in_group() -> None:
             async with asyncio.TaskGroup() as group:
                 context = ServiceContext(
@@ -270,6 +323,7 @@ class ServiceRunner(Generic[C]):
                     self.health,
                     group,
                     cluster,
+                    declared,
                 )
                 group.create_task(self.spec.work(context), name=f"{self.spec.name}-work")
 

@@ -22,6 +22,10 @@ ANNOTATION_FAILURE_DOMAIN_LABELS = "hostaffinity.io/failure-domain-labels"
 ANNOTATION_ESXI_HOST_NAME = "hostaffinity.io/esxi-host-name"
 ANNOTATION_VM = "hostaffinity.io/vm"
 
+# Lease annotation: the leader's readiness, part by part (schema/readiness.py), written at each
+# renewal, so that `hostaffinity status` shows a partial outage (one vCenter of several away).
+ANNOTATION_READINESS = "hostaffinity.io/readiness"
+
 # Pod annotation that opts a pod into reading kubernetes.io/hostname anti-affinity as ESXi-host
 # anti-affinity.
 POD_PHYSICAL_ANTI_AFFINITY = "hostaffinity.io/physical-anti-affinity"

@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from hostaffinity.schema.drs import ClusterHaSettings
+from hostaffinity.schema.readiness import ReadinessPart
 
 Coverage = Literal["required", "preferred", "none"]
 Verdict = Literal["moves", "unsatisfiable", "no-node", "no-room"]
@@ -135,7 +136,8 @@ class UnsatisfiableRule(_Report, frozen=True):
 
 
 class MaintenanceReport(_Report, frozen=True):
-    """`hostaffinity what-if maintenance -o json`. `hosts` as resolved (label values, sorted),
+    """`hostaffinity what-if maintenance -o json`. `hosts` as resolved (their names, sorted;
+    `<vcenter>/<name>` when the topology spans several vCenters),
     `nodes` on them (sorted), `moves` sorted by pod; `blocked_by_other_installs`: one sentence
     per enabled DRS rule of another install on the same hosts that would keep them from entering
     maintenance; `ok` is false when any pod has nowhere to go or such a rule blocks (the command
@@ -164,7 +166,7 @@ class UnrestartableVm(_Report, frozen=True):
 
 
 class HostFailureReport(_Report, frozen=True):
-    """`hostaffinity what-if host-failure HOST -o json`. `host` as resolved (its label value);
+    """`hostaffinity what-if host-failure HOST -o json`. `host` as resolved (its name);
     `exposed`: the pods on its nodes and where they could be rescheduled if their node VMs do
     not come back (what-if maintenance's report of that host); `ha`: vSphere HA of each cluster
     holding our anti-affinity rules over its VMs, as the drs-translator last recorded it (by
@@ -172,7 +174,9 @@ class HostFailureReport(_Report, frozen=True):
     `unrestartable`: its node VMs HA could not restart, by rule then VM moid;
     `other_installs_unrestartable`: one sentence per DRS anti-affinity rule of another install
     on the same hosts with no host left to restart its VM on. `ok` is false when a pod has
-    nowhere to go or a VM of ours could not restart (the command then exits 1)."""
+    nowhere to go or a VM of ours could not restart (the command then exits 1). With several
+    vCenters, `vcenter` is the host's, and `host`, `ha_unknown` and the hosts and clusters of
+    `unrestartable` are `<vcenter>/<name or moid>` (names and moids repeat across vCenters)."""
 
     host: str
     exposed: MaintenanceReport
@@ -181,11 +185,13 @@ class HostFailureReport(_Report, frozen=True):
     unrestartable: list[UnrestartableVm]
     ok: bool
     other_installs_unrestartable: list[str] = msgspec.field(default_factory=list)
+    vcenter: str = ""
 
 
 class Location(_Report, frozen=True):
     """Where a node's VM runs, from the topology KV; only `node` is set when the KV has no
-    placement for it (or, for a pod, when the pod is on no node: all empty)."""
+    placement for it (or, for a pod, when the pod is on no node: all empty). `vcenter` is set
+    when the topology spans several vCenters (names and moids repeat across them)."""
 
     node: str
     vm_moid: str = ""
@@ -193,6 +199,7 @@ class Location(_Report, frozen=True):
     host_label: str = ""
     cluster: str = ""
     datacenter: str = ""
+    vcenter: str = ""
 
 
 class TermView(_Report, frozen=True):
@@ -352,6 +359,9 @@ class ServiceView(_Report, frozen=True):
 
     `live` is false when the Lease is missing, has no holder, or was not renewed within its
     duration; `held_seconds` counts from `acquired_at` to the moment of the report.
+    `readiness` is the live leader's /readyz as it wrote it on its Lease ("ready", "degraded":
+    ready with a vCenter of several away, or "not ready"; "" when not known), and
+    `readiness_parts` each part that does not pass, in /readyz's order.
     """
 
     service: str
@@ -363,6 +373,8 @@ class ServiceView(_Report, frozen=True):
     held_seconds: float = 0.0
     last_event_type: str = ""
     last_event_at: str = ""
+    readiness: str = ""
+    readiness_parts: list[ReadinessPart] = msgspec.field(default_factory=list)
 
 
 class StreamView(_Report, frozen=True):
@@ -379,14 +391,16 @@ class StreamView(_Report, frozen=True):
 
 class StatusReport(_Report, frozen=True):
     """`hostaffinity status -o json`. `problems` names what needs attention, one sentence each
-    (a service with no live leader, dead letters, a replica not current, exposed workloads, rules
+    (a service with no live leader, a part of a leader's readiness that does not pass (a vCenter
+    of several away: degraded), dead letters, a replica not current, exposed workloads, rules
     with no host to spare); the command exits 1 when it is not empty. `at` is when the report was
     made. `no_host_to_spare`: per required host-level anti-affinity rule whose replicas fill every
     usable ESXi host, `namespace/pod: sentence` for one of its pods (a rollout would deadlock).
     `ha_unrestartable`: per DRS anti-affinity rule of ours that leaves a node VM unrestartable by
     vSphere HA after one host failure, one sentence (by rule name).
     `held_rules`: `rule in cluster: why` for each DRS rule the drs-translator holds (disabled) so
-    that a host can enter maintenance mode; expected while a host is patched, not a problem.
+    that a host can enter maintenance mode (the cluster `<vcenter>/<moid>` when the rules span
+    several vCenters); expected while a host is patched, not a problem.
     `cluster`: the identity of the Kubernetes cluster this install serves, as its services stamp
     it on their events. `drs_not_held`: one sentence per DRS rule or group this install wants
     that vCenter does not hold (a problem each). `shared_hosts`: one sentence per rule of another

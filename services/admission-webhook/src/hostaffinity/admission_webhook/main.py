@@ -7,12 +7,17 @@ health, NATS and SIGTERM; every replica serves (`AdmissionWebhookWork`), no Leas
 from collections.abc import Sequence
 
 from hostaffinity.admission_webhook.config import AdmissionWebhookConfig
-from hostaffinity.admission_webhook.service import AdmissionWebhookWork
+from hostaffinity.admission_webhook.service import AdmissionWebhookWork, readiness_parts
 from hostaffinity.runtime.runner import ServiceSpec, run_service
 
 
 def service_spec(work: AdmissionWebhookWork) -> ServiceSpec[AdmissionWebhookConfig]:
-    return ServiceSpec(name="admission-webhook", config_type=AdmissionWebhookConfig, work=work)
+    return ServiceSpec(
+        name="admission-webhook",
+        config_type=AdmissionWebhookConfig,
+        work=work,
+        readiness=readiness_parts,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -6,9 +6,11 @@ The certificate (a Secret cert-manager has not issued yet, RBAC not applied, the
 missing), the port and the caBundle (the MutatingWebhookConfiguration may be applied after the
 service starts) are each retried in the background until they succeed, and logged while they do
 not. Until then the API server cannot reach or verify us and, with `failurePolicy: Ignore`, admits
-pods unpatched -- the twinless-pod reporter counts them. Readiness names the one part that
-serves: the webhook listening (the Service sends reviews to ready replicas only). When cancelled
-(SIGTERM) the server stops taking reviews and answers the ones in flight.
+pods unpatched -- the twinless-pod reporter counts them. Readiness names the two parts that
+serve: the webhook listening (the Service sends reviews to ready replicas only) and registered
+(its caBundle written); the spec declares them up front (`readiness_parts`), so /readyz is not
+200 before the work has added them. When cancelled (SIGTERM) the server stops taking reviews and
+answers the ones in flight.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ from hostaffinity.runtime.runner import ServiceContext
 _log = logging.getLogger(__name__)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 T = TypeVar("T")
+LISTENING = "webhook listening"
+REGISTERED = "webhook registered"
+
+
+def readiness_parts(_config: AdmissionWebhookConfig) -> list[str]:
+    """Every part of /readyz the work adds (the spec declares them up front)."""
+    return [LISTENING, REGISTERED]
 
 
 def mutation_settings(shared: SharedSettings, webhook: WebhookSettings) -> MutationSettings:
@@ -160,11 +169,11 @@ class AdmissionWebhookWork:
             max_body_bytes=settings.max_body_bytes,
             advise=advisor.warnings,
         )
-        ctx.add_readiness("webhook listening", lambda: server.serving)
+        ctx.add_readiness(LISTENING, lambda: server.serving)
         # Not ready while kube-apiserver cannot verify the webhook yet: a replica that cannot
         # write its caBundle (RBAC, a missing configuration) is reported, not counted on.
         registered = asyncio.Event()
-        ctx.add_readiness("webhook registered", registered.is_set)
+        ctx.add_readiness(REGISTERED, registered.is_set)
         registration = _registration(ctx) if settings.certificates == "self-signed" else None
         pods = _watched_pods(client, mutation, reporter, advisor.index)
         index = advisor.index

@@ -9,7 +9,7 @@ policy file named in the config is checked by `--check-config` and before the st
 from collections.abc import Sequence
 
 from hostaffinity.descheduler.config import DeschedulerConfig
-from hostaffinity.descheduler.service import DeschedulerWork, check_policy
+from hostaffinity.descheduler.service import DeschedulerWork, check_policy, readiness_parts
 from hostaffinity.runtime.runner import ServiceSpec, run_service
 
 
@@ -20,6 +20,7 @@ def service_spec(work: DeschedulerWork) -> ServiceSpec[DeschedulerConfig]:
         work=work,
         leader_elected=True,
         checks=(check_policy,),
+        readiness=readiness_parts,
     )
 
 

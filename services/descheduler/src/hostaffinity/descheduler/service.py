@@ -47,6 +47,12 @@ _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS: Final = 0.2
 # Reading a cooldown's worth of evictions back: a stream that takes longer is not waited for.
 INHERIT_TIMEOUT_SECONDS: Final = 10.0
+STATE_SYNCED: Final = "state synced"
+
+
+def readiness_parts(_config: DeschedulerConfig) -> list[str]:
+    """Every part of /readyz the work adds (the spec declares them up front)."""
+    return [STATE_SYNCED]
 
 
 def read_policy(config: DeschedulerConfig) -> Policy:
@@ -134,7 +140,7 @@ class DeschedulerWork:
         config = ctx.config
         settings, shared = config.descheduler, config.shared
         policy = read_policy(config)
-        ctx.add_readiness("state synced", self.synced)
+        ctx.add_readiness(STATE_SYNCED, self.synced)
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
         topology = await ctx.bus.topology(parked_as=SOURCE)
         state = self.state = ClusterState(

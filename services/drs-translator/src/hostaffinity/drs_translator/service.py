@@ -5,6 +5,11 @@ ownership records and its session (logging in on its own: one vCenter down holds
 own work and readiness), then the Pod and Namespace informers and the topology watch; the
 first plan waits until all three have replayed their current state, so a restart never mistakes
 "not yet seen" for "gone" and removes a rule it still needs.
+
+Readiness (declared up front in the spec, `readiness_parts`): the informers and the topology
+synced, and per vCenter "vcenter connected: <name>" (logged in, its last cycle did not fail) and
+"first DRS cycle done: <name>": with several vCenters, one away is degraded while another is
+served, not "not ready" for all.
 """
 
 import asyncio
@@ -29,11 +34,22 @@ from hostaffinity.runtime.bus.topology_feed import follow_topology
 from hostaffinity.runtime.kube.client import NAMESPACES, PODS
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
-from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.runtime.runner import VCENTER_CONNECTED, ServiceContext, vcenter_part
 from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event, install_token
 
 _SYNC_POLL_SECONDS: Final = 0.05
+_SYNCED: Final = ("pods synced", "namespaces synced", "topology synced")
+FIRST_CYCLE: Final = "first DRS cycle done"
+
+
+def readiness_parts(config: DrsTranslatorConfig) -> list[str]:
+    """Every part of /readyz the work adds (the spec declares them up front)."""
+    names = [vc.known_as for vc in config.vcenters]
+    per_vcenter = [
+        vcenter_part(part, n) for part in (VCENTER_CONNECTED, FIRST_CYCLE) for n in names
+    ]
+    return [*_SYNCED, *per_vcenter]
 
 
 class DrsTranslatorWork:
@@ -81,7 +97,6 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         )
         for vc, session in zip(config.vcenters, sessions, strict=True):
             name = vc.known_as
-            ctx.add_readiness(f"vcenter connected: {name}", session.connected)
             records = all_records[name] = OwnershipRecords(drs_bucket, name, ctx.cluster.name)
             await records.load()
             reports = all_reports[name] = ClusterReports(drs_bucket, name, ctx.cluster.name)
@@ -138,14 +153,18 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             upsert_or_remove(translator.upsert_namespace, translator.remove_namespace),
             decode_namespace,
         )
-        ctx.add_readiness("pods synced", pods.synced.is_set)
-        ctx.add_readiness("namespaces synced", namespaces.synced.is_set)
+        pods_synced, namespaces_synced, topology_synced = _SYNCED
+        ctx.add_readiness(pods_synced, pods.synced.is_set)
+        ctx.add_readiness(namespaces_synced, namespaces.synced.is_set)
         for session, name in zip(sessions, rules, strict=True):
             done = logged_in[name]
             ctx.start(_log_in(session, done, translator.wake), name=f"vcenter {name} login")
-        ctx.add_readiness("topology synced", lambda: translator.topology_synced)
-        for name in rules:
-            ctx.add_readiness(f"first DRS cycle done: {name}", _cycled(translator, name))
+            served = _VCenterServed(session, translator, name)
+            connected = vcenter_part(VCENTER_CONNECTED, name)
+            ctx.add_readiness(connected, served.now, vcenter=name, detail=served.why_not)
+            first_cycle = vcenter_part(FIRST_CYCLE, name)
+            ctx.add_readiness(first_cycle, _cycled(translator, name), vcenter=name)
+        ctx.add_readiness(topology_synced, lambda: translator.topology_synced)
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")
         ctx.start(
@@ -179,6 +198,24 @@ async def _after(done: asyncio.Event, work: Callable[[], Awaitable[None]]) -> No
     """`work`, once that vCenter's first login is done (its reads would only fail before)."""
     await done.wait()
     await work()
+
+
+class _VCenterServed:
+    """Readiness of one vCenter's connection: logged in, and its last DRS cycle did not fail."""
+
+    def __init__(self, session: VCenterSession, translator: DrsTranslator, vcenter: str) -> None:
+        self._session = session
+        self._translator = translator
+        self._vcenter = vcenter
+
+    def now(self) -> bool:
+        return self._session.connected() and self._vcenter not in self._translator.failing
+
+    def why_not(self) -> str:
+        failure = self._translator.failing.get(self._vcenter)
+        if failure is not None:
+            return f"away since {failure.since}: {failure.why}"
+        return "" if self._session.connected() else "not logged in yet (the log says why)"
 
 
 def _cycled(translator: DrsTranslator, vcenter: str) -> Callable[[], bool]:

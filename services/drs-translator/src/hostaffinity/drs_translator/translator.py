@@ -7,7 +7,8 @@ cluster that needs it gets one reconfigure. Each vCenter is a `VCenterTarget` of
 own: its plan holds only its nodes' VMs and hosts, its rules go only to it, and its ownership
 records name it. A periodic resync reads each vCenter again and repairs drift. A vCenter whose
 cycle fails (it or NATS away) is logged and retried after `error_retry_seconds` on its own; the
-others go on; nothing here raises out.
+others go on; nothing here raises out. `failing` says which vCenters' last cycle failed, since
+when and why (a readiness part of that vCenter's own).
 """
 
 import asyncio
@@ -35,7 +36,7 @@ from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested, wait_set
-from hostaffinity.schema import EsxiHost, NodePlacement
+from hostaffinity.schema import EsxiHost, NodePlacement, utc_timestamp
 
 _log = logging.getLogger(__name__)
 
@@ -45,6 +46,14 @@ class Pacing:
     debounce_seconds: float = 0.2
     resync_seconds: float = 300.0
     error_retry_seconds: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class CycleFailure:
+    """A vCenter's cycles failing: since the first failure of the run, and the last error."""
+
+    since: str
+    why: str
 
 
 def _always() -> bool:
@@ -103,6 +112,8 @@ class DrsTranslator:
         # Cycles that succeeded, of all vCenters together and of each.
         self.cycles = 0
         self.completed: dict[str, int] = {target.name: 0 for target in self.targets}
+        # The vCenters whose cycles fail now: since the first failure, and the last error.
+        self.failing: dict[str, CycleFailure] = {}
         self.last_plan_seconds = 0.0
         self._recorder = recorder
         self._metrics = metrics
@@ -193,12 +204,17 @@ class DrsTranslator:
             lane.cycling = True
             try:
                 await self.cycle(target, reread=full)
+                self.failing.pop(target.name, None)
             except Exception as err:  # this vCenter or NATS away: log, wait, try again
                 raise_if_cancel_requested()
+                why = str(err) or repr(err)
+                first = self.failing.get(target.name)
+                since = first.since if first is not None else utc_timestamp()
+                self.failing[target.name] = CycleFailure(since, why)
                 _log.warning(
                     "DRS cycle of vCenter %s failed (%s); retrying in %.1fs",
                     target.name,
-                    str(err) or repr(err),
+                    why,
                     self._pacing.error_retry_seconds,
                 )
                 await asyncio.sleep(self._pacing.error_retry_seconds)

@@ -8,7 +8,7 @@ health, NATS, the Lease and SIGTERM; only the Lease holder labels (`NodeLabeller
 from collections.abc import Sequence
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.node_labeller.service import NodeLabellerWork
+from hostaffinity.node_labeller.service import NodeLabellerWork, readiness_parts
 from hostaffinity.runtime.runner import ServiceSpec, run_service
 from hostaffinity.runtime.vcenter.session import for_each_vcenter
 from hostaffinity.runtime.vcenter.trust import check_ca_file, check_trust
@@ -22,6 +22,7 @@ def service_spec(work: NodeLabellerWork) -> ServiceSpec[NodeLabellerConfig]:
         leader_elected=True,
         checks=(for_each_vcenter(check_ca_file),),
         probes=(for_each_vcenter(check_trust),),
+        readiness=readiness_parts,
     )
 
 

@@ -3,7 +3,8 @@
 `hostaffinity_labeller_kv_repairs_total`, `hostaffinity_labeller_update_to_patch_seconds` and
 `hostaffinity_labeller_nodes{state}`, the vCenter watch's
 `hostaffinity_labeller_vcenter_reconnects_total{vcenter}` and the tag reads'
-`hostaffinity_labeller_tag_reads_total{vcenter,outcome}`; events not yet published are the
+`hostaffinity_labeller_tag_reads_total{vcenter,outcome}` and
+`hostaffinity_labeller_tag_entries_skipped_total{vcenter}`; events not yet published are the
 runtime outbox's `hostaffinity_bus_outbox_*{outbox="node-labeller"}`.
 """
 
@@ -96,14 +97,23 @@ class TagReadMetrics:
     """The tag reads' instrument (failure domains; apart from the inventory watch)."""
 
     def __init__(self) -> None:
-        self._reads = metrics.get_meter("hostaffinity.node_labeller").create_counter(
+        meter = metrics.get_meter("hostaffinity.node_labeller")
+        self._reads = meter.create_counter(
             "hostaffinity_labeller_tag_reads",
             description="Reads of vCenter's tags for failure domains, by vCenter and outcome "
             "(ok, failed)",
         )
+        self._skipped = meter.create_counter(
+            "hostaffinity_labeller_tag_entries_skipped",
+            description="Entries of vCenter's tag answers that did not decode and were left out "
+            "(the rest applied), each counted once when it first appears, by vCenter",
+        )
 
     def read(self, vcenter: str, *, ok: bool) -> None:
         self._reads.add(1, {"vcenter": vcenter, "outcome": "ok" if ok else "failed"})
+
+    def skipped(self, vcenter: str, count: int) -> None:
+        self._skipped.add(count, {"vcenter": vcenter})
 
 
 _reporting: LabellerMetrics | None = None

@@ -4,6 +4,12 @@ Start-up order: the topology KV read whole (so a restart only publishes what cha
 vCenter watch per configured vCenter and the batches each delivers, the Node informer, the
 reconcile workers, the periodic resync and (with `failure_domains` categories) each vCenter's
 tag reads, side by side until cancelled.
+
+Readiness (declared up front in the spec, `readiness_parts`): "labelling done" once the first
+complete labelling is done (it stays so: later work queued or retried is the service working, not
+unready); per vCenter "vcenter read: <name>" once it was read whole (nodes wait for every vCenter),
+and "vcenter connected: <name>" while its watch is up: with several vCenters one away is degraded
+while another is served, not "not ready" for all.
 """
 
 import logging
@@ -20,10 +26,19 @@ from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.kube.client import NODES
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, InformerEvent, msgspec_decoder
-from hostaffinity.runtime.runner import ServiceContext
+from hostaffinity.runtime.runner import VCENTER_CONNECTED, ServiceContext, vcenter_part
 from hostaffinity.schema import EVENTS_STREAM
 
 log = logging.getLogger(__name__)
+LABELLING_DONE = "labelling done"
+READ = "vcenter read"
+
+
+def readiness_parts(config: NodeLabellerConfig) -> list[str]:
+    """Every part of /readyz the work adds (the spec declares them up front)."""
+    names = [vcenter.known_as for vcenter in config.vcenters]
+    per_vcenter = [vcenter_part(part, name) for part in (READ, VCENTER_CONNECTED) for name in names]
+    return [LABELLING_DONE, *per_vcenter]
 
 
 class NodeLabellerWork:
@@ -33,28 +48,37 @@ class NodeLabellerWork:
         self.labeller: Labeller | None = None
         self.informer: Informer[Node] | None = None
         self.watchers: list[InventoryWatcher] = []
+        self._labelled_once = False
 
     def ready(self) -> bool:
-        """Ready once the first complete labelling is done."""
+        """Ready once the first complete labelling is done, and from then on."""
         labeller, informer = self.labeller, self.informer
-        return (
+        self._labelled_once = self._labelled_once or (
             labeller is not None
             and informer is not None
             and labeller.inventory_synced.is_set()
             and informer.synced.is_set()
             and labeller.idle()
         )
+        return self._labelled_once
 
     async def __call__(self, ctx: ServiceContext[NodeLabellerConfig]) -> None:
         log.info("%s leads; labelling nodes", ctx.identity)
         config = ctx.config
-        ctx.add_readiness("labelling done", self.ready)
+        ctx.add_readiness(LABELLING_DONE, self.ready)
         properties = watched_properties(
             guest_hostname=config.labeller.match_fallback == "guest-hostname"
         )
         self.watchers = [InventoryWatcher(vcenter, properties) for vcenter in config.vcenters]
         for watcher in self.watchers:
-            ctx.add_readiness(f"vcenter read: {watcher.vcenter}", self._read_once(watcher.vcenter))
+            name = watcher.vcenter
+            ctx.add_readiness(vcenter_part(READ, name), self._read_once(name))
+            ctx.add_readiness(
+                vcenter_part(VCENTER_CONNECTED, name),
+                watcher.following,
+                vcenter=name,
+                detail=watcher.away,
+            )
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
         store = await ctx.bus.topology()
 

@@ -5,10 +5,15 @@ Apart from the inventory watch: tags are in the Automation API (runtime vcenter/
 has no change feed PropertyCollector could follow, and they change rarely. What moves often is a
 VM between hosts, and each host's domains are already known then: a vMotion is relabelled from the
 last read, as quickly as the host label.
+
+An entry of vCenter's answers that does not decode (runtime vcenter/tags.py leaves it out) costs
+only itself: the rest of the read is applied, and the entry is logged and counted once, when it
+first appears, not at every read.
 """
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
 from hostaffinity.node_labeller.host_groups import read_host_group_racks
@@ -30,9 +35,10 @@ async def refresh_tags_forever(
     to `labeller`; a failed read is logged and counted, and the labels stay as the last read
     made them."""
     counted = TagReadMetrics()
+    skipped = SkippedEntries(vcenter.known_as, counted)
     while True:
         try:
-            read = await _read(vcenter, settings)
+            read = await _read(vcenter, settings, skipped)
         except VCenterError as error:
             counted.read(vcenter.known_as, ok=False)
             delay = min(settings.refresh_seconds, RETRY_SECONDS)
@@ -47,10 +53,36 @@ async def refresh_tags_forever(
         await asyncio.sleep(settings.refresh_seconds)
 
 
-async def _read(vcenter: VCenterSettings, settings: FailureDomainSettings) -> Tags:
+class SkippedEntries:
+    """The entries the last read left out: each is logged and counted when it first appears (and
+    again only if it comes back after a read without it)."""
+
+    def __init__(self, vcenter: str, metrics: TagReadMetrics) -> None:
+        self._vcenter = vcenter
+        self._metrics = metrics
+        self._known: set[str] = set()
+        metrics.skipped(vcenter, 0)  # served at 0 from the start, so the first one is an increase
+
+    def read(self, entries: Iterable[str]) -> None:
+        current = set(entries)
+        for entry in sorted(current - self._known):
+            self._metrics.skipped(self._vcenter, 1)
+            log.warning(
+                "vCenter %s: an entry of its tag answers does not decode and is left out (the "
+                "rest is applied): %s",
+                self._vcenter,
+                entry,
+            )
+        self._known = current
+
+
+async def _read(
+    vcenter: VCenterSettings, settings: FailureDomainSettings, skipped: SkippedEntries
+) -> Tags:
     tags = TagRead({}, ())
     if settings.categories:
         tags = await read_tags(vcenter, settings.categories)
+    skipped.read(tags.skipped)
     for category in tags.missing_categories:
         log.warning(
             "vCenter has no tag category %r (failure_domains); its label is not set", category

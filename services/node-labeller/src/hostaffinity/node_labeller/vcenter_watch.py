@@ -32,6 +32,9 @@ polls in flight (CancelWaitForUpdates) instead of waiting for them. A session vC
 logged in again by the session itself; the watcher then rebuilds the collectors, views and
 filters made on it. Any other failure reconnects the sessions, which log the old vCenter
 sessions out first, so reconnects never pile sessions up.
+
+`following` says whether the watch is up now: from the first complete read on fresh sessions
+until a failure (`away` then says since when and why), a readiness part of its vCenter's own.
 """
 
 import asyncio
@@ -46,6 +49,7 @@ from pyVmomi import VmomiSupport, vim, vmodl
 from hostaffinity.node_labeller.inventory import TASK, VM, ObjectUpdate, PropertyValue
 from hostaffinity.node_labeller.metrics import WatchMetrics
 from hostaffinity.runtime.vcenter.session import VCenterSession, VCenterSettings
+from hostaffinity.schema import utc_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +169,22 @@ class InventoryWatcher:
         self.reconnects = 0
         self._metrics = WatchMetrics()
         self._failures = 0
+        self._following = False
+        self._away_since = ""  # when the watch last went down; "" while it never was up
+        self._why = "not read yet"
         self._full_read = asyncio.Event()
         # The changes delivered since the full read in progress began; None between reads.
         self._delivered_during_read: list[ObjectUpdate] | None = None
+
+    def following(self) -> bool:
+        """The watch is up: read whole on its current sessions, and no failure since."""
+        return self._following
+
+    def away(self) -> str:
+        """Why the watch is not up (since when, and the last error)."""
+        if self._following:
+            return ""
+        return f"away since {self._away_since}: {self._why}" if self._away_since else self._why
 
     def request_full_read(self) -> None:
         """Have the complete inventory read again, beside the feeds, and delivered as a resync
@@ -192,6 +209,7 @@ class InventoryWatcher:
                     self._failures += 1
                     # str, not repr: an untrusted certificate's line names the setting to fix.
                     why = str(error) or repr(error)
+                    self._went_away(why)
                     log.warning(
                         "vCenter %s watch failed (%s); reconnecting in %.1fs",
                         self.vcenter,
@@ -205,6 +223,12 @@ class InventoryWatcher:
             await asyncio.gather(*(asyncio.to_thread(feed.cancel_wait) for feed in sessions))
             for feed in sessions:
                 await feed.session.close()
+
+    def _went_away(self, why: str) -> None:
+        if self._following:
+            self._away_since = utc_timestamp()
+        self._following = False
+        self._why = why
 
     def _started_over(self) -> None:
         self.reconnects += 1
@@ -234,6 +258,7 @@ class InventoryWatcher:
         updates = [update for _, part in wholes for update in part]
         self.batches.put_nowait(UpdateBatch(self.vcenter, updates, True, time.monotonic()))
         self._failures = 0
+        self._following = True
         await _until_one_ends(
             [
                 *(

@@ -8,11 +8,16 @@ from collections.abc import Sequence
 
 from hostaffinity.runtime.runner import ServiceSpec, run_service
 from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
-from hostaffinity.scheduler_extender.service import SchedulerExtenderWork
+from hostaffinity.scheduler_extender.service import SchedulerExtenderWork, readiness_parts
 
 
 def service_spec(work: SchedulerExtenderWork) -> ServiceSpec[SchedulerExtenderConfig]:
-    return ServiceSpec(name="scheduler-extender", config_type=SchedulerExtenderConfig, work=work)
+    return ServiceSpec(
+        name="scheduler-extender",
+        config_type=SchedulerExtenderConfig,
+        work=work,
+        readiness=readiness_parts,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

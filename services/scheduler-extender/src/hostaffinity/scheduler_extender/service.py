@@ -1,9 +1,11 @@
 """The scheduler-extender's work (the runner does the rest): the cache fed from the API and the
 topology KV, the sampled decision publisher, and the HTTP server kube-scheduler calls.
 
-Ready (/readyz) once Pods, Nodes, Namespaces and placements are all loaded; until then filter and
-prioritize answer with an error, which kube-scheduler skips for an `ignorable` extender. When
-cancelled (SIGTERM) the server stops taking requests and lets the ones in flight finish.
+Ready (/readyz) once Pods, Nodes, Namespaces and placements are all loaded and the server
+listens; until then filter and prioritize answer with an error, which kube-scheduler skips for an
+`ignorable` extender. The parts are declared in the spec (`readiness_parts`), so /readyz is not
+200 before the work has added them. When cancelled (SIGTERM) the server stops taking requests and
+lets the ones in flight finish.
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ from hostaffinity.schema import EVENTS_STREAM
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS = 0.5
+LISTENING = "extender listening"
+
+
+def _synced(source: str) -> str:
+    return f"{source} synced"
+
+
+def readiness_parts(_config: SchedulerExtenderConfig) -> list[str]:
+    """Every part of /readyz the work adds (the spec declares them up front)."""
+    return [*(_synced(source) for source in SOURCES), LISTENING]
 
 
 def build_cache(settings: SchedulerExtenderConfig) -> ExtenderCache:
@@ -51,7 +63,8 @@ class SchedulerExtenderWork:
         settings = ctx.config.extender
         cache = self.cache = build_cache(ctx.config)
         for source in SOURCES:
-            ctx.add_readiness(f"{source} synced", functools.partial(cache.is_synced, source))
+            ctx.add_readiness(_synced(source), functools.partial(cache.is_synced, source))
+        ctx.add_readiness(LISTENING, lambda: self.server is not None and self.server.port != 0)
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
         topology = await ctx.bus.topology(parked_as=SOURCE)
         feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)

@@ -12,6 +12,10 @@ Lease over. client-go renews under a RenewDeadline context for the same reason
 when the last successful renewal was *sent*, never from when its answer came back: the server
 may have written it any time in between, and a rival counts from that write.
 
+The holder may also keep annotations of its own on the Lease (`annotations`, read at each write
+and dropped on release): the runner's is the replica's readiness, which `hostaffinity status`
+reads.
+
 Why not `kubernetes_asyncio.leaderelection`: its renew loop checks the deadline only between
 attempts, so one hung call keeps it "leading" for as long as the call hangs; it offers no way to
 ask whether this replica leads now; and it writes `str(datetime)` times, not MicroTime.
@@ -25,7 +29,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -36,6 +40,7 @@ from hostaffinity.schema import utc_timestamp
 
 log = logging.getLogger(__name__)
 OnLost = Callable[[], Awaitable[None] | None]
+Annotations = Callable[[], Mapping[str, str]]
 
 
 # The shortest pause between two failed renewals, however near the deadline.
@@ -69,6 +74,7 @@ class LeaderElector:
         renew_deadline_s: float = 10.0,
         retry_period_s: float = 2.0,
         on_lost: OnLost | None = None,
+        annotations: Annotations | None = None,
     ) -> None:
         if not retry_period_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need retry period < renew deadline < lease duration")
@@ -80,6 +86,7 @@ class LeaderElector:
         self._renew_deadline = renew_deadline_s
         self._retry = retry_period_s
         self._on_lost = on_lost
+        self._annotations = annotations
         self._leading = asyncio.Event()
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
@@ -190,6 +197,7 @@ class LeaderElector:
             leaseDurationSeconds=math.ceil(self._duration),
             renewTime=now,
         )
+        self._annotate(lease)
         return await self._write(lease)
 
     async def _create(self) -> bool:
@@ -206,6 +214,7 @@ class LeaderElector:
                 "leaseTransitions": 0,
             },
         }
+        self._annotate(lease)
         try:
             await self._client.request("POST", self._leases.path(), body=lease)
         except ApiException as exc:
@@ -235,4 +244,15 @@ class LeaderElector:
         now = utc_timestamp()
         spec.update(holderIdentity=None, leaseDurationSeconds=1, renewTime=now, acquireTime=now)
         lease["spec"] = spec
+        if self._annotations is not None:  # they described the holder that is leaving
+            own = (lease.get("metadata") or {}).get("annotations") or {}
+            for key in self._annotations():
+                own.pop(key, None)
         await self._write(lease)
+
+    def _annotate(self, lease: dict[str, Any]) -> None:
+        if self._annotations is not None:
+            metadata = lease.setdefault("metadata", {})
+            metadata["annotations"] = (metadata.get("annotations") or {}) | dict(
+                self._annotations()
+            )

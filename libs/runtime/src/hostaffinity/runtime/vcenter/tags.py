@@ -11,6 +11,12 @@ A read costs a few calls per category and one per tag, however many objects are 
 categories are listed and named, the tags of the wanted ones listed and named, and their
 objects fetched in one `list-attached-objects-on-tags`. Each read logs in and out, as the
 cloud provider does: reads are minutes apart, and no session is left behind.
+
+One bad entry never spoils a read: `null` where a list is expected is an empty list (govmomi's
+vapi/tags/tag_association.go `AttachedObjects.ObjectIDs` has no omitempty, so a tag attached to
+nothing comes as `"object_ids": null`, as does vcsim's list of no categories), unknown fields are
+ignored, and an entry that does not decode (a category, a tag or an association) is left out
+and named in `TagRead.skipped`, for its reader to report once; the rest is read.
 """
 
 import asyncio
@@ -61,16 +67,19 @@ class _ObjectId(msgspec.Struct):
 
 class _Attached(msgspec.Struct):
     tag_id: str
-    object_ids: list[_ObjectId] = []
+    object_ids: list[_ObjectId] | None = None  # null: attached to nothing
 
 
 @dataclass(frozen=True, slots=True)
 class TagRead:
-    """Tagged objects by moid: category name -> tag names (sorted); and the categories asked
-    for that vCenter does not have (a typo in the config, or not created yet)."""
+    """Tagged objects by moid: category name -> tag names (sorted); the categories asked for
+    that vCenter does not have (a typo in the config, or not created yet); and the entries of
+    vCenter's answers left out because they do not decode, each named with the call and the
+    entry (the same bad entry gives the same line at every read)."""
 
     tags: Mapping[str, Mapping[str, tuple[str, ...]]]
     missing_categories: tuple[str, ...]
+    skipped: tuple[str, ...] = ()
 
 
 async def read_tags(
@@ -95,7 +104,8 @@ async def read_tags(
 
 
 class _Api:
-    """Calls on one Automation API session, each answer's `value` decoded."""
+    """Calls on one Automation API session, each answer's `value` decoded; the entries that do
+    not decode are collected in `skipped`."""
 
     def __init__(
         self, http: aiohttp.ClientSession, headers: dict[str, str], settings: VCenterSettings
@@ -103,10 +113,44 @@ class _Api:
         self._http = http
         self._headers = headers
         self._settings = settings
+        # What the answers held that did not decode, in the order met.
+        self.skipped: list[str] = []
+
+    async def list_of(
+        self, method: str, path: str, kind: type[T], *, action: str = "", body: Any = None
+    ) -> list[T]:
+        """A list answer's entries that decode as `kind` (null: none); each other is skipped."""
+        value = await self.call(method, path, action=action, body=body)
+        entries = [] if bytes(value) == b"null" else self._whole(method, path, value, _Entries)
+        call = f"{method} {path}{f' ({action})' if action else ''}"
+        found = (self._entry(call, entry, kind) for entry in entries)
+        return [item for item in found if item is not None]
+
+    async def one(self, path: str, kind: type[T]) -> T | None:
+        """GET `path`'s answer as `kind`, or None (skipped) when it does not decode."""
+        return self._entry(f"GET {path}", await self.call("GET", path), kind)
+
+    def _entry(self, call: str, entry: msgspec.Raw, kind: type[T]) -> T | None:
+        try:
+            return msgspec.json.decode(entry, type=kind)
+        except msgspec.DecodeError as error:
+            text = bytes(entry)[:200].decode("utf-8", "replace")
+            self.skipped.append(f"{call}: {error}: {text}")
+            return None
+
+    def _whole(self, method: str, path: str, raw: bytes | msgspec.Raw, kind: type[T]) -> T:
+        """`raw` as `kind`; a TagReadError when the answer as a whole is not what it should be."""
+        try:
+            return msgspec.json.decode(raw, type=kind)
+        except msgspec.DecodeError as error:
+            raise TagReadError(
+                f"vCenter {where(self._settings)}: {method} {path} answered {error}"
+            ) from error
 
     async def call(
-        self, method: str, path: str, kind: type[T], *, action: str = "", body: Any = None
-    ) -> T:
+        self, method: str, path: str, *, action: str = "", body: Any = None
+    ) -> msgspec.Raw:
+        """The answer's `value`, undecoded."""
         params = {"~action": action} if action else None
         try:
             async with self._http.request(
@@ -123,12 +167,7 @@ class _Api:
             raise TagReadError(
                 f"vCenter {where(self._settings)}: {method} {path} failed: {error!r}"
             ) from error
-        try:
-            return _value(payload, kind)
-        except msgspec.DecodeError as error:
-            raise TagReadError(
-                f"vCenter {where(self._settings)}: {method} {path} answered {error}"
-            ) from error
+        return self._whole(method, path, payload, _Answer).value
 
     async def logout(self) -> None:
         try:
@@ -142,6 +181,9 @@ class _Answer(msgspec.Struct):
     """Every `/rest` answer wraps its result in `value`."""
 
     value: msgspec.Raw
+
+
+_Entries = list[msgspec.Raw]
 
 
 def _value(payload: bytes, kind: type[T]) -> T:
@@ -169,27 +211,26 @@ async def _login(http: aiohttp.ClientSession, settings: VCenterSettings) -> str:
 
 
 async def _read(api: _Api, wanted: set[str]) -> TagRead:
-    category_ids = await api.call("GET", CATEGORY_PATH, list[str])
-    categories = await _each(
-        category_ids, lambda cid: api.call("GET", f"{CATEGORY_PATH}/id:{cid}", _Named)
-    )
-    chosen = {category.id: category.name for category in categories if category.name in wanted}
+    category_ids = await api.list_of("GET", CATEGORY_PATH, str)
+    categories = await _each(category_ids, lambda cid: api.one(f"{CATEGORY_PATH}/id:{cid}", _Named))
+    chosen = {c.id: c.name for c in categories if c is not None and c.name in wanted}
     tag_lists = await _each(
         list(chosen),
-        lambda cid: api.call(
-            "POST", f"{TAG_PATH}/id:{cid}", list[str], action="list-tags-for-category"
+        lambda cid: api.list_of(
+            "POST", f"{TAG_PATH}/id:{cid}", str, action="list-tags-for-category"
         ),
     )
     tag_ids = sorted({tag_id for ids in tag_lists for tag_id in ids})
     tags = {
         tag.id: tag
-        for tag in await _each(tag_ids, lambda tid: api.call("GET", f"{TAG_PATH}/id:{tid}", _Tag))
+        for tag in await _each(tag_ids, lambda tid: api.one(f"{TAG_PATH}/id:{tid}", _Tag))
+        if tag is not None
     }
     attached = (
-        await api.call(
+        await api.list_of(
             "POST",
             ASSOCIATION_PATH,
-            list[_Attached],
+            _Attached,
             action="list-attached-objects-on-tags",
             body={"tag_ids": tag_ids},
         )
@@ -201,7 +242,7 @@ async def _read(api: _Api, wanted: set[str]) -> TagRead:
         tag = tags.get(entry.tag_id)
         if tag is None or tag.category_id not in chosen:
             continue
-        for obj in entry.object_ids:
+        for obj in entry.object_ids or []:
             names = by_object.setdefault(obj.id, {}).setdefault(chosen[tag.category_id], set())
             names.add(tag.name)
     return TagRead(
@@ -210,6 +251,7 @@ async def _read(api: _Api, wanted: set[str]) -> TagRead:
             for moid, per in by_object.items()
         },
         missing_categories=tuple(sorted(wanted - set(chosen.values()))),
+        skipped=tuple(api.skipped),
     )
 
 
