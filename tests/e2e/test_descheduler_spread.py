@@ -5,6 +5,8 @@ Six replicas of app=web spread over three ESXi hosts with `maxSkew: 1`, written 
 write it (a `kubernetes.io/hostname` spread read on the host): two per host, though host H1
 keeps both of its replicas on one VM (node2), so per node the spread is already uneven and only
 the host reading sees it balanced. A vMotion of node2 onto H0 piles four replicas there.
+The same repair under `make dev`'s policy (every strategy on) takes one eviction for one replica
+too many.
 """
 
 from __future__ import annotations
@@ -113,3 +115,37 @@ async def test_vmotion_piling_a_host_spread_evicts_exactly_the_excess(
             assert len(terminating(kube)) == EXCESS, terminating(kube)
             for pod in terminating(kube):
                 assert REPLICAS[pod] in ("node1", "node2", "node4"), "only H0 gives"
+
+
+# What `make dev` runs (scripts/dev/descheduler.yaml's policy_file, relative to the repository).
+DEV_POLICY = Path(__file__).resolve().parents[2] / "scripts" / "dev" / "descheduler-policy.yaml"
+
+
+async def test_make_dev_repairs_a_vmotion_piling_a_host_spread_with_one_eviction(
+    vcsim: VcsimFactory, nats_server: NatsServer, kube_double: KubeDouble, kubeconfig: Path
+) -> None:
+    """`make dev`'s policy, every strategy on: three replicas, one per host and each on a node of
+    its own (nothing for RemoveDuplicates), until node2 moves onto H0 next to node1. One
+    replica on H0 is evicted; the other strategies add nothing."""
+    kube = kube_double
+    vc = vcsim(hosts=3, vm_names=NODES)
+    for name in NODES:
+        kube.seed(node_object(name))
+    replicas = {"web-1": "node1", "web-2": "node2", "web-3": "node3"}
+    for name, node in replicas.items():
+        kube.seed(spread_pod(name, node))
+    config = descheduler_config(nats_server, kubeconfig, DEV_POLICY)
+    async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
+        await wait_ready(labeller)
+        async with running_descheduler(config) as service:
+            loop = service.loop
+            assert loop is not None
+            await eventually(lambda: loop.cycles >= 1, "first cycle")
+            assert terminating(kube) == [], "one replica per host and per node: nothing to do"
+            relocate(vc.connect(), "node2", "DC0_C0_H0")
+            moved = time.monotonic()
+            await eventually(lambda: bool(terminating(kube)), "the excess evicted", within=10)
+            print(f"\nmake dev's policy: spread repaired {time.monotonic() - moved:.3f}s after")
+            await asyncio.sleep(1.0)  # later cycles (the eviction's own updates) add none
+            (evicted,) = terminating(kube)
+            assert replicas[evicted] in ("node1", "node2"), "only H0 gives"
