@@ -12,12 +12,15 @@ too many.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hostaffinity.descheduler.service import DeschedulingLoop
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 from tests.e2e.descheduler_harness import (
     descheduler_config,
@@ -30,7 +33,7 @@ from tests.e2e.descheduler_harness import (
 from tests.e2e.labeller_harness import labeller_config, relocate, running, wait_ready
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
-from tests.platform.vcsim import VcsimFactory
+from tests.platform.vcsim import Vcsim, VcsimFactory
 from tests.recorded_fixtures import fixture_dir
 
 SPREAD = {
@@ -59,6 +62,20 @@ def not_descheduled(kube: KubeDouble) -> list[dict[str, Any]]:
     ]
 
 
+@contextlib.asynccontextmanager
+async def first_cycle_done(
+    vc: Vcsim, nats: NatsServer, kubeconfig: Path, policy: Path
+) -> AsyncIterator[DeschedulingLoop]:
+    """The node-labeller and a descheduler with `policy`, from the descheduler's first cycle."""
+    async with running(labeller_config(vc, nats, kubeconfig)) as labeller:
+        await wait_ready(labeller)
+        async with running_descheduler(descheduler_config(nats, kubeconfig, policy)) as service:
+            loop = service.loop
+            assert loop is not None
+            await eventually(lambda: loop.cycles >= 1, "first cycle")
+            yield loop
+
+
 async def _evicted_in_time(kube: KubeDouble, since: float, what: str) -> float:
     """Wait for the excess to be evicted; returns the seconds it took from `since`."""
     await eventually(lambda: len(terminating(kube)) >= EXCESS, what, within=10)
@@ -81,40 +98,34 @@ async def test_vmotion_piling_a_host_spread_evicts_exactly_the_excess(
         kube.seed(spread_pod(name, node))
     # The upstream README's policy for the plugin, unchanged.
     policy = fixture_dir("descheduler") / "policy-topology-spread-v1alpha2.yaml"
-    config = descheduler_config(nats_server, kubeconfig, policy)
-    async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
-        await wait_ready(labeller)
-        async with running_descheduler(config) as service:
-            loop = service.loop
-            assert loop is not None
-            await eventually(lambda: loop.cycles >= 1, "first cycle")
-            assert terminating(kube) == [], "balanced over hosts: nothing to do before the move"
-            cycles = loop.cycles
-            relocate(vc.connect(), "node2", "DC0_C0_H0")
-            moved = time.monotonic()
-            if not cordoned:
-                took = await _evicted_in_time(kube, moved, "the excess evicted")
-                print(f"\nspread repaired: {EXCESS} evictions {took:.3f}s after the vMotion")
-                assert took < 2.0
-            else:
-                await eventually(lambda: loop.cycles > cycles, "a cycle after the move")
-                await eventually(lambda: len(not_descheduled(kube)) >= EXCESS, "the Events")
-                assert terminating(kube) == []
-                message = not_descheduled(kube)[0]["message"]
-                assert "RemovePodsViolatingTopologySpreadConstraint" in message
-                assert "hostaffinity.io/esxi-host=DC0_C0_H0 has 4 matching pods" in message
-                assert "no other node" in message
-                print(f"\nno host can take them: {len(not_descheduled(kube))} NotDescheduled")
-                # The uncordon gives H1 a node again: that alone starts the repair.
-                kube.write(node_object("node5"), manager="kubectl")
-                uncordoned = time.monotonic()
-                took = await _evicted_in_time(kube, uncordoned, "the excess after uncordon")
-                print(f"spread repaired: {EXCESS} evictions {took:.3f}s after the uncordon")
-                assert took < 2.0
-            await asyncio.sleep(1.0)  # later cycles (the evictions' own updates) add none
-            assert len(terminating(kube)) == EXCESS, terminating(kube)
-            for pod in terminating(kube):
-                assert REPLICAS[pod] in ("node1", "node2", "node4"), "only H0 gives"
+    async with first_cycle_done(vc, nats_server, kubeconfig, policy) as loop:
+        assert terminating(kube) == [], "balanced over hosts: nothing to do before the move"
+        cycles = loop.cycles
+        relocate(vc.connect(), "node2", "DC0_C0_H0")
+        moved = time.monotonic()
+        if not cordoned:
+            took = await _evicted_in_time(kube, moved, "the excess evicted")
+            print(f"\nspread repaired: {EXCESS} evictions {took:.3f}s after the vMotion")
+            assert took < 2.0
+        else:
+            await eventually(lambda: loop.cycles > cycles, "a cycle after the move")
+            await eventually(lambda: len(not_descheduled(kube)) >= EXCESS, "the Events")
+            assert terminating(kube) == []
+            message = not_descheduled(kube)[0]["message"]
+            assert "RemovePodsViolatingTopologySpreadConstraint" in message
+            assert "hostaffinity.io/esxi-host=DC0_C0_H0 has 4 matching pods" in message
+            assert "no other node" in message
+            print(f"\nno host can take them: {len(not_descheduled(kube))} NotDescheduled")
+            # The uncordon gives H1 a node again: that alone starts the repair.
+            kube.write(node_object("node5"), manager="kubectl")
+            uncordoned = time.monotonic()
+            took = await _evicted_in_time(kube, uncordoned, "the excess after uncordon")
+            print(f"spread repaired: {EXCESS} evictions {took:.3f}s after the uncordon")
+            assert took < 2.0
+        await asyncio.sleep(1.0)  # later cycles (the evictions' own updates) add none
+        assert len(terminating(kube)) == EXCESS, terminating(kube)
+        for pod in terminating(kube):
+            assert REPLICAS[pod] in ("node1", "node2", "node4"), "only H0 gives"
 
 
 # What `make dev` runs (scripts/dev/descheduler.yaml's policy_file, relative to the repository).
@@ -134,18 +145,12 @@ async def test_make_dev_repairs_a_vmotion_piling_a_host_spread_with_one_eviction
     replicas = {"web-1": "node1", "web-2": "node2", "web-3": "node3"}
     for name, node in replicas.items():
         kube.seed(spread_pod(name, node))
-    config = descheduler_config(nats_server, kubeconfig, DEV_POLICY)
-    async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
-        await wait_ready(labeller)
-        async with running_descheduler(config) as service:
-            loop = service.loop
-            assert loop is not None
-            await eventually(lambda: loop.cycles >= 1, "first cycle")
-            assert terminating(kube) == [], "one replica per host and per node: nothing to do"
-            relocate(vc.connect(), "node2", "DC0_C0_H0")
-            moved = time.monotonic()
-            await eventually(lambda: bool(terminating(kube)), "the excess evicted", within=10)
-            print(f"\nmake dev's policy: spread repaired {time.monotonic() - moved:.3f}s after")
-            await asyncio.sleep(1.0)  # later cycles (the eviction's own updates) add none
-            (evicted,) = terminating(kube)
-            assert replicas[evicted] in ("node1", "node2"), "only H0 gives"
+    async with first_cycle_done(vc, nats_server, kubeconfig, DEV_POLICY):
+        assert terminating(kube) == [], "one replica per host and per node: nothing to do"
+        relocate(vc.connect(), "node2", "DC0_C0_H0")
+        moved = time.monotonic()
+        await eventually(lambda: bool(terminating(kube)), "the excess evicted", within=10)
+        print(f"\nmake dev's policy: spread repaired {time.monotonic() - moved:.3f}s after")
+        await asyncio.sleep(1.0)  # later cycles (the eviction's own updates) add none
+        (evicted,) = terminating(kube)
+        assert replicas[evicted] in ("node1", "node2"), "only H0 gives"
