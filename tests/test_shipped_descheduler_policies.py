@@ -50,4 +50,3 @@ def test_the_policy_enables_every_registered_strategy(shipped: str) -> None:
     enabled = {s.name for profile in policy.profiles for s in profile.strategies}
     assert sorted(set(REGISTRY) - enabled) == [], "strategies the policy leaves out"
     assert len(enabled) == len(REGISTRY)
-
