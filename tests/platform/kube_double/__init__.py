@@ -11,6 +11,7 @@ write, so the double is a small aiohttp server of its own instead.
 
 Modules: `store` (revisions, history, watch fan-out), `server` (HTTP verbs), `actions`
 (binding, eviction, tokens, reviews), `admission` (defaulting, validation, conversion),
+`label_keys` (pod affinity matchLabelKeys / mismatchLabelKeys on create),
 `patches`, `fieldsets` (managedFields), `selectors`, `auth`, `double` (start/stop + test hooks),
 `fixture` (the `kube_double` pytest fixture).
 """
