@@ -11,8 +11,8 @@ request and watch stream, against real HTTP servers in another thread), aiohttp'
 timeout (its TimerContext), its `sock_read` timeout (a protocol timer, no cancellation at
 all), its `connect`/`sock_connect` timeouts (`ceil_timeout`, asyncio.timeout on 3.11), the
 vCenter tag reads (an aiohttp session with a `total` timeout), and the aiohttp server's
-shutdown. Last, a loop of ours over nats-py requests (`Bus.wait_for_layout`) ends at every
-offset: it checks for a swallowed cancellation after each request.
+shutdown. Last, our loops over nats-py requests end at every offset: each checks for a
+swallowed cancellation after its request (`raise_if_cancel_requested`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
@@ -34,8 +34,11 @@ from aiohttp.helpers import ceil_timeout
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.kube.client import KubeClient
+from hostaffinity.runtime.kube.informer import InformerEvent, KeyedDispatcher
 from hostaffinity.runtime.process.config import KubernetesSettings
+from hostaffinity.runtime.process.workqueue import WorkQueue
 from hostaffinity.runtime.vcenter.session import VCenterSettings
 from hostaffinity.runtime.vcenter.tags import TagReadError, read_tags
 from tests.platform.coinciding_cancel import Outcome, sweep
@@ -264,3 +267,58 @@ async def test_waiting_for_the_layout_ends_at_a_cancellation_its_request_dropped
         lambda: bus.wait_for_layout(["AUDIT_NEVER_PROVISIONED"], retry_seconds=0.001), hold=0.05
     )
     assert set(outcomes.values()) == {Outcome.CANCELLED}, outcomes  # it never ends on its own
+
+
+def js_info(bus: Bus) -> Callable[..., Awaitable[object]]:
+    """A call nats-server itself answers (JetStream's account info), as a handler's or a
+    publisher's NATS call."""
+
+    async def ask(*_args: object) -> object:
+        return await bus.nc.request("$JS.API.INFO", b"", timeout=5)
+
+    return ask
+
+
+async def test_the_sampled_publisher_ends_at_a_cancellation_a_publish_dropped(bus: Bus) -> None:
+    """SampledPublisher.run (the extender's and the webhook's sampled events) with events
+    always waiting: a dropped cancellation would keep it publishing."""
+
+    async def publishing() -> None:
+        publisher = SampledPublisher("audit", js_info(bus), ratio=1.0, capacity=10_000)
+        for i in range(5_000):
+            publisher.offer(str(i), lambda: None)  # type: ignore[arg-type,return-value]
+        await publisher.run()
+
+    outcomes = await sweep(publishing, hold=0.05)
+    assert set(outcomes.values()) == {Outcome.CANCELLED}, outcomes
+
+
+async def test_a_work_queue_ends_at_a_cancellation_a_handler_dropped(bus: Bus) -> None:
+    """WorkQueue.run (the node-labeller's nodes) with keys always waiting and a handler that
+    calls NATS."""
+
+    async def working() -> None:
+        queue: WorkQueue[int] = WorkQueue("audit")
+        for key in range(5_000):
+            queue.add(key)
+        await queue.run(js_info(bus), workers=1)
+
+    outcomes = await sweep(working, hold=0.05)
+    assert set(outcomes.values()) == {Outcome.CANCELLED}, outcomes
+
+
+async def test_an_informers_workers_end_at_a_cancellation_a_handler_dropped(bus: Bus) -> None:
+    """KeyedDispatcher (every informer's handlers) with events always waiting: the informer's
+    end cancels its workers and waits for them, which a dropped cancellation would hang."""
+
+    async def dispatching() -> None:
+        dispatcher: KeyedDispatcher[int] = KeyedDispatcher(js_info(bus), shards=1, idle_s=5.0)
+        for key in range(5_000):
+            dispatcher.submit(InformerEvent("ADDED", str(key), key))
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await dispatcher.close()
+
+    outcomes = await sweep(dispatching, hold=0.05, settle_seconds=0.01)
+    assert set(outcomes.values()) == {Outcome.CANCELLED}, outcomes
