@@ -193,3 +193,31 @@ async def test_losing_the_lease_cancels_the_work_within_the_bound(
         # Noticed at the next renewal; the work was cancelled before a rival could start.
         assert time.monotonic() - usurped < LEASE.duration_seconds
         assert work.unwound
+
+
+class SwallowingSetup(Toy):
+    """A work whose set-up call swallows the stop, as a NATS call through Python 3.11's
+    `wait_for` does when its reply and the cancellation come together; then it starts its
+    loops and runs them."""
+
+    async def __call__(self, ctx: ServiceContext[ToyConfig]) -> None:
+        self.started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()  # the set-up call, in flight when the stop comes
+        try:
+            ctx.start(self._sibling(), name="sibling")
+            await asyncio.Event().wait()  # the main loop
+        finally:
+            self.unwound = True
+
+
+async def test_a_stop_swallowed_while_setting_up_ends_the_work_when_it_starts_its_loops(
+    nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    work = SwallowingSetup()
+    config = _config(nats_server, kubeconfig, drain_seconds=1.0)
+    async with running(work, config, "a", leader_elected=False) as (runner, task):
+        await asyncio.wait_for(work.started.wait(), 10)
+        runner.stop()
+        await asyncio.wait_for(task, 5)  # no DrainTimeout: the work ended at once
+        assert work.unwound
