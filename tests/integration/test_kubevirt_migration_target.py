@@ -22,7 +22,6 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 from descheduler_builders import NOW, cluster, node_json, vmi
@@ -46,6 +45,7 @@ from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTain
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_SPREAD_ACROSS_HOSTS
 from tests.admission_policy_cel import Policy as AdmissionPolicy
 from tests.integration.webhook_harness import (
+    created_pod,
     service,
     shipped_configuration,  # noqa: F401 (the fixture, used by name)
 )
@@ -209,16 +209,6 @@ def test_drain_under_a_host_spread_keeps_the_vm_on_its_host(way: str) -> None:
 API_SERVERS = {"v1.31-and-later": True, "v1.28-to-v1.30": False}
 
 
-async def created(kube: KubeDouble, pod: dict[str, Any]) -> dict[str, Any]:
-    """`pod` created through the double's API (its admission path included), as stored."""
-    url = f"{kube.url}/api/v1/namespaces/default/pods"
-    headers = {"Authorization": f"Bearer {kube.token}"}
-    async with aiohttp.ClientSession() as http, http.post(url, json=pod, headers=headers) as r:
-        assert r.status == 201, await r.text()
-        stored: dict[str, Any] = await r.json()
-        return stored
-
-
 def sibling_node_taken(stored: list[dict[str, Any]]) -> list[str]:
     """Where kube-scheduler alone may put the migration target (the last pod) among the
     others: with the source left out of its twin, the sibling node VM on its own host."""
@@ -239,7 +229,7 @@ async def test_the_webhooks_twins_leave_the_source_out_on_every_api_server(
     kube_double.call_webhooks(lambda namespace, name: list(endpoints))
     async with service(nats_server, kubeconfig, kube_double) as running:
         endpoints.append(f"https://127.0.0.1:{running.webhook.port}")
-        stored = [await created(kube_double, pod) for pod in [*sources(), target()]]
+        stored = [await created_pod(kube_double, "default", pod) for pod in [*sources(), target()]]
     assert all(LABEL_ESXI_HOST in json.dumps(p["spec"]["affinity"]) for p in stored), "mutated"
     assert sibling_node_taken(stored) == ["node-1b"]
 
