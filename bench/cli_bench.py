@@ -4,7 +4,7 @@
 the command's reads; each run then does what the command does after reading: build the engine's
 index (exposure, what-if), compute the report, render both the table and the JSON. The decode
 of the raw API JSON (the pod list's pages, as the API server sends them) is timed apart, and
-last the scheduler-extender's exposure gauge recount over a built index (what a scrape costs).
+last the descheduler's exposure gauge recount over a built index (what a scrape costs).
 The cluster comes from bench/cluster.py; every pod gets a ReplicaSet owner (its workload) and
 requests, every node allocatable, every host a record in the KV.
 """
@@ -143,7 +143,7 @@ def main() -> None:
     samples, summary = timed(
         args.runs, lambda: f"{sum(exposed_per_namespace(index).values())} exposed"
     )
-    print("the scheduler-extender's gauge recount over a built index (no index build):")
+    print("the descheduler's exposure gauge recount over a built index (no index build):")
     report("hostaffinity_workloads_exposed", samples, summary)
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
 

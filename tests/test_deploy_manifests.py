@@ -890,8 +890,9 @@ def test_monitoring_component_scrapes_every_service_and_nats() -> None:
         }
         for endpoint in monitor["spec"]["podMetricsEndpoints"]:
             assert endpoint["path"] == "/metrics"
-            # Only the extender serves a `namespace` label of its own (the workloads').
-            assert endpoint.get("honorLabels", False) is (job == "scheduler-extender"), job
+            # Only the descheduler serves a `namespace` label of its own (the workloads', on
+            # hostaffinity_workloads_exposed).
+            assert endpoint.get("honorLabels", False) is (job == "descheduler"), job
             assert monitoring in admitted(documents, labels[where])[ports[endpoint["port"]]]
     assert len(monitors) == len(SCRAPED)
 

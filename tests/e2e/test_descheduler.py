@@ -372,6 +372,56 @@ async def test_the_kubevirt_crs_limits_hold_and_its_version_lets_the_target_be_p
     assert all("(addedNodeSelector)" in message for message in migrating)
 
 
+async def test_a_kubevirt_cr_allowing_no_migration_gets_none_until_it_allows_one(
+    kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """parallelMigrationsPerCluster 0 means no migration (KubeVirt's API: a pointer, 0 is a
+    value, not unset), through the informer as the descheduler reads the CR: the VMs on the
+    node in maintenance stay, each with its reason (the cycle's plan, and the log). Raised to
+    1, the change alone starts a cycle and one VM migrates."""
+    kube = kube_double
+    kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubevirt"}})
+    kube.seed(kubevirt_json("v1.6.0", per_cluster=0))
+    kube.seed(in_maintenance("worker-1"))
+    kube.seed(node_object("spare-1"))
+    for i in range(2):
+        kube.seed(vmi_json(f"vm-{i}", "worker-1"))
+        kube.seed(launcher_object(f"vm-{i}", "worker-1"))
+    # No interval within the test: only a change starts a cycle.
+    config = descheduler_config(
+        nats_server,
+        kubeconfig,
+        write_policy(tmp_path, TAINT_POLICY),
+        debounce_seconds=0.2,
+        interval_seconds=3600,
+    )
+
+    async with running_descheduler(config) as service:
+        loop = service.loop
+        assert loop is not None
+
+        def held_back() -> list[str]:
+            skipped = [] if loop.last is None else loop.last.plan.skipped
+            return [
+                pod
+                for skip in skipped
+                for pod, why in skip.reasons
+                if why == "KubeVirt allows no live migration (a per-cluster limit of 0)"
+            ]
+
+        await eventually(lambda: len(held_back()) == 2, "both VMs held back, with the reason")
+        assert vm_migrations(kube) == []
+        cycles = loop.cycles
+        stored = kube.read("kubevirt.io/v1", "kubevirts", "kubevirt", "kubevirt")
+        assert stored is not None
+        stored["spec"]["configuration"]["migrations"]["parallelMigrationsPerCluster"] = 1
+        kube.write(stored)
+        await eventually(lambda: len(vm_migrations(kube)) == 1, "one migration once allowed")
+        assert loop.cycles > cycles
+        await asyncio.sleep(0.5)  # the next cycles keep to the limit of 1
+        assert len(vm_migrations(kube)) == 1
+
+
 async def test_a_vm_whose_new_placement_waits_for_a_restart_is_reported(
     kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path, telemetry: Telemetry
 ) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -42,6 +43,14 @@ from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_SPREAD_ACROSS_HOSTS
+from tests.admission_policy_cel import Policy as AdmissionPolicy
+from tests.integration.webhook_harness import (
+    created_pod,
+    service,
+    shipped_configuration,  # noqa: F401 (the fixture, used by name)
+)
+from tests.platform.kube_double import KubeDouble
+from tests.platform.kube_double.label_keys import prepare_pod_affinity
 from tests.platform.kubevirt_pods import (
     HOSTNAME_KEY,
     REQUIRED,
@@ -49,6 +58,7 @@ from tests.platform.kubevirt_pods import (
     launcher_pod_json,
     stored_after_admission,
 )
+from tests.platform.nats import NatsServer
 
 HOSTS = {"esxi-1": ("node-1a", "node-1b"), "esxi-2": ("node-2a", "node-2b"),
          "esxi-3": ("node-3a", "node-3b")}  # fmt: skip
@@ -191,3 +201,50 @@ def test_drain_under_a_host_spread_keeps_the_vm_on_its_host(way: str) -> None:
         vmis=[vmi(vm, node) for vm, node in SPREAD_REPLICAS.items()],
     )
     assert drain_plan(state) == [(Outcome.MIGRATE, "default/db-0", "node-1c")]
+
+
+# Kubernetes versions the webhook supports (docs/services/admission-webhook.md): from v1.31 the
+# API server merges a pod affinity term's mismatchLabelKeys into its selector; before, it drops
+# the field unmerged (KEP-3633; tests/platform/kube_double/label_keys.py).
+API_SERVERS = {"v1.31-and-later": True, "v1.28-to-v1.30": False}
+
+
+def sibling_node_taken(stored: list[dict[str, Any]]) -> list[str]:
+    """Where kube-scheduler alone may put the migration target (the last pod) among the
+    others: with the source left out of its twin, the sibling node VM on its own host."""
+    scheduler = engine([as_kube_scheduler_reads(p) for p in stored[:-1]])
+    return scheduler.filter(as_kube_scheduler_reads(stored[-1])).feasible
+
+
+@pytest.mark.usefixtures("shipped_configuration")
+@pytest.mark.parametrize("merges", list(API_SERVERS.values()), ids=list(API_SERVERS))
+async def test_the_webhooks_twins_leave_the_source_out_on_every_api_server(
+    merges: bool, kube_double: KubeDouble, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """The admission-webhook service, called by the double's admission path, then stored as an
+    API server that does or does not merge label keys stores it: the drain with replicas =
+    hosts migrates the VM to its sibling node VM either way."""
+    kube_double.server.merges_label_keys = merges
+    endpoints: list[str] = []
+    kube_double.call_webhooks(lambda namespace, name: list(endpoints))
+    async with service(nats_server, kubeconfig, kube_double) as running:
+        endpoints.append(f"https://127.0.0.1:{running.webhook.port}")
+        stored = [await created_pod(kube_double, "default", pod) for pod in [*sources(), target()]]
+    assert all(LABEL_ESXI_HOST in json.dumps(p["spec"]["affinity"]) for p in stored), "mutated"
+    assert sibling_node_taken(stored) == ["node-1b"]
+
+
+@pytest.mark.parametrize("merges", list(API_SERVERS.values()), ids=list(API_SERVERS))
+def test_the_admission_policys_twins_leave_the_source_out_on_every_api_server(
+    merges: bool,
+) -> None:
+    """The same with the MutatingAdmissionPolicy (k8s/components/admission-policy) in the
+    webhook's place, evaluated as tests/admission_policy_cel.py evaluates it."""
+    policy = AdmissionPolicy.load()
+    stored = []
+    for pod in [*sources(), target()]:
+        admitted = policy.admit(pod)
+        prepare_pod_affinity(admitted, merges=merges)
+        stored.append(admitted)
+    assert policy.errors == []
+    assert sibling_node_taken(stored) == ["node-1b"]

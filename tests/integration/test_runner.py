@@ -152,9 +152,15 @@ async def test_readiness_is_assembled_from_parts_and_stop_drains_the_work(
     async with running(work, config, "a", leader_elected=False) as (runner, task):
         await asyncio.wait_for(work.started.wait(), 10)
         status, text = await _readyz(runner)
-        assert (status, text) == (503, "not ready: toy part\n[+] nats connected\n[-] toy part\n")
+        assert (status, text) == (
+            503,
+            "not ready: toy part\n[+] nats connected\n[+] cluster identity known\n[-] toy part\n",
+        )
         work.part_ready = True
-        assert await _readyz(runner) == (200, "ready\n[+] nats connected\n[+] toy part\n")
+        assert await _readyz(runner) == (
+            200,
+            "ready\n[+] nats connected\n[+] cluster identity known\n[+] toy part\n",
+        )
         runner.stop()
         await asyncio.wait_for(task, 5)
         assert work.unwound, "the work's finally ran before the runner returned"
@@ -320,3 +326,31 @@ def _lease_readiness(kube: KubeDouble) -> tuple[bool, list[ReadinessPart]] | Non
         return None
     written = decode_readiness(text)
     return written.ready, written.parts
+
+
+class SwallowingSetup(Toy):
+    """A work whose set-up call swallows the stop, as a NATS call through Python 3.11's
+    `wait_for` does when its reply and the cancellation come together; then it starts its
+    loops and runs them."""
+
+    async def __call__(self, ctx: ServiceContext[ToyConfig]) -> None:
+        self.started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()  # the set-up call, in flight when the stop comes
+        try:
+            ctx.start(self._sibling(), name="sibling")
+            await asyncio.Event().wait()  # the main loop
+        finally:
+            self.unwound = True
+
+
+async def test_a_stop_swallowed_while_setting_up_ends_the_work_when_it_starts_its_loops(
+    nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    work = SwallowingSetup()
+    config = _config(nats_server, kubeconfig, drain_seconds=1.0)
+    async with running(work, config, "a", leader_elected=False) as (runner, task):
+        await asyncio.wait_for(work.started.wait(), 10)
+        runner.stop()
+        await asyncio.wait_for(task, 5)  # no DrainTimeout: the work ended at once
+        assert work.unwound

@@ -40,6 +40,7 @@ from hostaffinity.schema import (
 from tests.integration.webhook_harness import (
     FIXTURE,
     RunningWebhook,
+    created_pod,
     eventually_true,
     post,
     readiness,
@@ -292,12 +293,7 @@ async def test_pods_created_through_the_api_are_mutated_by_the_service_or_admitt
     kube_double.call_webhooks(lambda namespace, name: list(endpoints), calls.append)
 
     async def create(pod: dict[str, Any]) -> dict[str, Any]:
-        url = f"{kube_double.url}/api/v1/namespaces/apps/pods"
-        headers = {"Authorization": f"Bearer {kube_double.token}"}
-        async with aiohttp.ClientSession() as http, http.post(url, json=pod, headers=headers) as r:
-            assert r.status == 201, await r.text()
-            created: dict[str, Any] = await r.json()
-            return created
+        return await created_pod(kube_double, "apps", pod)
 
     async with service(nats_server, kubeconfig, kube_double) as running:
         endpoints.append(f"https://127.0.0.1:{running.webhook.port}")

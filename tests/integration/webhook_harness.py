@@ -106,6 +106,16 @@ async def post(service: RunningWebhook, body: bytes, ca: bytes) -> tuple[int, by
         return response.status, await response.read()
 
 
+async def created_pod(kube: KubeDouble, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` created through the double's API, its admission path included: as stored."""
+    url = f"{kube.url}/api/v1/namespaces/{namespace}/pods"
+    headers = {"Authorization": f"Bearer {kube.token}"}
+    async with aiohttp.ClientSession() as http, http.post(url, json=pod, headers=headers) as r:
+        assert r.status == 201, await r.text()
+        created: dict[str, Any] = await r.json()
+        return created
+
+
 def seed_namespace(kube: KubeDouble) -> None:
     kube.seed({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hostaffinity"}})
 

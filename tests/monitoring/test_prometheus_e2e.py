@@ -15,21 +15,18 @@ Each job is scraped as the Prometheus operator scrapes it from its PodMonitor (t
 namespace as a target label, the PodMonitor's honorLabels), so an alert's labels can be checked
 against the workload that caused it: HostaffinityWorkloadsExposed names the exposed workload's
 namespace, not hostaffinity. Since every job here serves every instrument, the jobs other than
-the extender drop its exposure gauge, as a cluster's would not serve it.
+the descheduler drop its exposure gauge, as a cluster's would not serve it.
 """
 
 import asyncio
-import contextlib
 import json
 import re
 import subprocess
-from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from pyVmomi import vim
 
 from hostaffinity.descheduler.main import service_spec as descheduler_spec
@@ -64,29 +61,21 @@ from tests.integration.extender_harness import RunningExtender, extender, filter
 from tests.integration.webhook_harness import (
     FIXTURE,
     RunningWebhook,
-    eventually_true,
     post,
     service,
     shipped_configuration,  # noqa: F401 (the fixture, used by name)
     written_ca,
 )
-from tests.monitoring.monitoring import (
-    alerts,
-    dashboard_panels,
-    scrape_config,
-    tool,
-    write_rules,
-)
+from tests.monitoring.monitoring import alerts, dashboard_panels, tool
+from tests.monitoring.prometheus_server import api, prometheus, until_answered
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer, free_port
 from tests.platform.vcsim import VcsimFactory
 
 # vcsim puts VM i on host i mod 3: node1 and node4 share host DC0_C0_H0.
 NODES = ["node1", "node2", "node3", "node4"]
-OUR_NAMESPACE = "hostaffinity"
 # A workload with both replicas on one ESXi host from the start: exposed.
 EXPOSED_NAMESPACE = "shop"
-EXTENDER_ONLY = "hostaffinity_workloads_exposed"
 # Counters an alert takes increase() of: each must be served from the start (at 0).
 INCREASED = re.compile(r"increase\((hostaffinity_[a-z0-9_]+)")
 PUBLISHERS = (
@@ -97,54 +86,6 @@ RATE_INTERVAL = "15s"  # Grafana's $__rate_interval, for a 1 s scrape interval
 FOREIGN_PREFIXES = ("python_", "process_", "scrape_", "target_info", "up", "prometheus_")
 METRIC = re.compile(r"\b(hostaffinity_[a-z0-9_]+|up)\b(?!\s*\()")
 _vim: Any = vim
-
-
-async def api(http: aiohttp.ClientSession, base: str, path: str, **params: str) -> Any:
-    async with http.get(f"{base}/api/v1/{path}", params=params) as response:
-        body = await response.json()
-    assert body["status"] == "success", (path, params, body)
-    return body["data"]
-
-
-@contextlib.asynccontextmanager
-async def prometheus(tmp_path: Path, jobs: Mapping[str, int]) -> AsyncIterator[str]:
-    """Prometheus scraping each job's port every second, with the shipped rules; its base URL."""
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(write_rules(tmp_path))],
-        "scrape_configs": [scrape_config(job, port, OUR_NAMESPACE) for job, port in jobs.items()],
-    }
-    for job in config["scrape_configs"]:
-        if job["job_name"] != "scheduler-extender":
-            job["metric_relabel_configs"] = [
-                {"source_labels": ["__name__"], "regex": EXTENDER_ONLY, "action": "drop"}
-            ]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        tool("prometheus"),
-        f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=(tmp_path / "prometheus.log").open("wb"),
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with aiohttp.ClientSession() as http:
-
-            async def answers() -> bool:
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{base}/-/ready") as response:
-                        return response.status == 200
-                return False
-
-            await eventually_true(answers, "Prometheus never became ready")
-        yield base
-    finally:
-        process.terminate()
-        await process.wait()
 
 
 def metric_names(expr: str) -> set[str]:
@@ -298,18 +239,6 @@ async def test_prometheus_evaluates_every_panel_and_alert_on_the_running_service
 def alert_expr(name: str) -> str:
     (expr,) = [a["expr"] for a in alerts() if a["alert"] == name]
     return str(expr)
-
-
-async def until_answered(
-    http: aiohttp.ClientSession, base: str, query: str, within: float = 20.0
-) -> list[dict[str, Any]]:
-    """The query's first non-empty result, polled until `within` seconds have passed."""
-    for _ in range(int(within / 0.2)):
-        found: list[dict[str, Any]] = (await api(http, base, "query", query=query))["result"]
-        if found:
-            return found
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"no answer to {query} within {within} s")
 
 
 async def check_counters_served_from_the_start(http: aiohttp.ClientSession, base: str) -> None:

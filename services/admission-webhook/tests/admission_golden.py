@@ -76,7 +76,11 @@ def _pod(
 ) -> dict[str, Any]:
     metadata = {"namespace": "apps", "labels": labels, "annotations": annotations, **meta}
     base_spec = {"containers": [{"name": "main", "image": "registry.example/app:1"}]}
-    return {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": base_spec | spec}
+    pod = {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": base_spec | spec}
+    # As decoded from the wire: no object shared by two places (a selector built once and used
+    # in two terms would take a patch meant for one of them in both).
+    decoded: dict[str, Any] = json.loads(json.dumps(pod))
+    return decoded
 
 
 def deployment() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -192,8 +196,13 @@ def virt_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
     )
     expected = copy.deepcopy(pod)
     affinity = expected["spec"]["affinity"]
-    # The twin leaves out the VM's own pods: a migration target never counts its source.
-    twin = term | {"topologyKey": LABEL_ESXI_HOST, "mismatchLabelKeys": ["kubevirt.io/created-by"]}
+    # The twin leaves out the VM's own pods: a migration target never counts its source. The
+    # requirement is in the selector itself, so an API server that merges no mismatchLabelKeys
+    # (before v1.31) stores it too.
+    own_vm = {"key": "kubevirt.io/created-by", "operator": "NotIn",
+              "values": [labels["kubevirt.io/created-by"]]}  # fmt: skip
+    selector = {**term["labelSelector"], "matchExpressions": [own_vm]}
+    twin = term | {"topologyKey": LABEL_ESXI_HOST, "labelSelector": selector}
     affinity["podAntiAffinity"][REQUIRED].append(twin)
     affinity["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0]["matchExpressions"].append(
         HOST_EXISTS
@@ -211,7 +220,8 @@ def virt_launcher() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 MIGRATION_TARGET_VMI = "3f1e2d4c-0000-4000-8000-00000000000b"
-# What a migration target's host-key spread gains: its own VM (source and itself) left out.
+# What a migration target's host-key terms and spreads gain: its own VM (source and itself)
+# left out.
 OWN_VM_LEFT_OUT = {"key": "kubevirt.io/created-by", "operator": "NotIn",
                    "values": [MIGRATION_TARGET_VMI]}  # fmt: skip
 
@@ -255,12 +265,13 @@ def migration_target() -> tuple[dict[str, Any], dict[str, Any]]:
         "matchLabels": {"workload": "vm-db"}, "matchExpressions": [OWN_VM_LEFT_OUT]}}  # fmt: skip
     spreads[1] |= {"topologyKey": LABEL_ESXI_HOST}
     anti = expected["spec"]["affinity"]["podAntiAffinity"]
-    own_vm = {"topologyKey": LABEL_ESXI_HOST, "mismatchLabelKeys": ["kubevirt.io/created-by"]}
-    anti[REQUIRED] += [apart | own_vm, own_node | own_vm]
-    anti[PREFERRED][0]["podAffinityTerm"] = tenant | {
-        "topologyKey": LABEL_ESXI_HOST,
-        "mismatchLabelKeys": ["tenant", "kubevirt.io/created-by"],
-    }
+
+    def on_host_without_own_vm(term: dict[str, Any]) -> dict[str, Any]:
+        selector = {**term["labelSelector"], "matchExpressions": [OWN_VM_LEFT_OUT]}
+        return term | {"topologyKey": LABEL_ESXI_HOST, "labelSelector": selector}
+
+    anti[REQUIRED] += [on_host_without_own_vm(apart), on_host_without_own_vm(own_node)]
+    anti[PREFERRED][0]["podAffinityTerm"] = on_host_without_own_vm(tenant)
     # No selector: the term selects nothing, so there is nothing to leave out.
     anti[PREFERRED][1]["podAffinityTerm"]["topologyKey"] = LABEL_ESXI_HOST
     expected["spec"]["affinity"]["nodeAffinity"] = {

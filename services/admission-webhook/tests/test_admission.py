@@ -135,8 +135,10 @@ def test_preferred_only_pod_gets_no_host_label_requirement() -> None:
 
 
 def test_a_virt_launcher_pods_host_terms_leave_out_its_own_vm() -> None:
-    """Preferred terms moved to the host key and required twins alike; once only; a pod that is
-    no virt-launcher pod keeps its terms as they were."""
+    """Preferred terms moved to the host key and required twins alike, in the selector itself
+    (an API server before v1.31 would drop a mismatchLabelKeys unmerged); once only; the pod's
+    own mismatchLabelKeys as written; a pod that is no virt-launcher pod keeps its terms as they
+    were."""
     pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
     anti = pod["spec"]["affinity"]["podAntiAffinity"]
     anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
@@ -146,17 +148,20 @@ def test_a_virt_launcher_pods_host_terms_leave_out_its_own_vm() -> None:
     pod["metadata"]["labels"]["kubevirt.io/created-by"] = "uid-vmi-a"
     launcher = admitted(pod)
     assert plan_pod(launcher, DEFAULT).operations == []
-    for stored, added in ((plain, []), (launcher, ["kubevirt.io/created-by"])):
+    own_vm = {"key": "kubevirt.io/created-by", "operator": "NotIn", "values": ["uid-vmi-a"]}
+    for stored, added in ((plain, []), (launcher, [own_vm])):
         anti = stored["spec"]["affinity"]["podAntiAffinity"]
         preferred = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
-        assert preferred["mismatchLabelKeys"] == ["tenant", *added]
+        assert preferred["mismatchLabelKeys"] == ["tenant"]
+        assert preferred["labelSelector"].get("matchExpressions", []) == added
         twins = [
             term
             for term in anti["requiredDuringSchedulingIgnoredDuringExecution"]
             if term["topologyKey"] == LABEL_ESXI_HOST
         ]
         assert twins
-        assert all(term.get("mismatchLabelKeys", []) == added for term in twins)
+        assert all("mismatchLabelKeys" not in term for term in twins)
+        assert all(term["labelSelector"].get("matchExpressions", []) == added for term in twins)
 
 
 def test_spread_can_be_hard_by_setting() -> None:

@@ -208,3 +208,19 @@ async def test_a_stop_that_comes_with_a_poke_ends_the_wait() -> None:
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+def test_a_change_of_kubevirts_migration_limits_starts_a_cycle() -> None:
+    """Raised from 0, the VMs it held back go; another change of the CR starts nothing."""
+    from descheduler_builders import kubevirt_json
+
+    from hostaffinity.descheduler.kubevirt import KubeVirt, decode_kubevirt
+    from hostaffinity.descheduler.triggers import kubevirt_trigger
+
+    def cr(version: str, per_cluster: int | None) -> KubeVirt:
+        return decode_kubevirt(json.dumps(kubevirt_json(version, per_cluster=per_cluster)))
+
+    assert kubevirt_trigger(cr("v1.6.0", 0), cr("v1.6.0", 1)) is not None
+    assert kubevirt_trigger(cr("v1.6.0", None), cr("v1.6.0", 0)) is not None
+    assert kubevirt_trigger(cr("v1.6.0", 0), cr("v1.6.1", 0)) is None
+    assert kubevirt_trigger(None, cr("v1.6.0", 0)) is None

@@ -11,6 +11,7 @@ write, so the double is a small aiohttp server of its own instead.
 
 Modules: `store` (revisions, history, watch fan-out), `server` (HTTP verbs), `actions`
 (binding, eviction, tokens, reviews), `admission` (defaulting, validation, conversion),
+`label_keys` (pod affinity matchLabelKeys / mismatchLabelKeys on create),
 `patches`, `fieldsets` (managedFields), `selectors`, `auth`, `discovery` (what kubectl reads
 before anything else), `protobuf` (the request bodies kubectl's typed commands send), `double`
 (start/stop, over http or https, + test hooks), `fixture` (the `kube_double` pytest fixture).

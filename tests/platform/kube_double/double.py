@@ -35,6 +35,8 @@ class KubeDouble:
     `time_scale` shrinks every server-side duration (watch timeouts, bookmark timing, the 3 s
     consistent-read wait) so recorded exchanges replay fast. `watch_progress=False` behaves like
     the etcd 3.4.23 recordings (no RequestWatchProgress), the default like etcd 3.6.
+    `merges_label_keys=False` stores a created pod's affinity terms as a v1.28 to v1.30 server
+    does, its matchLabelKeys / mismatchLabelKeys dropped, not merged (label_keys.py).
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class KubeDouble:
         time_scale: float = 1.0,
         watch_progress: bool = True,
         history_limit: int = 10_000,
+        merges_label_keys: bool = True,
     ) -> None:
         self.token = admin_token
         self.store = Store(history_limit)
@@ -54,6 +57,7 @@ class KubeDouble:
             time_scale=time_scale,
             watch_progress=watch_progress,
         )
+        self.server.merges_label_keys = merges_label_keys
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._tls: ServingIdentity | None = None

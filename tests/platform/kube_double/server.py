@@ -21,6 +21,7 @@ from aiohttp import web
 from . import admission, discovery, errors, fieldsets, patches, protobuf, scale
 from .actions import SubresourceActions
 from .auth import User, allowed, authenticate, forbidden, verb_of
+from .label_keys import prepare_pod_affinity
 from .resources import Resource, Route, lookup
 from .selectors import Matcher, field_matcher, label_matcher
 from .store import Change, Key, Store, TooOld
@@ -174,6 +175,9 @@ class KubeApiServer:
         # Mutating admission webhooks on create, once a test turns them on (KubeDouble.
         # call_webhooks): most tests store what they send.
         self.mutating: MutatingWebhooks | None = None
+        # Pod (anti-)affinity label keys merged into the selectors on create, as from v1.31;
+        # False: dropped unmerged, as v1.28 to v1.30 (label_keys.py).
+        self.merges_label_keys = True
         self._closing = asyncio.Event()
 
     def app(self) -> web.Application:
@@ -435,6 +439,8 @@ class KubeApiServer:
         name = meta.get("name", "")
         if self.store.get(resource.storage_key, _key(route, name)) is not None:
             raise errors.already_exists(resource, name)
+        if resource.kind == "Pod":
+            prepare_pod_affinity(obj, merges=self.merges_label_keys)
         admission.validate_create(resource, obj, route.namespace)
         node_name = (obj.get("spec") or {}).get("nodeName") if resource.kind == "Pod" else None
         node = self.store.get("nodes", ("", node_name)) if node_name else None

@@ -6,7 +6,7 @@ compiled terms and topology spreads (the physical reading of hostname rules incl
 spread is violated when its fullest ESXi host holds more than maxSkew matching pods beyond its
 emptiest one, every host with a node counted (the node inclusion policies, which depend on the
 pod being scheduled, are not applied). The `hostaffinity
-exposure` command and the scheduler-extender's `hostaffinity_workloads_exposed` gauge both call
+exposure` command and the descheduler's `hostaffinity_workloads_exposed` gauge both call
 this module, so they count the same workloads.
 """
 
@@ -168,8 +168,11 @@ def exposed_workloads(
 
 
 def exposed_per_namespace(
-    index: ClusterIndex, min_replicas: int = DEFAULT_MIN_REPLICAS
+    index: ClusterIndex,
+    vmi_owners: Mapping[tuple[str, str], WorkloadRef] | None = None,
+    min_replicas: int = DEFAULT_MIN_REPLICAS,
 ) -> dict[str, int]:
-    """How many workloads are exposed in each namespace (the extender's gauge)."""
-    groups = replica_groups(list(index.pods()), by_owner())
+    """How many workloads are exposed in each namespace (the descheduler's gauge), grouped as
+    `hostaffinity exposure` groups them: by owner, a VM's launcher pod by its VMI's owner."""
+    groups = replica_groups(list(index.pods()), by_owner(vmi_owners))
     return dict(Counter(e.namespace for e in exposed_workloads(index, groups, min_replicas)))

@@ -10,8 +10,8 @@ anti-affinity term is compiled as a term on the ESXi-host domain, because spread
 VMs that share one host is not what the user asked for (ARCHITECTURE.md "Topology model").
 A term read physically leaves out the pods of the reading pod's own KubeVirt VMI (same
 `kubevirt.io/created-by`): a migration target carries its source's labels, and its source's
-host must stay open to it, as the source's node is natively. It is the `mismatchLabelKeys` the
-admission webhook puts on the host twin it adds, merged as the API server merges it; the
+host must stay open to it, as the source's node is natively. It is the `NotIn` requirement the
+admission webhook puts in the selector of the host twin it adds; the
 required term then also stays on the hostname as written, as the webhook keeps it beside the
 twin, so the VM's own pods are still kept off each other's node.
 """
@@ -141,8 +141,9 @@ def migration_target(pod: Pod) -> bool:
 def without_own_vm(pod: Pod, selector: LabelSelector | None) -> LabelSelector | None:
     """The selector leaving out the pods of `pod`'s own VMI, for a virt-launcher pod.
 
-    Exactly what `mismatchLabelKeys: [kubevirt.io/created-by]` becomes once the API server
-    merges it (pkg/registry/core/pod/strategy.go): a NotIn on the pod's value, appended.
+    Exactly what the admission webhook appends to a host twin's selector, and what
+    `mismatchLabelKeys: [kubevirt.io/created-by]` becomes where the API server merges it
+    (pkg/registry/core/pod/strategy.go): a NotIn on the pod's value, appended.
     """
     if selector is None or not runs_a_vm(pod):
         return selector

@@ -84,6 +84,7 @@ from hostaffinity.runtime.kube.cluster_identity import (
     read_cluster_identity,
 )
 from hostaffinity.runtime.kube.leader import LeaderElector
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.config import (
     ConfigError,
     LeaderElectedSettings,
@@ -209,7 +210,17 @@ class ServiceContext(Generic[C]):
         self._health.add_readiness_check(name, check, unit=vcenter, detail=detail)
 
     def start(self, work: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
-        """Run `work` beside the main work; if it fails, all the work is cancelled and fails."""
+        """Run `work` beside the main work; if it fails, all the work is cancelled and fails.
+
+        A work sets up with one-shot NATS calls (a bucket, a layout, a read-back) before it
+        starts its loops here; nats-py's `wait_for` may have swallowed a stop that came with one
+        of their replies (Python 3.11), and the loops would then run on until the drain bound.
+        So a stop already asked for is raised here, before anything starts."""
+        try:
+            raise_if_cancel_requested()
+        except asyncio.CancelledError:
+            work.close()
+            raise
         return self._group.create_task(work, name=name)
 
 

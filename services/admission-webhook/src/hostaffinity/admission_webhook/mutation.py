@@ -39,14 +39,20 @@ runs; natively the source only takes its own node out (KubeVirt even adds a host
 VMI's uid for that). Read on the host key, the same term would take the source's whole ESXi host
 out, and with as many replicas as usable hosts the migration -- and a drain -- would find no
 node. So every host-key term we write for a virt-launcher pod (a required twin, a preferred term
-moved to the host key) gets `mismatchLabelKeys: [kubevirt.io/created-by]`: the label holds the
-VMI's uid on the source and every target alike (template.go podLabels) and differs between any
-two VMs. The API server merges it into the selector as `NotIn [<this VMI's uid>]` after mutating
-admission (pkg/registry/core/pod/strategy.go), so kube-scheduler reads a plain selector that
+moved to the host key) gets the requirement `kubevirt.io/created-by NotIn [<this VMI's uid>]` in
+its labelSelector: the label holds the VMI's uid on the source and every target alike
+(template.go podLabels) and differs between any two VMs, so kube-scheduler reads a selector that
 leaves the VM's own pods out, in both directions: the target's twin does not count the source,
 and the source's twin does not select the target. The engine's physical reading does the same
-(interpod.without_own_vm). A pod without that label, or a term with no labelSelector, is left as
-it is; the hostname term itself is never touched.
+(interpod.without_own_vm). The requirement is written out, not left to
+`mismatchLabelKeys: [kubevirt.io/created-by]`, which says the same but only once the API server
+merges it into the selector: it does so from v1.31 (KEP-3633's MatchLabelKeysInPodAffinity,
+alpha and off in v1.29 and v1.30, which drop the field from a new pod; v1.28 does not know it),
+so on those servers the twin would count the source and a drain with replicas = hosts would
+deadlock. The written requirement is what v1.31+ would have merged, the same on every version. A
+pod without that label, a term with no labelSelector (it selects nothing), one that already
+carries the requirement, or one with `matchLabelKeys` on the VMI's identity (it selects only its
+own VM) is left as it is; the hostname term itself is never touched.
 
 Topology spreads have no mismatchLabelKeys, and a spread's selector also decides whether the
 pod counts itself (podtopologyspread/filtering.go: selfMatchNum is 1 only when the pod's own
@@ -179,14 +185,24 @@ def opted_in(annotations: Mapping[str, Any], settings: MutationSettings) -> bool
     return settings.cluster_wide or annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
 
 
+def own_vm_requirement(labels: Mapping[str, Any]) -> dict[str, Any]:
+    """`kubevirt.io/created-by NotIn [<this VMI's uid>]`: what leaves the pod's own VM out."""
+    return {"key": LABEL_KUBEVIRT_VMI_UID, "operator": "NotIn",
+            "values": [labels[LABEL_KUBEVIRT_VMI_UID]]}  # fmt: skip
+
+
 def own_vm_excluded(term: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """Whether a host-key term of this pod must leave out its own VM's pods (a virt-launcher
-    pod's term with a selector that does not already do so): see the module docstring."""
-    if LABEL_KUBEVIRT_VMI_UID not in labels or term.get("labelSelector") is None:
+    """Whether a host-key term of this pod must leave out its own VM's pods: a virt-launcher
+    pod's term with a selector that does not already do so, nor select only its own VM
+    (`matchLabelKeys` on the VMI's identity). See the module docstring."""
+    selector = term.get("labelSelector")
+    if LABEL_KUBEVIRT_VMI_UID not in labels or selector is None:
         return False
-    keys = [*_sequence(term.get("mismatchLabelKeys"), "mismatchLabelKeys"),
-            *_sequence(term.get("matchLabelKeys"), "matchLabelKeys")]  # fmt: skip
-    return LABEL_KUBEVIRT_VMI_UID not in keys
+    if LABEL_KUBEVIRT_VMI_UID in _sequence(term.get("matchLabelKeys"), "matchLabelKeys"):
+        return False
+    expressions = _sequence(_mapping(selector, "labelSelector").get("matchExpressions"),
+                            "matchExpressions")  # fmt: skip
+    return own_vm_requirement(labels) not in expressions
 
 
 def host_twin(term: Mapping[str, Any], labels: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,16 +210,21 @@ def host_twin(term: Mapping[str, Any], labels: Mapping[str, Any]) -> dict[str, A
     leaving out the pod's own VM (a virt-launcher pod's source or target)."""
     twin = {**term, "topologyKey": LABEL_ESXI_HOST}
     if own_vm_excluded(twin, labels):
-        mismatch = _sequence(term.get("mismatchLabelKeys"), "mismatchLabelKeys")
-        twin["mismatchLabelKeys"] = [*mismatch, LABEL_KUBEVIRT_VMI_UID]
+        selector = _mapping(term["labelSelector"], "labelSelector")
+        expressions = _sequence(selector.get("matchExpressions"), "matchExpressions")
+        twin["labelSelector"] = {
+            **selector,
+            "matchExpressions": [*expressions, own_vm_requirement(labels)],
+        }
     return twin
 
 
-def _own_vm_operation(path: str, term: Mapping[str, Any]) -> Operation:
-    """Append the VMI identity to a term's mismatchLabelKeys (at `path`, the term)."""
-    if "mismatchLabelKeys" in term:
-        return {"op": "add", "path": f"{path}/mismatchLabelKeys/-", "value": LABEL_KUBEVIRT_VMI_UID}
-    return {"op": "add", "path": f"{path}/mismatchLabelKeys", "value": [LABEL_KUBEVIRT_VMI_UID]}
+def _own_vm_operation(path: str, term: Mapping[str, Any], labels: Mapping[str, Any]) -> Operation:
+    """Append the own-VM requirement to the selector of the term at `path`."""
+    path = f"{path}/labelSelector/matchExpressions"
+    if "matchExpressions" in _mapping(term["labelSelector"], "labelSelector"):
+        return {"op": "add", "path": f"{path}/-", "value": own_vm_requirement(labels)}
+    return {"op": "add", "path": path, "value": [own_vm_requirement(labels)]}
 
 
 def _twin_operations(anti: Mapping[str, Any], labels: Mapping[str, Any]) -> list[Operation]:
@@ -231,7 +252,7 @@ def _twin_operations(anti: Mapping[str, Any], labels: Mapping[str, Any]) -> list
             operations.append({"op": "replace", "path": f"{path}/topologyKey",
                                "value": LABEL_ESXI_HOST})  # fmt: skip
             if own_vm_excluded(term, labels):
-                operations.append(_own_vm_operation(path, term))
+                operations.append(_own_vm_operation(path, term, labels))
     return operations
 
 
@@ -342,15 +363,14 @@ def without_own_vm_spread(
     """A migration target's host-key spread with its own VM left out of the selector (see the
     module docstring); any other pod's, or one with no selector or already keyed on the VMI's
     identity, as it is."""
-    uid = labels.get(LABEL_KUBEVIRT_VMI_UID)
-    target = uid is not None and LABEL_KUBEVIRT_MIGRATION_JOB in labels
+    target = LABEL_KUBEVIRT_VMI_UID in labels and LABEL_KUBEVIRT_MIGRATION_JOB in labels
     keys = _sequence(constraint.get("matchLabelKeys"), "matchLabelKeys")
     written = constraint.get("labelSelector")
     if not target or written is None or LABEL_KUBEVIRT_VMI_UID in keys:
         return dict(constraint)
     selector = _mapping(written, "labelSelector")
     expressions = _sequence(selector.get("matchExpressions"), "matchExpressions")
-    own = {"key": LABEL_KUBEVIRT_VMI_UID, "operator": "NotIn", "values": [uid]}
+    own = own_vm_requirement(labels)
     return {**constraint, "labelSelector": {**selector, "matchExpressions": [*expressions, own]}}
 
 
@@ -433,7 +453,7 @@ def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
         spread = _annotated_spread_operations(spec, after_move, labels, max_skew, when)
     return Mutation(
         operations=[*twins, *host_label, *moved, *spread],
-        twins=sum("mismatchLabelKeys" not in op["path"] for op in twins),
+        twins=sum("/labelSelector/" not in op["path"] for op in twins),
         host_label_required=bool(host_label),
         spread_added=bool(spread),
         spreads_moved=len(moved),

@@ -51,6 +51,7 @@ NODE_FIT_TRIGGERS: Final = (
     | Change.NODE_TAINTS
     | Change.NODE_LABELS
     | Change.MIGRATION_FINISHED
+    | Change.MIGRATION_LIMITS
 )
 
 
@@ -364,6 +365,8 @@ class PlanDraft:
         if vmi in self._migrating_vmis:
             return how, reason, f"VMI {vmi} is already migrating"
         limits = migration_limits(self.state.kubevirt, settings.migrations)
+        if limits.per_cluster == 0:
+            return how, reason, "KubeVirt allows no live migration (a per-cluster limit of 0)"
         if self._migrations_total >= limits.per_cluster:
             refusal = f"limit of {limits.per_cluster} parallel migrations per cluster reached"
             return how, reason, refusal

@@ -36,6 +36,7 @@ from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.triggers import (
     CycleTrigger,
+    kubevirt_trigger,
     migration_trigger,
     node_scope,
     node_trigger,
@@ -140,7 +141,12 @@ class Feeds:
                 ),
                 informer(
                     KUBEVIRTS,
-                    handle(_unknown, state.upsert_kubevirt, state.remove_kubevirt),
+                    handle(
+                        state.kubevirts.get,
+                        state.upsert_kubevirt,
+                        state.remove_kubevirt,
+                        kubevirt_trigger,
+                    ),
                     decode_kubevirt,
                 ),
             ]

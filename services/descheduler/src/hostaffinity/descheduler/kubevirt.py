@@ -263,7 +263,13 @@ def migration_limits(
     if override is not None:
         return override
     configured = kubevirt.spec.configuration.migrations if kubevirt else MigrationConfiguration()
-    # An explicit 0 is kept: KubeVirt reads the CR over its defaults, so 0 lets no migration run.
+    # An explicit 0 is kept, never read as unset. KubeVirt's API types both limits as *uint32,
+    # omitempty (kubevirt/api v1.9.0 core/v1/types.go, MigrationConfiguration: "Defaults to 5"
+    # and "to 2" apply only to a nil pointer), so 0 is a value; virt-controller then starts a
+    # migration only while fewer than the limit run (kubevirt/kubevirt
+    # pkg/virt-controller/watch/migration/migration.go: `len(runningMigrations) >=
+    # ParallelMigrationsPerCluster` waits), so with 0 none ever runs, and a migration we asked
+    # for would only sit Pending.
     per_cluster = configured.parallel_migrations_per_cluster
     outbound = configured.parallel_outbound_migrations_per_node
     return MigrationLimits(

@@ -1,8 +1,9 @@
 """The descheduler's instruments, served on /metrics by the runtime's Prometheus exporter as
 `hostaffinity_descheduler_pods_evicted_total{strategy,result}`,
 `hostaffinity_descheduler_cycle_duration_seconds`,
-`hostaffinity_descheduler_migrations_finished_total{result}` and
-`hostaffinity_descheduler_vms_awaiting_restart` (for restart_required.py); bus events dropped
+`hostaffinity_descheduler_migrations_finished_total{result}`,
+`hostaffinity_descheduler_vms_awaiting_restart` (for restart_required.py) and
+`hostaffinity_workloads_exposed{namespace}` (exposure_gauge.py); bus events dropped
 while NATS was away are the runtime outbox's
 `hostaffinity_bus_outbox_dropped_total{outbox="descheduler"}`.
 
@@ -61,25 +62,21 @@ class DeschedulerMetrics:
         self._migrations.add(1, {"result": result})
 
 
-def _observe_awaiting_restart(_options: CallbackOptions) -> Iterable[Observation]:
-    """Reads the newest gauge: OpenTelemetry keeps only the first callback registered under a
-    name, and a descheduler that leads again (in tests, the same process) builds a new one."""
-    return [Observation(_awaiting_restart.count())] if _awaiting_restart is not None else []
+Observe = Callable[[], Iterable[Observation]]
+# The newest observer of each gauge newest_gauge() registered, by the gauge's name.
+_newest: dict[str, Observe] = {}
 
 
-class AwaitingRestartGauge:
-    """`hostaffinity_descheduler_vms_awaiting_restart`: VMs whose new placement waits for a
-    restart; the newest instance is the one reported."""
+def newest_gauge(name: str, description: str, observe: Observe) -> None:
+    """Serve the observable gauge `name` from `observe`, the newest one given winning.
+    OpenTelemetry keeps only the first callback registered under a name, and a descheduler that
+    leads again (in tests, the same process) builds its parts anew: the one callback reads
+    whichever observer came last."""
+    _newest[name] = observe
 
-    def __init__(self, count: Callable[[], int]) -> None:
-        global _awaiting_restart
-        self.count = count
-        metrics.get_meter("hostaffinity.descheduler").create_observable_gauge(
-            "hostaffinity_descheduler_vms_awaiting_restart",
-            callbacks=[_observe_awaiting_restart],
-            description="VirtualMachines whose new placement waits for a restart (RestartRequired)",
-        )
-        _awaiting_restart = self
+    def current(_options: CallbackOptions) -> Iterable[Observation]:
+        return _newest[name]()
 
-
-_awaiting_restart: AwaitingRestartGauge | None = None
+    metrics.get_meter("hostaffinity.descheduler").create_observable_gauge(
+        name, callbacks=[current], description=description
+    )

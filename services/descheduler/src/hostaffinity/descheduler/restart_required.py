@@ -10,12 +10,14 @@ fields, and `hostaffinity_descheduler_vms_awaiting_restart` counts them (for an 
 
 from __future__ import annotations
 
+from opentelemetry.metrics import Observation
+
 from hostaffinity.descheduler.kubevirt import (
     VirtualMachine,
     VirtualMachineInstance,
     placement_awaiting_restart,
 )
-from hostaffinity.descheduler.metrics import AwaitingRestartGauge
+from hostaffinity.descheduler.metrics import newest_gauge
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 
@@ -29,7 +31,11 @@ class PlacementsAwaitingRestart:
         self._state = state
         self._events = events
         self._reported: dict[str, str] = {}
-        AwaitingRestartGauge(lambda: len(self.waiting()))
+        newest_gauge(
+            "hostaffinity_descheduler_vms_awaiting_restart",
+            "VirtualMachines whose new placement waits for a restart (RestartRequired)",
+            lambda: [Observation(len(self.waiting()))],
+        )
 
     def waiting(self) -> dict[str, str]:
         """`namespace/name` of each such VM -> the fields waiting."""

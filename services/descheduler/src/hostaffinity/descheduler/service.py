@@ -1,6 +1,6 @@
 """The descheduler's work (the runner does argv, config, health, NATS, the Lease and SIGTERM):
 the state fed by informers and the topology KV watch; cycles on every trigger, each plan handed
-to the executor.
+to the executor; the cluster's exposure counted from the same state for /metrics.
 
 Ready (/readyz) once every feed has its initial list; no cycle runs before that (a plan made on
 half a cluster could evict pods whose partners are simply not listed yet).
@@ -23,6 +23,7 @@ from hostaffinity.descheduler.cooldowns import inherit_cooldowns
 from hostaffinity.descheduler.cycle import CycleReport, decide, next_scope
 from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings, Skip
 from hostaffinity.descheduler.executor import Executor
+from hostaffinity.descheduler.exposure_gauge import ExposureGauge
 from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.policy import (
@@ -132,6 +133,7 @@ class DeschedulerWork:
         self.feeds: Feeds | None = None
         self.executor: Executor | None = None
         self.loop: DeschedulingLoop | None = None
+        self.exposure: ExposureGauge | None = None
 
     def synced(self) -> bool:
         return self.feeds is not None and self.feeds.synced()
@@ -185,6 +187,7 @@ class DeschedulerWork:
             on_vmi=awaiting_restart.vmi_changed,
             link=ctx.bus.link_epoch,
         )
+        self.exposure = ExposureGauge(state, feeds.synced)
         self.loop = DeschedulingLoop(
             state, policy, planner, executor, trigger, metrics, feeds.synced, reporter.left_alone
         )

@@ -14,6 +14,7 @@ from typing import Final
 
 from hostaffinity.descheduler.eviction_planner import NODE_FIT_TRIGGERS
 from hostaffinity.descheduler.kubevirt import (
+    KubeVirt,
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
 )
@@ -104,6 +105,15 @@ def migration_trigger(
     if new.in_flight or (old is not None and not old.in_flight):
         return None
     return _if_registered(Change.MIGRATION_FINISHED, f"migration {new.key} {new.status.phase}")
+
+
+def kubevirt_trigger(old: KubeVirt | None, new: KubeVirt) -> str | None:
+    """The KubeVirt CR's migration limits changed: VMs held back by the old ones (0 lets none
+    run) are judged again now, not at the next interval."""
+    limits = new.spec.configuration.migrations
+    if old is None or old.spec.configuration.migrations == limits:
+        return None
+    return _if_registered(Change.MIGRATION_LIMITS, f"KubeVirt {new.key} migration limits changed")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ Recorded through OpenTelemetry; the runtime's Prometheus exporter serves them on
 (`evicted` for room, `expired` when the placement never came),
 `hostaffinity_extender_source_stale_seconds{source}` (how long a source has not been live: the
 window in which the extender answers `Error` rather than guess),
-`hostaffinity_extender_informer_lag{source}` (events received, not yet in the cache)
-and `hostaffinity_workloads_exposed{namespace}` (exposure_gauge.py). Sampled decisions not
-published are the runtime's `hostaffinity_bus_outbox_dropped_total{outbox="scheduler-extender"}`.
+and `hostaffinity_extender_informer_lag{source}` (events received, not yet in the cache).
+Sampled decisions not published are the runtime's
+`hostaffinity_bus_outbox_dropped_total{outbox="scheduler-extender"}`. The exposure gauge,
+`hostaffinity_workloads_exposed`, is the descheduler's: it runs in every install.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.runtime.process.telemetry import seconds_histogram
 from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.exposure_gauge import ExposureGauge
 
 # kube-scheduler waits httpTimeout (5 s by default); answers should take well under 10 ms.
 LATENCY_BUCKETS_SECONDS: Final = (
@@ -111,12 +111,6 @@ class ExtenderMetrics:
             unit="s",
             description="Seconds since each cache source last changed",
         )
-        self._exposure = ExposureGauge(cache)
-        meter.create_observable_gauge(
-            "hostaffinity_workloads_exposed",
-            callbacks=[_from_reporting(ExtenderMetrics._exposed)],
-            description="Workloads with two or more replicas on one ESXi host, per namespace",
-        )
         _reporting = self
 
     def answered(self, verb: str, outcome: str, seconds: float) -> None:
@@ -145,10 +139,6 @@ class ExtenderMetrics:
 
     def _ages(self) -> Iterable[Observation]:
         return [Observation(age, {"source": s}) for s, age in self._cache.ages().items()]
-
-    def _exposed(self) -> Iterable[Observation]:
-        counts = self._exposure.counts().items()
-        return [Observation(count, {"namespace": ns}) for ns, count in counts]
 
 
 _reporting: ExtenderMetrics | None = None

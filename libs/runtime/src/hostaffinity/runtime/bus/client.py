@@ -31,6 +31,7 @@ from hostaffinity.runtime.bus.layout import (
     provision_layout,
 )
 from hostaffinity.runtime.bus.publishing import publish
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import (
     EVENT_TYPES,
@@ -149,6 +150,7 @@ class Bus:
             try:
                 return TopologyStore(await provision_layout(self.js, chosen))
             except (NatsTimeoutError, ServiceUnavailableError) as error:
+                raise_if_cancel_requested()  # a request before it may have swallowed it
                 # A cluster that has just formed may leave a request unanswered while its
                 # stream leaders are elected, or find no peers yet to place a replicated
                 # stream on (503, err_code 10005 "no suitable peers for placement", a peer
@@ -180,6 +182,7 @@ class Bus:
             try:
                 missing = await missing_parts(self.js, wanted)
             except NatsError as error:
+                raise_if_cancel_requested()  # nats-py's request may have swallowed it (3.11)
                 # No answer is not "missing": a partition or a stream leader being elected. Ask
                 # again rather than fail the work (which would restart the process for nothing).
                 _log.warning(
@@ -187,6 +190,7 @@ class Bus:
                 )
                 await asyncio.sleep(retry_seconds)
                 continue
+            raise_if_cancel_requested()  # nats-py's request may have swallowed it (3.11)
             if not missing:
                 break
             if missing != announced:

@@ -4,6 +4,7 @@ none of its generated models (too slow and too big for the hot path; see ARCHITE
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
@@ -76,15 +77,18 @@ class KubeClient:
     """JSON in, JSON out; errors as `ApiException` with the HTTP status.
 
     Every call has a client-side limit (`KubernetesSettings`): kubernetes_asyncio's default
-    `aiohttp.ClientTimeout()` has none, so a hung API server would hold a caller for ever.
+    `aiohttp.ClientTimeout()` has none, so a hung API server would hold a caller for ever. The
+    limit of a whole call is asyncio's (`asyncio.timeout`), not aiohttp's `total`: on Python
+    3.11, aiohttp 3.14 enters its `total` timer twice while the answer's headers are awaited, so
+    a cancellation that comes as the timer expires is undone with it and a TimeoutError raised
+    instead, which every caller retries (docs/reliability.md, "Cancellation under Python 3.11").
     """
 
     def __init__(self, api: ApiClient, settings: KubernetesSettings | None = None) -> None:
         self._api = api
         self.settings = settings or KubernetesSettings()
         self._request_timeout = aiohttp.ClientTimeout(
-            total=self.settings.request_timeout_seconds,
-            sock_connect=self.settings.connect_timeout_seconds,
+            sock_connect=self.settings.connect_timeout_seconds
         )
 
     @property
@@ -123,12 +127,15 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> bytes:
         """The raw JSON body of a 2xx answer; anything else raises ApiException."""
-        response = await self._send(method, path, query, body, content_type, self._request_timeout)
-        async with response:
-            data = await response.read()
-            if not 200 <= response.status <= 299:
-                raise api_error(response.status, data)
-            return data
+        async with asyncio.timeout(self.settings.request_timeout_seconds):
+            response = await self._send(
+                method, path, query, body, content_type, self._request_timeout
+            )
+            async with response:
+                data = await response.read()
+        if not 200 <= response.status <= 299:
+            raise api_error(response.status, data)
+        return data
 
     @asynccontextmanager
     async def stream(self, path: str, query: dict[str, str]) -> AsyncIterator[aiohttp.StreamReader]:

@@ -85,18 +85,23 @@ class TagRead:
 async def read_tags(
     settings: VCenterSettings, categories: Collection[str], *, timeout_seconds: float = 60.0
 ) -> TagRead:
-    """The tags of `categories` and the objects they are attached to; raises TagReadError."""
+    """The tags of `categories` and the objects they are attached to; raises TagReadError.
+
+    Each call is limited to `timeout_seconds` by asyncio, not by aiohttp's `total`, which on
+    Python 3.11 turns a cancellation coming as it expires into a TimeoutError (a TagReadError
+    here, which the refresh loop retries): see KubeClient."""
     base = f"{settings.protocol}://{settings.host}:{settings.port}"
-    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+    timeout = aiohttp.ClientTimeout(sock_connect=timeout_seconds)
     connector = aiohttp.TCPConnector(limit=CONCURRENCY, ssl=_tls(settings))
     async with aiohttp.ClientSession(base, timeout=timeout, connector=connector) as http:
         try:
-            session_id = await _login(http, settings)
+            async with asyncio.timeout(timeout_seconds):
+                session_id = await _login(http, settings)
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             raise TagReadError(
                 f"vCenter {where(settings)}: tag API login failed: {error!r}"
             ) from error
-        api = _Api(http, {SESSION_HEADER: session_id}, settings)
+        api = _Api(http, {SESSION_HEADER: session_id}, settings, timeout_seconds)
         try:
             return await _read(api, set(categories))
         finally:
@@ -108,11 +113,16 @@ class _Api:
     not decode are collected in `skipped`."""
 
     def __init__(
-        self, http: aiohttp.ClientSession, headers: dict[str, str], settings: VCenterSettings
+        self,
+        http: aiohttp.ClientSession,
+        headers: dict[str, str],
+        settings: VCenterSettings,
+        timeout_seconds: float,
     ) -> None:
         self._http = http
         self._headers = headers
         self._settings = settings
+        self._timeout_seconds = timeout_seconds
         # What the answers held that did not decode, in the order met.
         self.skipped: list[str] = []
 
@@ -153,9 +163,12 @@ class _Api:
         """The answer's `value`, undecoded."""
         params = {"~action": action} if action else None
         try:
-            async with self._http.request(
-                method, path, params=params, json=body, headers=self._headers
-            ) as answer:
+            async with (
+                asyncio.timeout(self._timeout_seconds),
+                self._http.request(
+                    method, path, params=params, json=body, headers=self._headers
+                ) as answer,
+            ):
                 payload = await answer.read()
                 if answer.status != 200:
                     text = payload[:200].decode("utf-8", "replace").strip()
@@ -171,7 +184,10 @@ class _Api:
 
     async def logout(self) -> None:
         try:
-            async with self._http.delete(SESSION_PATH, headers=self._headers):
+            async with (
+                asyncio.timeout(self._timeout_seconds),
+                self._http.delete(SESSION_PATH, headers=self._headers),
+            ):
                 pass
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             log.debug("tag API logout failed: %r (the session idles out)", error)

@@ -25,6 +25,8 @@ class Change(enum.Flag):
     # A pod's affinity or node selector, or its VMI's for a virt-launcher pod.
     POD_AFFINITY = enum.auto()
     MIGRATION_FINISHED = enum.auto()
+    # The KubeVirt CR's parallel migration limits changed (a raised one frees slots).
+    MIGRATION_LIMITS = enum.auto()
 
 
 # A pod that lands on a node, or whose labels now match a strategy's labelSelector, is new to
