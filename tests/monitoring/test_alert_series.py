@@ -38,9 +38,6 @@ KUSTOMIZE: dict[str, tuple[str, ...]] = {
 HELM = ["base", "admission-policy", "cluster-wide", "scheduler-extender", "cert-manager",
         "external-nats"]  # fmt: skip
 TOGETHER = ["admission-policy", "scheduler-extender", "external-nats"]
-# The exposure alert reads the extender's gauge, which issue 40 moves to a service every variant
-# runs (another branch): until then, variants without the extender are not held to it here.
-MOVING = {"HostaffinityWorkloadsExposed": ("hostaffinity_workloads_exposed", "scheduler-extender")}
 
 
 def instruments() -> dict[str, str]:
@@ -98,9 +95,6 @@ def alerts_without_series(documents: list[dict[str, Any]]) -> list[str]:
                 else:
                     by = producer(metric)
                     served = bool(services) if by == EVERY_SERVICE else by in services
-                    moving = MOVING.get(alert["alert"])
-                    if not served and moving == (metric, by):
-                        continue
                 if not served:
                     missing.append(f"{alert['alert']}: {metric}{{{matchers}}}")
     return missing
@@ -142,10 +136,3 @@ def test_an_alert_on_what_the_variant_does_not_run_is_found() -> None:
     documents = render("monitoring")
     kept = [d for d in documents if (d["kind"], d["metadata"]["name"]) != ("StatefulSet", "nats")]
     assert alerts_without_series(kept) == ['HostaffinityNatsServersMissing: up{job="nats"}'] * 2
-
-
-def test_the_moving_alert_is_still_waiting_for_its_move() -> None:
-    """Once the exposure gauge is served by another service, MOVING must go (the alert is then
-    held to its series like every other)."""
-    for metric, service in MOVING.values():
-        assert producer(metric) == service, f"{metric} moved: delete MOVING"
