@@ -5,10 +5,12 @@
   Namespace first), for `kubectl apply --server-side -f`;
 - `hostaffinity-<version>-dashboard.yaml`: the monitoring variant's Grafana dashboard, without a
   namespace, for `kubectl apply -n <Grafana's namespace> -f`;
-- the wheels of the CLI and of the three libraries it depends on, and `constraints.txt`, which
-  pins them to this version and every other dependency to what uv.lock tested, so
-  `uv tool install --find-links dist -c dist/constraints.txt dist/hostaffinity_cli-*.whl` (or
-  pipx with the same pip arguments) installs the `hostaffinity` that was released;
+- `hostaffinity_cli-<version>-py3-none-any.whl`: the CLI as one distribution, carrying the
+  schema, affinity and runtime packages it imports, so its only dependencies are third-party
+  ones from PyPI and no name of ours can be served by an index instead (a dependency-confusion
+  hole when our libraries were wheels of their own, unknown to PyPI): `pip install <wheel>`,
+  `uv tool install <wheel>` or `pipx install <wheel>` installs it; and `constraints.txt`, the
+  third-party versions uv.lock tested (`-c dist/constraints.txt` installs exactly those);
 - `hostaffinity-<version>.tgz`: the Helm chart (charts/hostaffinity), for `helm install`.
 
 The version is the workspace's (pyproject.toml); the release stops if any member, any image in
@@ -17,9 +19,12 @@ k8s/ or the chart (version, appVersion) says another.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -41,13 +46,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 }
 # The Grafana dashboard's ConfigMap: a manifest of its own, applied in Grafana's namespace.
 DASHBOARD = ("ConfigMap", "hostaffinity-dashboard")
-# The CLI and the workspace members it needs, each built as its own wheel.
-WHEELS = (
-    "hostaffinity-schema",
-    "hostaffinity-affinity",
-    "hostaffinity-runtime",
-    "hostaffinity-cli",
-)
+# The distribution the release ships the CLI as; the workspace members it imports go inside it.
+CLI = "hostaffinity-cli"
 
 
 def workspace_version() -> str:
@@ -137,21 +137,110 @@ def write_manifests(version: str, dist: Path = DIST) -> list[Path]:
     return [*written, path]
 
 
-def build_wheels(version: str) -> list[Path]:
-    for package in WHEELS:
+def _normalized(name: str) -> str:
+    """A distribution name as indexes compare them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(requirement: str) -> str:
+    return _normalized(re.split(r"[\s\[<>=!~;(@]", requirement.strip(), maxsplit=1)[0])
+
+
+def workspace_members() -> dict[str, Path]:
+    """Each workspace member's normalized name -> its folder."""
+    return {
+        _normalized(tomllib.loads(pyproject.read_text())["project"]["name"]): pyproject.parent
+        for pyproject in sorted(ROOT.glob("*/*/pyproject.toml"))
+    }
+
+
+def _project(folder: Path) -> dict[str, Any]:
+    return dict(tomllib.loads((folder / "pyproject.toml").read_text())["project"])
+
+
+def cli_closure() -> tuple[list[Path], list[str]]:
+    """The folders of the CLI and of every workspace member it needs (the CLI's first), and the
+    third-party requirements all of them declare, as they declare them."""
+    members = workspace_members()
+    folders: list[Path] = []
+    third_party: set[str] = set()
+    pending = [_normalized(CLI)]
+    while pending:
+        folder = members[pending.pop(0)]
+        if folder in folders:
+            continue
+        folders.append(folder)
+        for requirement in _project(folder).get("dependencies", []):
+            name = _requirement_name(requirement)
+            if name in members:
+                pending.append(name)
+            else:
+                third_party.add(requirement)
+    return folders, sorted(third_party)
+
+
+def _toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(value) for value in values) + "]"
+
+
+def cli_wheel_project(version: str, requirements: list[str]) -> str:
+    """pyproject.toml of the one CLI distribution: the CLI's own name, entry points and build
+    backend, every bundled member's third-party requirements, and no member as a dependency."""
+    cli = tomllib.loads((workspace_members()[_normalized(CLI)] / "pyproject.toml").read_text())
+    project, backend = cli["project"], cli["build-system"]
+    scripts = "".join(
+        f"{name} = {json.dumps(target)}\n" for name, target in project["scripts"].items()
+    )
+    return (
+        "[project]\n"
+        f"name = {json.dumps(project['name'])}\n"
+        f"version = {json.dumps(version)}\n"
+        f"description = {json.dumps(project['description'])}\n"
+        f"requires-python = {json.dumps(project['requires-python'])}\n"
+        f"dependencies = {_toml_list(requirements)}\n\n"
+        f"[project.scripts]\n{scripts}\n"
+        "[build-system]\n"
+        f"requires = {_toml_list(backend['requires'])}\n"
+        f"build-backend = {json.dumps(backend['build-backend'])}\n\n"
+        "[tool.hatch.build.targets.wheel]\n"
+        'packages = ["src/hostaffinity"]\n'
+    )
+
+
+def build_cli_wheel(version: str, out_dir: Path) -> Path:
+    """The CLI wheel, built from a staging project that holds the packages of the CLI and of the
+    members it needs (each member's src/hostaffinity/<package>)."""
+    folders, requirements = cli_closure()
+    with tempfile.TemporaryDirectory(prefix="hostaffinity-cli-wheel-") as staging:
+        packages = Path(staging) / "src" / "hostaffinity"
+        for folder in folders:
+            for package in sorted((folder / "src" / "hostaffinity").iterdir()):
+                shutil.copytree(
+                    package,
+                    packages / package.name,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                )
+        (Path(staging) / "pyproject.toml").write_text(
+            cli_wheel_project(version, requirements), encoding="utf-8"
+        )
         subprocess.run(
-            ["uv", "build", "--quiet", "--wheel", "--package", package, "--out-dir", str(DIST)],
+            ["uv", "build", "--quiet", "--wheel", "--out-dir", str(out_dir), staging],
             check=True,
             cwd=ROOT,
         )
+    return out_dir / f"{CLI.replace('-', '_')}-{version}-py3-none-any.whl"
+
+
+def build_wheels(version: str) -> list[Path]:
+    """The CLI wheel and constraints.txt: the third-party versions uv.lock tested."""
+    wheel = build_cli_wheel(version, DIST)
     exported = subprocess.run(
-        ["uv", "export", "--frozen", "--quiet", "--package", "hostaffinity-cli", "--no-dev",
+        ["uv", "export", "--frozen", "--quiet", "--package", CLI, "--no-dev",
          "--no-hashes", "--no-emit-workspace", "--no-header", "--no-annotate"],
         check=True, cwd=ROOT, capture_output=True, text=True,
     ).stdout  # fmt: skip
-    ours = "".join(f"{package}=={version}\n" for package in WHEELS)
-    (DIST / "constraints.txt").write_text(ours + exported, encoding="utf-8")
-    return [*sorted(DIST.glob("*.whl")), DIST / "constraints.txt"]
+    (DIST / "constraints.txt").write_text(exported, encoding="utf-8")
+    return [wheel, DIST / "constraints.txt"]
 
 
 def package_chart() -> Path:

@@ -76,7 +76,7 @@ NOT_RUN = {
     "rollout status deployment/node-labeller": "step 5 (the test checks the names)",
     "port-forward": "step 6: the labeller's work, read through the bus of a live cluster",
     "hostaffinity-drs-translator --config": "an example of output, not a step",
-    "uv tool install --find-links dist": "tests/test_release.py installs make release's CLI",
+    "uv tool install dist/hostaffinity_cli": "tests/test_release.py installs make release's CLI",
 }
 
 

@@ -218,14 +218,14 @@ async def test_explain_what_does_not_exist_or_cannot_be_read_is_a_clear_error(
     code, out, err = await cli("explain", "pod", "default/nope")
     assert (code, out) == (1, "")
     assert err == (
-        "hostaffinity explain: pod default/nope does not exist "
+        "hostaffinity explain pod: pod default/nope does not exist "
         "(`kubectl get pods -n default` lists the ones that do)\n"
     )
     code, _, err = await cli("explain", "node", "nope")
     assert code == 1
     # Looked up before the snapshot is read: no progress lines before it.
     assert err == (
-        "hostaffinity explain: node nope does not exist (`kubectl get nodes` lists the ones "
+        "hostaffinity explain node: node nope does not exist (`kubectl get nodes` lists the ones "
         "that do)\n"
     )
 

@@ -1,5 +1,6 @@
 """`hostaffinity`'s command line: what it refuses before reaching for NATS or the API server,
-and how it says so (one line naming the command, exit status 1; a usage error exits 2)."""
+and how it says so (one line naming the command, exit status 1; a usage error, one line naming
+the command and its --help, exits 2)."""
 
 from __future__ import annotations
 
@@ -48,21 +49,46 @@ def test_a_bad_filter_is_one_line_naming_the_command_and_exit_1(
 
 
 @pytest.mark.parametrize(
-    ("argv", "said"),
+    ("argv", "command", "said"),
     [
-        pytest.param([], "the following arguments are required: command", id="no-command"),
-        pytest.param(["events", "-o", "xml"], "argument -o/--output: invalid choice", id="output"),
-        pytest.param(["seed-vcsim"], "the following arguments are required: --vcenter", id="seed"),
-        pytest.param(["teleport"], "argument command: invalid choice: 'teleport'", id="unknown"),
+        pytest.param(
+            [], "hostaffinity", "the following arguments are required: command", id="none"
+        ),
+        pytest.param(
+            ["events", "-o", "xml"],
+            "hostaffinity events",
+            "argument -o/--output: invalid choice",
+            id="output",
+        ),
+        pytest.param(
+            ["seed-vcsim"],
+            "hostaffinity seed-vcsim",
+            "the following arguments are required: --vcenter",
+            id="seed",
+        ),
+        pytest.param(
+            ["teleport"],
+            "hostaffinity",
+            "argument command: invalid choice: 'teleport'",
+            id="unknown",
+        ),
+        pytest.param(
+            ["what-if", "host-failure", "esx-1", "--fast"],
+            "hostaffinity what-if host-failure",
+            "unrecognized arguments: --fast",
+            id="unknown-option",
+        ),
     ],
 )
-def test_a_usage_error_prints_the_usage_and_exits_2(
-    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+def test_a_usage_error_is_one_line_naming_the_command_and_its_help_and_exits_2(
+    argv: list[str], command: str, said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = _exit(argv, capsys)
     assert (code, out) == (2, "")
-    assert err.startswith("usage: hostaffinity")
+    assert err.startswith(f"{command}: ")
     assert said in err
+    assert err.endswith(f"; see `{command} --help`\n")
+    assert err.count("\n") == 1
 
 
 def test_version_is_the_release_s(capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,6 +33,7 @@ from hostaffinity.cli.bus_credentials import (
 )
 from hostaffinity.cli.connections import (
     BUS_WITHIN_SECONDS,
+    CommandFailed,
     kubernetes_settings,
     open_api,
     open_bus,
@@ -46,6 +47,7 @@ from hostaffinity.cli.subscriber_commands import add_subscriber_commands
 from hostaffinity.runtime.bus.layout import BusLayout
 from hostaffinity.runtime.kube.client import KubeClient, ResourceRef
 from hostaffinity.runtime.process.config import (
+    ConfigError,
     NatsSettings,
     Settings,
     SharedSettings,
@@ -64,10 +66,20 @@ class ProvisionConfig(Settings, frozen=True):
 
 
 async def provision(args: argparse.Namespace) -> int:
-    config = load_config(ProvisionConfig, args.config)
+    try:
+        config = load_config(ProvisionConfig, args.config)
+    except ConfigError as error:
+        raise CommandFailed(
+            str(error), "check --config FILE (YAML with a `nats` section)"
+        ) from None
     settings = config.nats
     async with open_bus(
-        settings, args.connect_timeout, "hostaffinity-bus-provision", provisioned=False
+        settings,
+        args.connect_timeout,
+        "hostaffinity-bus-provision",
+        provisioned=False,
+        fix="start NATS or set nats.servers in --config FILE (or HOSTAFFINITY_NATS__SERVERS), "
+        "with nats.nkey_seed_file for the provision identity",
     ) as bus:
         layout = BusLayout.of(settings)
         await bus.provision(layout)
@@ -84,7 +96,13 @@ async def provision(args: argparse.Namespace) -> int:
 
 
 async def local_credentials(args: argparse.Namespace) -> int:
-    files = write_local_credentials(Path(args.dir), owner=args.owner)
+    try:
+        files = write_local_credentials(Path(args.dir), owner=args.owner)
+    except OSError as error:
+        raise CommandFailed(
+            f"cannot write the bus credentials into {args.dir} ({error.strerror or error})",
+            "pass --dir a folder this user may write (it is made when missing)",
+        ) from None
     for name, path in files.items():
         print(f"{name}: {path}")
     print(f"server environment: {Path(args.dir) / SERVER_ENV_FILE}")
@@ -94,7 +112,8 @@ async def local_credentials(args: argparse.Namespace) -> int:
 async def kubernetes_secrets(args: argparse.Namespace) -> int:
     secrets_in = ResourceRef("", "v1", "secrets", args.namespace)
     settings = kubernetes_settings(args.kubeconfig, args.context, args.server)
-    async with open_api(settings) as kube:
+    rights = f"read, create and patch Secrets in namespace {args.namespace}"
+    async with open_api(settings, rights=rights) as kube:
         for secret in (
             identities_secret(args.namespace),
             tls_secret(args.namespace),

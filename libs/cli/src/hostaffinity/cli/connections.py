@@ -49,9 +49,19 @@ FIX_KUBECONFIG: Final = (
     "pass --kubeconfig FILE (or set KUBECONFIG) naming a cluster and a current-context"
 )
 FIX_API: Final = "check that the cluster runs and the kubeconfig's server (or --server) is right"
-FIX_NATS: Final = (
-    "start NATS or pass --nats URL (with --nats-seed for the cli identity, --nats-ca-file for TLS)"
-)
+# What an API user that is refused must be allowed, for the commands that read the cluster.
+READ_RIGHTS: Final = "read nodes, pods and leases"
+
+
+def fix_nats(identity: str) -> str:
+    """The remedy for a NATS out of reach, for a command that connects as `identity`."""
+    return (
+        f"start NATS or pass --nats URL (with --nats-seed for the {identity} identity, "
+        "--nats-ca-file for TLS)"
+    )
+
+
+FIX_NATS: Final = fix_nats("cli")
 
 
 class CommandFailed(RuntimeError):
@@ -121,10 +131,11 @@ def _in_cluster(settings: KubernetesSettings) -> bool:
 
 @asynccontextmanager
 async def open_api(
-    settings: KubernetesSettings, probe: ResourceRef | None = None
+    settings: KubernetesSettings, probe: ResourceRef | None = None, rights: str = READ_RIGHTS
 ) -> AsyncIterator[KubeClient]:
     """A client of the API server the kubeconfig names; any failure of its calls (refused,
-    silent, forbidden) leaves as CommandFailed naming the server.
+    silent, forbidden) leaves as CommandFailed naming the server (a refusal: and the `rights`
+    the command's user needs).
 
     With `probe`, one object of that resource is listed first, so a command that reads several
     sources hears of an unusable API before it prints the progress of another.
@@ -150,7 +161,7 @@ async def open_api(
                 await client.request("GET", probe.path(), query={"limit": "1"})
             yield client
     except ApiException as error:  # only the API answers with one
-        raise CommandFailed(api_refusal(server, error)) from None
+        raise CommandFailed(api_refusal(server, error, rights)) from None
 
 
 class _CommandClient(KubeClient):
@@ -166,14 +177,14 @@ class _CommandClient(KubeClient):
             ) from None
 
 
-def api_refusal(server: str, error: ApiException) -> str:
+def api_refusal(server: str, error: ApiException, rights: str = READ_RIGHTS) -> str:
     """An API answer other than 2xx, with the server's own message from its Status body."""
     said = _status_message(error.body)
     status = f"{error.status} {error.reason}".strip()
     if error.status in (401, 403):
         return (
             f"the API server at {server} refused this kubeconfig's user ({status}: {said}); "
-            "use a kubeconfig whose user may read nodes, pods and leases"
+            f"use a kubeconfig whose user may {rights}"
         )
     return f"the API server at {server} answered {status}" + (f": {said}" if said else "")
 
@@ -212,10 +223,12 @@ async def open_bus(
     name: str = "hostaffinity-cli",
     *,
     provisioned: bool = True,
+    fix: str = FIX_NATS,
 ) -> AsyncIterator[Bus]:
-    """The bus, tried quietly for `within` seconds, and (unless `provisioned` is False: the
-    provisioning itself) checked for every stream and bucket a command reads, so a bus not
-    provisioned yet is said at once and by name; one missing later says so too."""
+    """The bus, tried quietly for `within` seconds (out of reach: CommandFailed with `fix`),
+    and (unless `provisioned` is False: the provisioning itself, the uninstall) checked for
+    every stream and bucket a command reads, so a bus not provisioned yet is said at once and
+    by name; one missing later says so too."""
     where = ", ".join(settings.servers)
     try:
         connected = await Bus.connect(
@@ -226,7 +239,7 @@ async def open_bus(
             quiet=True,
         )
     except BusUnreachable as error:
-        raise CommandFailed(str(error), FIX_NATS) from None
+        raise CommandFailed(str(error), fix) from None
     except ConfigFileError as error:
         raise CommandFailed(
             f"NATS at {where}: {error}",

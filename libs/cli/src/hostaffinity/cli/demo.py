@@ -498,13 +498,14 @@ async def play(demo: Demo) -> dict[str, int]:
 
 async def run_demo(args: argparse.Namespace) -> int:
     settings = kubernetes_settings(args.kubeconfig, args.context)
+    vcenter_at = vcenter_settings(args.vcenter)  # a malformed --vcenter before anything is read
     # Kubernetes and the bus first: each says at once, in one line, when it is not there.
     async with (
         open_api(settings, probe=NODES) as client,
         following(nats_settings(args)) as events,
     ):
         kube = Kube(client, args.namespace)
-        vcenter = await VCenter.connect(vcenter_settings(args.vcenter))
+        vcenter = await VCenter.connect(vcenter_at)
         await kube.ensure_namespace()
         demo = Demo(kube, vcenter, events, args.timeout)
         hosts = await demo.hosts()

@@ -21,11 +21,12 @@ from pyVmomi import vim
 from hostaffinity.cli.connections import open_bus
 from hostaffinity.cli.history import event_type, summary
 from hostaffinity.cli.seeding import inventory, wait_for_task
+from hostaffinity.cli.vcenter_access import login
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.kube.client import NODES, KubeClient, ResourceRef
 from hostaffinity.runtime.process.cancellation import wait_set
 from hostaffinity.runtime.process.config import NatsSettings
-from hostaffinity.runtime.vcenter.session import VCenterSettings, connect
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 from hostaffinity.schema import (
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
@@ -247,7 +248,8 @@ class VCenter:
 
     @classmethod
     async def connect(cls, settings: VCenterSettings) -> VCenter:
-        return cls(await asyncio.to_thread(connect, settings))
+        fix = "is `make dev` running? (its vcsim is the default --vcenter), or pass --vcenter URL"
+        return cls(await asyncio.to_thread(login, settings, fix))
 
     def _relocate(self, vm_name: str, host_name: str) -> None:
         content: Any = self.service_instance.RetrieveContent()

@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn, cast
 
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -30,9 +31,13 @@ from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
 from hostaffinity.cli.uninstall import add_uninstall_command
+from hostaffinity.cli.vcenter_access import open_vcenter
 from hostaffinity.runtime.kube.client import NODES
-from hostaffinity.runtime.vcenter.session import connect
 from hostaffinity.schema.version import release_version
+
+FIX_SEED_VCENTER = (
+    "check --vcenter and that the simulator runs (make dev's: http://user:pass@127.0.0.1:8989/sdk)"
+)
 
 
 async def node_names(kubeconfig: str | None, server: str | None = None) -> list[str]:
@@ -42,10 +47,10 @@ async def node_names(kubeconfig: str | None, server: str | None = None) -> list[
 
 
 async def seed(args: argparse.Namespace) -> int:
+    settings = vcenter_settings(args.vcenter)
     names = args.nodes.split(",") if args.nodes else await node_names(args.kubeconfig, args.server)
-    result = await asyncio.to_thread(
-        lambda: seed_node_vms(connect(vcenter_settings(args.vcenter)), names)
-    )
+    async with open_vcenter(settings, FIX_SEED_VCENTER) as service_instance:
+        result = await asyncio.to_thread(seed_node_vms, service_instance, names)
     for node, host in sorted(result.created.items()):
         print(f"created VM {node} on {host}")
     print(f"{len(result.created)} created, {len(result.existing)} already there")
@@ -81,13 +86,30 @@ def follows_the_stream(args: argparse.Namespace) -> bool:
     return args.command == "events" and (args.follow or args.since is None)
 
 
+class CommandLineParser(argparse.ArgumentParser):
+    """A usage error in one line, naming the command and where its options are listed (the
+    usage block argparse prints before it would be most of the screen for `hostaffinity`)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, usage_error(self.prog, message))
+
+
+def usage_error(command: str, message: str) -> str:
+    return f"{command}: {message}; see `{command} --help`\n"
+
+
 def command_line() -> argparse.ArgumentParser:
-    """Every command and its options."""
-    parser = argparse.ArgumentParser(prog="hostaffinity", description=__doc__)
+    """Every command and its options; each command's parser knows its own words."""
+    parser = CommandLineParser(prog="hostaffinity", description=__doc__)
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {release_version('hostaffinity-cli')}"
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    # Each command's parser is a CommandLineParser too (argparse makes them of the parent's
+    # class); the modules that add them need only an ArgumentParser's methods.
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True),
+    )
     seeding = commands.add_parser("seed-vcsim", help="one VM per Kubernetes node in a simulator")
     seeding.add_argument("--vcenter", required=True, help="http://user:pass@host:port/sdk")
     seeding.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
@@ -124,12 +146,28 @@ def command_line() -> argparse.ArgumentParser:
     add_check_command(commands)
     add_demo_command(commands)
     add_uninstall_command(commands)
+    for words, command in command_parsers(parser).items():
+        command.set_defaults(words=words)
     return parser
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every command the parser runs, by its words (`bus subscriber add`), with its parser."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word, sub in action.choices.items():
+                nested = command_parsers(sub)
+                found.update({f"{word} {rest}": p for rest, p in nested.items()} or {word: sub})
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = command_line()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    command = f"hostaffinity {args.words}"
+    if unknown:
+        parser.exit(2, usage_error(command, f"unrecognized arguments: {' '.join(unknown)}"))
     # force: each run logs to the stderr of now (an earlier in-process run may have left a
     # handler on a stream that is closed since).
     logging.basicConfig(level=logging.WARNING, force=True)
@@ -138,6 +176,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, RuntimeError, OSError, NatsError, ApiException) as error:
         # CommandFailed (connections.py) for what a command could not reach; the rest are
         # the commands' own answers (a pod that does not exist) and what escaped them.
-        parser.exit(1, f"hostaffinity {args.command}: {one_line(error)}\n")
+        parser.exit(1, f"{command}: {one_line(error)}\n")
     except KeyboardInterrupt:
         sys.exit(130)

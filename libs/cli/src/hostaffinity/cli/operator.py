@@ -76,6 +76,19 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def replica_count(text: str) -> int:
+    """--min-replicas: refused before anything is read when it cannot name a shared host."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if count < 2:
+        raise argparse.ArgumentTypeError(
+            f"{text}: give 2 or more (a single replica shares a host with none of its own)"
+        )
+    return count
+
+
 def add_operator_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the three commands on the `hostaffinity` parser."""
     topology = commands.add_parser(
@@ -87,7 +100,9 @@ def add_operator_commands(commands: argparse._SubParsersAction[argparse.Argument
 
     exposure = commands.add_parser("exposure", help="workloads whose replicas share an ESXi host")
     exposure.add_argument("-n", "--namespace", help="only this namespace")
-    exposure.add_argument("--min-replicas", type=int, default=2, help="ignore smaller workloads")
+    exposure.add_argument(
+        "--min-replicas", type=replica_count, default=2, help="ignore smaller workloads"
+    )
     exposure.add_argument(
         "--label-set",
         help="comma-separated label keys: group pods by their values instead of by owner",
@@ -138,8 +153,6 @@ def _topology(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
 
 
 def _exposure(args: argparse.Namespace, snapshot: ClusterSnapshot) -> Answer:
-    if args.min_replicas < 2:
-        raise ValueError("--min-replicas must be at least 2")
     keys = [k.strip() for k in (args.label_set or "").split(",") if k.strip()]
     report = exposure_report(
         snapshot,

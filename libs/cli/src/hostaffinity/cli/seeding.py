@@ -31,7 +31,7 @@ def vcenter_settings(url: str) -> VCenterSettings:
     """Settings from `http://user:pass@host:port/sdk` (the form vcsim prints)."""
     parts = urlsplit(url)
     if not parts.hostname or parts.username is None or parts.password is None:
-        raise ValueError(f"expected a URL like http://user:pass@host:8989/sdk, not {url!r}")
+        raise ValueError(f"--vcenter {url!r}: expected a URL like http://user:pass@host:8989/sdk")
     protocol: Literal["https", "http"] = "https" if parts.scheme == "https" else "http"
     return VCenterSettings(
         host=parts.hostname,

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Final, Protocol
@@ -38,15 +39,23 @@ from hostaffinity.cli.bus_subscribers import (
     checked_name,
     consumer_config,
 )
+from hostaffinity.cli.connections import (
+    BUS_WITHIN_SECONDS,
+    CommandFailed,
+    fix_nats,
+    kubernetes_settings,
+    open_api,
+    open_bus,
+)
 from hostaffinity.cli.kubernetes_subscribers import KubernetesSubscribers
 from hostaffinity.cli.subscriber_admission import wait_until_every_server
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.kube.client import KubeClient, api_client
-from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
+from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import EVENTS_STREAM
 
 PID_FILE: Final = "nats.pid"
 LOCAL_NATS: Final = "nats://127.0.0.1:4222"
+LOCAL_DIR: Final = ".cache/dev/nats"  # where `make dev` has `bus credentials` write
 # How long the servers get to load the new config before the consumer's creation gives up:
 # a signal locally; in Kubernetes the kubelet's sync of the mounted Secret (about a minute).
 LOCAL_RELOAD_SECONDS: Final = 20.0
@@ -97,16 +106,31 @@ class LocalStore:
         return str(self.files.seed_file(name))
 
 
+def local_bus_folder(args: argparse.Namespace) -> Path:
+    """--dir, when it is there: a folder `bus credentials` wrote. Else CommandFailed before
+    anything is written: run elsewhere than the checkout `make dev` runs in, the default names
+    nothing."""
+    folder = Path(args.dir)
+    if folder.is_dir():
+        return folder
+    given = "from --dir" if args.dir != LOCAL_DIR else f"the default --dir, under {Path.cwd()}"
+    raise CommandFailed(
+        f"no local bus credentials in {args.dir} ({given})",
+        "run it in the checkout where `make dev` runs, pass --dir DIR (the folder "
+        "`hostaffinity bus credentials` wrote), or --namespace NAMESPACE for the bus in "
+        "Kubernetes",
+    )
+
+
 @contextlib.asynccontextmanager
 async def _store(args: argparse.Namespace) -> AsyncIterator[SubscriberStore]:
     if args.namespace is None:
-        yield LocalStore(Path(args.dir))
+        yield LocalStore(local_bus_folder(args))
         return
-    api = await api_client(KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context))
-    try:
-        yield KubernetesSubscribers(KubeClient(api), args.namespace)
-    finally:
-        await api.close()
+    settings = kubernetes_settings(args.kubeconfig, args.context)
+    rights = f"read and write Secrets in namespace {args.namespace}"
+    async with open_api(settings, rights=rights) as client:
+        yield KubernetesSubscribers(client, args.namespace)
 
 
 def reload_servers(pid_files: Sequence[Path]) -> None:
@@ -118,7 +142,19 @@ def reload_servers(pid_files: Sequence[Path]) -> None:
             raise RuntimeError(
                 f"cannot read the nats-server pid from {pid_file}: {error}"
             ) from None
-        os.kill(pid, signal.SIGHUP)
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            raise RuntimeError(
+                f"no nats-server runs with pid {pid} (from {pid_file}): start it (`make dev`), "
+                "or pass --pid-file of the one that runs"
+            ) from None
+
+
+def _pid_files(args: argparse.Namespace) -> list[Path]:
+    """Locally, the nats-server pid files to signal: --pid-file, else <dir>/nats.pid if there."""
+    default = Path(args.dir) / PID_FILE
+    return [Path(p) for p in args.pid_file or ()] or ([default] if default.exists() else [])
 
 
 def _servers_told(args: argparse.Namespace) -> bool:
@@ -129,10 +165,7 @@ def _servers_told(args: argparse.Namespace) -> bool:
             "subscribers.conf (about a minute)"
         )
         return True
-    pid_files = [Path(p) for p in args.pid_file or ()]
-    if not pid_files and (Path(args.dir) / PID_FILE).exists():
-        pid_files = [Path(args.dir) / PID_FILE]
-    if pid_files:
+    if pid_files := _pid_files(args):
         reload_servers(pid_files)
         print(f"reloaded: {', '.join(str(path) for path in pid_files)}")
         return True
@@ -146,28 +179,23 @@ def _servers(args: argparse.Namespace) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def _provisioning(args: argparse.Namespace) -> AsyncIterator[Bus]:
-    """A connection as `provision`: its seed from --nats-seed, or locally <dir>/provision.nk."""
-    servers = _servers(args)
+async def _provisioning(args: argparse.Namespace, *, provisioned: bool) -> AsyncIterator[Bus]:
+    """A connection as `provision`: its seed from --nats-seed, or locally <dir>/provision.nk;
+    with `provisioned`, the bus's streams and buckets checked to be there."""
     settings = NatsSettings(
-        servers=servers,
+        servers=_servers(args),
         identity="provision",
         nkey_seed_file=args.nats_seed or str(Path(args.dir) / "provision.nk"),
         tls_ca_file=args.nats_ca_file,
     )
-    try:
-        async with asyncio.timeout(args.connect_timeout):
-            bus = await Bus.connect(
-                settings, name="hostaffinity-bus-subscriber", request_timeout_seconds=1.0
-            )
-    except TimeoutError:
-        raise RuntimeError(
-            f"cannot reach NATS at {', '.join(servers)} within {args.connect_timeout:g} s"
-        ) from None
-    try:
+    async with open_bus(
+        settings,
+        args.connect_timeout,
+        "hostaffinity-bus-subscriber",
+        provisioned=provisioned,
+        fix=fix_nats("provision"),
+    ) as bus:
         yield bus
-    finally:
-        await bus.close()
 
 
 async def create_consumer(bus: Bus, config: ConsumerConfig, wait_seconds: float) -> None:
@@ -199,9 +227,22 @@ def _reachable(args: argparse.Namespace) -> bool:
     return args.namespace is None or bool(args.nats)
 
 
+def _goes_on_to_the_bus(args: argparse.Namespace) -> bool:
+    """Whether `add` makes the consumer in this run: not without a local server to signal
+    (compose: `docker compose kill -s HUP nats`), nor in Kubernetes without --nats; those runs
+    only write, and the next makes it."""
+    return (args.namespace is not None or bool(_pid_files(args))) and _reachable(args)
+
+
 async def add_subscriber(args: argparse.Namespace) -> int:
     name = checked_name(args.name)
     events = checked_event_types(args.events)
+    if args.namespace is None:
+        local_bus_folder(args)
+    if _goes_on_to_the_bus(args):
+        # Out of reach or not provisioned: said before anything is written.
+        async with _provisioning(args, provisioned=True):
+            pass
     async with _store(args) as store:
         seed_value = await store.seed(name)
         subscriber = Subscriber(name, events, public_key(seed_value))
@@ -217,7 +258,7 @@ async def add_subscriber(args: argparse.Namespace) -> int:
         _servers(args), name, seed_value, args.nats_ca_file,
         admitted=True, wait_seconds=_reload_seconds(args),
     )  # fmt: skip
-    async with _provisioning(args) as bus:
+    async with _provisioning(args, provisioned=True) as bus:
         config = consumer_config(subscriber, args.ack_wait)
         await create_consumer(bus, config, _reload_seconds(args))
     print(f"subscriber {name}: {', '.join(events)}")
@@ -233,8 +274,12 @@ async def remove_subscriber(args: argparse.Namespace) -> int:
     async with _store(args) as store:
         registered = await store.load()
         if args.name not in {s.name for s in registered}:
-            raise ValueError(f"no subscriber {args.name!r} is registered ({REGISTRY_FILE})")
-        async with _provisioning(args) as bus:  # still allowed: the servers know it yet
+            raise ValueError(
+                f"no subscriber {args.name!r} is registered ({REGISTRY_FILE}); "
+                "`hostaffinity bus subscriber list` lists the ones that are"
+            )
+        # Still allowed: the servers know it yet. A bus partly set up keeps what it has.
+        async with _provisioning(args, provisioned=False) as bus:
             with contextlib.suppress(NotFoundError):  # already gone: nothing to take away
                 await bus.js.delete_consumer(EVENTS_STREAM, args.name)
         await store.save([s for s in registered if s.name != args.name])
@@ -253,10 +298,13 @@ async def remove_subscriber(args: argparse.Namespace) -> int:
 
 async def list_subscribers(args: argparse.Namespace) -> int:
     async with _store(args) as store:
-        for subscriber in await store.load():
+        registered = await store.load()
+        for subscriber in registered:
             print(
                 f"{subscriber.name}\t{','.join(subscriber.events)}\t{store.where(subscriber.name)}"
             )
+    if not registered:
+        print("no subscribers registered", file=sys.stderr)
     return 0
 
 
@@ -283,7 +331,9 @@ def add_subscriber_commands(verbs: argparse._SubParsersAction[argparse.ArgumentP
     listing.set_defaults(run=list_subscribers)
     for parser in (adding, removing, listing):
         parser.add_argument(
-            "--dir", default=".cache/dev/nats", help="the local bus credentials folder"
+            "--dir",
+            default=LOCAL_DIR,
+            help=f"the local bus credentials folder (default {LOCAL_DIR})",
         )
         parser.add_argument("--namespace", help="in Kubernetes: the namespace of the bus")
         parser.add_argument("--kubeconfig", help="default: in-cluster or ~/.kube/config")
@@ -301,7 +351,12 @@ def add_subscriber_commands(verbs: argparse._SubParsersAction[argparse.ArgumentP
             "--nats-seed", help="provisioning's nkey seed file (default <dir>/provision.nk)"
         )
         parser.add_argument("--nats-ca-file", help="the CA of the servers' certificate")
-        parser.add_argument("--connect-timeout", type=float, default=30.0)
+        parser.add_argument(
+            "--connect-timeout",
+            type=float,
+            default=BUS_WITHIN_SECONDS,
+            help=f"seconds to wait for NATS (default {BUS_WITHIN_SECONDS:g})",
+        )
         parser.add_argument(
             "--reload-timeout",
             type=float,

@@ -32,17 +32,24 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from nats.js.errors import NotFoundError
-from pyVim.connect import Disconnect
 from pyVmomi import vim, vmodl
 
 from hostaffinity.cli.bus_access import OUR_STREAMS
+from hostaffinity.cli.connections import (
+    BUS_WITHIN_SECONDS,
+    fix_nats,
+    kubernetes_settings,
+    open_api,
+    open_bus,
+)
 from hostaffinity.cli.leases import leadership, read_leases
 from hostaffinity.cli.reading import drs_records
 from hostaffinity.cli.seeding import wait_for_task
+from hostaffinity.cli.vcenter_access import open_vcenter
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.kube.client import NODES, KubeClient, api_client
+from hostaffinity.runtime.kube.client import NODES
 from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.vcenter.session import VCenterSettings, connect
+from hostaffinity.runtime.vcenter.session import VCenterSettings
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,
     LABEL_LEGACY_HOST,
@@ -55,6 +62,13 @@ from hostaffinity.schema import (
 OUR_KEY_PREFIX: Final = "hostaffinity.io/"
 PASSWORD_VARIABLE: Final = "HOSTAFFINITY_VCENTER__PASSWORD"
 GROUP_KINDS: Final = frozenset({"vm-group", "host-group"})
+FIX_VCENTER: Final = (
+    "check --vcenter and that vCenter can be reached from here; nothing was changed"
+)
+FIX_VCENTER_LOGIN: Final = (
+    f"check the user in --vcenter and the password (in ${PASSWORD_VARIABLE} or the URL); "
+    "nothing was changed"
+)
 _vim: Any = vim
 
 
@@ -127,22 +141,25 @@ class Uninstall:
 
     async def run(self) -> int:
         args = self._args
+        vcenter = None if args.vcenter is None else _vcenter(args)  # a malformed one said first
         await self._check_stopped()
-        async with asyncio.timeout(args.timeout):
-            bus = await Bus.connect(_nats(args), name="hostaffinity-uninstall")
-        try:
+        async with open_bus(
+            _nats(args),
+            args.connect_timeout,
+            "hostaffinity-uninstall",
+            provisioned=False,  # a bus partly removed by an earlier run is what it is
+            fix=fix_nats("provision"),
+        ) as bus:
             records = [r for r in await drs_records(bus) if r.vcenter == args.vcenter_name]
             by_cluster: dict[str, dict[str, DrsOwnership]] = {}
             for record in records:
                 by_cluster.setdefault(record.cluster_moid, {})[record.name] = record
             if by_cluster:
-                await asyncio.to_thread(self._remove_drs, by_cluster)
+                await self._remove_drs(vcenter, by_cluster)
             else:
                 print(f"no DRS ownership records for vCenter {args.vcenter_name!r}", flush=True)
             await self._remove_node_keys()
             await self._remove_bus_state(bus)
-        finally:
-            await bus.close()
         return 0
 
     async def _check_stopped(self) -> None:
@@ -160,43 +177,47 @@ class Uninstall:
             raise RuntimeError(f"{running}: stop them first ({stop}); nothing was changed")
         print(f"note: {running}; stop them before the real run ({stop})", flush=True)
 
-    def _remove_drs(self, by_cluster: Mapping[str, Mapping[str, DrsOwnership]]) -> None:
-        if self._args.vcenter is None:
+    async def _remove_drs(
+        self,
+        vcenter: VCenterSettings | None,
+        by_cluster: Mapping[str, Mapping[str, DrsOwnership]],
+    ) -> None:
+        if vcenter is None:
             raise ValueError(
                 f"{sum(map(len, by_cluster.values()))} DRS rules and groups are recorded as "
                 "ours: give --vcenter to remove them (nothing was changed)"
             )
-        si = connect(_vcenter(self._args))
-        try:
-            for moid, records in sorted(by_cluster.items()):
-                cluster = _vim.ClusterComputeResource(moid, si._stub)
-                try:
-                    config = cluster.configurationEx
-                except vmodl.fault.ManagedObjectNotFound:
-                    print(f"cluster {moid} is gone: nothing of ours to remove there", flush=True)
-                    continue
-                cleanup = ours_in_cluster(records, config.rule or (), config.group or ())
-                for why in cleanup.left:
-                    print(f"left {why} (cluster {moid})", flush=True)
-                for name in cleanup.rules:
-                    self.say("remove", f"DRS rule {name} (cluster {moid})")
-                for name in cleanup.groups:
-                    self.say("remove", f"DRS group {name} (cluster {moid})")
-                if self._dry_run:
-                    continue
-                # Rules first: vCenter refuses to remove a group a rule still names.
-                if cleanup.rules:
-                    _reconfigure(cluster, rules=list(cleanup.rules.values()))
-                if cleanup.groups:
-                    _reconfigure(cluster, groups=cleanup.groups)
-        finally:
-            Disconnect(si)  # type: ignore[no-untyped-call]
+        async with open_vcenter(vcenter, FIX_VCENTER, FIX_VCENTER_LOGIN) as si:
+            await asyncio.to_thread(self._remove_in_vcenter, si, by_cluster)
+
+    def _remove_in_vcenter(
+        self, si: vim.ServiceInstance, by_cluster: Mapping[str, Mapping[str, DrsOwnership]]
+    ) -> None:
+        for moid, records in sorted(by_cluster.items()):
+            cluster = _vim.ClusterComputeResource(moid, si._stub)
+            try:
+                config = cluster.configurationEx
+            except vmodl.fault.ManagedObjectNotFound:
+                print(f"cluster {moid} is gone: nothing of ours to remove there", flush=True)
+                continue
+            cleanup = ours_in_cluster(records, config.rule or (), config.group or ())
+            for why in cleanup.left:
+                print(f"left {why} (cluster {moid})", flush=True)
+            for name in cleanup.rules:
+                self.say("remove", f"DRS rule {name} (cluster {moid})")
+            for name in cleanup.groups:
+                self.say("remove", f"DRS group {name} (cluster {moid})")
+            if self._dry_run:
+                continue
+            # Rules first: vCenter refuses to remove a group a rule still names.
+            if cleanup.rules:
+                _reconfigure(cluster, rules=list(cleanup.rules.values()))
+            if cleanup.groups:
+                _reconfigure(cluster, groups=cleanup.groups)
 
     async def _remove_node_keys(self) -> None:
         args = self._args
-        api = await api_client(_kubernetes(args))
-        try:
-            client = KubeClient(api)
+        async with open_api(_kubernetes(args), rights="list and patch nodes") as client:
             listed = json.loads(await client.request("GET", NODES.path()))
             for node in listed["items"]:
                 name = node["metadata"]["name"]
@@ -219,8 +240,6 @@ class Uninstall:
                     body=patch,
                     content_type="application/merge-patch+json",
                 )
-        finally:
-            await api.close()
 
     async def _remove_bus_state(self, bus: Bus) -> None:
         for stream in OUR_STREAMS:
@@ -247,7 +266,7 @@ def _reconfigure(cluster: Any, *, rules: Iterable[int] = (), groups: Iterable[st
 
 
 def _kubernetes(args: argparse.Namespace) -> KubernetesSettings:
-    return KubernetesSettings(kubeconfig=args.kubeconfig, context=args.context, server=args.server)
+    return kubernetes_settings(args.kubeconfig, args.context, args.server)
 
 
 def _nats(args: argparse.Namespace) -> NatsSettings:
@@ -318,6 +337,10 @@ def add_uninstall_command(commands: argparse._SubParsersAction[argparse.Argument
         help=f"also remove {LABEL_LEGACY_HOST} (when the shared legacy_host_label was on)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for NATS (default 30)"
+        "--connect-timeout",
+        "--timeout",
+        type=float,
+        default=BUS_WITHIN_SECONDS,
+        help=f"seconds to wait for NATS (default {BUS_WITHIN_SECONDS:g})",
     )
     parser.set_defaults(run=uninstall)
