@@ -2,7 +2,7 @@
 vcsim's DRS rules and groups field by field."""
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runn
 from tests.e2e.labeller_harness import vm_by_name
 from tests.platform.kube_double import KubeDouble
 from tests.platform.vcsim import Vcsim
+
+_vim: Any = vim
 
 
 def drs_config(
@@ -144,6 +146,14 @@ def drs_state(si: vim.ServiceInstance) -> dict[str, dict[str, Any]]:
 def reconfigure(si: vim.ServiceInstance, spec: Any) -> None:
     """One ReconfigureComputeResource_Task as an administrator, waited for."""
     finished(cluster_of(si).ReconfigureComputeResource_Task(spec=spec, modify=True))
+
+
+def add_anti_affinity_rule(si: vim.ServiceInstance, name: str, vm_moids: Sequence[str]) -> None:
+    """An administrator's VM-VM anti-affinity rule over these VMs (or a stray one of any name)."""
+    vms = [_vim.VirtualMachine(moid, si._stub) for moid in vm_moids]
+    rule = _vim.cluster.AntiAffinityRuleSpec(name=name, enabled=True, vm=vms)
+    spec = _vim.cluster.ConfigSpecEx(rulesSpec=[_vim.cluster.RuleSpec(operation="add", info=rule)])
+    reconfigure(si, spec)
 
 
 # A rule named as this install names its rules, made by hand: no record, so a conflict.

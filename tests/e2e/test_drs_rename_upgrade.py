@@ -114,6 +114,18 @@ async def last_release_s_state(
     return objects
 
 
+async def web_and_db_as_the_last_release_left_them(
+    vc: Vcsim, bus: Bus, kube: KubeDouble, cluster: str
+) -> list[DrsObject]:
+    """Three web replicas kept apart (node1..3) and a db pod on hosts H0 and H1 (node5), with
+    the DRS rules and records a 0.1.0 translator made for them (once the labeller placed the
+    nodes)."""
+    for i, node in enumerate(("node1", "node2", "node3")):
+        kube.seed(pod_manifest(f"web-{i}", node, WEB, apart_from=WEB))
+    kube.seed(pod_manifest("db", "node5", {"app": "db"}, on_hosts=["DC0_C0_H0", "DC0_C0_H1"]))
+    return await last_release_s_state(vc, bus, kube, cluster)
+
+
 def protected(state: dict[str, dict[str, Any]], web_vms: Sequence[str], db_vm: str) -> str:
     """Why this moment of vCenter leaves the VMs unprotected, or "" when it does not."""
     rules = [v for k, v in state.items() if k.startswith("rule:")]
@@ -170,11 +182,7 @@ async def test_an_upgrade_renames_the_last_release_s_objects_in_place_without_a_
     db_vm = vm(si, "node5")
     async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
         await wait_ready(labeller)
-        for i, node in enumerate(("node1", "node2", "node3")):
-            kube_double.seed(pod_manifest(f"web-{i}", node, WEB, apart_from=WEB))
-        db = pod_manifest("db", "node5", {"app": "db"}, on_hosts=["DC0_C0_H0", "DC0_C0_H1"])
-        kube_double.seed(db)
-        old = await last_release_s_state(vc, bus, kube_double, cluster)
+        old = await web_and_db_as_the_last_release_left_them(vc, bus, kube_double, cluster)
         before = drs_state(si)
         assert protected(before, web_vms, db_vm) == ""
         keys = {v["name"]: v["key"] for v in before.values() if v.get("key")}
@@ -249,11 +257,7 @@ async def test_a_rename_cut_short_by_a_crash_is_finished_by_the_next_run(
     cluster = cluster_of(si)._moId
     async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
         await wait_ready(labeller)
-        for i, node in enumerate(("node1", "node2", "node3")):
-            kube_double.seed(pod_manifest(f"web-{i}", node, WEB, apart_from=WEB))
-        db = pod_manifest("db", "node5", {"app": "db"}, on_hosts=["DC0_C0_H0", "DC0_C0_H1"])
-        kube_double.seed(db)
-        old = await last_release_s_state(vc, bus, kube_double, cluster)
+        old = await web_and_db_as_the_last_release_left_them(vc, bus, kube_double, cluster)
     keys = {v["name"]: v["key"] for v in drs_state(si).values() if v.get("key")}
     reconfigure = ClusterRules.reconfigure
     made = 0

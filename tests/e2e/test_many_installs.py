@@ -14,7 +14,7 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.schema import DrsRuleConflict, DrsRuleHeld, parse_drs_name
-from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure, records, vm
+from tests.e2e.drs_harness import add_anti_affinity_rule, cluster_of, drs_state, records, vm
 from tests.e2e.harness import eventually, eventually_async
 from tests.e2e.installs_harness import Install, installs_on
 from tests.e2e.labeller_harness import stream_events
@@ -63,21 +63,7 @@ async def test_the_same_workload_in_two_clusters_gets_a_rule_each_and_loses_only
 ) -> None:
     vc = vcsim(hosts=3, vms=6)
     si = vc.connect()
-    reconfigure(
-        si,
-        _vim.cluster.ConfigSpecEx(
-            rulesSpec=[
-                _vim.cluster.RuleSpec(
-                    operation="add",
-                    info=_vim.cluster.AntiAffinityRuleSpec(
-                        name=ADMIN_RULE,
-                        enabled=True,
-                        vm=[_vim.VirtualMachine(vm(si, n), si._stub) for n in ("node-1", "node-5")],
-                    ),
-                )
-            ]
-        ),
-    )
+    add_anti_affinity_rule(si, ADMIN_RULE, [vm(si, n) for n in ("node-1", "node-5")])
     by_hand = admin_rule(si)
     # One install names itself, the other is known by its kube-system Namespace's UID.
     plans = [("east", CLUSTER_A, "prod-east"), ("west", CLUSTER_B, "")]

@@ -23,7 +23,7 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     Event,
 )
-from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure
+from tests.e2e.drs_harness import add_anti_affinity_rule, cluster_of, drs_state
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 _vim: Any = vim
@@ -77,19 +77,7 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
         await applier.apply(plan_of(cluster, first))
         # An administrator takes the name we are about to use, after our last read of vCenter.
         taken = ours("vm-anti-affinity", "b")
-        reconfigure(
-            si,
-            _vim.cluster.ConfigSpecEx(
-                rulesSpec=[
-                    _vim.cluster.RuleSpec(
-                        operation="add",
-                        info=_vim.cluster.AntiAffinityRuleSpec(
-                            name=taken, enabled=True, vm=[_vim.VirtualMachine(vms[4], si._stub)]
-                        ),
-                    )
-                ]
-            ),
-        )
+        add_anti_affinity_rule(si, taken, [vms[4]])
         by_hand = drs_state(si)[f"rule:{taken}"]
         wider = DrsObject(first.name, "vm-group", cluster, vms=(vms[0], vms[1]))
         second = anti(cluster, taken, vms[2], vms[3])

@@ -314,29 +314,41 @@ func renameHost(arg string) error {
 // test could not turn vSphere HA on, or set its advanced options, the way an administrator does.
 func withDasConfig(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
+		body, read := postBody(r)
+		if !read {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		status := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(status, r)
-		if status.status != http.StatusOK || !bytes.Contains(body, []byte("ReconfigureComputeResource_Task")) {
-			return
-		}
-		method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
-		if err != nil {
-			return
-		}
-		if req, ok := method.Body.(*types.ReconfigureComputeResource_Task); ok {
+		if req := reconfigureRequest(body); req != nil && status.status == http.StatusOK {
 			applyDasConfig(req)
 		}
 	})
+}
+
+// postBody reads a POST's body and puts it back for the next handler; false for any other
+// method, or when the body could not be read.
+func postBody(r *http.Request) ([]byte, bool) {
+	if r.Method != http.MethodPost {
+		return nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, err == nil
+}
+
+// reconfigureRequest is the SOAP body's ReconfigureComputeResource_Task, or nil.
+func reconfigureRequest(body []byte) *types.ReconfigureComputeResource_Task {
+	if !bytes.Contains(body, []byte("ReconfigureComputeResource_Task")) {
+		return nil
+	}
+	method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
+	if err != nil {
+		return nil
+	}
+	req, _ := method.Body.(*types.ReconfigureComputeResource_Task)
+	return req
 }
 
 // withRuleEditsByKey makes a rule edit address the rule by its key, as vCenter does: the
@@ -349,24 +361,11 @@ func withDasConfig(next http.Handler) http.Handler {
 // has is refused with InvalidArgument, as names are unique in a cluster.
 func withRuleEditsByKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
-			return
-		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if bytes.Contains(body, []byte("ReconfigureComputeResource_Task")) {
-			method, err := simulator.UnmarshalBody(types.TypeFunc(), body)
-			if err == nil {
-				if req, ok := method.Body.(*types.ReconfigureComputeResource_Task); ok {
-					if taken := renameEditedRules(req); taken != "" {
-						invalidArgument(w, "info.name", taken)
-						return
-					}
+		if body, read := postBody(r); read {
+			if req := reconfigureRequest(body); req != nil {
+				if taken := renameEditedRules(req); taken != "" {
+					invalidArgument(w, "info.name", taken)
+					return
 				}
 			}
 		}

@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Final
 
 from hostaffinity.schema import EsxiHost, OtherInstallRule, SharedHostsWarning
+from hostaffinity.schema.drs import SharedHostsRisk
 
 CONNECTED: Final = "connected"
 
@@ -43,33 +44,26 @@ def shared_hosts_warnings(
         owner = f"install {rule.install}" if rule.install else "an install before 0.2.0"
         count = len(rule.vms)
         if away and count > len(usable):
-            warnings.append(
-                SharedHostsWarning(
-                    risk="blocks-maintenance",
-                    rule=rule.name,
-                    install=rule.install,
-                    vms=count,
-                    hosts=away,
-                    message=(
-                        f"DRS rule {rule.name} of {owner} keeps {count} VMs on different hosts "
-                        f"and {len(usable)} are left: hosts {', '.join(away)} cannot finish "
-                        f"entering maintenance until {owner} holds it"
-                    ),
-                )
+            message = (
+                f"DRS rule {rule.name} of {owner} keeps {count} VMs on different hosts and "
+                f"{len(usable)} are left: hosts {', '.join(away)} cannot finish entering "
+                f"maintenance until {owner} holds it"
             )
+            warnings.append(_warning("blocks-maintenance", rule, away, message))
         elif usable and count >= len(usable):
-            warnings.append(
-                SharedHostsWarning(
-                    risk="no-failover-room",
-                    rule=rule.name,
-                    install=rule.install,
-                    vms=count,
-                    hosts=usable,
-                    message=(
-                        f"DRS rule {rule.name} of {owner} keeps {count} VMs on the "
-                        f"{len(usable)} usable hosts apart: if one fails, vSphere HA cannot "
-                        "restart its VM of that rule while HA respects VM anti-affinity rules"
-                    ),
-                )
+            message = (
+                f"DRS rule {rule.name} of {owner} keeps {count} VMs on the {len(usable)} usable "
+                "hosts apart: if one fails, vSphere HA cannot restart its VM of that rule while "
+                "HA respects VM anti-affinity rules"
             )
+            warnings.append(_warning("no-failover-room", rule, usable, message))
     return warnings
+
+
+def _warning(
+    risk: SharedHostsRisk, rule: OtherInstallRule, hosts: list[str], message: str
+) -> SharedHostsWarning:
+    return SharedHostsWarning(
+        risk=risk, rule=rule.name, install=rule.install, vms=len(rule.vms), hosts=hosts,
+        message=message,
+    )  # fmt: skip

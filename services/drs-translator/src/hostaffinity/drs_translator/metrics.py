@@ -46,32 +46,34 @@ def _observe_held(_options: CallbackOptions) -> Iterable[Observation]:
 
 def _observe_unprotected(_options: CallbackOptions) -> Iterable[Observation]:
     """Every (vCenter, reason) served, at 0 when none: an alert's series exists from the start."""
-    if _reporting is None:
-        return []
-    counts = Counter(
-        (report.vcenter, group.reason)
-        for report in _reporting.reports()
-        for group in report.unprotected
+    return _per_vcenter(
+        "reason",
+        UNPROTECTED_REASONS,
+        lambda report: (group.reason for group in report.unprotected),
     )
-    return [
-        Observation(counts[(vc, why)], {"vcenter": vc, "reason": why})
-        for vc in _reporting.vcenters
-        for why in UNPROTECTED_REASONS
-    ]
 
 
 def _observe_shared_hosts(_options: CallbackOptions) -> Iterable[Observation]:
+    return _per_vcenter(
+        "risk",
+        get_args(SharedHostsRisk),
+        lambda report: (warning.risk for warning in report.shared_hosts),
+    )
+
+
+def _per_vcenter(
+    label: str, values: Iterable[str], of: Callable[[DrsClusterReport], Iterable[str]]
+) -> list[Observation]:
+    """How many of each value the newest DrsMetrics' reports name, per vCenter (0 included)."""
     if _reporting is None:
         return []
     counts = Counter(
-        (report.vcenter, warning.risk)
-        for report in _reporting.reports()
-        for warning in report.shared_hosts
+        (report.vcenter, value) for report in _reporting.reports() for value in of(report)
     )
     return [
-        Observation(counts[(vc, risk)], {"vcenter": vc, "risk": risk})
+        Observation(counts[(vc, value)], {"vcenter": vc, label: value})
         for vc in _reporting.vcenters
-        for risk in get_args(SharedHostsRisk)
+        for value in values
     ]
 
 

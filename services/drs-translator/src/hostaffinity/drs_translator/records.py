@@ -5,16 +5,13 @@ memory is always what the bucket holds. A record that does not decode is logged 
 so its rule counts as not ours and is never touched.
 """
 
-import logging
-
 import msgspec
 from nats.js.kv import KeyValue
 
-from hostaffinity.runtime.bus.kv import current_entries
-from hostaffinity.schema import UNDECODABLE, DrsOwnership, drs_rule_key
+from hostaffinity.runtime.bus.kv import decoded_values
+from hostaffinity.schema import DrsOwnership, drs_rule_key
 from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
 
-_log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(DrsOwnership)
 
@@ -29,17 +26,13 @@ class OwnershipRecords:
         self.by_cluster: dict[str, dict[str, DrsOwnership]] = {}
 
     async def load(self) -> None:
-        """Replace the copy in memory with every record of our vCenter the bucket holds."""
+        """Replace the copy in memory with every record of our vCenter the bucket holds (one
+        that does not decode is logged and left out: its rule stays untouched)."""
         loaded: dict[str, dict[str, DrsOwnership]] = {}
         # Not nats-py's end-of-values marker, which can come before the values (current_entries).
-        for entry in await current_entries(self._kv, DRS_RULE_KEY_PREFIX):
-            try:
-                record = _decoder.decode(entry.value or b"")
-            except UNDECODABLE as err:
-                _log.error(
-                    "ownership record %s left out (its rule stays untouched): %s", entry.key, err
-                )
-                continue
+        for record in await decoded_values(
+            self._kv, DRS_RULE_KEY_PREFIX, _decoder, "ownership record"
+        ):
             if record.vcenter == self._vcenter:
                 loaded.setdefault(record.cluster_moid, {})[record.name] = record
         self.by_cluster = loaded

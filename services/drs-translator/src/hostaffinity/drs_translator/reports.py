@@ -3,15 +3,13 @@ what needs attention, kept for as long as it lasts, where `hostaffinity status`,
 the alerts read it. One vCenter's reports: rewritten only when they change, deleted when there
 is nothing left to say, and when a problem was first seen survives a restart (`since`)."""
 
-import logging
 from collections.abc import Iterable, Sequence
 
 import msgspec
 from nats.js.kv import KeyValue
 
-from hostaffinity.runtime.bus.kv import current_entries
+from hostaffinity.runtime.bus.kv import decoded_values
 from hostaffinity.schema import (
-    UNDECODABLE,
     DrsClusterReport,
     OtherInstallRule,
     SharedHostsWarning,
@@ -21,7 +19,6 @@ from hostaffinity.schema import (
 )
 from hostaffinity.schema.names import DRS_REPORT_KEY_PREFIX
 
-_log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(DrsClusterReport)
 
@@ -36,12 +33,9 @@ class ClusterReports:
         self.by_cluster: dict[str, DrsClusterReport] = {}
 
     async def load(self) -> None:
-        for entry in await current_entries(self._kv, DRS_REPORT_KEY_PREFIX):
-            try:
-                report = _decoder.decode(entry.value or b"")
-            except UNDECODABLE as err:
-                _log.warning("report %s left out (rewritten at the next cycle): %s", entry.key, err)
-                continue
+        """The reports of our vCenter the bucket holds (one that does not decode is left out
+        and rewritten at the next cycle)."""
+        for report in await decoded_values(self._kv, DRS_REPORT_KEY_PREFIX, _decoder, "report"):
             if report.vcenter == self._vcenter:
                 self.by_cluster[report.cluster_moid] = report
 

@@ -156,6 +156,20 @@ async def current_entries(kv: KeyValue, prefix: str = "") -> list[KeyValue.Entry
     return entries
 
 
+async def decoded_values(
+    kv: KeyValue, prefix: str, decoder: msgspec.json.Decoder[_T], what: str
+) -> list[_T]:
+    """The values of `current_entries` decoded; one that does not decode is logged (naming its
+    key and `what` it should be) and left out, so that a bad value never stops a whole read."""
+    values: list[_T] = []
+    for entry in await current_entries(kv, prefix):
+        try:
+            values.append(decoder.decode(entry.value or b""))
+        except UNDECODABLE as err:
+            _log.error("%s %s left out: %s", what, entry.key, err)
+    return values
+
+
 async def _watch_all(kv: KeyValue) -> KeyValue.KeyWatcher:
     """`kv.watchall()`, never abandoned half-made: nats-py unsubscribes a watch whose start
     failed only on an Exception, so a start cancelled while it awaited its consumer_info would
