@@ -7,11 +7,19 @@ import time
 from collections.abc import AsyncIterator, Callable
 from itertools import pairwise
 
+import msgspec
 import pytest
 from pyVmomi import vim
 
-from hostaffinity.runtime.vcenter.session import VCenterLoginError, VCenterSession, connect
+from hostaffinity.runtime.vcenter.session import (
+    VCenterLoginError,
+    VCenterSession,
+    VCenterSettings,
+    VCenterUnreachable,
+    connect,
+)
 from tests.platform.tcp_proxy import SlowRequests, TcpProxy
+from tests.platform.unusable_access import silent_listener
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 
@@ -241,7 +249,7 @@ async def test_a_logout_vcenter_did_not_answer_is_repeated_after_the_next_login(
         async with VCenterSession(vc.settings(port=proxy.port)) as session:
             old_key = await session_key(session)
             await proxy.refuse()
-            with pytest.raises(ConnectionRefusedError):
+            with pytest.raises(ConnectionError, match="Connection refused"):
                 await session.reconnect()  # neither the logout nor the login got through
             assert old_key in await asyncio.to_thread(active_sessions, admin)
 
@@ -253,3 +261,17 @@ async def test_a_logout_vcenter_did_not_answer_is_repeated_after_the_next_login(
             assert await session_key(session) in remaining
     finally:
         await proxy.stop()
+
+
+def test_a_vcenter_that_never_answers_is_given_up_in_bounded_time() -> None:
+    """pyVmomi's first request has no timeout of its own: without the runtime's bound a service
+    logging in to a hung vCenter waited in its session thread for ever, never retrying."""
+    settings = VCenterSettings(
+        name="hung", host="127.0.0.1", username="u", password="p", protocol="http",
+        http_timeout_seconds=0.5,
+    )  # fmt: skip
+    with silent_listener() as port:
+        started = time.monotonic()
+        with pytest.raises(VCenterUnreachable, match=r"did not answer within 0\.5 s"):
+            connect(msgspec.structs.replace(settings, port=port))
+        assert time.monotonic() - started < 5

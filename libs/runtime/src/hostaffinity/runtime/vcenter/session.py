@@ -24,6 +24,7 @@ import asyncio
 import datetime
 import http.client
 import logging
+import os
 import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -149,13 +150,74 @@ class VCenterLoginError(VCenterError):
     """vCenter refused the credentials: retrying with the same ones cannot help."""
 
 
-def connect(settings: VCenterSettings) -> vim.ServiceInstance:
+class VCenterUnreachable(VCenterError, ConnectionError):
+    """vCenter's address did not answer as a vCenter does, within the time given (a
+    ConnectionError, so what retries on a network failure retries on it too)."""
+
+
+# What SmartConnect asks first (its version negotiation); any vCenter and vcsim serve it.
+VERSIONS_PATH: Final = "/sdk/vimServiceVersions.xml"
+
+
+def ask_versions(settings: VCenterSettings, seconds: float) -> None:
+    """GET the versions document within `seconds`, or `VCenterUnreachable` saying how it failed.
+
+    pyVmomi's SmartConnect asks this first over a connection with no timeout (pyVim/connect.py
+    `__GetElementTree`, pyvmomi 9.1.1): a vCenter that accepts connections and never answers (a
+    hung vCenter, a proxy in the way) would hold the caller for ever. A certificate the settings
+    do not trust is left to the login, which says whose and which setting to change."""
+    address = where(settings)
+    connection = (
+        http.client.HTTPSConnection(
+            settings.host, settings.port, timeout=seconds, context=ssl_context(settings)
+        )
+        if settings.protocol == "https"
+        else http.client.HTTPConnection(settings.host, settings.port, timeout=seconds)
+    )
+    try:
+        try:
+            connection.connect()
+        except TimeoutError:
+            raise VCenterUnreachable(
+                f"vCenter at {address} did not complete a connection within {seconds:g} s"
+            ) from None
+        try:
+            connection.request("GET", VERSIONS_PATH)
+            connection.getresponse().read()
+        except TimeoutError:
+            raise VCenterUnreachable(
+                f"vCenter at {address} accepted the connection but did not answer within "
+                f"{seconds:g} s"
+            ) from None
+    except ssl.SSLError:
+        return
+    except OSError as error:
+        raise VCenterUnreachable(f"cannot reach vCenter at {address} ({_reason(error)})") from None
+    except http.client.HTTPException as error:
+        raise VCenterUnreachable(
+            f"vCenter at {address} did not answer as a vCenter does ({type(error).__name__})"
+        ) from None
+    finally:
+        connection.close()
+
+
+def _reason(error: OSError) -> str:
+    """`Connection refused`, `Name or service not known`: the system's words, no errno."""
+    return error.strerror or (os.strerror(error.errno) if error.errno else str(error))
+
+
+def connect(
+    settings: VCenterSettings, *, answer_within: float | None = None
+) -> vim.ServiceInstance:
     """Log in once and return the pyVmomi service instance; blocking, with no keep-alive.
 
     What `VCenterSession` logs in with, and enough for a one-shot command (the caller logs out);
-    a service uses a `VCenterSession`. Rejected credentials raise `VCenterLoginError`, an
-    untrusted certificate `VCenterTrustError` (trust.py).
+    a service uses a `VCenterSession`. vCenter is first asked whether it answers at all, within
+    `answer_within` (default: the settings' `http_timeout_seconds`): `VCenterUnreachable`.
+    Rejected credentials raise `VCenterLoginError`, an untrusted certificate `VCenterTrustError`
+    (trust.py).
     """
+    ask_versions(settings, answer_within or settings.http_timeout_seconds)
     try:
         # SmartConnect is unannotated; it returns a vim.ServiceInstance.
         si: vim.ServiceInstance = SmartConnect(  # type: ignore[no-untyped-call]
