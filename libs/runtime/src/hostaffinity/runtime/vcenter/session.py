@@ -76,7 +76,8 @@ class VCenterSettings(Settings, frozen=True, kw_only=True):
     thumbprint: Annotated[str, msgspec.Meta(pattern=THUMBPRINT_PATTERN)] | None = None
     # vCenter ends idle sessions after 30 minutes by default; a cheap call keeps ours in use.
     keepalive_seconds: Seconds = 300.0
-    # Socket timeout of each SOAP call; a WaitForUpdatesEx long poll must wait for less than this.
+    # Socket timeout of each SOAP call, and how long a login waits for vCenter to answer at all;
+    # a WaitForUpdatesEx long poll must wait for less than this.
     http_timeout_seconds: Seconds = 120.0
 
     @property
