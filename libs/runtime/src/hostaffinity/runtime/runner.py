@@ -38,9 +38,10 @@ What the runner does, in order: argv (`--config FILE` repeatable, later files wi
 and exits 0, or exits 2 with one line naming the setting to fix, or 1 when a probe could not reach
 what it checks), the service's `checks` (a bad config ends the start with exit 2), logging
 (`logging.format`: text or JSON lines), telemetry, the health server (/readyz is the AND of
-named parts: "nats connected" plus whatever the work adds), the Kubernetes client (with the
-timeouts of `KubernetesSettings`), the NATS connection (retried with backoff until it succeeds),
-then, for a `leader_elected` service, waiting for the Lease, then the work in an asyncio
+named parts: "nats connected", "cluster identity known" plus whatever the work adds), the
+Kubernetes client (with the timeouts of `KubernetesSettings`), the cluster identity
+(kube/cluster_identity.py, read until the API answers), the NATS connection (retried with
+backoff until it succeeds), then, for a `leader_elected` service, waiting for the Lease, then the work in an asyncio
 TaskGroup.
 
 Stopping: SIGTERM or SIGINT cancels the work and gives it `drain_seconds` to unwind (an HTTP
@@ -265,19 +266,19 @@ class ServiceRunner(Generic[C]):
         try:
             async with await api_client(self.config.kubernetes) as api:
                 kube = KubeClient(api, self.config.kubernetes)
+                self.cluster = await self._unless_stopped(
+                    read_cluster_identity(kube, self.config.shared.cluster.name)
+                )
+                if self.cluster is None:
+                    return
+                _log.info("serving cluster %s", self.cluster.describe())
                 self.bus = await self._unless_stopped(
                     Bus.connect(self.config.nats, name=f"{self.spec.program}-{self.identity}")
                 )
                 if self.bus is None:
                     return
+                self.bus.cluster = self.cluster.name
                 try:
-                    self.cluster = await self._unless_stopped(
-                        read_cluster_identity(kube, self.config.shared.cluster.name)
-                    )
-                    if self.cluster is None:
-                        return
-                    _log.info("serving cluster %s", self.cluster.describe())
-                    self.bus.cluster = self.cluster.name
                     await self._lead_then_work(kube, self.bus, self.cluster)
                 finally:
                     await self.bus.close()
