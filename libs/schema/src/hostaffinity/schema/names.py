@@ -111,10 +111,11 @@ def fleet_key(install: str, key: str) -> str:
     return f"{_key_safe(install)}.{key}"
 
 
-def fleet_lease_key(vcenter_uuid: str, cluster_moid: str, group: str) -> str:
+def fleet_lease_key(vcenter_uuid: str, cluster_moid: str, rule: str) -> str:
     """Key of a fleet rule's lease in `hostaffinity-fleet-leases`: the vCenter by its instance
-    UUID (installs may name one vCenter differently), the vSphere cluster, the group."""
-    return f"{_key_safe(vcenter_uuid)}.{_key_safe(cluster_moid)}.{_key_safe(group)}"
+    UUID (installs may name one vCenter differently), the vSphere cluster and the rule's name
+    (drs_names.fleet_rule_name, which stands for the group there)."""
+    return f"{_key_safe(vcenter_uuid)}.{_key_safe(cluster_moid)}.{_key_safe(rule)}"
 
 
 def drs_report_key(vcenter: str, cluster_moid: str) -> str:
