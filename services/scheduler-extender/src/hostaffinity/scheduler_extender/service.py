@@ -12,7 +12,9 @@ import asyncio
 import functools
 import logging
 
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.runner import ServiceContext
@@ -29,13 +31,16 @@ _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS = 0.5
 
 
-def build_cache(settings: SchedulerExtenderConfig) -> ExtenderCache:
+def build_cache(settings: SchedulerExtenderConfig, cluster: str = "") -> ExtenderCache:
+    """The cache of the install serving `cluster` (its identity: other clusters' fleet group
+    members are told from its own by it)."""
     shared = settings.shared
     return ExtenderCache(
         physical_anti_affinity=shared.reads_hostname_as_host,
         fail_unplaced=shared.fails_unplaced,
         inflight_capacity=settings.extender.inflight_capacity,
         inflight_max_age_seconds=settings.extender.inflight_max_age_seconds,
+        fleet=FleetMembers(cluster),
     )
 
 
@@ -49,7 +54,7 @@ class SchedulerExtenderWork:
 
     async def __call__(self, ctx: ServiceContext[SchedulerExtenderConfig]) -> None:
         settings = ctx.config.extender
-        cache = self.cache = build_cache(ctx.config)
+        cache = self.cache = build_cache(ctx.config, ctx.cluster.name)
         for source in SOURCES:
             ctx.add_readiness(f"{source} synced", functools.partial(cache.is_synced, source))
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
@@ -63,6 +68,9 @@ class SchedulerExtenderWork:
             capacity=settings.decision_queue_size,
         )
         ctx.start(feeds.run(), name="cache-feeds")
+        ctx.start(
+            follow_fleet_view(ctx.bus.js, cache.fleet, link=ctx.bus.link_epoch), name="fleet-view"
+        )
         ctx.start(decisions.run(), name="decision-publisher")
         ctx.start(_freeze_gc_once_synced(cache), name="gc-freeze")
         binder = Binder(ctx.kube, settings.bind_timeout_seconds)
