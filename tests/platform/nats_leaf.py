@@ -1,7 +1,7 @@
 """A fleet hub and installs' buses on loopback: real nats-servers, each with its own JetStream
-domain, each install's server joined to the hub's as a leaf node (no auth, one account: what the
-tests of the fleet group's leases need; the shipped hub and its leaf-node credentials are the
-fleet hub's own)."""
+domain, each install's server joined to the hub's as a leaf node (no auth, one account, and only
+requests to another domain's JetStream API let across: what the tests of the fleet group's leases
+need; the shipped hub and its leaf-node credentials are the fleet hub's own)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,14 @@ class DomainNatsServer(NatsServer):
         if self.leaf_port is not None:
             lines.append(f"leafnodes {{ listen: 127.0.0.1:{self.leaf_port} }}")
         if hub_leaf_port is not None:
-            remote = f'{{ url: "nats-leaf://127.0.0.1:{hub_leaf_port}" }}'
+            # Only requests to another domain's JetStream API cross: an install's own events
+            # and buckets stay its own (one account on every server, as nothing else here
+            # separates them).
+            local = '["hostaffinity.>", "$KV.>"]'
+            remote = (
+                f'{{ url: "nats-leaf://127.0.0.1:{hub_leaf_port}", '
+                f"deny_imports: {local}, deny_exports: {local} }}"
+            )
             lines.append(f"leafnodes {{ reconnect: 1, remotes: [ {remote} ] }}")
         self.config_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
