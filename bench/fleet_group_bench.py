@@ -100,6 +100,18 @@ class World:
         span = self.nodes - self.member_base
         return self.member_base + (group + c * STRIDE) % span
 
+    def summarise(self, c: int, name: str, group: str, replicas: list[ReplicaPlacement]) -> None:
+        """Cluster `c`'s workload `name` in the fleet view, as the hub mirrors it."""
+        key = fleet_key(other(c), workload_key(NAMESPACE, "ReplicaSet", name))
+        self.view[key] = WorkloadPlacement(
+            cluster=other(c),
+            namespace=NAMESPACE,
+            kind="ReplicaSet",
+            name=name,
+            fleet_group=group,
+            replicas=replicas,
+        )
+
     def placement(self, node: int, on_host: int) -> NodePlacement:
         return NodePlacement(
             node=f"node-{node:03d}",
@@ -145,29 +157,15 @@ def build(args: argparse.Namespace) -> World:
         pod["metadata"]["labels"][LABEL_FLEET_GROUP] = f"group-{g}"
         world.pods.append(pod)
     for c in range(1, world.clusters):
-        name = other(c)
         for w in range(world.workloads):
-            key = fleet_key(name, workload_key(NAMESPACE, "ReplicaSet", f"w{w}"))
-            world.view[key] = WorkloadPlacement(
-                cluster=name,
-                namespace=NAMESPACE,
-                kind="ReplicaSet",
-                name=f"w{w}",
-                replicas=[
-                    replica(f"w{w}-{r}", (w * REPLICAS + r + c) % world.nodes, f"vm-{c}-{w}-{r}")
-                    for r in range(REPLICAS)
-                ],
-            )
+            replicas = [
+                replica(f"w{w}-{r}", (w * REPLICAS + r + c) % world.nodes, f"vm-{c}-{w}-{r}")
+                for r in range(REPLICAS)
+            ]
+            world.summarise(c, f"w{w}", "", replicas)
         for g in range(world.groups):
-            key = fleet_key(name, workload_key(NAMESPACE, "ReplicaSet", f"db-{g}"))
-            world.view[key] = WorkloadPlacement(
-                cluster=name,
-                namespace=NAMESPACE,
-                kind="ReplicaSet",
-                name=f"db-{g}",
-                fleet_group=f"group-{g}",
-                replicas=[replica(f"db-{g}", world.their_host(g, c), f"vm-{c}-db-{g}")],
-            )
+            member = replica(f"db-{g}", world.their_host(g, c), f"vm-{c}-db-{g}")
+            world.summarise(c, f"db-{g}", f"group-{g}", [member])
     return world
 
 

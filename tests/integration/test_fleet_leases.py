@@ -43,6 +43,15 @@ class Fleet:
             store, holder or f"cluster-{name}", name, wake=lambda: self.woken.append(name)
         )
 
+    async def east_first(self) -> tuple[FleetLeases, FleetLeases]:
+        """Both installs wanting the rule, east asking first, then west."""
+        east, west = await self.leases("east"), await self.leases("west")
+        east.want("vc", {KEY: SUBJECT})
+        west.want("vc", {KEY: SUBJECT})
+        await east.tick()
+        await west.tick()
+        return east, west
+
     async def holder_on_hub(self) -> str | None:
         nc = Client()
         await nc.connect(self.hub.url)
@@ -83,11 +92,7 @@ async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
 async def test_one_install_holds_the_lease_and_hands_it_over_when_it_no_longer_wants_it(
     fleet: Fleet,
 ) -> None:
-    east, west = await fleet.leases("east"), await fleet.leases("west")
-    east.want("vc", {KEY: SUBJECT})
-    west.want("vc", {KEY: SUBJECT})
-    await east.tick()
-    await west.tick()
+    east, west = await fleet.east_first()
     assert (east.held(), west.held()) == ([KEY], [])
     assert await fleet.holder_on_hub() == "cluster-east"
     assert fleet.woken == ["east"]
@@ -106,10 +111,7 @@ async def test_one_install_holds_the_lease_and_hands_it_over_when_it_no_longer_w
 async def test_while_the_hub_is_away_nobody_holds_and_afterwards_exactly_one_does(
     fleet: Fleet,
 ) -> None:
-    east, west = await fleet.leases("east"), await fleet.leases("west")
-    east.want("vc", {KEY: SUBJECT})
-    west.want("vc", {KEY: SUBJECT})
-    await east.tick()
+    east, west = await fleet.east_first()
     renewed = time.monotonic()
     await fleet.hub.stop()
     await east.tick()
@@ -137,11 +139,7 @@ async def test_while_the_hub_is_away_nobody_holds_and_afterwards_exactly_one_doe
 async def test_a_holder_cut_off_from_the_hub_is_taken_over_once_its_lease_expired(
     fleet: Fleet,
 ) -> None:
-    east, west = await fleet.leases("east"), await fleet.leases("west")
-    east.want("vc", {KEY: SUBJECT})
-    west.want("vc", {KEY: SUBJECT})
-    await east.tick()
-    await west.tick()
+    east, west = await fleet.east_first()
     cut = time.monotonic()
     await fleet.installs["east"].stop()  # east's bus, its way to the hub, away
     deadline = cut + 4 * MAX_AGE
