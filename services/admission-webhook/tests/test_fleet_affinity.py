@@ -166,3 +166,23 @@ def test_a_pod_the_planner_cannot_read_is_left_to_its_warning() -> None:
     mutation = with_fleet_terms(plan_pod(sent, MutationSettings()), sent, fleet_with("esx-1"))
     assert mutation.operations == []
     assert mutation.warnings
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"affinity": {"nodeAffinity": "not an object"}},
+        {"affinity": {"nodeAffinity": {PREFERRED: {"not": "a list"}}}},
+        {"affinity": {"podAntiAffinity": {PREFERRED: ["not a term", {"podAffinityTerm": 3}]}}},
+        {"affinity": {"nodeAffinity": {PREFERRED: [{"preference": {"matchExpressions": 7}}]}}},
+    ],
+)
+def test_odd_shapes_never_break_the_review(spec: dict[str, Any]) -> None:
+    """Shapes the API server refuses anyway: the webhook answers (no exception), a patch it
+    gives applies to the pod, and the odd field is left as the pod's author wrote it."""
+    sent = pod(MEMBER, spec)
+    mutation = with_fleet_terms(plan_pod(sent, MutationSettings()), sent, fleet_with("esx-1"))
+    stored = jsonpatch.apply_patch(copy.deepcopy(sent), mutation.operations)
+    for kind, written in spec["affinity"].items():
+        if not isinstance(written, dict) or not isinstance(written.get(PREFERRED), list):
+            assert stored["spec"]["affinity"][kind] == written

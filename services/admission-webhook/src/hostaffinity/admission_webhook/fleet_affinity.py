@@ -11,7 +11,8 @@
 Both weigh `WEIGHT`. They are added after the main mutation's operations (mutation.py), written
 against the pod as those leave it, and never twice: a pod that already has a preferred `NotIn`
 on the host key, or a preferred host-key anti-affinity term selecting its group, keeps it as it is
-(a reinvocation, or the pod's author's own).
+(a reinvocation, or the pod's author's own). A field of a shape the API server refuses is never
+replaced.
 """
 
 from __future__ import annotations
@@ -74,19 +75,26 @@ def fleet_operations(
         wanted["podAntiAffinity"] = {"weight": WEIGHT, "podAffinityTerm": selected}
     if not wanted:
         return []
-    if "affinity" not in _object(patched.get("spec")):
+    spec = _object(patched.get("spec"))
+    if "affinity" not in spec:
         whole = {kind: {PREFERRED: [term]} for kind, term in wanted.items()}
         return [{"op": "add", "path": AFFINITY, "value": whole}]
+    if not isinstance(spec["affinity"], dict):
+        return []  # a shape the API server refuses: not ours to replace
     operations: list[Operation] = []
     for kind, term in wanted.items():
         container = affinity.get(kind)
         path, value = f"{AFFINITY}/{kind}", cast(Any, term)
-        if not isinstance(container, dict):
+        if container is None:
             value = {PREFERRED: [term]}
-        elif not isinstance(container.get(PREFERRED), list):
+        elif not isinstance(container, dict):
+            continue
+        elif PREFERRED not in container:
             path, value = f"{path}/{PREFERRED}", [term]
-        else:
+        elif isinstance(container[PREFERRED], list):
             path = f"{path}/{PREFERRED}/-"
+        else:
+            continue
         operations.append({"op": "add", "path": path, "value": value})
     return operations
 
