@@ -24,16 +24,20 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.affinity.fleet_groups import stayer
+from hostaffinity.drs_translator.config import DrsSettings, FleetRuleSettings
 from hostaffinity.schema import PodEvicted, fleet_rule_name, parse_drs_name
 from tests.e2e.drs_harness import (
     cluster_of,
+    drs_config,
     drs_state,
     reading_vcenter_after_every_reconfigure,
+    running_translator,
     vm,
 )
 from tests.e2e.fleet_harness import FleetInstall, FleetViewFiller, fleet_on, member
 from tests.e2e.harness import eventually, eventually_async
 from tests.e2e.labeller_harness import host_by_name, relocate, stream_events
+from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
 
 GROUP = "payments-db"
@@ -184,3 +188,16 @@ async def _one_owner(fleet: list[FleetInstall]) -> bool:
 def _host_of(si: vim.ServiceInstance, node: str) -> str:
     (found,) = [v for v in cluster_of(si).resourcePool.vm if v.name == node]
     return str(found.runtime.host.name)
+
+
+async def test_a_dry_run_takes_no_lease(
+    vcsim: VcsimFactory, nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    """A drs-translator in dry run would otherwise hold the fleet's rules it never writes."""
+    vc = vcsim(hosts=3, vms=3)
+    hub = FleetRuleSettings(hub_domain="hub")
+    dry = drs_config(vc, nats_server, kubeconfig, drs=DrsSettings(dry_run=True), fleet=hub)
+    async with running_translator(dry) as running:
+        assert running.work.fleet_leases is None
+    async with running_translator(drs_config(vc, nats_server, kubeconfig, fleet=hub)) as running:
+        assert running.work.fleet_leases is not None

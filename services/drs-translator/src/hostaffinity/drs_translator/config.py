@@ -27,7 +27,8 @@ class FleetRuleSettings(Settings, frozen=True):
 
     # The fleet hub's JetStream domain, as this install's bus reaches it over its leaf node
     # connection. Empty: no hub, and this install never writes a fleet rule (its own members
-    # are still kept apart by its descheduler, extender and webhook).
+    # are still kept apart by its descheduler, extender and webhook); neither does a dry run,
+    # which takes no lease.
     hub_domain: str = ""
     # A request to the hub not answered within this counts as the hub being away.
     request_timeout_seconds: Seconds = 2.0

@@ -86,7 +86,8 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             translator.wake()
 
     leases = None
-    if config.fleet.hub_domain:
+    # A dry run takes no lease: it would keep the install that writes from writing.
+    if config.fleet.hub_domain and not own.dry_run:
         hub = HubLeases(
             ctx.bus.nc,
             config.fleet.hub_domain,
