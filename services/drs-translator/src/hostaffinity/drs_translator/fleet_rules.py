@@ -74,7 +74,7 @@ class FleetRules:
         self._records = records
         self._rules = rules
         self._reported: set[tuple[str, ...]] = set()
-        self.last: list[FleetRulePlan] = []
+        self._said_no_uuid = False
 
     async def cycle(
         self,
@@ -88,8 +88,16 @@ class FleetRules:
             for cluster, names in self._records.by_cluster.items()
         }
         plans = plan_fleet_rules(own, placements, hosts, self._fleet, self._vcenter, recorded)
-        self.last = plans
         uuid = self._rules.instance_uuid()
+        if not uuid:
+            if plans and not self._said_no_uuid:
+                _log.warning(
+                    "vCenter %s gives no instance UUID: other installs could not tell it is the "
+                    "same vCenter, so this install writes no fleet rule there",
+                    self._vcenter,
+                )
+                self._said_no_uuid = True
+            return
         wanted: dict[str, LeaseSubject] = {}
         reported: set[tuple[str, ...]] = set()
         for plan in plans:

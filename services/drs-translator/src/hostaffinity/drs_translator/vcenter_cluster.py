@@ -92,7 +92,7 @@ class ClusterRules:
         that name this vCenter differently tell it is the same one (a fleet rule's lease is
         keyed by it)."""
         about: Any = self._session.content.about
-        return str(about.instanceUuid)
+        return str(about.instanceUuid or "")
 
     async def ha_config(self, cluster_moid: str) -> Any:
         """The cluster's vSphere HA settings (`configurationEx.dasConfig`) as vCenter has them."""
