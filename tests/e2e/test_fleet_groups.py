@@ -41,13 +41,13 @@ from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory
 
 GROUP = "payments-db"
-# vcsim puts node-i on host (i-1) mod 4: each cluster has one node on every host.
+# vcsim puts node-i on host (i-1) mod 4: each cluster has a node on every host.
 PLANS = [
     ("east", [f"node-{i}" for i in range(1, 5)], "prod-east"),
     ("west", [f"node-{i}" for i in range(5, 9)], "prod-west"),
     ("north", [f"node-{i}" for i in range(9, 13)], "prod-north"),
 ]
-# One member each, on hosts H0, H1, H2 (H3 free).
+# One member each, put on three different hosts first (the fourth left free).
 MEMBERS = {
     "east": ("db-east", "node-1"),
     "west": ("db-west", "node-6"),
@@ -98,6 +98,9 @@ async def test_a_fleet_group_across_three_clusters(
     si = vc.connect()
     cluster = cluster_of(si)._moId
     rule = fleet_rule_name(cluster, GROUP)
+    hosts = sorted(h.name for h in cluster_of(si).host)
+    for index, (_, node) in enumerate(MEMBERS.values()):  # apart, whatever vcsim's placement
+        relocate(si, node, hosts[index])
     async with fleet_on(vc, tmp_path, PLANS) as (hub, fleet):
         by_name = {f.name: f for f in fleet}
         for name, (pod, node) in MEMBERS.items():
@@ -123,7 +126,7 @@ async def test_a_fleet_group_across_three_clusters(
                 loop = f.descheduler.loop if f.descheduler else None
                 assert loop is not None
                 assert loop.last is not None
-                assert loop.last.plan.actions == []
+                assert loop.last.plan.actions == [], f"{f.name} moved: {loop.last.plan.actions}"
 
             # The owner removed: another install takes the rule over, never a moment without it.
             async with (
@@ -142,7 +145,9 @@ async def test_a_fleet_group_across_three_clusters(
             assert states, "the new owner edited the rule"
             assert all(rule in {v["name"] for v in s.values()} for s in states)
             assert polled
-            assert all(polled)
+            assert all(polled), (
+                f"the rule was missing in {polled.count(False)} of {len(polled)} reads"
+            )
             assert fleet_rules(si)[rule]["key"] == key  # edited in place, never re-created
             (new_owner,) = await owners(remaining)
             assert new_owner != owner
