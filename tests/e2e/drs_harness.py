@@ -1,6 +1,7 @@
 """Runs the drs-translator in-process (through the service runner) or as a subprocess, and reads
 vcsim's DRS rules and groups field by field."""
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -8,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
+from hostaffinity.drs_translator.diff import Change
 from hostaffinity.drs_translator.main import service_spec
 from hostaffinity.drs_translator.service import DrsTranslatorWork
 from hostaffinity.drs_translator.translator import DrsTranslator
+from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
 from hostaffinity.schema import (
@@ -211,3 +215,21 @@ async def records(bus: Bus) -> dict[str, DrsOwnership]:
         entry = await kv.get(key)
         found[key] = msgspec.json.decode(entry.value or b"", type=DrsOwnership)
     return found
+
+
+@contextlib.asynccontextmanager
+async def reading_vcenter_after_every_reconfigure(
+    si: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[list[dict[str, dict[str, Any]]]]:
+    """vCenter's DRS state after each reconfigure the translator makes in this block."""
+    states: list[dict[str, dict[str, Any]]] = []
+    reconfigure = ClusterRules.reconfigure
+
+    async def and_read(self: ClusterRules, cluster: str, changes: Sequence[Change]) -> None:
+        try:
+            await reconfigure(self, cluster, changes)
+        finally:
+            states.append(await asyncio.to_thread(drs_state, si))
+
+    monkeypatch.setattr(ClusterRules, "reconfigure", and_read)
+    yield states

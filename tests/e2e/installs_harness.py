@@ -40,6 +40,10 @@ class Install:
     kubeconfig: Path
     nodes: Sequence[str]
     cluster_name: str = ""  # shared.cluster.name; empty: the kube-system UID
+    # More of the drs-translator's config sections (its `fleet`), and the Nodes' status (Ready
+    # and allocatable, for a descheduler's node fit).
+    drs_sections: dict[str, Any] = field(default_factory=dict)
+    node_status: dict[str, Any] | None = None
     labeller: Replica | None = None
     translator: RunningTranslator | None = None
     bus: Bus | None = None
@@ -70,14 +74,16 @@ class Install:
         """The Nodes, then the labeller (until it has labelled) and the drs-translator (until
         its first cycle), both as `main()` runs them."""
         for node in self.nodes:
-            self.kube.seed(node_object(node))
+            status = {} if self.node_status is None else {"status": self.node_status}
+            self.kube.seed(node_object(node, **status))
         config = labeller_config(vc, self.nats, self.kubeconfig, **self.sections())
         self.labeller = await self._stack.enter_async_context(running(config, self.name))
         await wait_ready(self.labeller)
         # Other installs' rules read every half second (30 s by default), so that what each
         # install reports of the other's follows within a test's patience.
         fast = DrsSettings(shared_rules_refresh_seconds=0.5)
-        drs = drs_config(vc, self.nats, self.kubeconfig, drs=fast, **self.sections())
+        sections = self.sections() | self.drs_sections
+        drs = drs_config(vc, self.nats, self.kubeconfig, drs=fast, **sections)
         self._stack.push_async_callback(self._translating.aclose)
         self.translator = await self._translating.enter_async_context(running_translator(drs))
         self.bus = await self._stack.enter_async_context(self.nats.connection(f"{self.name}-test"))

@@ -7,7 +7,7 @@ keeps the key vCenter gave it."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tests.e2e.drs_harness import (
     drs_state,
     install_of,
     pod_manifest,
+    reading_vcenter_after_every_reconfigure,
     records,
     running_translator,
     vm,
@@ -148,24 +149,6 @@ def protected(state: dict[str, dict[str, Any]], web_vms: Sequence[str], db_vm: s
     ):
         return f"the VM-Host rule names groups vCenter does not hold as asked: {state}"
     return ""
-
-
-@contextlib.asynccontextmanager
-async def reading_vcenter_after_every_reconfigure(
-    si: Any, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[list[dict[str, dict[str, Any]]]]:
-    """vCenter's DRS state after each reconfigure the translator makes in this block."""
-    states: list[dict[str, dict[str, Any]]] = []
-    reconfigure = ClusterRules.reconfigure
-
-    async def and_read(self: ClusterRules, cluster: str, changes: Sequence[Change]) -> None:
-        try:
-            await reconfigure(self, cluster, changes)
-        finally:
-            states.append(await asyncio.to_thread(drs_state, si))
-
-    monkeypatch.setattr(ClusterRules, "reconfigure", and_read)
-    yield states
 
 
 async def test_an_upgrade_renames_the_last_release_s_objects_in_place_without_a_gap(

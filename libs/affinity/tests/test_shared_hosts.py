@@ -1,7 +1,7 @@
 """What other installs' DRS rules do to the hosts shared with them (shared_hosts.py)."""
 
 from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
-from hostaffinity.schema import DrsName, EsxiHost, OtherInstallRule
+from hostaffinity.schema import FLEET_TOKEN, DrsName, EsxiHost, OtherInstallRule, fleet_rule_name
 
 
 def host(name: str, *, entering: bool = False, connected: bool = True) -> EsxiHost:
@@ -49,3 +49,17 @@ def test_a_what_if_counts_the_named_hosts_as_away() -> None:
     hosts = [host("h0"), host("h1"), host("h2"), host("h3", connected=False)]
     (warning,) = shared_hosts_warnings([rule(3)], hosts, also_away={"h1"})
     assert (warning.risk, warning.hosts) == ("blocks-maintenance", ["h1"])
+
+
+def test_a_fleet_rule_is_said_to_be_the_fleet_s_not_an_install_s() -> None:
+    fleet = OtherInstallRule(
+        name=fleet_rule_name("domain-c1", "payments-db"),
+        install=FLEET_TOKEN,
+        kind="vm-anti-affinity",
+        vms=["vm0", "vm1", "vm2"],
+        enabled=True,
+    )
+    hosts = [host("h0", entering=True), host("h1"), host("h2")]
+    (warning,) = shared_hosts_warnings([fleet], hosts)
+    assert "until the fleet (the install holding its lease) holds it" in warning.message
+    assert "install fleet" not in warning.message

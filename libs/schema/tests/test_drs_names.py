@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostaffinity.schema import DrsName, drs_name_digest, install_token, parse_drs_name
+from hostaffinity.schema import (
+    FLEET_TOKEN,
+    DrsName,
+    drs_name_digest,
+    fleet_rule_name,
+    install_token,
+    parse_drs_name,
+)
 from hostaffinity.schema.drs_names import KIND_IN_NAME, MAX_TOKEN_LENGTH
 
 # vCenter keeps inventory names to 80 characters.
@@ -76,3 +83,49 @@ def test_a_legacy_name_is_renamed_keeping_its_digest() -> None:
     legacy = parse_drs_name("hostaffinity-vmhost-0123456789ab")
     assert legacy is not None
     assert str(legacy.of_install("prod")) == "hostaffinity-prod-vmhost-0123456789ab"
+
+
+@given(st.text(min_size=1, max_size=300))
+def test_no_install_is_ever_named_for_the_fleet(identity: str) -> None:
+    """The fleet's rules carry `fleet` where an install's carry its token: no identity, not
+    even `fleet` itself, may yield that word, or its rules would be read as the fleet's."""
+    assert install_token(identity) != FLEET_TOKEN
+
+
+def test_a_cluster_named_fleet_gets_a_hashed_token() -> None:
+    token = install_token("fleet")
+    assert token.startswith("fleet-")
+    assert parse_drs_name(str(DrsName("vm-anti-affinity", token, "0123456789ab"))) is not None
+
+
+@pytest.mark.parametrize(
+    ("cluster", "group", "other_cluster", "other_group"),
+    [("domain-c7", "web", "domain-c8", "web"), ("domain-c7", "web", "domain-c7", "db")],
+)
+def test_a_fleet_rule_is_named_for_its_vsphere_cluster_and_group_alone(
+    cluster: str, group: str, other_cluster: str, other_group: str
+) -> None:
+    """Every install derives the same name, and the name no install's: ownership moves between
+    installs without a rename."""
+    name = fleet_rule_name(cluster, group)
+    parsed = parse_drs_name(name)
+    assert parsed is not None
+    assert parsed.fleet
+    assert parsed.kind == "vm-anti-affinity"
+    assert name == fleet_rule_name(cluster, group)
+    assert name != fleet_rule_name(other_cluster, other_group)
+    assert len(name) <= VCENTER_NAME_LIMIT
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hostaffinity-prod-anti-0123456789ab",
+        "hostaffinity-fleet-x-anti-0123456789ab",
+        "hostaffinity-anti-0123456789ab",
+    ],
+)
+def test_an_install_s_or_a_legacy_name_is_not_the_fleet_s(name: str) -> None:
+    parsed = parse_drs_name(name)
+    assert parsed is not None
+    assert not parsed.fleet

@@ -13,11 +13,11 @@ from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
 from hostaffinity.affinity.model import Pod
 from hostaffinity.drs_translator.cliques import edge
 from hostaffinity.drs_translator.planner import (
+    ClusterHosts,
     Plan,
     PlannerSettings,
     _add_spreads,
     _add_together,
-    _ClusterHosts,
     _Graph,
     _host_domains,
     _Placements,
@@ -53,7 +53,7 @@ def reference_plan(
         _add_together(index, record, vm, vm_of, graph, result)
     _add_spreads(index, pods, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs)
     for cluster, graph in sorted(graphs.items()):
-        _plan_vm_rules(cluster, graph, _ClusterHosts.of(hosts, cluster), result, settings.install)
+        _plan_vm_rules(cluster, graph, ClusterHosts.of(hosts, cluster), result, settings.install)
     _plan_host_rules(pods, vm_of, hosts, settings, result)
     return result
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from hostaffinity.drs_translator.diff import ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.rules import DrsObject
-from hostaffinity.schema import DrsName, DrsOwnership, DrsRecordState
+from hostaffinity.schema import DrsName, DrsOwnership, DrsRecordState, fleet_rule_name
 
 C = "domain-c1"
 INSTALL = "cluster-a"
@@ -151,3 +151,23 @@ def test_a_held_rule_enabled_by_hand_is_drift_and_disabled_again() -> None:
     found = diff({HELD.name: HELD}, set(), {HELD.name: record(HELD)}, enabled)
     assert ops(found) == [("edit", OURS.name, 7)]
     assert [d.change for d in found.drift] == ["edited"]
+
+
+FLEET = anti(fleet_rule_name(C, "payments-db"), "vm1", "vm9", key=11)
+
+
+def test_a_fleet_rule_is_never_this_diff_s_to_change_even_with_our_record() -> None:
+    """Its lease holder writes it (fleet_rules.py): a plan without it never removes it, and a
+    plan can never add it."""
+    found = diff({}, set(), {FLEET.name: record(FLEET)}, {FLEET.name: FLEET})
+    assert ops(found) == []
+    assert found.forget == []
+    assert found.unowned == []
+    assert found.other_installs == []
+
+
+def test_a_fleet_rule_we_hold_no_record_of_is_listed_as_another_s_never_unowned() -> None:
+    found = diff({}, set(), {}, {FLEET.name: FLEET})
+    assert ops(found) == []
+    assert found.unowned == []
+    assert [o.name for o in found.other_installs] == [FLEET.name]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Final
 
-from hostaffinity.schema import EsxiHost, OtherInstallRule, SharedHostsWarning
+from hostaffinity.schema import FLEET_TOKEN, EsxiHost, OtherInstallRule, SharedHostsWarning
 from hostaffinity.schema.drs import SharedHostsRisk
 
 CONNECTED: Final = "connected"
@@ -41,7 +41,7 @@ def shared_hosts_warnings(
     for rule in rules:
         if rule.kind != "vm-anti-affinity" or not rule.enabled:
             continue
-        owner = f"install {rule.install}" if rule.install else "an install before 0.2.0"
+        owner = _owner(rule.install)
         count = len(rule.vms)
         if away and count > len(usable):
             message = (
@@ -67,3 +67,11 @@ def _warning(
         risk=risk, rule=rule.name, install=rule.install, vms=len(rule.vms), hosts=hosts,
         message=message,
     )  # fmt: skip
+
+
+def _owner(install: str) -> str:
+    """Who holds a rule, in words: an install, a release before install identities, or the fleet
+    (a fleet group's rule, written by whichever install holds its lease on the hub)."""
+    if install == FLEET_TOKEN:
+        return "the fleet (the install holding its lease)"
+    return f"install {install}" if install else "an install before 0.2.0"

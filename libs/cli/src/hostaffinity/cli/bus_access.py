@@ -37,6 +37,8 @@ from hostaffinity.schema import (
     DLQ_STREAM,
     DRS_BUCKET,
     EVENTS_STREAM,
+    FLEET_BUCKET,
+    FLEET_LEASES_BUCKET,
     TOPOLOGY_BUCKET,
     dlq_subject,
     event_subject,
@@ -102,6 +104,18 @@ def write_bucket(bucket: str) -> list[str]:
     return [f"$KV.{bucket}.>"]
 
 
+def hold_hub_leases(bucket: str) -> list[str]:
+    """Read, create, renew and delete keys of one bucket on the fleet hub, in the hub's
+    JetStream domain (any name: `*`), as hub_leases.py does: the bucket's stream info and its
+    last message by subject, and a revision-checked publish on the domain's `$KV` subjects."""
+    api = "$JS.*.API"
+    return [
+        f"{api}.STREAM.INFO.KV_{bucket}",
+        f"{api}.STREAM.MSG.GET.KV_{bucket}",
+        f"{api}.$KV.{bucket}.>",
+    ]
+
+
 def publish_events(*types: str) -> list[str]:
     """Publish these event types on the events stream (and no others)."""
     return [f"{API}.STREAM.INFO.{EVENTS_STREAM}", *(event_subject(t) for t in types)]
@@ -144,8 +158,11 @@ IDENTITIES: Final = (
     ),
     _identity(
         "drs-translator",
-        "reads the topology, owns the DRS ownership bucket, reports rule events",
+        "reads the topology and the fleet view, owns the DRS ownership bucket and its fleet "
+        "rules' leases on the hub, reports rule events",
         read_bucket(TOPOLOGY_BUCKET),
+        read_bucket(FLEET_BUCKET),
+        hold_hub_leases(FLEET_LEASES_BUCKET),
         read_bucket(DRS_BUCKET),
         write_bucket(DRS_BUCKET),
         publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift", "drs.rule.held"),
@@ -153,22 +170,26 @@ IDENTITIES: Final = (
     ),
     _identity(
         "admission-webhook",
-        "reports sampled admission mutations; reads nothing",
+        "reads the fleet view; reports sampled admission mutations",
+        read_bucket(FLEET_BUCKET),
         # Not publish_events: it never waits for the layout (a sample published before the
         # provisioning is dropped), so it needs no stream info.
         [event_subject("pod.mutated")],
     ),
     _identity(
         "scheduler-extender",
-        "reads the topology; reports sampled decisions",
+        "reads the topology and the fleet view; reports sampled decisions",
         read_bucket(TOPOLOGY_BUCKET),
+        read_bucket(FLEET_BUCKET),
         publish_events("extender.decision"),
         park_dead_letters("scheduler-extender"),
     ),
     _identity(
         "descheduler",
-        "reads the topology and, on taking the Lease, its predecessor's evictions; reports them",
+        "reads the topology, the fleet view and, on taking the Lease, its predecessor's "
+        "evictions; reports them",
         read_bucket(TOPOLOGY_BUCKET),
+        read_bucket(FLEET_BUCKET),
         read_stream(EVENTS_STREAM),
         publish_events("pod.evicted", "vmi.migration.requested"),
         park_dead_letters("descheduler"),

@@ -5,7 +5,9 @@ In this order, each step only once the one before it succeeded:
 1. the DRS rules and groups the drs-translator created: in vCenter, a rule or group is removed
    only when its name has our prefix AND the `hostaffinity-drs` bucket holds its ownership
    record (the drs-translator's own rule); rules first, then the groups they name. One with our
-   prefix and no record is reported and left, like everything else in the cluster;
+   prefix and no record is reported and left, like everything else in the cluster. A fleet
+   group's rule (`hostaffinity-fleet-...`) is left too, record or not, and said so: another
+   install with members of the group takes it over (docs/fleet-groups.md);
 2. node labels and annotations under `hostaffinity.io/`, and `alpha.cna.vmware.com/host` only
    with `--legacy-host-label` (the archived VMware plugin wrote that key too: it is ours only
    where the shared setting `legacy_host_label` made the node-labeller write it), and the zone
@@ -91,9 +93,17 @@ def ours_in_cluster(
     cleanup = ClusterCleanup()
     for kind, found in (("rule", rules), ("group", groups)):
         for obj in found:
-            if parse_drs_name(obj.name) is None:
+            parsed = parse_drs_name(obj.name)
+            if parsed is None:
                 continue
             record = records.get(obj.name)
+            if parsed.fleet:
+                if record is not None:
+                    cleanup.left.append(
+                        f"{kind} {obj.name}: a fleet group's rule, left for the install that "
+                        "takes its lease next (remove it by hand once no cluster has members)"
+                    )
+                continue
             if record is not None and (record.kind in GROUP_KINDS) == (kind == "group"):
                 if kind == "rule":
                     cleanup.rules[obj.name] = obj.key

@@ -15,7 +15,14 @@ from hostaffinity.schema.drs import (
     SharedHostsWarning,
     UnprotectedGroup,
 )
-from hostaffinity.schema.drs_names import DrsName, drs_name_digest, install_token, parse_drs_name
+from hostaffinity.schema.drs_names import (
+    FLEET_TOKEN,
+    DrsName,
+    drs_name_digest,
+    fleet_rule_name,
+    install_token,
+    parse_drs_name,
+)
 from hostaffinity.schema.events import (
     EVENT_MESSAGES,
     EVENT_TYPES,
@@ -45,6 +52,7 @@ from hostaffinity.schema.fleet import (
     WorkloadPlacement,
     fleet_host_id,
 )
+from hostaffinity.schema.fleet_rules import FleetRuleLease
 from hostaffinity.schema.labels import label_value
 from hostaffinity.schema.names import (
     ANNOTATION_ESXI_HOST_NAME,
@@ -56,6 +64,7 @@ from hostaffinity.schema.names import (
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
     FLEET_BUCKET,
+    FLEET_LEASES_BUCKET,
     LABEL_DATACENTER,
     LABEL_ESXI_HOST,
     LABEL_LEGACY_HOST,
@@ -74,6 +83,7 @@ from hostaffinity.schema.names import (
     drs_rule_key,
     event_subject,
     fleet_key,
+    fleet_lease_key,
     host_id,
     host_key,
     node_key,
@@ -96,6 +106,8 @@ __all__ = [
     "EVENT_MESSAGES",
     "EVENT_TYPES",
     "FLEET_BUCKET",
+    "FLEET_LEASES_BUCKET",
+    "FLEET_TOKEN",
     "HA_RESPECT_VM_ANTI_AFFINITY_OPTION",
     "LABEL_DATACENTER",
     "LABEL_ESXI_HOST",
@@ -125,6 +137,7 @@ __all__ = [
     "EsxiHost",
     "Event",
     "ExtenderDecision",
+    "FleetRuleLease",
     "NodeLabelled",
     "NodePlaced",
     "NodePlacement",
@@ -152,6 +165,8 @@ __all__ = [
     "event_type_of",
     "fleet_host_id",
     "fleet_key",
+    "fleet_lease_key",
+    "fleet_rule_name",
     "host_id",
     "host_key",
     "install_token",

@@ -31,6 +31,8 @@ KIND_IN_NAME: Final[dict[DrsObjectKind, str]] = {
 }
 _KIND_OF: Final = {short: kind for kind, short in KIND_IN_NAME.items()}
 DIGEST_LENGTH: Final = 12
+# The install part of a fleet rule's name: no install's token is ever this word.
+FLEET_TOKEN: Final = "fleet"
 MAX_TOKEN_LENGTH: Final = 40
 _TOKEN_HASH_LENGTH: Final = 8
 # A token: lowercase letters, digits and inner dashes, as a DNS label is.
@@ -46,8 +48,9 @@ _NAME = re.compile(
 def install_token(cluster: str) -> str:
     """The install's part of every DRS name: the cluster identity itself when it is a short
     lowercase DNS label (a `kube-system` Namespace UID is one), else a readable prefix of it and
-    a short hash of the whole, so that two identities never share a token by accident."""
-    if len(cluster) <= MAX_TOKEN_LENGTH and _VALID_TOKEN.match(cluster):
+    a short hash of the whole, so that two identities never share a token by accident. A cluster
+    named `fleet` gets the hashed form too: that word names the fleet's rules."""
+    if len(cluster) <= MAX_TOKEN_LENGTH and _VALID_TOKEN.match(cluster) and cluster != FLEET_TOKEN:
         return cluster
     digest = hashlib.sha256(cluster.encode("utf-8")).hexdigest()[:_TOKEN_HASH_LENGTH]
     readable = _INVALID_RUN.sub("-", cluster.lower()).strip("-")
@@ -64,11 +67,17 @@ def drs_name_digest(cluster_moid: str, group_key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DrsName:
-    """A name hostaffinity wrote, taken apart; `install` is None for a legacy name."""
+    """A name hostaffinity wrote, taken apart; `install` is None for a legacy name and
+    `FLEET_TOKEN` for a fleet group's rule."""
 
     kind: DrsObjectKind
     install: str | None
     digest: str
+
+    @property
+    def fleet(self) -> bool:
+        """A fleet group's rule: owned by whichever install holds its lease on the hub."""
+        return self.install == FLEET_TOKEN
 
     def __str__(self) -> str:
         install = "" if self.install is None else f"{self.install}-"
@@ -77,6 +86,14 @@ class DrsName:
     def of_install(self, token: str) -> "DrsName":
         """The same object named for `token` (a legacy name's name after its rename)."""
         return DrsName(self.kind, token, self.digest)
+
+
+def fleet_rule_name(cluster_moid: str, group: str) -> str:
+    """The name of a fleet group's VM-VM anti-affinity rule in one vSphere cluster: every install
+    derives the same name from the cluster and the group alone."""
+    return str(
+        DrsName("vm-anti-affinity", FLEET_TOKEN, drs_name_digest(cluster_moid, f"fleet:{group}"))
+    )
 
 
 def parse_drs_name(name: str) -> DrsName | None:

@@ -52,6 +52,9 @@ DRS_REPORT_KEY_PREFIX = "report."
 PLACEMENTS_BUCKET = "hostaffinity-placements"
 FLEET_BUCKET = "hostaffinity-fleet"
 WORKLOAD_KEY_PREFIX = "workload."
+# On the hub: who owns each fleet group's DRS rule (fleet_rules.FleetRuleLease), one key per
+# rule, every value expiring with the bucket's max age unless its holder renews it.
+FLEET_LEASES_BUCKET = "hostaffinity-fleet-leases"
 
 
 def node_key(node_name: str) -> str:
@@ -110,6 +113,13 @@ def fleet_key(install: str, key: str) -> str:
     """Where an install's placements or topology key is kept in `hostaffinity-fleet`: under the
     install's token (drs_names.install_token), so that installs never overwrite each other."""
     return f"{_key_safe(install)}.{key}"
+
+
+def fleet_lease_key(vcenter_uuid: str, cluster_moid: str, rule: str) -> str:
+    """Key of a fleet rule's lease in `hostaffinity-fleet-leases`: the vCenter by its instance
+    UUID (installs may name one vCenter differently), the vSphere cluster and the rule's name
+    (drs_names.fleet_rule_name, which stands for the group there)."""
+    return f"{_key_safe(vcenter_uuid)}.{_key_safe(cluster_moid)}.{_key_safe(rule)}"
 
 
 def drs_report_key(vcenter: str, cluster_moid: str) -> str:

@@ -14,6 +14,7 @@ import msgspec
 from hostaffinity.schema.drs import ClusterHaSettings, DrsClusterReport, DrsOwnership
 from hostaffinity.schema.events import EVENT_MESSAGES, event_type_of
 from hostaffinity.schema.fleet import WorkloadPlacement
+from hostaffinity.schema.fleet_rules import FleetRuleLease
 from hostaffinity.schema.names import (
     DLQ_STREAM,
     DRS_BUCKET,
@@ -42,6 +43,7 @@ VALUE_MESSAGES: tuple[type[msgspec.Struct], ...] = (
     ClusterHaSettings,
     DrsClusterReport,
     WorkloadPlacement,
+    FleetRuleLease,
 )
 # What the `hostaffinity` command prints with `-o json`.
 CLI_REPORTS: tuple[type[msgspec.Struct], ...] = (

@@ -24,8 +24,10 @@ from hostaffinity.admission_webhook.admission_v1 import (
     encode_answer,
     mutation_for,
 )
+from hostaffinity.admission_webhook.fleet_affinity import with_fleet_terms
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.mutation import Mutation, MutationSettings, Outcome
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.schema import UNDECODABLE, Event, PodMutated, event_id, utc_timestamp
 
 _log = logging.getLogger(__name__)
@@ -92,9 +94,12 @@ class AdmissionWebhook:
         *,
         max_body_bytes: int,
         advise: Advise | None = None,
+        fleet: FleetMembers | None = None,
     ) -> None:
         self._settings = settings
         self._advise = advise
+        # Other clusters' fleet group members (the fleet view), for fleet_affinity.py.
+        self._fleet = fleet or FleetMembers("")
         self._metrics = metrics
         self._offer_event = offer_event
         self._max_body_bytes = max_body_bytes
@@ -134,7 +139,9 @@ class AdmissionWebhook:
             self._metrics.reviewed(Outcome.REFUSED, time.perf_counter() - started)
             reason = "JSON nested too deeply" if isinstance(error, RecursionError) else error
             return web.Response(status=400, text=f"not an AdmissionReview: {reason}\n")
-        mutation = mutation_for(review, self._settings)
+        mutation = with_fleet_terms(
+            mutation_for(review, self._settings), created_pod(review), self._fleet
+        )
         advice = self._advice(review)
         body = encode_answer(review, mutation, advice)
         self._metrics.reviewed(mutation.outcome, time.perf_counter() - started)

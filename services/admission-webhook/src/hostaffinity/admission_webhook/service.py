@@ -33,8 +33,10 @@ from hostaffinity.admission_webhook.twinless import (
     TwinlessPods,
     pod_admission_decoder,
 )
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod, decode_node, decode_pod
+from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.http.certificates import server_context, service_hostnames
 from hostaffinity.runtime.kube.client import CALL_ERRORS, NODES, PODS, KubeClient
@@ -162,12 +164,14 @@ class AdmissionWebhookWork:
             capacity=settings.event_queue_size,
         )
         advisor = HostHeadroomAdvisor(mutation)
+        fleet = FleetMembers(ctx.cluster.name)
         server = self.server = AdmissionWebhook(
             mutation,
             metrics,
             publisher.offer,
             max_body_bytes=settings.max_body_bytes,
             advise=advisor.warnings,
+            fleet=fleet,
         )
         ctx.add_readiness(LISTENING, lambda: server.serving)
         # Not ready while kube-apiserver cannot verify the webhook yet: a replica that cannot
@@ -180,6 +184,7 @@ class AdmissionWebhookWork:
         nodes = Informer(client, NODES, upsert_or_remove(index.upsert_node, index.remove_node),
                          decode_node)  # fmt: skip
         ctx.start(publisher.run(), name="pod-mutated-publisher")
+        ctx.start(follow_fleet_view(ctx.bus.js, fleet, link=ctx.bus.link_epoch), name="fleet-view")
         ctx.start(pods.run(), name="watched-pods")
         ctx.start(nodes.run(), name="watched-nodes")
         try:

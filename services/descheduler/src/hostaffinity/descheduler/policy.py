@@ -218,6 +218,7 @@ DEFAULT_POLICY: Final[Mapping[str, Any]] = {
                         "RemovePodsViolatingInterPodAffinity",
                         "RemovePodsViolatingNodeAffinity",
                         "RemovePodsViolatingNodeTaints",
+                        "RemovePodsViolatingFleetGroups",
                     ]
                 },
                 "balance": {

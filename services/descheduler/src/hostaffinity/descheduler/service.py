@@ -17,6 +17,7 @@ from typing import Final
 import msgspec
 from nats.errors import Error as NatsError
 
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.cooldowns import inherit_cooldowns
@@ -36,7 +37,9 @@ from hostaffinity.descheduler.policy import (
 from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
 from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.triggers import CycleTrigger
+from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.runtime.kube.events import EventRecorder
@@ -148,6 +151,7 @@ class DeschedulerWork:
         state = self.state = ClusterState(
             physical_anti_affinity=shared.reads_hostname_as_host,
             fail_unplaced=shared.fails_unplaced,
+            fleet=FleetMembers(ctx.cluster.name),
         )
         metrics = DeschedulerMetrics(
             s.name for profile in policy.profiles for s in profile.strategies
@@ -192,6 +196,19 @@ class DeschedulerWork:
             state, policy, planner, executor, trigger, metrics, feeds.synced, reporter.left_alone
         )
         ctx.start(feeds.run(), name="feeds")
+        ctx.start(
+            follow_fleet_view(
+                ctx.bus.js,
+                state.fleet,
+                link=ctx.bus.link_epoch,
+                # Other clusters' members moved: RemovePodsViolatingFleetGroups judges every
+                # member anyway, so the cycle needs no pod of this cluster in its scope.
+                on_change=lambda: trigger.poke(
+                    "another cluster's fleet group members moved", Scope()
+                ),
+            ),
+            name="fleet-view",
+        )
         ctx.start(executor.run(), name="executor")
         ctx.start(outbox.run(), name="bus-outbox")
         await self.loop.run()

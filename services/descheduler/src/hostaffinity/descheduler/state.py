@@ -23,6 +23,7 @@ from typing import Final
 import msgspec
 
 from hostaffinity.affinity.engine import AffinityEngine
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex, PlannedMoves
 from hostaffinity.affinity.model import Namespace
 from hostaffinity.affinity.sharing import Interner
@@ -79,8 +80,17 @@ class ClusterState:
     # Node changes node_changes() can name: a reader further behind starts over.
     NODE_CHANGES_KEPT: Final = 10_000
 
-    def __init__(self, *, physical_anti_affinity: bool = False, fail_unplaced: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        physical_anti_affinity: bool = False,
+        fail_unplaced: bool = True,
+        fleet: FleetMembers | None = None,
+    ) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
+        # Other installs' members of the fleet groups, as the fleet view places them (fed by the
+        # fleet view's watch); its `own_cluster` is this install's identity.
+        self.fleet = fleet or FleetMembers("")
         self.engine = AffinityEngine(self.index, fail_unplaced=fail_unplaced)
         self.pods: dict[str, DeschedulerPod] = {}
         self.nodes: dict[str, DeschedulerNode] = {}

@@ -134,6 +134,19 @@ class DrsApplier:
         """What vCenter holds in the cluster, as last read and changed by us since."""
         return self._actual.get(cluster, {})
 
+    async def reread(self, cluster: str) -> Mapping[str, DrsObject]:
+        """What vCenter holds in the cluster now (read again)."""
+        await self._read(cluster)
+        return self._actual[cluster]
+
+    async def write(self, cluster: str, changes: Sequence[Change]) -> None:
+        """Send `changes` as one batch, in the record-first order every batch keeps (a refused
+        batch sent one change at a time); for rules planned elsewhere (fleet_rules.py)."""
+        if not self._dry_run:
+            await self._batch(cluster, self._due(cluster, changes))
+        elif changes:
+            self._send(self._applied_event(cluster, _names(changes)))
+
     def refused(self, cluster: str) -> dict[str, str]:
         """Name → vCenter's last refusal, for the cluster's changes waiting out a backoff."""
         return {name: b.reason for (c, name), b in self._backoff.items() if c == cluster}

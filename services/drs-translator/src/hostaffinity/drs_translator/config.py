@@ -21,6 +21,19 @@ class HaAuditSettings(Settings, frozen=True):
     refresh_seconds: Seconds = 60.0
 
 
+class FleetRuleSettings(Settings, frozen=True):
+    """Fleet groups' DRS rules (docs/fleet-groups.md): one per group and vSphere cluster over
+    every install's members, written only by the install holding its lease on the fleet hub."""
+
+    # The fleet hub's JetStream domain, as this install's bus reaches it over its leaf node
+    # connection. Empty: no hub, and this install never writes a fleet rule (its own members
+    # are still kept apart by its descheduler, extender and webhook); neither does a dry run,
+    # which takes no lease.
+    hub_domain: str = ""
+    # A request to the hub not answered within this counts as the hub being away.
+    request_timeout_seconds: Seconds = 2.0
+
+
 class DrsSettings(Settings, frozen=True):
     """What the drs-translator sends to vCenter, and how often."""
 
@@ -51,11 +64,12 @@ class DrsSettings(Settings, frozen=True):
 
 class DrsTranslatorConfig(VCenterServiceSettings, frozen=True, kw_only=True):
     """Everything the drs-translator reads: the shared sections, `vcenters` (named as the
-    node-labeller names them; no defaults for host and credentials), its own `drs` section and
-    the HA audit's `ha_audit`."""
+    node-labeller names them; no defaults for host and credentials), its own `drs` section, the
+    HA audit's `ha_audit` and the fleet rules' `fleet`."""
 
     drs: DrsSettings = DrsSettings()
     ha_audit: HaAuditSettings = HaAuditSettings()
+    fleet: FleetRuleSettings = FleetRuleSettings()
 
     MOVED_KEYS: ClassVar[Mapping[str, str]] = {
         **ONE_VCENTER_KEYS,

@@ -4,8 +4,10 @@ Pure. The ownership rule lives here: a name of this install (rules.name_owner) i
 a record says so. Ours and desired: added or edited until vCenter matches. Ours and no longer
 desired: removed. Named for this install without a record: reported, never touched. Another
 install's (its name says so, a legacy name without our record included): listed, never touched,
-never a conflict. Anything else: not looked at. A record in state `applied` whose object vCenter
-no longer holds as recorded is drift (changed by hand).
+never a conflict. A fleet group's rule is never this diff's, record or not: its lease holder
+writes it (fleet_rules.py); one this install holds no record of is listed with the other
+installs'. Anything else: not looked at. A record in state `applied` whose object vCenter no
+longer holds as recorded is drift (changed by hand).
 """
 
 from collections.abc import Mapping, Set
@@ -64,13 +66,15 @@ def diff_cluster(
     `install` is this install's token, which its names carry.
     """
     result = ClusterDiff()
+    with_record = set(records)
+    records = {n: r for n, r in records.items() if name_owner(n, install) != "fleet"}
     for name, present in sorted(actual.items()):
-        if name in records:
+        if name in with_record:
             continue
         owner = name_owner(name, install)
         if owner == "ours":
             result.unowned.append(present)
-        elif owner in ("legacy", "other-install"):
+        elif owner in ("legacy", "other-install", "fleet"):
             result.other_installs.append(present)
     for name, want in sorted(desired.items()):
         have, record = actual.get(name), records.get(name)

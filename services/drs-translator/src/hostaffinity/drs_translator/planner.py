@@ -233,7 +233,7 @@ class Planning:
         """Plan the rest, one cluster's VM rules per step, then the VM-Host rules."""
         for cluster, graph in sorted(self._graphs.items()):
             self._apart.add_edges(cluster, graph)
-            hosts = _ClusterHosts.of(self._hosts, cluster)
+            hosts = ClusterHosts.of(self._hosts, cluster)
             existing = self._existing.get(cluster, frozenset())
             _plan_vm_rules(cluster, graph, hosts, self.result, self._settings.install, existing)
             yield
@@ -436,14 +436,14 @@ def _away(host: EsxiHost) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _ClusterHosts:
+class ClusterHosts:
     """A cluster's connected hosts: how many DRS may use, and which are (entering) maintenance."""
 
     usable: int
     away: tuple[str, ...]
 
     @classmethod
-    def of(cls, hosts: Mapping[str, EsxiHost], cluster: str) -> "_ClusterHosts":
+    def of(cls, hosts: Mapping[str, EsxiHost], cluster: str) -> "ClusterHosts":
         connected = [
             h
             for h in hosts.values()
@@ -462,7 +462,7 @@ class _ClusterHosts:
 def _plan_vm_rules(
     cluster: str,
     graph: _Graph,
-    hosts: _ClusterHosts,
+    hosts: ClusterHosts,
     result: Plan,
     install: str,
     existing: Container[str] = frozenset(),
@@ -602,7 +602,7 @@ def _plan_host_rules(
         away = tuple(m for m in moids if (h := hosts.get(m)) is not None and _away(h))
         if mandatory and away == moids:
             what = "its VMs must run on these hosts only"
-            reason = _ClusterHosts(0, away).hold_reason(what)
+            reason = ClusterHosts(0, away).hold_reason(what)
             rule = replace(rule, enabled=False, held_because=reason)
             cluster_plan.maintenance_holds[rule.name] = away
         for obj in (vm_group, host_group, rule):

@@ -31,8 +31,9 @@ RULE_KINDS: Final[frozenset[DrsObjectKind]] = frozenset(
     {"vm-anti-affinity", "vm-affinity", "vm-host"}
 )
 # Whose a name in vCenter is, from the name alone: this install's, one of a release before
-# install identities (`legacy`: ours to rename only with a record), another install's, or none.
-NameOwner = Literal["ours", "legacy", "other-install", "not-hostaffinity"]
+# install identities (`legacy`: ours to rename only with a record), another install's, a fleet
+# group's (written by whichever install holds its lease on the hub: fleet_rules.py), or none.
+NameOwner = Literal["ours", "legacy", "other-install", "fleet", "not-hostaffinity"]
 
 
 def object_name(kind: DrsObjectKind, cluster_moid: str, group_key: str, install: str) -> str:
@@ -47,6 +48,8 @@ def name_owner(name: str, install: str) -> NameOwner:
         return "not-hostaffinity"
     if parsed.install is None:
         return "legacy"
+    if parsed.fleet:
+        return "fleet"
     return "ours" if parsed.install == install else "other-install"
 
 

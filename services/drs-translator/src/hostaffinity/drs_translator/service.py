@@ -16,11 +16,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
+from hostaffinity.drs_translator.fleet_leases import FleetLeases
+from hostaffinity.drs_translator.fleet_rules import FleetRules
 from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import PlannerSettings
@@ -28,6 +31,8 @@ from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing, VCenterTarget
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
+from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
+from hostaffinity.runtime.bus.hub_leases import HubLeases
 from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.runtime.bus.topology_feed import follow_topology
@@ -36,7 +41,13 @@ from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.runner import VCENTER_CONNECTED, ServiceContext, vcenter_part
 from hostaffinity.runtime.vcenter.session import VCenterSession
-from hostaffinity.schema import DRS_BUCKET, EVENTS_STREAM, Event, install_token
+from hostaffinity.schema import (
+    DRS_BUCKET,
+    EVENTS_STREAM,
+    FLEET_LEASES_BUCKET,
+    Event,
+    install_token,
+)
 
 _SYNC_POLL_SECONDS: Final = 0.05
 _SYNCED: Final = ("pods synced", "namespaces synced", "topology synced")
@@ -60,6 +71,7 @@ class DrsTranslatorWork:
     def __init__(self) -> None:
         self.translator: DrsTranslator | None = None
         self.cluster_rules: dict[str, ClusterRules] = {}
+        self.fleet_leases: FleetLeases | None = None
 
     async def __call__(self, ctx: ServiceContext[DrsTranslatorConfig]) -> None:
         await _translate(ctx, self)
@@ -82,6 +94,23 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
     ctx.start(outbox.run(), name="bus-outbox")
     sessions = [VCenterSession(vc) for vc in config.vcenters]
     install = install_token(ctx.cluster.name)
+    fleet = FleetMembers(ctx.cluster.name)
+    woken: list[DrsTranslator] = []  # the translator, once built: changes of the hub wake it
+
+    def wake() -> None:
+        for translator in woken:
+            translator.wake()
+
+    leases = None
+    # A dry run takes no lease: it would keep the install that writes from writing.
+    if config.fleet.hub_domain and not own.dry_run:
+        hub = HubLeases(
+            ctx.bus.nc,
+            config.fleet.hub_domain,
+            FLEET_LEASES_BUCKET,
+            timeout=config.fleet.request_timeout_seconds,
+        )
+        leases = work.fleet_leases = FleetLeases(hub, ctx.cluster.name, install, wake=wake)
     try:
         targets: list[VCenterTarget] = []
         logged_in: dict[str, asyncio.Event] = {}
@@ -125,8 +154,13 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
                 translate_preferred=own.translate_preferred,
             )
             logged_in[name] = asyncio.Event()
+            fleet_rules = None
+            if leases is not None:
+                fleet_rules = FleetRules(name, leases, fleet, applier, records, rules[name])
             targets.append(
-                VCenterTarget(settings, applier, records, reports, logged_in[name].is_set)
+                VCenterTarget(
+                    settings, applier, records, reports, logged_in[name].is_set, fleet_rules
+                )
             )
             if config.ha_audit.enabled and not own.dry_run:
                 ha_recorders[name] = HaSettingsRecorder(
@@ -153,6 +187,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             upsert_or_remove(translator.upsert_namespace, translator.remove_namespace),
             decode_namespace,
         )
+        woken.append(translator)
         pods_synced, namespaces_synced, topology_synced = _SYNCED
         ctx.add_readiness(pods_synced, pods.synced.is_set)
         ctx.add_readiness(namespaces_synced, namespaces.synced.is_set)
@@ -165,6 +200,12 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             first_cycle = vcenter_part(FIRST_CYCLE, name)
             ctx.add_readiness(first_cycle, _cycled(translator, name), vcenter=name)
         ctx.add_readiness(topology_synced, lambda: translator.topology_synced)
+        if leases is not None:
+            ctx.start(
+                follow_fleet_view(ctx.bus.js, fleet, link=ctx.bus.link_epoch, on_change=wake),
+                name="fleet-view",
+            )
+            ctx.start(leases.run(), name="fleet-leases")
         ctx.start(pods.run(), name="pods")
         ctx.start(namespaces.run(), name="namespaces")
         ctx.start(

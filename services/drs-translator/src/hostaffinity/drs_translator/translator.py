@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from hostaffinity.affinity.fleet_groups import own_members
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Pod
 from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.attention import other_install_rules, unprotected_groups
+from hostaffinity.drs_translator.fleet_rules import FleetRules
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.planner import (
     ClusterPlan,
@@ -73,6 +75,8 @@ class VCenterTarget:
     records: OwnershipRecords
     reports: ClusterReports
     logged_in: Callable[[], bool] = _always
+    # Its fleet groups' rules, where this install reaches a fleet hub (None: no hub).
+    fleet: FleetRules | None = None
 
     @property
     def name(self) -> str:
@@ -255,6 +259,8 @@ class DrsTranslator:
             hosts = self._hosts_of(target.name, cluster)
             await target.applier.apply(cluster_plan, reread=reread, hosts=hosts)
             await self._put_report(target, cluster_plan, desired.conflicts)
+        if target.fleet is not None:
+            await target.fleet.cycle(own_members(self.index), self.placements, self.hosts)
         await target.reports.keep_only(clusters)
         target.applier.visit_only(clusters)
         self.completed[target.name] += 1

@@ -87,6 +87,13 @@ class ClusterRules:
                 objects.setdefault(obj.name, obj)
         return objects
 
+    def instance_uuid(self) -> str:
+        """vCenter's instance UUID (`content.about.instanceUuid`, read at login): how installs
+        that name this vCenter differently tell it is the same one (a fleet rule's lease is
+        keyed by it)."""
+        about: Any = self._session.content.about
+        return str(about.instanceUuid or "")
+
     async def ha_config(self, cluster_moid: str) -> Any:
         """The cluster's vSphere HA settings (`configurationEx.dasConfig`) as vCenter has them."""
         cluster = await self._cluster(cluster_moid)

@@ -36,6 +36,7 @@ from hostaffinity.scheduler_extender.extender_v1 import (
     ExtenderFilterResult,
     HostPriority,
 )
+from hostaffinity.scheduler_extender.fleet_filter import fleet_member, without_fleet_hosts
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 FEASIBLE: Final = "feasible"
@@ -183,11 +184,16 @@ def filter_nodes(
     rejected: Mapping[str, Rejection] = {}
     passed = asked.names
     summary = ""
-    concerned = concerns(cache, pod)
+    fleet = fleet_member(pod)
+    concerned = concerns(cache, pod) or fleet
     if concerned:
         result = cache.engine.filter(pod, asked.names, mode=FilterMode.PHYSICAL)
         passed, rejected = result.feasible, result.rejected
         summary = result.summary() if not passed else ""
+        if fleet and passed:
+            passed, rejected, summary = without_fleet_hosts(
+                cache, pod, len(asked.names), passed, rejected
+            )
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for node, why in rejected.items():

@@ -22,6 +22,7 @@ from typing import Final
 import msgspec
 
 from hostaffinity.affinity.engine import AffinityEngine
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Node, Pod
 from hostaffinity.scheduler_extender.inflight import InFlight, InFlightPod
@@ -59,6 +60,7 @@ class ExtenderCache:
         clock: Callable[[], float] = time.monotonic,
         inflight_capacity: int = 10_000,
         inflight_max_age_seconds: float = 30.0,
+        fleet: FleetMembers | None = None,
     ) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
         self.engine = AffinityEngine(self.index, fail_unplaced=fail_unplaced)
@@ -71,6 +73,8 @@ class ExtenderCache:
         )
         self._replicas: dict[str, dict[str, str]] = {}
         self._owner: dict[str, str] = {}
+        # Other clusters' fleet group members, as the fleet view places them (fleet_filter.py).
+        self.fleet = fleet or FleetMembers("")
 
     # -- sync state ----------------------------------------------------------------------------
 

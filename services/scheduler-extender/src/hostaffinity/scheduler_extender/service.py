@@ -14,7 +14,9 @@ import asyncio
 import functools
 import logging
 
+from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.runner import ServiceContext
@@ -41,13 +43,16 @@ def readiness_parts(_config: SchedulerExtenderConfig) -> list[str]:
     return [*(_synced(source) for source in SOURCES), LISTENING]
 
 
-def build_cache(settings: SchedulerExtenderConfig) -> ExtenderCache:
+def build_cache(settings: SchedulerExtenderConfig, cluster: str = "") -> ExtenderCache:
+    """The cache of the install serving `cluster` (its identity: other clusters' fleet group
+    members are told from its own by it)."""
     shared = settings.shared
     return ExtenderCache(
         physical_anti_affinity=shared.reads_hostname_as_host,
         fail_unplaced=shared.fails_unplaced,
         inflight_capacity=settings.extender.inflight_capacity,
         inflight_max_age_seconds=settings.extender.inflight_max_age_seconds,
+        fleet=FleetMembers(cluster),
     )
 
 
@@ -61,7 +66,7 @@ class SchedulerExtenderWork:
 
     async def __call__(self, ctx: ServiceContext[SchedulerExtenderConfig]) -> None:
         settings = ctx.config.extender
-        cache = self.cache = build_cache(ctx.config)
+        cache = self.cache = build_cache(ctx.config, ctx.cluster.name)
         for source in SOURCES:
             ctx.add_readiness(_synced(source), functools.partial(cache.is_synced, source))
         ctx.add_readiness(LISTENING, lambda: self.server is not None and self.server.port != 0)
@@ -76,6 +81,9 @@ class SchedulerExtenderWork:
             capacity=settings.decision_queue_size,
         )
         ctx.start(feeds.run(), name="cache-feeds")
+        ctx.start(
+            follow_fleet_view(ctx.bus.js, cache.fleet, link=ctx.bus.link_epoch), name="fleet-view"
+        )
         ctx.start(decisions.run(), name="decision-publisher")
         ctx.start(_freeze_gc_once_synced(cache), name="gc-freeze")
         binder = Binder(ctx.kube, settings.bind_timeout_seconds)

@@ -16,6 +16,7 @@ import msgspec
 from hostaffinity.descheduler.strategies.base import Args, Plugin, Strategy
 from hostaffinity.descheduler.strategies.changes import Change
 from hostaffinity.descheduler.strategies.duplicates import Duplicates, DuplicatesArgs
+from hostaffinity.descheduler.strategies.fleet_groups import FleetGroups, FleetGroupsArgs
 from hostaffinity.descheduler.strategies.interpod_affinity import (
     InterPodAffinity,
     InterPodAffinityArgs,
@@ -46,6 +47,7 @@ REGISTRY: Final[Mapping[str, Registration]] = {
         Registration(NodeTaintsArgs, NodeTaints),
         Registration(DuplicatesArgs, Duplicates),
         Registration(TopologySpreadArgs, TopologySpread),
+        Registration(FleetGroupsArgs, FleetGroups),
     )
 }
 
