@@ -41,8 +41,8 @@ what it checks), the service's `checks` (a bad config ends the start with exit 2
 named parts: "nats connected", "cluster identity known" plus whatever the work adds), the
 Kubernetes client (with the timeouts of `KubernetesSettings`), the cluster identity
 (kube/cluster_identity.py, read until the API answers), the NATS connection (retried with
-backoff until it succeeds), then, for a `leader_elected` service, waiting for the Lease, then the work in an asyncio
-TaskGroup.
+backoff until it succeeds), then, for a `leader_elected` service, waiting for the Lease, then
+the work in an asyncio TaskGroup.
 
 Stopping: SIGTERM or SIGINT cancels the work and gives it `drain_seconds` to unwind (an HTTP
 server finishes its requests in a `finally`), then gives the Lease up, closes NATS and exits 0.
