@@ -75,8 +75,10 @@ class FleetInstall:
     async def start_descheduler(self) -> None:
         install = self.install
         config = DeschedulerConfig(
-            **runner_sections(install.nats, install.kubeconfig, "descheduler"),
-            **install.sections(),
+            **(
+                runner_sections(install.nats, install.kubeconfig, "descheduler")
+                | install.sections()
+            ),
             descheduler=DeschedulerSettings(
                 kubevirt=False,
                 eviction=ExecutorSettings(retry_initial_seconds=0.2, retry_max_seconds=1.0),

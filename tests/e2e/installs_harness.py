@@ -15,7 +15,7 @@ from nats.js.errors import KeyNotFoundError
 
 from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.process.config import ClusterSettings, SharedSettings
+from hostaffinity.runtime.process.config import ClusterSettings, LeaseSettings, SharedSettings
 from hostaffinity.schema import (
     DRS_BUCKET,
     LABEL_ESXI_HOST,
@@ -28,6 +28,11 @@ from tests.e2e.labeller_harness import Replica, labeller_config, node_object, ru
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import Vcsim
+
+PATIENT_LEASE = LeaseSettings(
+    namespace="kube-system", duration_seconds=15.0, renew_deadline_seconds=10.0,
+    retry_period_seconds=0.5,
+)  # fmt: skip
 
 
 @dataclass
@@ -68,7 +73,12 @@ class Install:
         return self.translator is not None and self.translator.translator.idle()
 
     def sections(self) -> dict[str, Any]:
-        return {"shared": SharedSettings(cluster=ClusterSettings(name=self.cluster_name))}
+        """Its cluster name, and a patient Lease: every install's services share this test's one
+        event loop, which a loaded machine can hold up for longer than the fast Lease allows."""
+        return {
+            "shared": SharedSettings(cluster=ClusterSettings(name=self.cluster_name)),
+            "lease": PATIENT_LEASE,
+        }
 
     async def start(self, vc: Vcsim) -> None:
         """The Nodes, then the labeller (until it has labelled) and the drs-translator (until
