@@ -42,6 +42,7 @@ def migrated(vmi: str, owner: str, result: str, at: datetime) -> VmiMigrationReq
         rule="r",
         result=result,
         owner=owner,
+        pod_uid=f"uid-{vmi}",
     )
 
 
@@ -68,7 +69,7 @@ async def test_a_new_leader_cools_down_what_its_predecessor_evicted_within_the_c
 
     read = await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, now)
 
-    assert read == 2
+    assert read.inherited == 2
     cooling = {
         w
         for w in ("web", "api", "db", "cache", "pool", "other")
@@ -87,4 +88,33 @@ async def test_a_new_leader_cools_down_what_its_predecessor_evicted_within_the_c
 async def test_an_empty_stream_leaves_every_cooldown_empty(bus: Bus) -> None:
     await bus.provision()
     planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
-    assert await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, datetime.now(UTC)) == 0
+    read = await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, datetime.now(UTC))
+    assert (read.inherited, read.intents) == (0, [])
+
+
+async def test_intents_without_an_outcome_are_read_back_unanswered(bus: Bus) -> None:
+    """An intent its outcome answered (the same pod uid) is done; one without is left for the
+    new leader to finish from what Kubernetes shows (intents.py)."""
+    await bus.provision()
+    now = datetime.now(UTC)
+    recent = now - timedelta(seconds=20)
+    for event in (
+        evicted("web-1", "default/ReplicaSet/web", "requested", recent),
+        evicted("web-1", "default/ReplicaSet/web", "evicted", recent),
+        evicted("api-1", "default/ReplicaSet/api", "requested", recent),
+        migrated("vm-1", "default/VirtualMachinePool/pool", "requested", recent),
+    ):
+        await bus.publish_event(event)
+    planner = EvictionPlanner(PlannerSettings(cooldown_seconds=COOLDOWN_SECONDS), EvictionLimits())
+
+    read = await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, now)
+
+    assert read.inherited == 1
+    assert len(read.intents) == 3
+    assert sorted(i.id for i in read.unanswered) == sorted(
+        [
+            event_id("pod.evicted", "api-1", "requested"),
+            event_id("vmi.migration.requested", "vm-1", "requested"),
+        ]
+    )
+    assert not planner.cooling("default/ReplicaSet/api")  # an intent alone starts no cooldown

@@ -187,7 +187,10 @@ class PodEvicted(Event, frozen=True, kw_only=True, tag="pod.evicted"):
     """The descheduler asked the Eviction API to evict a pod, and what came of it.
 
     `strategy` is the plugin that found the violation and `rule` the violated rule in words;
-    `result` is evicted, dry-run, or blocked (a PodDisruptionBudget said no: retried later).
+    `result` is evicted, dry-run, or blocked (a PodDisruptionBudget said no: retried later), or
+    requested: the intent, stored before the Eviction call so that a descheduler stopped
+    between the call and its `evicted` lets the next leader finish the record (a `requested`
+    without an `evicted` for the same `pod_uid` is an eviction not made, or not yet known).
     """
 
     pod: str
@@ -203,8 +206,10 @@ class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration
     """The descheduler created a VirtualMachineInstanceMigration instead of evicting a
     virt-launcher pod, so the VM moves live rather than being restarted.
 
-    `result` is migrated or dry-run (empty from releases before 0.2.0); `owner` the workload
-    whose cooldown it started, as in `pod.evicted`."""
+    `result` is migrated or dry-run (empty from releases before 0.2.0), or requested: the
+    intent stored before the migration is created, as in `pod.evicted`; `owner` the workload
+    whose cooldown it started, as in `pod.evicted`; `pod_uid` the virt-launcher pod's (empty
+    from releases before 0.2.0)."""
 
     vmi: str
     migration: str
@@ -214,6 +219,7 @@ class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration
     pod: str = ""
     result: str = ""
     owner: str = ""
+    pod_uid: str = ""
 
 
 TopologyEvent = (

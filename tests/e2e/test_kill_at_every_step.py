@@ -1,0 +1,153 @@
+"""A kill at every step: each write path run as its own process, killed by SIGKILL and by SIGTERM
+at each of its checkpoints in turn, then its successor run over what it left; each change must be
+in Kubernetes or vCenter, and on the bus, exactly once (tests/e2e/kill_harness.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from descheduler_builders import vmi_json
+
+from hostaffinity.descheduler.executor import EVICTION_PATH, MIGRATION_PATH, migration_name
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
+from tests.e2e.descheduler_harness import (
+    descheduler_config,
+    node_object,
+    pod_object,
+    running_descheduler,
+    terminating,
+)
+from tests.e2e.harness import eventually
+from tests.e2e.kill_harness import assert_passed_in_order, kill_cases, run_until_killed, stored_once
+from tests.platform.kube_double import KubeDouble
+from tests.platform.nats import NatsServer
+
+DESCHEDULER = "hostaffinity.descheduler.main"
+TAINT_POLICY = {
+    "apiVersion": "descheduler/v1alpha2",
+    "kind": "DeschedulerPolicy",
+    # One eviction per cycle: the second pod of a workload waits for the next cycle, where the
+    # workload's cooldown (inherited by a new leader) holds it back.
+    "maxNoOfPodsToEvictTotal": 1,
+    "profiles": [
+        {
+            "name": "taints",
+            "pluginConfig": [],
+            "plugins": {"deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}},
+        }
+    ],
+}
+
+
+def tainted(name: str) -> dict[str, Any]:
+    """A node under a NoSchedule taint nothing tolerates: its pods are to move."""
+    node = node_object(name)
+    node["spec"] = {"taints": [{"key": "maintenance", "value": "true", "effect": "NoSchedule"}]}
+    return node
+
+
+def taint_policy(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(TAINT_POLICY), encoding="utf-8")
+    return path
+
+
+async def successor_settles(kube: KubeDouble, nats: NatsServer, config: Any) -> None:
+    """The next leader: synced, a cycle run and every attempt it made done; then stopped as
+    SIGTERM stops it."""
+    async with running_descheduler(config, identity="successor") as work:
+        await eventually(lambda: work.loop is not None and work.loop.cycles >= 1, "a cycle")
+        await eventually(lambda: work.executor is not None and work.executor.idle(), "idle")
+        await asyncio.sleep(0.5)  # a retry or a late cycle would show here
+
+
+@pytest.mark.parametrize(("checkpoint", "signame"), kill_cases(EVICTION_PATH))
+async def test_eviction_path(
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    bus: Bus,
+    tmp_path: Path,
+    checkpoint: str,
+    signame: str,
+) -> None:
+    """Two pods of one ReplicaSet on a tainted node: one is evicted, and its `pod.evicted` is on
+    the bus once, so the next leader cools the workload down and leaves the other where it is
+    for the cooldown."""
+    kube = kube_double
+    kube.seed(tainted("worker-1"))
+    kube.seed(node_object("worker-2"))
+    for name in ("app-0", "app-1"):
+        pod = pod_object(name, "app", "worker-1", owner="app-rs", affinity=None)
+        pod["metadata"]["uid"] = f"uid-{name}"
+        kube.seed(pod)
+    config = descheduler_config(
+        nats_server, kubeconfig, taint_policy(tmp_path), debounce_seconds=0.1
+    )
+    killed = await run_until_killed(DESCHEDULER, config, tmp_path, checkpoint, signame)
+    assert_passed_in_order(killed, EVICTION_PATH, checkpoint)
+
+    await successor_settles(kube, nats_server, config)
+
+    evicted = terminating(kube)
+    assert len(evicted) == 1, f"one pod of app-rs evicted within its cooldown, not {evicted}"
+    (pod,) = evicted
+    events = [e for e in await stored_once(bus) if isinstance(e, PodEvicted)]
+    outcomes = [e for e in events if e.result == "evicted"]
+    assert [(e.pod, e.id) for e in outcomes] == [
+        (f"default/{pod}", event_id("pod.evicted", f"uid-{pod}", "evicted"))
+    ], events
+
+
+@pytest.mark.parametrize(("checkpoint", "signame"), kill_cases(MIGRATION_PATH))
+async def test_migration_path(
+    kube_double: KubeDouble,
+    nats_server: NatsServer,
+    kubeconfig: Path,
+    bus: Bus,
+    tmp_path: Path,
+    checkpoint: str,
+    signame: str,
+) -> None:
+    """A VM on a tainted node: one VirtualMachineInstanceMigration, and its
+    `vmi.migration.requested` on the bus once."""
+    kube = kube_double
+    kube.seed(tainted("worker-1"))
+    kube.seed(node_object("worker-2"))
+    kube.seed(vmi_json("vm-0", "worker-1"))
+    launcher = pod_object("virt-launcher-vm-0-x7k2p", "vm", "worker-1", owner="vm-0", affinity=None)
+    launcher["metadata"]["uid"] = "uid-launcher"
+    launcher["metadata"]["labels"] = {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm-0"}
+    launcher["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "name": "vm-0",
+            "uid": "uid-vmi-vm-0",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    kube.seed(launcher)
+    config = descheduler_config(
+        nats_server, kubeconfig, taint_policy(tmp_path), debounce_seconds=0.1
+    )
+    killed = await run_until_killed(DESCHEDULER, config, tmp_path, checkpoint, signame)
+    assert_passed_in_order(killed, MIGRATION_PATH, checkpoint)
+
+    await successor_settles(kube, nats_server, config)
+
+    migrations = kube.store.objects("virtualmachineinstancemigrations.kubevirt.io", "default")
+    name = migration_name("vm-0", "uid-launcher")
+    assert [m["metadata"]["name"] for m in migrations] == [name]
+    assert terminating(kube) == []  # a VM's pod is never evicted
+    events = [e for e in await stored_once(bus) if isinstance(e, VmiMigrationRequested)]
+    outcomes = [e for e in events if e.result == "migrated"]
+    assert [(e.migration, e.id) for e in outcomes] == [
+        (name, event_id("vmi.migration.requested", "uid-launcher", "migrated"))
+    ], events
