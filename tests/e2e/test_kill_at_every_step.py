@@ -13,8 +13,15 @@ import yaml
 from descheduler_builders import vmi_json
 
 from hostaffinity.descheduler.executor import EVICTION_PATH, MIGRATION_PATH, migration_name
+from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
+from hostaffinity.schema import (
+    DrsRuleConflict,
+    DrsRulesApplied,
+    PodEvicted,
+    VmiMigrationRequested,
+    event_id,
+)
 from tests.e2e.descheduler_harness import (
     descheduler_config,
     node_object,
@@ -22,12 +29,27 @@ from tests.e2e.descheduler_harness import (
     running_descheduler,
     terminating,
 )
-from tests.e2e.harness import eventually
+from tests.e2e.drs_harness import (
+    anti_rules,
+    cycles_after,
+    drs_config,
+    drs_state,
+    kept_announcements,
+    pod_manifest,
+    records,
+    running_translator,
+    vm,
+)
+from tests.e2e.harness import eventually, eventually_async
 from tests.e2e.kill_harness import assert_passed_in_order, kill_cases, run_until_killed, stored_once
+from tests.e2e.labeller_harness import labeller_config, running, wait_ready
+from tests.e2e.labeller_harness import node_object as labeller_node
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
+from tests.platform.vcsim import VcsimFactory
 
 DESCHEDULER = "hostaffinity.descheduler.main"
+DRS_TRANSLATOR = "hostaffinity.drs_translator.main"
 TAINT_POLICY = {
     "apiVersion": "descheduler/v1alpha2",
     "kind": "DeschedulerPolicy",
@@ -151,3 +173,58 @@ async def test_migration_path(
     assert [(e.migration, e.id) for e in outcomes] == [
         (name, event_id("vmi.migration.requested", "uid-launcher", "migrated"))
     ], events
+
+
+@pytest.mark.parametrize(("checkpoint", "signame"), kill_cases(DRS_APPLY_PATH))
+async def test_drs_apply_path(
+    vcsim: VcsimFactory,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+    bus: Bus,
+    tmp_path: Path,
+    checkpoint: str,
+    signame: str,
+) -> None:
+    """Two anti-affine pods: one rule in vCenter (never removed and added back: it keeps its
+    key), one record, applied, and the batch announced once, its kept copy gone."""
+    nodes = ["node1", "node2", "node3"]
+    vc = vcsim(hosts=3, vm_names=nodes)
+    for name in nodes:
+        kube_double.seed(labeller_node(name))
+    si = vc.connect()
+    expected = sorted([vm(si, "node1"), vm(si, "node3")])
+    web = {"app": "web"}
+    kube_double.seed(pod_manifest("p1", "node1", web, apart_from=web))
+    kube_double.seed(pod_manifest("p2", "node3", web, apart_from=web))
+    config = drs_config(vc, nats_server, kubeconfig)
+    async with running(labeller_config(vc, nats_server, kubeconfig)) as labeller:
+        await wait_ready(labeller)
+        killed = await run_until_killed(DRS_TRANSLATOR, config, tmp_path, checkpoint, signame)
+        assert_passed_in_order(killed, DRS_APPLY_PATH, checkpoint)
+        keys = {v["name"]: v["key"] for v in drs_state(si).values()}
+        async with running_translator(config) as successor:
+            await eventually_async(
+                lambda: all_applied_and_announced(bus), "one record applied, nothing kept", 20
+            )
+            successor.translator.resync()  # a full cycle over what vCenter holds changes nothing
+            await cycles_after(successor, 1)
+
+    assert list(anti_rules(si).values()) == [expected]
+    state = drs_state(si)
+    assert len(state) == 1, state  # no twin, no orphan
+    (rule,) = state.values()
+    assert keys.get(rule["name"], rule["key"]) == rule["key"]  # the rule made before the kill
+    (record,) = (await records(bus)).values()
+    assert (record.state, record.vms) == ("applied", expected)
+    events = await stored_once(bus)
+    assert [e for e in events if isinstance(e, DrsRuleConflict)] == []
+    announced = [e for e in events if isinstance(e, DrsRulesApplied) and record.name in e.added]
+    assert len(announced) == 1, announced
+
+
+async def all_applied_and_announced(bus: Bus) -> bool:
+    owned = await records(bus)
+    return (
+        [r.state for r in owned.values()] == ["applied"] and await kept_announcements(bus) == []
+    )
