@@ -14,12 +14,16 @@ from descheduler_builders import vmi_json
 
 from hostaffinity.descheduler.executor import EVICTION_PATH, MIGRATION_PATH, migration_name
 from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
+from hostaffinity.node_labeller.labeller import LABEL_PATH
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import (
     DrsRuleConflict,
+    LABEL_ESXI_HOST,
     DrsRulesApplied,
+    NodeLabelled,
     PodEvicted,
     VmiMigrationRequested,
+    VmMoved,
     event_id,
 )
 from tests.e2e.descheduler_harness import (
@@ -42,7 +46,14 @@ from tests.e2e.drs_harness import (
 )
 from tests.e2e.harness import eventually, eventually_async
 from tests.e2e.kill_harness import assert_passed_in_order, kill_cases, run_until_killed, stored_once
-from tests.e2e.labeller_harness import labeller_config, running, wait_ready
+from tests.e2e.labeller_harness import (
+    labeller_config,
+    node_labels,
+    relocate,
+    running,
+    vm_by_name,
+    wait_ready,
+)
 from tests.e2e.labeller_harness import node_object as labeller_node
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
@@ -50,6 +61,7 @@ from tests.platform.vcsim import VcsimFactory
 
 DESCHEDULER = "hostaffinity.descheduler.main"
 DRS_TRANSLATOR = "hostaffinity.drs_translator.main"
+NODE_LABELLER = "hostaffinity.node_labeller.main"
 TAINT_POLICY = {
     "apiVersion": "descheduler/v1alpha2",
     "kind": "DeschedulerPolicy",
@@ -225,6 +237,48 @@ async def test_drs_apply_path(
 
 async def all_applied_and_announced(bus: Bus) -> bool:
     owned = await records(bus)
-    return (
-        [r.state for r in owned.values()] == ["applied"] and await kept_announcements(bus) == []
-    )
+    return [r.state for r in owned.values()] == ["applied"] and await kept_announcements(bus) == []
+
+
+@pytest.mark.parametrize(("checkpoint", "signame"), kill_cases(LABEL_PATH))
+async def test_label_path(
+    vcsim: VcsimFactory,
+    nats_server: NatsServer,
+    kube_double: KubeDouble,
+    kubeconfig: Path,
+    bus: Bus,
+    tmp_path: Path,
+    checkpoint: str,
+    signame: str,
+) -> None:
+    """A vMotion found by a labeller that restarts: the KV and the label follow vCenter, and
+    `vm.moved` and `node.labelled` are on the bus once each."""
+    vc = vcsim(hosts=2, vm_names=["node1", "node2"])
+    for name in ("node1", "node2"):
+        kube_double.seed(labeller_node(name))
+    config = labeller_config(vc, nats_server, kubeconfig)
+    async with running(config) as first:
+        await wait_ready(first)
+    si = vc.connect()
+    before = vm_by_name(si, "node1").runtime.host.name
+    after = next(h for h in ("DC0_C0_H0", "DC0_C0_H1") if h != before)
+    relocate(si, "node1", after)
+
+    killed = await run_until_killed(NODE_LABELLER, config, tmp_path, checkpoint, signame)
+    assert_passed_in_order(killed, LABEL_PATH, checkpoint)
+    async with running(config, identity="successor") as successor:
+        await wait_ready(successor)
+        await eventually(successor.labeller.idle, "the labeller idle")
+
+    placement = await (await bus.topology()).get_node("node1")
+    assert placement is not None and placement.host_name == after
+    assert node_labels(kube_double, "node1")[LABEL_ESXI_HOST] == after
+    events = await stored_once(bus)
+    moved = [e for e in events if isinstance(e, VmMoved) and e.node == "node1"]
+    assert [(e.from_host_name, e.to_host_name) for e in moved] == [(before, after)], moved
+    labelled = [
+        e.labels[LABEL_ESXI_HOST]
+        for e in events
+        if isinstance(e, NodeLabelled) and e.node == "node1"
+    ]
+    assert labelled == [before, after], labelled
