@@ -172,8 +172,10 @@ class DrsApplier:
                     applied_at=utc_timestamp(),
                 )
             )
+            DRS_APPLY_PATH.checkpoint("record-confirmed")
         for name in diff.forget:
             await self._records.delete(cluster, name)
+            DRS_APPLY_PATH.checkpoint("record-confirmed")
 
     async def _batch(
         self, cluster: str, changes: Sequence[Change], renamed: Mapping[str, str] | None = None
@@ -347,7 +349,9 @@ class DrsApplier:
         if added or removed:
             event = self._applied_event(cluster, {"add": added, "edit": [], "remove": removed})
             await self._kept.keep(event)
+            DRS_APPLY_PATH.checkpoint("announcement-kept")
             self._send(event)
+            DRS_APPLY_PATH.checkpoint("event-queued")
 
     async def _done(
         self,
@@ -407,9 +411,11 @@ class DrsApplier:
             except ReconfigureRefused as refusal:
                 self._metrics.reconfigures.add(1, {"outcome": "refused"})
                 await self._restore(cluster, name, previous.get(name))
+                DRS_APPLY_PATH.checkpoint("intent-recorded")
                 self._refused(cluster, change, str(refusal))
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
+                DRS_APPLY_PATH.checkpoint("reconfigured")
                 await self._done(cluster, [alone], previous, renamed)
 
     def _announce_hold(self, cluster: str, rule: DrsObject, before: DrsOwnership | None) -> None:
