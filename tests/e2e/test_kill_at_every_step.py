@@ -97,7 +97,7 @@ async def successor_settles(kube: KubeDouble, nats: NatsServer, config: Any) -> 
     async with running_descheduler(config, identity="successor") as work:
         await eventually(lambda: work.loop is not None and work.loop.cycles >= 1, "a cycle")
         await eventually(lambda: work.executor is not None and work.executor.idle(), "idle")
-        await asyncio.sleep(0.5)  # a retry or a late cycle would show here
+        await asyncio.sleep(0.2)  # a retry or a late cycle would show here
 
 
 @pytest.mark.parametrize(("checkpoint", "signame"), kill_cases(EVICTION_PATH))

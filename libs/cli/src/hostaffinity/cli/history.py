@@ -49,6 +49,9 @@ NODE_EVENTS: Final = (
 )
 NODE_EVENT_TYPES: Final = tuple(event_type_of(message) for message in NODE_EVENTS)
 ADMISSION_WINDOW: Final = (timedelta(seconds=-30), timedelta(seconds=2))
+# The descheduler's intent, stored before an eviction or a migration: a line of its own only
+# while no outcome of the same pod answers it (what came of it is not known).
+INTENT: Final = "requested"
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,32 @@ def pod_history(
     admission = _admission(events, pod)
     if admission is not None:
         found.append(admission)
-    return _entries(found)
+    return _entries(_unanswered(found))
 
 
 def node_history(events: Sequence[TopologyEvent], node: str) -> list[HistoryEntry]:
     """The events about the node and the pods moved off it, oldest first."""
-    return _entries([e for e in events if isinstance(e, NODE_EVENTS) and e.node == node])
+    return _entries(
+        _unanswered([e for e in events if isinstance(e, NODE_EVENTS) and e.node == node])
+    )
+
+
+def _unanswered(events: list[TopologyEvent]) -> list[TopologyEvent]:
+    """The events without the descheduler's intents that an outcome answered."""
+    answered = {
+        (type(e), e.pod_uid)
+        for e in events
+        if isinstance(e, PodEvicted | VmiMigrationRequested) and e.result != INTENT
+    }
+    return [
+        e
+        for e in events
+        if not (
+            isinstance(e, PodEvicted | VmiMigrationRequested)
+            and e.result == INTENT
+            and (type(e), e.pod_uid) in answered
+        )
+    ]
 
 
 def _about_pod(event: TopologyEvent, pod: PodIdentity, drs_rules: Collection[str]) -> bool:
