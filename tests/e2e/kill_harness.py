@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,11 +101,3 @@ async def stored_once(bus: Bus) -> list[TopologyEvent]:
     twice = [i for i, n in Counter(e.id for e in events).items() if n > 1]
     assert not twice, f"event ids stored more than once: {twice}"
     return events
-
-
-async def settled(check: Sequence[object], what: str, within: float = 20.0) -> None:
-    """Wait until `check` (a list the test refreshes) is non-empty."""
-    deadline = time.monotonic() + within
-    while not check:
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)

@@ -20,6 +20,7 @@ from tests.e2e.descheduler_harness import (
     ReplicaSet,
     descheduler_config,
     eventually,
+    launcher_object,
     node_object,
     pod_object,
     running_descheduler,
@@ -175,22 +176,6 @@ async def test_seed_001_piled_replicas_spread_after_uncordon_one_at_a_time_under
         "RemovePodsViolating" in e["message"] or "RemoveDuplicates" in e["message"]
         for e in pod_events
     )
-
-
-def launcher_object(vmi: str, node: str) -> dict[str, Any]:
-    pod = pod_object(f"virt-launcher-{vmi}-x7k2p", "vm", node, owner=vmi, affinity=None)
-    pod["metadata"]["labels"] = {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi}
-    pod["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstance",
-            "name": vmi,
-            "uid": f"uid-{vmi}",
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
-    return pod
 
 
 MAINTENANCE = {"key": "maintenance", "value": "true", "effect": "NoSchedule"}

@@ -17,8 +17,8 @@ from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
 from hostaffinity.node_labeller.labeller import LABEL_PATH
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import (
-    DrsRuleConflict,
     LABEL_ESXI_HOST,
+    DrsRuleConflict,
     DrsRulesApplied,
     NodeLabelled,
     PodEvicted,
@@ -28,6 +28,7 @@ from hostaffinity.schema import (
 )
 from tests.e2e.descheduler_harness import (
     descheduler_config,
+    launcher_object,
     node_object,
     pod_object,
     running_descheduler,
@@ -154,19 +155,8 @@ async def test_migration_path(
     kube.seed(tainted("worker-1"))
     kube.seed(node_object("worker-2"))
     kube.seed(vmi_json("vm-0", "worker-1"))
-    launcher = pod_object("virt-launcher-vm-0-x7k2p", "vm", "worker-1", owner="vm-0", affinity=None)
+    launcher = launcher_object("vm-0", "worker-1")
     launcher["metadata"]["uid"] = "uid-launcher"
-    launcher["metadata"]["labels"] = {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "vm-0"}
-    launcher["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstance",
-            "name": "vm-0",
-            "uid": "uid-vmi-vm-0",
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
     kube.seed(launcher)
     config = descheduler_config(
         nats_server, kubeconfig, taint_policy(tmp_path), debounce_seconds=0.1
@@ -271,7 +261,8 @@ async def test_label_path(
         await eventually(successor.labeller.idle, "the labeller idle")
 
     placement = await (await bus.topology()).get_node("node1")
-    assert placement is not None and placement.host_name == after
+    assert placement is not None
+    assert placement.host_name == after
     assert node_labels(kube_double, "node1")[LABEL_ESXI_HOST] == after
     events = await stored_once(bus)
     moved = [e for e in events if isinstance(e, VmMoved) and e.node == "node1"]

@@ -88,7 +88,14 @@ async def run(
     planner = planner or EvictionPlanner(PlannerSettings(), EvictionLimits())
     settings = ExecutorSettings(retry_initial_seconds=0.05, retry_max_seconds=0.2)
     executor = Executor(
-        kube, state, planner, settings, recorder.intend, recorder.report, recorder.stay, recorder.poke
+        kube,
+        state,
+        planner,
+        settings,
+        recorder.intend,
+        recorder.report,
+        recorder.stay,
+        recorder.poke,
     )
     task = asyncio.create_task(executor.run())
     try:

@@ -60,4 +60,3 @@ def test_a_malformed_setting_fails_at_once() -> None:
     with pytest.raises(ValueError, match=KILL_AT_ENV):
         _armed({KILL_AT_ENV: "demo.two:SIGHUP"})
     assert _armed({}) == {}
-

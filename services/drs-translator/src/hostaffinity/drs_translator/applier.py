@@ -629,4 +629,3 @@ def _took_effect(change: Change, actual: Mapping[str, DrsObject]) -> bool:
 
 def _with_state(record: DrsOwnership, state: DrsRecordState) -> DrsOwnership:
     return msgspec.structs.replace(record, state=state)
-
