@@ -36,6 +36,7 @@ from hostaffinity.descheduler.eviction_planner import (
 )
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube.client import TRANSPORT_ERRORS, KubeClient, ResourceRef
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.checkpoints import WritePath
 from hostaffinity.runtime.process.config import Count, Seconds
 
@@ -158,6 +159,7 @@ class Executor:
             await self._report(action, UNREACHABLE)
             return
         path.checkpoint("intent-stored")
+        raise_if_cancel_requested()  # a stop the intent's publish swallowed (3.11): no call
         # From the call on, a stop lets the attempt finish and report (within the runner's
         # drain): cut off in the middle, its outcome would be known only from the intent.
         attempt = asyncio.ensure_future(self._attempt(action, path))
