@@ -400,7 +400,7 @@ def report(results: Results) -> None:
         bus_p50, bus_p99 = added(results, sync, MOVE_BUS)
         verdict = "within" if label_p99 < TARGET_P99_MS else "over"
         print(
-            f"R3 adds ({sync}) to vMotion → label (its KV put ack): p50 {label_p50:+.2f} ms, "
+            f"R3 adds ({sync}) to vMotion → label (its acks before the patch): p50 {label_p50:+.2f} ms, "
             f"p99 {label_p99:+.2f} ms ({verdict} the {TARGET_P99_MS:.0f} ms p99 target); "
             f"to all the bus calls of a move: p50 {bus_p50:+.2f} ms, p99 {bus_p99:+.2f} ms"
         )
