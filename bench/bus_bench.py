@@ -4,11 +4,11 @@ with `sync_interval: always` (what the shipped configs say) and with nats-server
 shipped auth.conf applies on both.
 
 Per variant: a topology put until a watch (as the scheduler-extender and the descheduler keep
-one) sees it; the publish ack alone; and the bus part of the labeller's vMotion
-path (its events kept, then the KV put it awaits before the label patch, then its event
-publishes and the kept events deleted), planned by the labeller's own `reconcile_node`. Variants run side by side, taking turns in chunks, so load
-from others on the machine falls on all of them alike. Prints p50/p99 per variant and figure,
-what R3 adds at p50/p99, and the load average at start and end.
+one) sees it; the publish ack alone; and the bus part of the labeller's vMotion path (its
+events kept, then the KV put it awaits before the label patch, then its event publishes and the
+kept events deleted), planned by the labeller's own `reconcile_node`. Variants run side by side,
+taking turns in chunks, so load from others on the machine falls on all of them alike. Prints
+p50/p99 per variant and figure, what R3 adds at p50/p99, and the load average at start and end.
 
     uv run --frozen python bench/bus_bench.py [--samples 1000] [--warmup 100] [--chunk 50]
 """
@@ -400,7 +400,8 @@ def report(results: Results) -> None:
         bus_p50, bus_p99 = added(results, sync, MOVE_BUS)
         verdict = "within" if label_p99 < TARGET_P99_MS else "over"
         print(
-            f"R3 adds ({sync}) to vMotion → label (its acks before the patch): p50 {label_p50:+.2f} ms, "
+            f"R3 adds ({sync}) to vMotion → label (its acks before the patch): "
+            f"p50 {label_p50:+.2f} ms, "
             f"p99 {label_p99:+.2f} ms ({verdict} the {TARGET_P99_MS:.0f} ms p99 target); "
             f"to all the bus calls of a move: p50 {bus_p50:+.2f} ms, p99 {bus_p99:+.2f} ms"
         )
