@@ -5,6 +5,7 @@ in Kubernetes or vCenter, and on the bus, exactly once (tests/e2e/kill_harness.p
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     NodeLabelled,
     PodEvicted,
+    TopologyEvent,
     VmiMigrationRequested,
     VmMoved,
     event_id,
@@ -92,6 +94,19 @@ def taint_policy(tmp_path: Path) -> Path:
     return path
 
 
+def open_intents(events: Sequence[TopologyEvent]) -> list[str]:
+    """The descheduler's intents (`requested`) nothing answered, in stream order."""
+    open_: dict[tuple[type, str], str] = {}
+    for event in events:
+        if isinstance(event, PodEvicted | VmiMigrationRequested):
+            key = (type(event), event.pod_uid)
+            if event.result == "requested":
+                open_[key] = event.id
+            else:
+                open_.pop(key, None)
+    return list(open_.values())
+
+
 async def successor_settles(kube: KubeDouble, nats: NatsServer, config: Any) -> None:
     """The next leader: synced, a cycle run and every attempt it made done; then stopped as
     SIGTERM stops it."""
@@ -132,7 +147,9 @@ async def test_eviction_path(
     evicted = terminating(kube)
     assert len(evicted) == 1, f"one pod of app-rs evicted within its cooldown, not {evicted}"
     (pod,) = evicted
-    events = [e for e in await stored_once(bus) if isinstance(e, PodEvicted)]
+    stored = await stored_once(bus)
+    assert open_intents(stored) == []
+    events = [e for e in stored if isinstance(e, PodEvicted)]
     outcomes = [e for e in events if e.result == "evicted"]
     assert [(e.pod, e.id) for e in outcomes] == [
         (f"default/{pod}", event_id("pod.evicted", f"uid-{pod}", "evicted"))
@@ -170,7 +187,9 @@ async def test_migration_path(
     name = migration_name("vm-0", "uid-launcher")
     assert [m["metadata"]["name"] for m in migrations] == [name]
     assert terminating(kube) == []  # a VM's pod is never evicted
-    events = [e for e in await stored_once(bus) if isinstance(e, VmiMigrationRequested)]
+    stored = await stored_once(bus)
+    assert open_intents(stored) == []
+    events = [e for e in stored if isinstance(e, VmiMigrationRequested)]
     outcomes = [e for e in events if e.result == "migrated"]
     assert [(e.migration, e.id) for e in outcomes] == [
         (name, event_id("vmi.migration.requested", "uid-launcher", "migrated"))

@@ -143,3 +143,9 @@ def test_an_intent_shows_only_while_no_outcome_answers_it() -> None:
     assert [e.summary.split()[0] for e in pod_history(answered, pod, ())] == ["evicted"]
     alone = [_evicted("2026-11-25T10:00:00Z", result="requested")]
     assert [e.summary.split()[0] for e in pod_history(alone, pod, ())] == ["requested"]
+    again = [
+        _evicted("2026-11-25T10:00:00Z", result="requested"),
+        _evicted("2026-11-25T10:00:01Z", result="blocked"),
+        _evicted("2026-11-25T10:00:02Z", result="requested"),
+    ]
+    assert [e.summary.split()[0] for e in pod_history(again, pod, ())] == ["blocked", "requested"]

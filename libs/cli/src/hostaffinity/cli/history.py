@@ -49,8 +49,8 @@ NODE_EVENTS: Final = (
 )
 NODE_EVENT_TYPES: Final = tuple(event_type_of(message) for message in NODE_EVENTS)
 ADMISSION_WINDOW: Final = (timedelta(seconds=-30), timedelta(seconds=2))
-# The descheduler's intent, stored before an eviction or a migration: a line of its own only
-# while no outcome of the same pod answers it (what came of it is not known).
+# The descheduler's intent, stored before each eviction or migration attempt: a line of its own
+# only while no answer of the same pod follows it (what came of it is not known).
 INTENT: Final = "requested"
 
 
@@ -85,21 +85,17 @@ def node_history(events: Sequence[TopologyEvent], node: str) -> list[HistoryEntr
 
 
 def _unanswered(events: list[TopologyEvent]) -> list[TopologyEvent]:
-    """The events without the descheduler's intents that an outcome answered."""
-    answered = {
-        (type(e), e.pod_uid)
-        for e in events
-        if isinstance(e, PodEvicted | VmiMigrationRequested) and e.result != INTENT
-    }
-    return [
-        e
-        for e in events
-        if not (
-            isinstance(e, PodEvicted | VmiMigrationRequested)
-            and e.result == INTENT
-            and (type(e), e.pod_uid) in answered
-        )
-    ]
+    """The events (in stream order) without the descheduler's intents that an answer followed."""
+    answered: set[int] = set()
+    open_intents: dict[tuple[type, str], int] = {}
+    for index, event in enumerate(events):
+        if isinstance(event, PodEvicted | VmiMigrationRequested):
+            key = (type(event), event.pod_uid)
+            if event.result == INTENT:
+                open_intents[key] = index
+            elif key in open_intents:
+                answered.add(open_intents.pop(key))
+    return [event for index, event in enumerate(events) if index not in answered]
 
 
 def _about_pod(event: TopologyEvent, pod: PodIdentity, drs_rules: Collection[str]) -> bool:

@@ -31,10 +31,9 @@ SUBJECTS = (event_subject("pod.evicted"), event_subject("vmi.migration.requested
 @dataclass
 class ReadBack:
     """What the events stream held of the last cooldown: how many evictions and migrations
-    started a cooldown, the intents read, and those no outcome answered (by pod uid)."""
+    started a cooldown, and the intents nothing answered."""
 
     inherited: int = 0
-    intents: list[Announcement] = field(default_factory=list)
     unanswered: list[Announcement] = field(default_factory=list)
 
 
@@ -42,9 +41,11 @@ async def inherit_cooldowns(
     js: JetStreamContext, planner: EvictionPlanner, cooldown_seconds: float, now: datetime
 ) -> ReadBack:
     """Start the cooldown of every workload the events stream says lost a pod (evicted or
-    migrated) within `cooldown_seconds` before `now`; collect the intents of that time."""
+    migrated) within `cooldown_seconds` before `now`; collect the intents of that time that
+    nothing answered."""
     read = ReadBack()
-    answered: set[tuple[type, str]] = set()
+    # By (type, pod uid), in stream order: the intent no answer has followed yet.
+    open_intents: dict[tuple[type, str], Announcement] = {}
     async for message in replay(js, SUBJECTS, since=now - timedelta(seconds=cooldown_seconds)):
         try:
             event = decode_event(message.data)
@@ -53,12 +54,10 @@ async def inherit_cooldowns(
         if not isinstance(event, PodEvicted | VmiMigrationRequested):
             continue
         if event.result == REQUESTED:
-            read.intents.append(event)
+            open_intents[(type(event), event.pod_uid)] = event
             continue
-        if event.result not in (EVICTED, MIGRATED):
-            continue
-        answered.add((type(event), event.pod_uid))
-        if not event.owner:
+        open_intents.pop((type(event), event.pod_uid), None)  # any other result answers it
+        if event.result not in (EVICTED, MIGRATED) or not event.owner:
             continue
         # The stream starts at the time it stored a message; an outbox may have sent it later.
         ago = (now - datetime.fromisoformat(event.occurred_at)).total_seconds()
@@ -66,5 +65,5 @@ async def inherit_cooldowns(
             continue
         planner.record_evicted(event.owner, seconds_ago=max(0.0, ago))
         read.inherited += 1
-    read.unanswered = [i for i in read.intents if (type(i), i.pod_uid) not in answered]
+    read.unanswered = list(open_intents.values())
     return read

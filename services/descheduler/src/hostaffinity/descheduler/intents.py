@@ -1,16 +1,17 @@
 """Nothing the descheduler does goes unannounced: an intent on the bus before each eviction or
-migration, and a new leader that finishes what its predecessor left.
+migration attempt, an answer after it, and a new leader that answers what its predecessor left.
 
-Before the Eviction call (or the migration's creation) the executor stores the action's intent:
+Before the Eviction call (or the migration's creation) the executor stores the attempt's intent:
 its `pod.evicted` (`vmi.migration.requested`) with result `requested`, acknowledged by NATS (no
-ack in time: the pod is not touched and is decided again later). The outcome follows through the
-outbox. A descheduler killed between the call and the outcome's publication leaves an intent
-without an outcome. The next leader reads the cooldown's events back before its first cycle
-(cooldowns.py) and, once its state is synced, finishes each such intent from what Kubernetes
-shows: a pod gone or terminating was evicted, a migration of the deterministic name exists; the
-outcome is published with the id the predecessor would have given it (stored once however
-often it is sent) and the workload cools down from the intent's time. A pod still running was
-not evicted: the intent stays unanswered and the pod is decided like any other.
+ack in time: the pod is not touched and is decided again later). What came of it answers it
+through the outbox: `evicted` (`migrated`), or `blocked`, `gone`, `error`, `unreachable`. A
+descheduler killed between the two leaves an intent unanswered. The next leader reads the
+cooldown's events back before its first cycle (cooldowns.py) and, once its state is synced,
+answers each such intent from what Kubernetes shows: a pod gone or terminating was evicted, a
+migration of the deterministic name exists; that outcome is published with the id the
+predecessor would have given it (stored once however often it is sent) and the workload cools
+down from the intent's time. Otherwise nothing was done: it answers `withdrawn`, so no later
+leader takes the intent for an eviction when the pod goes for another reason.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
 
 _log = logging.getLogger(__name__)
 REQUESTED: Final = "requested"
+WITHDRAWN: Final = "withdrawn"
 # An intent NATS did not acknowledge within this is not acted on: the pod is tried again later.
 STORE_TIMEOUT_SECONDS: Final = 5.0
 Announcement = PodEvicted | VmiMigrationRequested
@@ -38,29 +40,27 @@ Publish = Callable[[Announcement], Awaitable[object]]
 
 
 class Intents:
-    """Stores intents (once per id) and finishes a predecessor's unanswered ones."""
+    """Stores each attempt's intent and remembers it, by pod uid, until its answer is made."""
 
     def __init__(self, publish: Publish) -> None:
         self._publish = publish
-        # Intents known to be on the stream: stored by this leader or read back.
-        self._stored: set[str] = set()
-
-    def known(self, intents: Iterable[Announcement]) -> None:
-        """Intents read back from the stream: an attempt on the same pod stores none again."""
-        self._stored.update(intent.id for intent in intents)
+        # Pod uid → the id of the intent stored for its attempt in flight.
+        self._open: dict[str, str] = {}
 
     async def store(self, intent: Announcement) -> bool:
-        """Whether the intent is on the stream (NATS acknowledged it now or earlier)."""
-        if intent.id in self._stored:
-            return True
+        """Whether NATS acknowledged the intent in time."""
         try:
             async with asyncio.timeout(STORE_TIMEOUT_SECONDS):
                 await self._publish(intent)
         except Exception as error:  # nats-py's errors, or the timeout, while NATS is away
             _log.warning("intent %s not stored (%r): not acting on it now", intent.id, error)
             return False
-        self._stored.add(intent.id)
+        self._open[intent.pod_uid] = intent.id
         return True
+
+    def answered(self, pod_uid: str) -> str | None:
+        """The id of the pod's stored intent, which the outcome about to be sent answers."""
+        return self._open.pop(pod_uid, None)
 
 
 def outcome_of(intent: Announcement) -> Announcement:
@@ -91,6 +91,14 @@ def carried_out(intent: Announcement, state: ClusterState) -> bool:
     return f"{namespace}/{intent.migration}" in state.migrations
 
 
+def withdrawal_of(intent: Announcement) -> Announcement:
+    """The answer to an intent nothing came of."""
+    kind = "pod.evicted" if isinstance(intent, PodEvicted) else "vmi.migration.requested"
+    return msgspec.structs.replace(
+        intent, id=event_id(kind, intent.pod_uid, WITHDRAWN, intent.id), result=WITHDRAWN
+    )
+
+
 def finish(
     unanswered: Iterable[Announcement],
     state: ClusterState,
@@ -98,12 +106,14 @@ def finish(
     planner: EvictionPlanner,
     now: datetime,
 ) -> int:
-    """Announce each unanswered intent that was carried out and cool its workload down;
-    returns how many. Runs once the state is synced, before the first cycle."""
+    """Answer each unanswered intent: announce the ones carried out and cool their workloads
+    down (returns how many), withdraw the others. Runs once the state is synced, before the
+    first cycle."""
     finished = 0
     for intent in unanswered:
         if not carried_out(intent, state):
-            _log.info("%s was not carried out by the last leader; deciding it again", intent.id)
+            _log.info("%s was not carried out by the last leader: withdrawn", intent.id)
+            outbox.put(withdrawal_of(intent))
             continue
         outcome = outcome_of(intent)
         _log.warning("announcing %s, carried out by the last leader unannounced", outcome.id)

@@ -21,7 +21,7 @@ from hostaffinity.descheduler.executor import (
     migration_name,
     write_path,
 )
-from hostaffinity.descheduler.intents import REQUESTED, Intents
+from hostaffinity.descheduler.intents import REQUESTED, Announcement, Intents
 from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.state import ClusterState
@@ -50,18 +50,16 @@ class Reporter:
         self._migrations: dict[str, Action] = {}
 
     async def intend(self, action: Action) -> bool:
-        """Store the action's intent on the bus before it is carried out (intents.py)."""
-        intent = announcement(action, REQUESTED)
-        assert intent is not None  # every action has one
-        return await self._intents.store(intent)
+        """Store the attempt's intent on the bus before it is carried out (intents.py)."""
+        return await self._intents.store(announcement(action, REQUESTED, utc_timestamp()))
 
     async def action(self, action: Action, result: str) -> None:
         """The outcome on the bus first (the outbox keeps it), then the Kubernetes Event."""
         self._metrics.attempted(action.strategy, result)
         path = write_path(action)
-        outcome = announcement(action, result)
-        if outcome is not None:
-            self._outbox.put(outcome)
+        intent = self._intents.answered(action.uid)
+        if intent is not None or result in (EVICTED, MIGRATED, DRY_RUN):
+            self._outbox.put(announcement(action, result, intent or ""))
         path.checkpoint("event-queued")
         namespace, name = action.pod.split("/", 1)
         about_pod = ObjectRef("Pod", name, action.uid, namespace)
@@ -130,14 +128,17 @@ class Reporter:
             )
 
 
-def announcement(action: Action, result: str) -> PodEvicted | VmiMigrationRequested | None:
-    """The bus event of an action's intent (`requested`) or outcome (evicted, migrated, dry-run;
-    the others are not announced), its id deterministic in the pod's uid and the result."""
-    if result not in (REQUESTED, EVICTED, MIGRATED, DRY_RUN):
-        return None
+def announcement(action: Action, result: str, answers: str) -> Announcement:
+    """The bus event of an attempt's intent (`requested`, `answers` its time), or of what came
+    of it (`answers` the intent's id; empty in a dry run). An eviction or a migration made has
+    the id deterministic in the pod's uid, which a successor finishing the intent gives it too;
+    every other answer names its intent."""
+    kind = "pod.evicted" if action.outcome is Outcome.EVICT else "vmi.migration.requested"
+    made = result in (EVICTED, MIGRATED, DRY_RUN)
+    id_ = event_id(kind, action.uid, result, *(() if made else (answers,)))
     if action.outcome is Outcome.EVICT:
         return PodEvicted(
-            id=event_id("pod.evicted", action.uid, result),
+            id=id_,
             occurred_at=utc_timestamp(),
             source=SOURCE,
             pod=action.pod,
@@ -149,7 +150,7 @@ def announcement(action: Action, result: str) -> PodEvicted | VmiMigrationReques
             owner=action.workload,
         )
     return VmiMigrationRequested(
-        id=event_id("vmi.migration.requested", action.uid, result),
+        id=id_,
         occurred_at=utc_timestamp(),
         source=SOURCE,
         vmi=action.vmi,

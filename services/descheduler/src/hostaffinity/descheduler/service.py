@@ -162,7 +162,6 @@ class DeschedulerWork:
         # Half the runner's drain for the outbox; the other half for attempts in flight.
         outbox = Outbox(SOURCE, ctx.bus.publish_event, drain_seconds=config.drain_seconds / 2)
         intents = Intents(ctx.bus.publish_event)
-        intents.known(read.intents)
         reporter = Reporter(
             EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, intents, metrics
         )
