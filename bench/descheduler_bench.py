@@ -486,9 +486,12 @@ async def evict_through_double(
             async def report_stay(_stay: VmiStays) -> None:
                 return None
 
+            async def intend(_action: Action) -> bool:  # the API's share only: no bus here
+                return True
+
             planner = EvictionPlanner(PlannerSettings(), load_policy(POLICY).limits)
             executor = Executor(
-                client, state, planner, settings, report, report_stay, lambda _reason: None
+                client, state, planner, settings, intend, report, report_stay, lambda _reason: None
             )
             runner = asyncio.create_task(executor.run())
             started = time.perf_counter()

@@ -126,6 +126,23 @@ def pod_object(
     }
 
 
+def launcher_object(vmi: str, node: str) -> dict[str, Any]:
+    """The virt-launcher pod running the VMI `vmi` on `node`."""
+    pod = pod_object(f"virt-launcher-{vmi}-x7k2p", "vm", node, owner=vmi, affinity=None)
+    pod["metadata"]["labels"] = {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": vmi}
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "name": vmi,
+            "uid": f"uid-{vmi}",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return pod
+
+
 @dataclass
 class ReplicaSet:
     name: str

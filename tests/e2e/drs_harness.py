@@ -28,7 +28,7 @@ from hostaffinity.schema import (
     install_token,
     parse_drs_name,
 )
-from hostaffinity.schema.names import DRS_RULE_KEY_PREFIX
+from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX, DRS_RULE_KEY_PREFIX
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
 from tests.e2e.labeller_harness import vm_by_name
 from tests.platform.kube_double import KubeDouble
@@ -206,6 +206,11 @@ async def drs_keys(bus: Bus, prefix: str) -> list[str]:
     except Exception:  # nats-py raises NoKeysError for an empty bucket
         return []
     return [key for key in keys if key.startswith(prefix)]
+
+
+async def kept_announcements(bus: Bus) -> list[str]:
+    """The `drs.rules.applied` events the translator still keeps (not acknowledged yet)."""
+    return await drs_keys(bus, DRS_OUTBOX_KEY_PREFIX)
 
 
 async def records(bus: Bus) -> dict[str, DrsOwnership]:

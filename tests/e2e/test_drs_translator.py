@@ -7,10 +7,6 @@ vcsim puts VM i on host i mod 3, so node1/node4 share DC0_C0_H0, node2/node5 H1,
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -20,10 +16,8 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
-import yaml
 from pyVmomi import vim
 
-from hostaffinity.drs_translator.applier import PAUSE_AFTER_KEEP_ENV, PAUSE_AFTER_RECONFIGURE_ENV
 from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.drs_translator.main import service_spec
 from hostaffinity.drs_translator.service import DrsTranslatorWork
@@ -36,14 +30,12 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     TopologyEvent,
 )
-from hostaffinity.schema.names import DRS_OUTBOX_KEY_PREFIX
 from tests.e2e.drs_harness import (
     RunningTranslator,
     anti_rules,
     cluster_of,
     cycles_after,
     drs_config,
-    drs_keys,
     drs_state,
     foreign,
     pod_manifest,
@@ -131,11 +123,6 @@ def admin_objects(si: vim.ServiceInstance, stray: str) -> None:
         ],
     )
     reconfigure(si, spec)
-
-
-async def kept_announcements(bus: Bus) -> list[str]:
-    """The `drs.rules.applied` events the translator still keeps (not acknowledged yet)."""
-    return await drs_keys(bus, DRS_OUTBOX_KEY_PREFIX)
 
 
 async def events_of(bus: Bus, kind: type[TopologyEvent]) -> list[Any]:
@@ -400,90 +387,6 @@ async def test_must_rules_onto_hosts_with_none_in_common_are_held_and_reported(
         assert sorted(e["involvedObject"]["name"] for e in events) == ["cache", "db"]
         kube_double.delete("v1", "pods", "cache", "default")  # satisfiable again: sent
         await settle(lambda: len(drs_state(si)) == 3, "VM group, host group, VM-Host rule")
-
-
-def start_subprocess(config_path: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
-    """The console entry point as a separate process (so that it can be killed with -9)."""
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hostaffinity.drs_translator.main",
-                "--config",
-                str(config_path),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Python's fault handler writes every thread's stack on SIGABRT: what a run that
-            # does not stop is doing (stopped_within).
-            env=os.environ | {"PYTHONFAULTHANDLER": "1"} | env,
-        )
-
-
-async def stopped_within(process: subprocess.Popen[bytes], log: Path, seconds: float) -> None:
-    """Wait for a process sent SIGTERM to end, without blocking the loop (the Kubernetes double
-    it releases its Lease to runs in this process); one still running is made to write its
-    threads' stacks into `log`, and the failure shows them."""
-    try:
-        await eventually(lambda: process.poll() is not None, "the run to stop", seconds)
-    except AssertionError as overrun:
-        process.send_signal(signal.SIGABRT)
-        await asyncio.to_thread(process.wait)
-        stacks = log.read_text()
-        raise AssertionError(f"still running {seconds} s after SIGTERM:\n{stacks}") from overrun
-
-
-@pytest.mark.parametrize("pause", [PAUSE_AFTER_RECONFIGURE_ENV, PAUSE_AFTER_KEEP_ENV])
-async def test_killed_between_reconfigure_and_record_leaves_one_rule_one_record(
-    vc: Vcsim,
-    nats_server: NatsServer,
-    kube_double: KubeDouble,
-    kubeconfig: Path,
-    bus: Bus,
-    tmp_path: Path,
-    pause: str,
-) -> None:
-    """Killed after the reconfigure (the event not kept yet) or after keeping the event (the
-    records not confirmed): one rule, one record, and the batch announced exactly once."""
-    si = vc.connect()
-    expected = sorted([vm(si, "node1"), vm(si, "node3")])
-    config_path = tmp_path / "drs-translator.yaml"
-    config = drs_config(vc, nats_server, kubeconfig)
-    config_path.write_text(yaml.safe_dump(msgspec.to_builtins(config)))
-    paused, log = tmp_path / "paused", tmp_path / "drs-translator.log"
-    kube_double.seed(pod_manifest("p1", "node1", WEB, apart_from=WEB))
-    kube_double.seed(pod_manifest("p2", "node3", WEB, apart_from=WEB))
-    async with labeller(vc, nats_server, kubeconfig):
-        first = start_subprocess(config_path, log, **{pause: str(paused)})
-        try:
-            await eventually(paused.exists, "the pause after the reconfigure", 30)
-            assert list(anti_rules(si).values()) == [expected]  # vCenter has it...
-            (pending,) = (await records(bus)).values()
-            assert pending.state == "pending"  # ...the record is only the intent
-        finally:
-            first.send_signal(signal.SIGKILL)
-            first.wait()
-        second = start_subprocess(config_path, log)
-        try:
-            deadline = time.monotonic() + 30
-            while [r.state for r in (await records(bus)).values()] != ["applied"]:
-                assert second.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                await asyncio.sleep(0.05)
-        finally:
-            second.terminate()
-            await stopped_within(second, log, 15)
-            assert second.returncode == 0, log.read_text()
-    assert list(anti_rules(si).values()) == [expected]
-    assert len(drs_state(si)) == 1
-    (record,) = (await records(bus)).values()
-    assert (record.vms, record.pods) == (expected, ["default/p1", "default/p2"])
-    conflicts = await events_of(bus, DrsRuleConflict)
-    assert conflicts == []  # the rule was recognised as ours, not reported as a stranger
-    announced = [e for e in await events_of(bus, DrsRulesApplied) if record.name in e.added]
-    assert len(announced) == 1, announced
-    assert await kept_announcements(bus) == []  # acknowledged, so no longer kept
 
 
 async def test_a_conflict_found_while_nats_is_down_reaches_the_stream_once_after(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
+
 from hostaffinity.descheduler.cooldowns import inherit_cooldowns
 from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings
 from hostaffinity.descheduler.policy import EvictionLimits
@@ -42,6 +44,7 @@ def migrated(vmi: str, owner: str, result: str, at: datetime) -> VmiMigrationReq
         rule="r",
         result=result,
         owner=owner,
+        pod_uid=f"uid-{vmi}",
     )
 
 
@@ -68,7 +71,7 @@ async def test_a_new_leader_cools_down_what_its_predecessor_evicted_within_the_c
 
     read = await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, now)
 
-    assert read == 2
+    assert read.inherited == 2
     cooling = {
         w
         for w in ("web", "api", "db", "cache", "pool", "other")
@@ -87,4 +90,44 @@ async def test_a_new_leader_cools_down_what_its_predecessor_evicted_within_the_c
 async def test_an_empty_stream_leaves_every_cooldown_empty(bus: Bus) -> None:
     await bus.provision()
     planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
-    assert await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, datetime.now(UTC)) == 0
+    read = await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, datetime.now(UTC))
+    assert (read.inherited, read.unanswered) == (0, [])
+
+
+async def test_intents_nothing_answered_are_read_back(bus: Bus) -> None:
+    """An intent answered by any result of the same pod (evicted, blocked, withdrawn, ...) is
+    done; one without, or stored again after its answer (the next attempt), is left for the new
+    leader to answer from what Kubernetes shows (intents.py)."""
+    await bus.provision()
+    now = datetime.now(UTC)
+    recent = now - timedelta(seconds=20)
+
+    def intent(pod: str, at: str) -> PodEvicted:
+        event = evicted(pod, f"default/ReplicaSet/{pod}", "requested", recent)
+        return msgspec.structs.replace(event, id=f"{event.id}-{at}")
+
+    for event in (
+        intent("web-1", "a"),
+        evicted("web-1", "default/ReplicaSet/web-1", "evicted", recent),
+        intent("api-1", "a"),
+        intent("db-1", "a"),
+        evicted("db-1", "default/ReplicaSet/db-1", "blocked", recent),
+        intent("db-1", "b"),
+        intent("cache-1", "a"),
+        evicted("cache-1", "default/ReplicaSet/cache-1", "withdrawn", recent),
+        migrated("vm-1", "default/VirtualMachinePool/pool", "requested", recent),
+    ):
+        await bus.publish_event(event)
+    planner = EvictionPlanner(PlannerSettings(cooldown_seconds=COOLDOWN_SECONDS), EvictionLimits())
+
+    read = await inherit_cooldowns(bus.js, planner, COOLDOWN_SECONDS, now)
+
+    assert read.inherited == 1
+    assert sorted(i.id for i in read.unanswered) == sorted(
+        [
+            intent("api-1", "a").id,
+            intent("db-1", "b").id,
+            event_id("vmi.migration.requested", "vm-1", "requested"),
+        ]
+    )
+    assert not planner.cooling("default/ReplicaSet/api-1")  # an intent alone starts no cooldown

@@ -60,6 +60,8 @@ class Recorder:
     def __init__(self) -> None:
         self.results: list[tuple[str, str]] = []
         self.pokes: list[str] = []
+        self.intended: list[str] = []
+        self.bus_takes_intents = True
 
     async def report(self, done: Action, result: str) -> None:
         self.results.append((done.pod, result))
@@ -69,6 +71,10 @@ class Recorder:
 
     def poke(self, reason: str) -> None:
         self.pokes.append(reason)
+
+    async def intend(self, action: Action) -> bool:
+        self.intended.append(action.pod)
+        return self.bus_takes_intents
 
 
 async def run(
@@ -82,7 +88,14 @@ async def run(
     planner = planner or EvictionPlanner(PlannerSettings(), EvictionLimits())
     settings = ExecutorSettings(retry_initial_seconds=0.05, retry_max_seconds=0.2)
     executor = Executor(
-        kube, state, planner, settings, recorder.report, recorder.stay, recorder.poke
+        kube,
+        state,
+        planner,
+        settings,
+        recorder.intend,
+        recorder.report,
+        recorder.stay,
+        recorder.poke,
     )
     task = asyncio.create_task(executor.run())
     try:
@@ -173,6 +186,22 @@ async def test_dry_run_calls_nothing(kube_double: KubeDouble, kube: KubeClient) 
     assert not stored["metadata"].get("deletionTimestamp")
 
 
+async def test_no_eviction_without_its_intent_stored(
+    kube_double: KubeDouble, kube: KubeClient
+) -> None:
+    """NATS does not take the intent: the pod is not touched, and decided again later."""
+    seed_pod(kube_double, "p")
+    state = cluster([node("n1"), node("n2")], [pod("p", "n1", {"app": "web"})])
+    recorder = Recorder()
+    recorder.bus_takes_intents = False
+    planner = await run(kube, state, Plan(actions=[action(state, "default/p")]), recorder, 1)
+    assert recorder.results == [("default/p", "unreachable")]
+    assert list(planner.retrying) == ["default/p"]
+    stored = kube_double.read("v1", "pods", "p", "default")
+    assert stored is not None
+    assert not stored["metadata"].get("deletionTimestamp")
+
+
 async def test_a_replaced_pod_is_not_evicted(kube_double: KubeDouble, kube: KubeClient) -> None:
     seed_pod(kube_double, "p")
     state = cluster([node("n1"), node("n2")], [pod("p", "n1", {"app": "web"})])
@@ -184,7 +213,14 @@ async def test_a_replaced_pod_is_not_evicted(kube_double: KubeDouble, kube: Kube
     planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
     recorder = Recorder()
     executor = Executor(
-        kube, state, planner, ExecutorSettings(), recorder.report, recorder.stay, recorder.poke
+        kube,
+        state,
+        planner,
+        ExecutorSettings(),
+        recorder.intend,
+        recorder.report,
+        recorder.stay,
+        recorder.poke,
     )
     task = asyncio.create_task(executor.run())
     try:

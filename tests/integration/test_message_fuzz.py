@@ -148,7 +148,7 @@ async def test_the_events_readers_skip_every_malformed_event_and_read_the_valid_
     reported = capsys.readouterr().err.splitlines()
     planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
     async with asyncio.timeout(DRAIN_SECONDS):
-        inherited = await inherit_cooldowns(bus.js, planner, 300.0, datetime.now(UTC))
+        inherited = (await inherit_cooldowns(bus.js, planner, 300.0, datetime.now(UTC))).inherited
 
     assert read == valid
     assert len(reported) == malformed

@@ -16,9 +16,11 @@ from hostaffinity.schema.reports import HistoryEntry
 from tests.platform.bus_values import vm_moved
 
 
-def _evicted(at: str, pod: str = "shop/web-1", uid: str = "uid-1") -> PodEvicted:
+def _evicted(
+    at: str, pod: str = "shop/web-1", uid: str = "uid-1", result: str = "evicted"
+) -> PodEvicted:
     return PodEvicted(
-        id=f"evicted-{at}",
+        id=f"evicted-{at}-{result}",
         occurred_at=at,
         source="descheduler",
         pod=pod,
@@ -26,7 +28,7 @@ def _evicted(at: str, pod: str = "shop/web-1", uid: str = "uid-1") -> PodEvicted
         node="worker-1",
         strategy="RemovePodsViolatingInterPodAntiAffinity",
         rule="apart from app=web",
-        result="evicted",
+        result=result,
     )
 
 
@@ -148,3 +150,22 @@ def test_a_templated_pod_s_admission_is_the_one_nearest_its_creation_within_the_
 def test_without_its_creation_time_no_admission_is_guessed() -> None:
     events: list[TopologyEvent] = [_mutated("2026-11-25T10:00:00Z", "shop/web-")]
     assert pod_history(events, PodIdentity(key="shop/web-abcde", generate_name="web-"), ()) == []
+
+
+def test_an_intent_shows_only_while_no_outcome_answers_it() -> None:
+    """The descheduler's `requested` before each eviction: one line with its outcome, the
+    intent's own line only when no outcome followed (what came of it is not known)."""
+    pod = PodIdentity(key="shop/web-1", uid="uid-1")
+    answered = [
+        _evicted("2026-11-25T10:00:00Z", result="requested"),
+        _evicted("2026-11-25T10:00:01Z"),
+    ]
+    assert [e.summary.split()[0] for e in pod_history(answered, pod, ())] == ["evicted"]
+    alone = [_evicted("2026-11-25T10:00:00Z", result="requested")]
+    assert [e.summary.split()[0] for e in pod_history(alone, pod, ())] == ["requested"]
+    again = [
+        _evicted("2026-11-25T10:00:00Z", result="requested"),
+        _evicted("2026-11-25T10:00:01Z", result="blocked"),
+        _evicted("2026-11-25T10:00:02Z", result="requested"),
+    ]
+    assert [e.summary.split()[0] for e in pod_history(again, pod, ())] == ["blocked", "requested"]

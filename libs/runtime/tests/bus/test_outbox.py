@@ -189,3 +189,30 @@ async def test_a_stop_during_on_published_leaves_the_event_for_the_drain() -> No
     assert sent == ["e1", "e1"]  # once more by the drain
     assert forgotten == ["e1"]
     assert len(outbox) == 0
+
+
+async def test_a_producer_unwinds_first_and_what_it_queues_meanwhile_is_drained() -> None:
+    """`run_with`: cancelled, the producer finishes its work in flight (an eviction reporting)
+    and queues its event; the drain comes after, so that event goes out too. With `run` beside
+    it as a sibling, the drain may end before the producer has queued it."""
+    sent: list[str] = []
+
+    async def publish(item: Event) -> None:
+        sent.append(item.id)
+
+    outbox = Outbox("test", publish, drain_seconds=1.0)
+    in_flight = asyncio.Event()
+
+    async def producer() -> None:
+        in_flight.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.05)  # the call in flight answers
+            outbox.put(event(7))
+
+    runner = asyncio.create_task(outbox.run_with(producer()))
+    await in_flight.wait()
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    assert sent == ["e7"]

@@ -88,7 +88,11 @@ class Demo:
         }
 
         def evicted(events: list[TopologyEvent]) -> list[PodEvicted]:
-            return [e for e in events if isinstance(e, PodEvicted) and e.pod in pods]
+            return [
+                e
+                for e in events
+                if isinstance(e, PodEvicted) and e.pod in pods and e.result == "evicted"
+            ]
 
         await self.events.until(
             lambda seen: len(evicted(seen)) >= count,
@@ -343,7 +347,11 @@ async def migrations_requested(demo: Demo, app: str, count: int) -> list[VmiMigr
 
     def requested(events: list[TopologyEvent]) -> list[VmiMigrationRequested]:
         return [
-            e for e in events if isinstance(e, VmiMigrationRequested) and e.vmi.startswith(prefix)
+            e
+            for e in events
+            if isinstance(e, VmiMigrationRequested)
+            and e.vmi.startswith(prefix)
+            and e.result == "migrated"
         ]
 
     await demo.events.until(
@@ -352,7 +360,11 @@ async def migrations_requested(demo: Demo, app: str, count: int) -> list[VmiMigr
         f"{count} live migration(s) of the {app} VMs",
     )
     await asyncio.sleep(QUIET_SECONDS)
-    evicted = [e.pod for e in demo.events.seen if isinstance(e, PodEvicted) and app in e.pod]
+    evicted = [
+        e.pod
+        for e in demo.events.seen
+        if isinstance(e, PodEvicted) and app in e.pod and e.result == "evicted"
+    ]
     if evicted:
         raise StepFailed(f"VMs restarted by eviction instead of migrated: {evicted}")
     moved = requested(demo.events.seen)

@@ -49,6 +49,9 @@ NODE_EVENTS: Final = (
 )
 NODE_EVENT_TYPES: Final = tuple(event_type_of(message) for message in NODE_EVENTS)
 ADMISSION_WINDOW: Final = (timedelta(seconds=-30), timedelta(seconds=2))
+# The descheduler's intent, stored before each eviction or migration attempt: a line of its own
+# only while no answer of the same pod follows it (what came of it is not known).
+INTENT: Final = "requested"
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,28 @@ def pod_history(
     admission = _admission(events, pod)
     if admission is not None:
         found.append(admission)
-    return _entries(found)
+    return _entries(_unanswered(found))
 
 
 def node_history(events: Sequence[TopologyEvent], node: str) -> list[HistoryEntry]:
     """The events about the node and the pods moved off it, oldest first."""
-    return _entries([e for e in events if isinstance(e, NODE_EVENTS) and e.node == node])
+    return _entries(
+        _unanswered([e for e in events if isinstance(e, NODE_EVENTS) and e.node == node])
+    )
+
+
+def _unanswered(events: list[TopologyEvent]) -> list[TopologyEvent]:
+    """The events (in stream order) without the descheduler's intents that an answer followed."""
+    answered: set[int] = set()
+    open_intents: dict[tuple[type, str], int] = {}
+    for index, event in enumerate(events):
+        if isinstance(event, PodEvicted | VmiMigrationRequested):
+            key = (type(event), event.pod_uid)
+            if event.result == INTENT:
+                open_intents[key] = index
+            elif key in open_intents:
+                answered.add(open_intents.pop(key))
+    return [event for index, event in enumerate(events) if index not in answered]
 
 
 def _about_pod(event: TopologyEvent, pod: PodIdentity, drs_rules: Collection[str]) -> bool:

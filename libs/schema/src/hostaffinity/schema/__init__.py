@@ -87,6 +87,7 @@ from hostaffinity.schema.names import (
     host_id,
     host_key,
     node_key,
+    node_outbox_key,
     workload_key,
 )
 from hostaffinity.schema.timestamps import utc_timestamp
@@ -172,6 +173,7 @@ __all__ = [
     "install_token",
     "label_value",
     "node_key",
+    "node_outbox_key",
     "parse_drs_name",
     "utc_timestamp",
     "workload_key",

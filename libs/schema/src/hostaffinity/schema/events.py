@@ -186,8 +186,13 @@ class PodMutated(Event, frozen=True, kw_only=True, tag="pod.mutated"):
 class PodEvicted(Event, frozen=True, kw_only=True, tag="pod.evicted"):
     """The descheduler asked the Eviction API to evict a pod, and what came of it.
 
-    `strategy` is the plugin that found the violation and `rule` the violated rule in words;
-    `result` is evicted, dry-run, or blocked (a PodDisruptionBudget said no: retried later).
+    `strategy` is the plugin that found the violation and `rule` the violated rule in words.
+    `result` is `requested` for the intent stored before each attempt's Eviction call, then what
+    came of that attempt: evicted, blocked (a PodDisruptionBudget said no: retried later), gone
+    (the pod was no longer there), error, unreachable (the API server did not answer), or
+    withdrawn (the next leader found the attempt of a stopped descheduler not carried out); a
+    dry run says dry-run alone. A `requested` and its answer share `pod_uid`; an eviction made has
+    the id of `evicted` and the pod's uid, whoever announces it.
     """
 
     pod: str
@@ -203,8 +208,10 @@ class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration
     """The descheduler created a VirtualMachineInstanceMigration instead of evicting a
     virt-launcher pod, so the VM moves live rather than being restarted.
 
-    `result` is migrated or dry-run (empty from releases before 0.2.0); `owner` the workload
-    whose cooldown it started, as in `pod.evicted`."""
+    `result` is migrated or dry-run (empty from releases before 0.2.0), or, as in `pod.evicted`,
+    requested (the intent stored before the migration is created) and the other answers to it;
+    `owner` the workload whose cooldown it started, as in `pod.evicted`; `pod_uid` the
+    virt-launcher pod's (empty from releases before 0.2.0)."""
 
     vmi: str
     migration: str
@@ -214,6 +221,7 @@ class VmiMigrationRequested(Event, frozen=True, kw_only=True, tag="vmi.migration
     pod: str = ""
     result: str = ""
     owner: str = ""
+    pod_uid: str = ""
 
 
 TopologyEvent = (

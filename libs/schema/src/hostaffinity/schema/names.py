@@ -39,6 +39,9 @@ DLQ_SUBJECT_PREFIX = "hostaffinity.dlq"
 
 NODE_KEY_PREFIX = "node."
 HOST_KEY_PREFIX = "host."
+# In the topology bucket: a node's events of a stored change not yet published (the
+# node-labeller's durable outbox); readers of placements never see them (`node.>`, `host.>`).
+NODE_OUTBOX_KEY_PREFIX = "outbox.node."
 DRS_RULE_KEY_PREFIX = "rule."
 # `drs.rules.applied` events kept until NATS acknowledged them (the translator's durable outbox).
 DRS_OUTBOX_KEY_PREFIX = "outbox."
@@ -60,6 +63,11 @@ FLEET_LEASES_BUCKET = "hostaffinity-fleet-leases"
 def node_key(node_name: str) -> str:
     """KV key of a node's placement. Node names contain dots: watch `node.>`, never `node.*`."""
     return NODE_KEY_PREFIX + node_name
+
+
+def node_outbox_key(node_name: str) -> str:
+    """KV key of the events the node-labeller keeps for a node until they are published."""
+    return NODE_OUTBOX_KEY_PREFIX + node_name
 
 
 def host_key(host_id: str) -> str:

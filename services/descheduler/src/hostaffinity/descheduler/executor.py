@@ -7,6 +7,11 @@ cluster as it is then; 404 means the pod is already gone. An API server that can
 (refused, reset, silent) decided nothing: the pod is `unreachable` and decided again the same way.
 Calls run with bounded parallelism. In dry-run nothing is called and results are `dry-run`.
 A virt-launcher pod is never evicted: its VMI gets a VirtualMachineInstanceMigration.
+
+Each attempt stores its intent on the bus before the call (intents.py) and, once the call is
+made, is finished and reported even when the service is stopping. Its steps are the write
+paths' checkpoints (`EVICTION_PATH`, `MIGRATION_PATH`: test-only kill points, runtime
+checkpoints.py): planned, intent-stored, called, then the reporter's event-queued and reported.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from hostaffinity.descheduler.eviction_planner import (
 )
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube.client import TRANSPORT_ERRORS, KubeClient, ResourceRef
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
+from hostaffinity.runtime.process.checkpoints import WritePath
 from hostaffinity.runtime.process.config import Count, Seconds
 
 _log = logging.getLogger(__name__)
@@ -48,6 +55,14 @@ ATTEMPT_RESULTS: Final = (
 )  # fmt: skip
 MANAGED_BY: Final = "hostaffinity-descheduler"
 MIGRATIONS: Final = ResourceRef("kubevirt.io", "v1", "virtualmachineinstancemigrations")
+# The steps of each write path, between its awaits (test-only kill points: runtime checkpoints).
+STEPS: Final = ("planned", "intent-stored", "called", "event-queued", "reported")
+EVICTION_PATH: Final = WritePath("eviction", STEPS)
+MIGRATION_PATH: Final = WritePath("migration", STEPS)
+
+
+def write_path(action: Action) -> WritePath:
+    return MIGRATION_PATH if action.outcome is Outcome.MIGRATE else EVICTION_PATH
 
 
 class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -62,6 +77,8 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
 
 Report = Callable[[Action, str], Awaitable[None]]
+# Stores the action's intent on the bus; False when NATS did not take it (intents.py).
+Intend = Callable[[Action], Awaitable[bool]]
 ReportStay = Callable[[VmiStays], Awaitable[None]]
 Poke = Callable[[str], None]
 
@@ -75,6 +92,7 @@ class Executor:
         state: ClusterState,
         planner: EvictionPlanner,
         settings: ExecutorSettings,
+        intend: Intend,
         report: Report,
         report_stay: ReportStay,
         poke: Poke,
@@ -83,6 +101,7 @@ class Executor:
         self._state = state
         self._planner = planner
         self._settings = settings
+        self._intend = intend
         self._report = report
         self._report_stay = report_stay
         self._poke = poke
@@ -129,10 +148,31 @@ class Executor:
                 self._busy -= 1
 
     async def _carry_out(self, action: Action) -> None:
+        path = write_path(action)
+        path.checkpoint("planned")
         current = self._state.pods.get(action.pod)
         if current is None or current.metadata.uid != action.uid:
             self._planner.give_up(action.pod)  # gone or replaced since the decision
             return
+        if not await self._intend(action):  # NATS would not take the intent: not now
+            self._retry_later(action, None)
+            await self._report(action, UNREACHABLE)
+            return
+        path.checkpoint("intent-stored")
+        raise_if_cancel_requested()  # a stop the intent's publish swallowed (3.11): no call
+        # From the call on, a stop lets the attempt finish and report (within the runner's
+        # drain): cut off in the middle, its outcome would be known only from the intent.
+        attempt = asyncio.ensure_future(self._attempt(action, path))
+        try:
+            await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            await asyncio.wait({attempt})
+            if not attempt.cancelled() and attempt.exception() is not None:
+                _log.error("eviction of %s failed", action.pod, exc_info=attempt.exception())
+            raise
+
+    async def _attempt(self, action: Action, path: WritePath) -> None:
+        """The call, then what came of it: retry, cooldown, report."""
         try:
             if action.outcome is Outcome.MIGRATE:
                 result, retry_after = await self._migrate(action), None
@@ -143,6 +183,7 @@ class Executor:
                 "API server unreachable for %s (%r); deciding again later", action.pod, error
             )
             result, retry_after = UNREACHABLE, None
+        path.checkpoint("called")
         if result in (BLOCKED, UNREACHABLE):
             self._retry_later(action, retry_after)
         else:

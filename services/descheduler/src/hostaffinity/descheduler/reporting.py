@@ -2,7 +2,9 @@
 naming the strategy and the rule (also on a pod that should move but no node could take), a
 bus event (`pod.evicted`, `vmi.migration.requested`) for subscribers, and the metrics.
 Reporting never holds an eviction up: bus events wait in the runtime's outbox, which publishes
-them when NATS is there (kept, up to a bound, while it is away).
+them when NATS is there (kept, up to a bound, while it is away). Only the intent stored before
+the call waits for NATS (intents.py): an outcome the outbox could not publish before a stop is
+then finished by the next leader.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from hostaffinity.descheduler.executor import (
     MIGRATED,
     NOT_MIGRATABLE,
     migration_name,
+    write_path,
 )
+from hostaffinity.descheduler.intents import REQUESTED, Announcement, Intents
 from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.state import ClusterState
@@ -32,14 +36,31 @@ SOURCE: Final = "descheduler"
 class Reporter:
     """Events, bus messages and metrics for actions the executor carried out."""
 
-    def __init__(self, events: EventRecorder, outbox: Outbox, metrics: DeschedulerMetrics) -> None:
+    def __init__(
+        self,
+        events: EventRecorder,
+        outbox: Outbox,
+        intents: Intents,
+        metrics: DeschedulerMetrics,
+    ) -> None:
         self._events = events
         self._outbox = outbox
+        self._intents = intents
         self._metrics = metrics
         self._migrations: dict[str, Action] = {}
 
+    async def intend(self, action: Action) -> bool:
+        """Store the attempt's intent on the bus before it is carried out (intents.py)."""
+        return await self._intents.store(announcement(action, REQUESTED, utc_timestamp()))
+
     async def action(self, action: Action, result: str) -> None:
+        """The outcome on the bus first (the outbox keeps it), then the Kubernetes Event."""
         self._metrics.attempted(action.strategy, result)
+        path = write_path(action)
+        intent = self._intents.answered(action.uid)
+        if intent is not None or result in (EVICTED, MIGRATED, DRY_RUN):
+            self._outbox.put(announcement(action, result, intent or ""))
+        path.checkpoint("event-queued")
         namespace, name = action.pod.split("/", 1)
         about_pod = ObjectRef("Pod", name, action.uid, namespace)
         what = f"{action.strategy}: {action.rule}"
@@ -64,37 +85,7 @@ class Reporter:
                 f"Live migration {migration} requested by {what}; {_target(action)}",
                 "Normal",
             )
-        if result in (EVICTED, DRY_RUN) and action.outcome is Outcome.EVICT:
-            self._outbox.put(
-                PodEvicted(
-                    id=event_id("pod.evicted", action.uid, result),
-                    occurred_at=utc_timestamp(),
-                    source=SOURCE,
-                    pod=action.pod,
-                    pod_uid=action.uid,
-                    node=action.node,
-                    strategy=action.strategy,
-                    rule=action.rule,
-                    result=result,
-                    owner=action.workload,
-                )
-            )
-        elif result in (MIGRATED, DRY_RUN):
-            self._outbox.put(
-                VmiMigrationRequested(
-                    id=event_id("vmi.migration.requested", action.uid, result),
-                    occurred_at=utc_timestamp(),
-                    source=SOURCE,
-                    vmi=action.vmi,
-                    migration=migration_name(action.vmi.split("/", 1)[1], action.uid),
-                    node=action.node,
-                    strategy=action.strategy,
-                    rule=action.rule,
-                    pod=action.pod,
-                    result=result,
-                    owner=action.workload,
-                )
-            )
+        path.checkpoint("reported")
 
     async def stay(self, stay: VmiStays) -> None:
         """A VMI that should move but cannot live-migrate: a Warning Event on it."""
@@ -135,6 +126,43 @@ class Reporter:
                 f"Live migration {migration.metadata.name} ({action.strategy}) failed; "
                 "the next cycle decides again",
             )
+
+
+def announcement(action: Action, result: str, answers: str) -> Announcement:
+    """The bus event of an attempt's intent (`requested`, `answers` its time), or of what came
+    of it (`answers` the intent's id; empty in a dry run). An eviction or a migration made has
+    the id deterministic in the pod's uid, which a successor finishing the intent gives it too;
+    every other answer names its intent."""
+    kind = "pod.evicted" if action.outcome is Outcome.EVICT else "vmi.migration.requested"
+    made = result in (EVICTED, MIGRATED, DRY_RUN)
+    id_ = event_id(kind, action.uid, result, *(() if made else (answers,)))
+    if action.outcome is Outcome.EVICT:
+        return PodEvicted(
+            id=id_,
+            occurred_at=utc_timestamp(),
+            source=SOURCE,
+            pod=action.pod,
+            pod_uid=action.uid,
+            node=action.node,
+            strategy=action.strategy,
+            rule=action.rule,
+            result=result,
+            owner=action.workload,
+        )
+    return VmiMigrationRequested(
+        id=id_,
+        occurred_at=utc_timestamp(),
+        source=SOURCE,
+        vmi=action.vmi,
+        migration=migration_name(action.vmi.split("/", 1)[1], action.uid),
+        node=action.node,
+        strategy=action.strategy,
+        rule=action.rule,
+        pod=action.pod,
+        result=result,
+        owner=action.workload,
+        pod_uid=action.uid,
+    )
 
 
 def _target(action: Action) -> str:

@@ -20,12 +20,13 @@ from nats.errors import Error as NatsError
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.descheduler.config import DeschedulerConfig
-from hostaffinity.descheduler.cooldowns import inherit_cooldowns
+from hostaffinity.descheduler.cooldowns import ReadBack, inherit_cooldowns
 from hostaffinity.descheduler.cycle import CycleReport, decide, next_scope
 from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings, Skip
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.exposure_gauge import ExposureGauge
 from hostaffinity.descheduler.feeds import Feeds
+from hostaffinity.descheduler.intents import Intents, finish
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.policy import (
     DEFAULT_POLICY,
@@ -88,6 +89,7 @@ class DeschedulingLoop:
         metrics: DeschedulerMetrics,
         synced: Callable[[], bool],
         left_alone: Callable[[Skip, ClusterState], Awaitable[None]],
+        before_first_cycle: Callable[[], None],
     ) -> None:
         self._state = state
         self._policy = policy
@@ -97,6 +99,7 @@ class DeschedulingLoop:
         self._metrics = metrics
         self._synced = synced
         self._left_alone = left_alone
+        self._before_first_cycle = before_first_cycle
         self.cycles = 0
         self.last: CycleReport | None = None
         # Changes a skipped cycle did not judge: the next cycle judges every pod.
@@ -106,6 +109,7 @@ class DeschedulingLoop:
         while not self._synced():  # noqa: ASYNC110 - the feeds expose no event for this
             await asyncio.sleep(SYNC_POLL_SECONDS)
         freeze_gc_after_initial_load()
+        self._before_first_cycle()
         _log.info("state complete; descheduling")
         self._trigger.poke("state synced")
         while True:
@@ -166,16 +170,27 @@ class DeschedulerWork:
             ),
             policy.limits,
         )
-        await _inherit_cooldowns(ctx, planner, settings.cooldown_seconds)
-        outbox = Outbox(SOURCE, ctx.bus.publish_event)
-        reporter = Reporter(EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, metrics)
+        read = await _inherit_cooldowns(ctx, planner, settings.cooldown_seconds)
+        # Half the runner's drain for the outbox; the other half for attempts in flight.
+        outbox = Outbox(SOURCE, ctx.bus.publish_event, drain_seconds=config.drain_seconds / 2)
+        intents = Intents(ctx.bus.publish_event)
+        reporter = Reporter(
+            EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, intents, metrics
+        )
         eviction = settings.eviction
         if eviction.grace_period_seconds is None and policy.grace_period_seconds is not None:
             eviction = msgspec.structs.replace(
                 eviction, grace_period_seconds=policy.grace_period_seconds
             )
         executor = self.executor = Executor(
-            ctx.kube, state, planner, eviction, reporter.action, reporter.stay, trigger.poke
+            ctx.kube,
+            state,
+            planner,
+            eviction,
+            reporter.intend,
+            reporter.action,
+            reporter.stay,
+            trigger.poke,
         )
         awaiting_restart = PlacementsAwaitingRestart(
             state, EventRecorder(ctx.kube, ctx.program, ctx.identity)
@@ -192,8 +207,22 @@ class DeschedulerWork:
             link=ctx.bus.link_epoch,
         )
         self.exposure = ExposureGauge(state, feeds.synced)
+
+        def finish_unanswered() -> None:
+            finished = finish(read.unanswered, state, outbox, planner, datetime.now(UTC))
+            if read.unanswered:
+                _log.info("%d of %d unanswered intents finished", finished, len(read.unanswered))
+
         self.loop = DeschedulingLoop(
-            state, policy, planner, executor, trigger, metrics, feeds.synced, reporter.left_alone
+            state,
+            policy,
+            planner,
+            executor,
+            trigger,
+            metrics,
+            feeds.synced,
+            reporter.left_alone,
+            finish_unanswered,
         )
         ctx.start(feeds.run(), name="feeds")
         ctx.start(
@@ -209,20 +238,26 @@ class DeschedulerWork:
             ),
             name="fleet-view",
         )
-        ctx.start(executor.run(), name="executor")
-        ctx.start(outbox.run(), name="bus-outbox")
+        # Stopping, attempts in flight finish and report before the outbox drains.
+        ctx.start(outbox.run_with(executor.run()), name="executor")
         await self.loop.run()
 
 
 async def _inherit_cooldowns(
     ctx: ServiceContext[DeschedulerConfig], planner: EvictionPlanner, cooldown_seconds: float
-) -> None:
-    """Before the first cycle: the cooldowns of the evictions an earlier Lease holder made. A
-    stream that does not answer in time costs them, not the work (said in the log)."""
+) -> ReadBack:
+    """Before the first cycle: the cooldowns of the evictions an earlier Lease holder made, and
+    its intents. A stream that does not answer in time costs them, not the work (said in the
+    log)."""
     try:
         async with asyncio.timeout(INHERIT_TIMEOUT_SECONDS):
             read = await inherit_cooldowns(ctx.bus.js, planner, cooldown_seconds, datetime.now(UTC))
     except (NatsError, TimeoutError) as error:
         _log.warning("earlier evictions not read (%r): cooldowns start empty", error)
-        return
-    _log.info("%d earlier evictions or migrations within the cooldown read back", read)
+        return ReadBack()
+    _log.info(
+        "%d earlier evictions or migrations within the cooldown read back, %d unanswered intents",
+        read.inherited,
+        len(read.unanswered),
+    )
+    return read

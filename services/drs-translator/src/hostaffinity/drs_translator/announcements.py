@@ -13,6 +13,7 @@ import logging
 import msgspec
 from nats.js.kv import KeyValue
 
+from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
 from hostaffinity.runtime.bus.kv import current_entries
 from hostaffinity.schema import UNDECODABLE, DrsRulesApplied, Event, drs_outbox_key
 
@@ -38,6 +39,7 @@ class KeptAnnouncements:
         """Drop a kept event NATS acknowledged (the outbox's `on_published`)."""
         if event.id not in self._kept:
             return
+        DRS_APPLY_PATH.checkpoint("published")
         await self._kv.delete(drs_outbox_key(self._vcenter, event.id))
         self._kept.discard(event.id)
 

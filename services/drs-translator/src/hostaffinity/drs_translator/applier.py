@@ -26,19 +26,17 @@ removed. A rename cut short by a crash is finished by the next run from the reco
 Bus events go to the runtime's outbox: one made while NATS is away is published once it is back.
 """
 
-import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
+from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
 from hostaffinity.drs_translator.attention import other_install_rules
 from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.metrics import DrsMetrics
@@ -62,12 +60,6 @@ from hostaffinity.schema import (
 )
 
 SOURCE: Final = "drs-translator"
-# Test-only: when one is set to a file path, the applier creates that file at that step and
-# waits there for ever, so that a test can kill the process exactly there (README,
-# "drs-translator"): after a successful reconfigure (before the event is kept), or after the
-# event is kept (before the records are confirmed).
-PAUSE_AFTER_RECONFIGURE_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_RECONFIGURE"
-PAUSE_AFTER_KEEP_ENV: Final = "DRS_TRANSLATOR_PAUSE_AFTER_KEEP"
 
 _log = logging.getLogger(__name__)
 # Hands a bus event to the runtime's outbox, which keeps it until NATS takes it.
@@ -193,8 +185,10 @@ class DrsApplier:
                     applied_at=utc_timestamp(),
                 )
             )
+            DRS_APPLY_PATH.checkpoint("record-confirmed")
         for name in diff.forget:
             await self._records.delete(cluster, name)
+            DRS_APPLY_PATH.checkpoint("record-confirmed")
 
     async def _batch(
         self, cluster: str, changes: Sequence[Change], renamed: Mapping[str, str] | None = None
@@ -202,6 +196,7 @@ class DrsApplier:
         """One reconfigure for `changes`, record-first; a refused batch is sent one by one."""
         if not changes:
             return
+        DRS_APPLY_PATH.checkpoint("planned")
         previous = await self._record_intent(changes)
         try:
             await self._config.reconfigure(cluster, changes)
@@ -211,7 +206,7 @@ class DrsApplier:
             await self._isolate(cluster, changes, previous, renamed or {})
         else:
             self._metrics.reconfigures.add(1, {"outcome": "applied"})
-            await _pause_if_asked(PAUSE_AFTER_RECONFIGURE_ENV)
+            DRS_APPLY_PATH.checkpoint("reconfigured")
             await self._done(cluster, changes, previous, renamed or {})
 
     def _diff(self, plan: ClusterPlan) -> ClusterDiff:
@@ -339,6 +334,7 @@ class DrsApplier:
                 await self._records.put(
                     obj.record(self._vcenter, state="pending", recorded_at=utc_timestamp())
                 )
+            DRS_APPLY_PATH.checkpoint("intent-recorded")
         return previous
 
     async def settle(self, kept: DrsRulesApplied) -> None:
@@ -366,7 +362,9 @@ class DrsApplier:
         if added or removed:
             event = self._applied_event(cluster, {"add": added, "edit": [], "remove": removed})
             await self._kept.keep(event)
+            DRS_APPLY_PATH.checkpoint("announcement-kept")
             self._send(event)
+            DRS_APPLY_PATH.checkpoint("event-queued")
 
     async def _done(
         self,
@@ -379,7 +377,7 @@ class DrsApplier:
         applied_at = utc_timestamp()
         event = self._applied_event(cluster, _names(changes), _renames_in(changes, renamed))
         await self._kept.keep(event)
-        await _pause_if_asked(PAUSE_AFTER_KEEP_ENV)
+        DRS_APPLY_PATH.checkpoint("announcement-kept")
         for change in changes:
             obj = change.obj
             self._backoff.pop((cluster, obj.name), None)
@@ -396,7 +394,9 @@ class DrsApplier:
                         applied_at=applied_at,
                     )
                 )
+            DRS_APPLY_PATH.checkpoint("record-confirmed")
         self._send(event)
+        DRS_APPLY_PATH.checkpoint("event-queued")
         for change in changes:
             if change.op != "remove" and change.obj.is_rule:
                 self._announce_hold(cluster, change.obj, previous.get(change.obj.name))
@@ -424,9 +424,11 @@ class DrsApplier:
             except ReconfigureRefused as refusal:
                 self._metrics.reconfigures.add(1, {"outcome": "refused"})
                 await self._restore(cluster, name, previous.get(name))
+                DRS_APPLY_PATH.checkpoint("intent-recorded")
                 self._refused(cluster, change, str(refusal))
             else:
                 self._metrics.reconfigures.add(1, {"outcome": "applied"})
+                DRS_APPLY_PATH.checkpoint("reconfigured")
                 await self._done(cluster, [alone], previous, renamed)
 
     def _announce_hold(self, cluster: str, rule: DrsObject, before: DrsOwnership | None) -> None:
@@ -640,11 +642,3 @@ def _took_effect(change: Change, actual: Mapping[str, DrsObject]) -> bool:
 
 def _with_state(record: DrsOwnership, state: DrsRecordState) -> DrsOwnership:
     return msgspec.structs.replace(record, state=state)
-
-
-async def _pause_if_asked(variable: str) -> None:
-    marker = os.environ.get(variable)
-    if marker:
-        Path(marker).write_text(str(os.getpid()))
-        _log.warning("%s is set: pausing here", variable)
-        await asyncio.Event().wait()

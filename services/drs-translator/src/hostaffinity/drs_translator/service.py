@@ -90,7 +90,10 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
 
     topology = await ctx.bus.topology(parked_as=SOURCE)
     metrics = DrsMetrics()
-    outbox = Outbox(SOURCE, ctx.bus.publish_event, on_published=forget)
+    # Half the runner's drain: the work's own unwinding (a vCenter call in flight) has the rest.
+    outbox = Outbox(
+        SOURCE, ctx.bus.publish_event, on_published=forget, drain_seconds=config.drain_seconds / 2
+    )
     ctx.start(outbox.run(), name="bus-outbox")
     sessions = [VCenterSession(vc) for vc in config.vcenters]
     install = install_token(ctx.cluster.name)

@@ -51,12 +51,16 @@ from hostaffinity.runtime.bus.outbox_metrics import OutboxInstruments
 from hostaffinity.runtime.kube.client import NODES, KubeClient
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested, wait_set
+from hostaffinity.runtime.process.checkpoints import WritePath
 from hostaffinity.runtime.process.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
     Event,
+    NodeLabelled,
+    NodePlaced,
     NodePlacement,
     NodeUnmatched,
+    VmMoved,
     host_id,
     host_key,
     node_key,
@@ -66,6 +70,18 @@ from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 Publish = Callable[[Event], Awaitable[object]]
+# A node's writes, between their awaits (test-only kill points: runtime checkpoints.py).
+LABEL_PATH: Final = WritePath(
+    "label",
+    (
+        "planned",
+        "events-kept",
+        "kv-written",
+        "labels-patched",
+        "event-published",
+        "events-forgotten",
+    ),
+)
 # How long the first labelling waits for vCenter's tags before it labels without zones (they
 # follow with the read).
 FIRST_TAG_READ_WAIT_SECONDS: Final = 10.0
@@ -171,6 +187,9 @@ class Labeller:
         # Events of stored changes not yet published, per node, by id (in order): the labeller's
         # outbox, counted as every publisher's is.
         self._unpublished: dict[str, dict[str, Event]] = {}
+        # Per node, the ids of its events kept in the topology bucket until published (an
+        # empty set: kept events of an earlier run that were dropped, their key to be deleted).
+        self._kept: dict[str, set[str]] = {}
         self._outbox = OutboxInstruments("node-labeller")
         # The NodeUnmatched id announced per unplaced node, so a resync does not repeat it.
         self._unmatched: dict[str, str] = {}
@@ -222,6 +241,26 @@ class Labeller:
             for key_part, host in stored.hosts.items()
             if isinstance(host, EsxiHost) and self.host_ids.of(host.vcenter, host.moid) == key_part
         )
+
+    def restore_unpublished(self, kept: Mapping[str, Sequence[Event]]) -> None:
+        """Take back the events an earlier run kept and did not publish (after `load_topology`):
+        those describing what the KV holds are published by the node's next reconcile, once its
+        labels are right; the others describe a change that run never stored, planned again."""
+        for name, events in kept.items():
+            placement = self.state.placements.get(name)
+            stored = {e.id: e for e in events if _describes(e, placement)}
+            if len(stored) < len(events):
+                log.info(
+                    "node %s: %d kept events of a change never stored dropped",
+                    name,
+                    len(events) - len(stored),
+                )
+            self._unpublished[name] = stored
+            self._outbox.queued(len(stored))
+            self._kept[name] = set(stored)
+            for event in stored.values():
+                if isinstance(event, NodeUnmatched):
+                    self._unmatched[name] = event.id
 
     async def run(self) -> None:
         """Work the queue until cancelled, once a vCenter's inventory and the Nodes are known
@@ -364,7 +403,7 @@ class Labeller:
     def _queue_everything(self) -> set[str]:
         """Sweep every node and host vCenter, Kubernetes or the KV knows (keys a change queues
         meanwhile go first); returns the nodes."""
-        nodes = set(self._nodes.cache) | set(self.state.placements)
+        nodes = set(self._nodes.cache) | set(self.state.placements) | set(self._kept)
         hosts = {
             self.host_ids.of(vcenter, moid)
             for vcenter, inventory in self.state.inventories.items()
@@ -436,9 +475,11 @@ class Labeller:
             self.state.hosts.pop(key_part, None)
 
     async def _apply(self, node: Node | None, actions: NodeActions) -> None:
-        """KV, then labels, then events; raises at the first failed write (the key is retried)."""
+        """Events kept, KV, labels, events published; raises at the first failed write (the key
+        is retried)."""
         name = actions.node
-        await self._write_placement(actions)
+        if actions.writes():
+            LABEL_PATH.checkpoint("planned")
         unpublished = self._unpublished.setdefault(name, {})
         for event in actions.events:
             if isinstance(event, NodeUnmatched):
@@ -448,14 +489,26 @@ class Labeller:
             if event.id not in unpublished:
                 unpublished[event.id] = event
                 self._outbox.queued(1)
+        if unpublished.keys() - self._kept.get(name, set()):
+            # Before the change is made: a run stopped after it publishes them on restart.
+            await self._store.keep_unpublished(name, list(unpublished.values()))
+            self._kept[name] = set(unpublished)
+            LABEL_PATH.checkpoint("events-kept")
+        await self._write_placement(actions)
         if actions.label_patch is not None:
             await self._patch(name, actions.label_patch)
+            LABEL_PATH.checkpoint("labels-patched")
         while unpublished:
             event_id, event = next(iter(unpublished.items()))
             await self._publish(event)
+            LABEL_PATH.checkpoint("event-published")
             del unpublished[event_id]
             self._outbox.queued(-1)
         del self._unpublished[name]
+        if name in self._kept:
+            await self._store.forget_unpublished(name)
+            del self._kept[name]
+            LABEL_PATH.checkpoint("events-forgotten")
         if node is not None:
             for warning in actions.warnings:
                 await self._report(node, warning.reason, warning.message)
@@ -465,11 +518,13 @@ class Labeller:
         if actions.placement is not None:
             self.state.version = max(self.state.version, actions.placement.version)
             await self._store.put_node(actions.placement)
+            LABEL_PATH.checkpoint("kv-written")
             self.state.placements[name] = actions.placement
             self.state.node_of_vm[(actions.placement.vcenter, actions.placement.vm_moid)] = name
             self._unmatched.pop(name, None)
         elif actions.delete_placement:
             await self._store.delete_node(name)
+            LABEL_PATH.checkpoint("kv-written")
             gone = self.state.placements.pop(name, None)
             if gone is not None and self.state.node_of_vm.get((gone.vcenter, gone.vm_moid)) == name:
                 del self.state.node_of_vm[(gone.vcenter, gone.vm_moid)]
@@ -504,3 +559,13 @@ class Labeller:
         about = ObjectRef(kind="Node", name=node.name, uid=node.metadata.uid)
         if await self._recorder.record(about, reason, message):
             log.warning("node %s: %s: %s", node.name, reason, message)
+
+
+def _describes(event: Event, placement: NodePlacement | None) -> bool:
+    """Whether a kept event describes the stored placement: an announced placement or labels
+    of its version, or (unmatched) no placement at all."""
+    if isinstance(event, NodeUnmatched):
+        return placement is None
+    if isinstance(event, NodePlaced | VmMoved | NodeLabelled):
+        return placement is not None and placement.version == event.version
+    return False

@@ -110,6 +110,15 @@ class NodeActions:
     events: list[Event] = field(default_factory=list)
     warnings: list[NodeWarning] = field(default_factory=list)
 
+    def writes(self) -> bool:
+        """Whether anything is to be written: the KV, the labels or the bus."""
+        return bool(
+            self.placement is not None
+            or self.delete_placement
+            or self.label_patch is not None
+            or self.events
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class HostActions:

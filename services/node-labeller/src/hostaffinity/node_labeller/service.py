@@ -103,6 +103,7 @@ class NodeLabellerWork:
             retry=Retry(own.retry_base_seconds, own.retry_max_seconds),
         )
         labeller.load_topology(await store.snapshot())
+        labeller.restore_unpublished(await store.unpublished())
         self.labeller = labeller
         for watcher in self.watchers:
             ctx.start(watcher.run(), name=f"vcenter-watch {watcher.vcenter}")

@@ -1,13 +1,16 @@
 """Typed access to the `hostaffinity-topology` bucket, and the watch every service bootstraps from.
 
 Values are the schema's `NodePlacement` (`node.<node-name>`) and `EsxiHost` (`host.<host-moid>`)
-as msgspec JSON. A watch first replays the latest value of every key, then says `Bootstrapped`,
+as msgspec JSON; the node-labeller also keeps there, under `outbox.node.<node-name>`, the events
+of a node's stored change until it has published them (a list of events), which readers of
+placements never see. A watch first replays the latest value of every key, then says `Bootstrapped`,
 then follows live changes: a service is ready once it has seen `Bootstrapped`.
 """
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -17,13 +20,23 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from hostaffinity.runtime.bus.deadletters import DeadLetterQueue
-from hostaffinity.schema import UNDECODABLE, EsxiHost, NodePlacement, host_key, node_key
-from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
+from hostaffinity.schema import (
+    UNDECODABLE,
+    EsxiHost,
+    Event,
+    NodePlacement,
+    TopologyEvent,
+    host_key,
+    node_key,
+    node_outbox_key,
+)
+from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX, NODE_OUTBOX_KEY_PREFIX
 
 _log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
 _node_decoder = msgspec.json.Decoder(NodePlacement)
 _host_decoder = msgspec.json.Decoder(EsxiHost)
+_events_decoder = msgspec.json.Decoder(list[TopologyEvent])
 
 _T = TypeVar("_T")
 
@@ -329,6 +342,26 @@ class TopologyStore:
     async def delete_host(self, host_id: str) -> None:
         """Mark `host.<host_id>` deleted; watchers see a HostChange without host."""
         await self._kv.delete(host_key(host_id))
+
+    async def keep_unpublished(self, node: str, events: Sequence[Event]) -> None:
+        """Keep the node's events not yet published, before the change they describe is made."""
+        await self._kv.put(node_outbox_key(node), _encoder.encode(list(events)))
+
+    async def forget_unpublished(self, node: str) -> None:
+        """The node's kept events were all published."""
+        await self._kv.delete(node_outbox_key(node))
+
+    async def unpublished(self) -> dict[str, list[TopologyEvent]]:
+        """Every node's kept events (an earlier run stopped before publishing them); a value
+        that does not decode is logged and left out (its change is planned again)."""
+        kept: dict[str, list[TopologyEvent]] = {}
+        for entry in await current_entries(self._kv, NODE_OUTBOX_KEY_PREFIX):
+            node = entry.key.removeprefix(NODE_OUTBOX_KEY_PREFIX)
+            try:
+                kept[node] = _events_decoder.decode(entry.value or b"")
+            except UNDECODABLE as err:
+                _log.error("kept events of node %s do not decode; left out: %s", node, err)
+        return kept
 
     async def snapshot(self) -> TopologySnapshot:
         """Every key's latest value, undecodable ones included; deleted keys are absent."""

@@ -7,7 +7,13 @@ the rest wait behind it, so subscribers see the events in the order they happene
 whose id is already waiting is not queued again, and a publish retried after a lost ack is stored
 once, because every event id is deterministic and goes out as JetStream's `Nats-Msg-Id`. When
 the service stops (SIGTERM, Lease lost), what still waits gets `drain_seconds` to go out while
-the bus is still open; what NATS does not take by then is logged as lost.
+the bus is still open; what NATS does not take by then is logged as lost. A producer that may
+still queue events while it unwinds (an eviction in flight finishing its report) runs under
+`run_with`: it unwinds first, then the outbox drains, so what it queued last is not left behind.
+Give the drain less than the runner's `drain_seconds`, which bounds the whole stop; an event it
+cannot publish in time must be one that a successor can make again (the drs-translator keeps
+its announcements in its bucket, the descheduler stores an intent first, the node-labeller keeps
+its events in the topology bucket until published).
 
 Metrics (outbox_metrics.py): `hostaffinity_bus_outbox_queued{outbox}` (events waiting) and
 `hostaffinity_bus_outbox_dropped_total{outbox}` (the oldest, dropped at the bound).
@@ -16,8 +22,8 @@ Metrics (outbox_metrics.py): `hostaffinity_bus_outbox_queued{outbox}` (events wa
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final
 
 from hostaffinity.runtime.bus.outbox_metrics import OutboxInstruments
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
@@ -84,6 +90,17 @@ class Outbox:
         finally:
             await self._drain()
 
+    async def run_with(self, producer: Coroutine[Any, Any, None]) -> None:
+        """`run` beside `producer`; cancelled, the producer unwinds first (queueing what it
+        finishes meanwhile), then what waits is drained. Ends, raising, when the producer does."""
+        publishing = asyncio.create_task(self._publish_until_cancelled(), name=self.name)
+        try:
+            await producer
+        finally:
+            publishing.cancel()
+            await asyncio.wait({publishing})
+            await self._drain()
+
     async def _publish_until_cancelled(self) -> None:
         while True:
             # The last publish may have swallowed a cancellation (3.11's `wait_for`, nats-py's
@@ -119,7 +136,10 @@ class Outbox:
         while self._waiting and (left := deadline - loop.time()) > 0:
             event = self._waiting[0]
             try:
-                await asyncio.wait_for(self._publish(event), min(left, PUBLISH_TIMEOUT_SECONDS))
+                # Not `wait_for`: on 3.11 it can swallow a cancellation that comes with the
+                # result, and a drain told to stop must stop (cancellation.py).
+                async with asyncio.timeout(min(left, PUBLISH_TIMEOUT_SECONDS)):
+                    await self._publish(event)
             except Exception:  # NATS is away: no time left to wait for it
                 break
             await self._published(event)

@@ -217,7 +217,9 @@ class ServiceSettings(Settings, frozen=True):
     kubernetes: KubernetesSettings = KubernetesSettings()
     logging: LoggingSettings = LoggingSettings()
     # On SIGTERM the work is cancelled and given this long to finish what it is doing (requests
-    # in flight, a label patch); keep it below the pod's terminationGracePeriodSeconds.
+    # in flight, a label patch, an eviction reported) and publish the events it holds (the
+    # descheduler's and drs-translator's outboxes get half of it); keep it below the pod's
+    # terminationGracePeriodSeconds.
     drain_seconds: Delay = 20.0
 
 
