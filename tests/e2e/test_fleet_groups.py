@@ -177,7 +177,9 @@ async def test_a_fleet_group_across_three_clusters(
                 bus = by_name[name].install.bus
                 assert bus is not None
                 evicted += [
-                    (name, e.pod) for e in await stream_events(bus) if isinstance(e, PodEvicted)
+                    (name, e.pod)
+                    for e in await stream_events(bus)
+                    if isinstance(e, PodEvicted) and e.result == "evicted"  # not its intent
                 ]
             assert evicted == [(moving, f"default/{MEMBERS[moving][0]}")]
         finally:
