@@ -729,8 +729,9 @@ def test_nats_server_finds_the_files_and_environment_its_config_names() -> None:
     named = re.findall(r"^\s*(?:cert_file|key_file|ca_file):\s*(\S+)$", config, re.MULTILINE)
     assert len(named) == 6  # client TLS and route TLS
     assert {str(Path(path).relative_to("/etc/nats")) for path in named} <= provided
-    assert re.findall(r"^include (\S+)$", config, re.MULTILINE) == ["auth.conf", "subscribers.conf"]
-    assert {"auth.conf", "subscribers.conf"} <= provided
+    included = re.findall(r"^\s*include (\S+)$", config, re.MULTILINE)
+    assert included == ["fleet-domain.conf", "auth.conf", "fleet.conf", "subscribers.conf"]
+    assert set(included) <= provided
     # The JetStream store on the claim, the pid file in an emptyDir (the root is read-only).
     store = re.search(r"^\s*store_dir:\s*(\S+)$", config, re.MULTILINE)
     pid = re.search(r"^pid_file:\s*(\S+)$", config, re.MULTILINE)

@@ -183,8 +183,19 @@ def _answers_ok(url: str) -> bool:
 class NatsCluster:
     """Three servers from the shipped cluster.conf and auth.conf on loopback, TLS on."""
 
-    def __init__(self, workdir: Path, *, sync_always: bool = True) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        sync_always: bool = True,
+        fleet: Path | None = None,
+        fleet_install: str = "",
+    ) -> None:
+        """`fleet`: the folder `hostaffinity fleet join` wrote for this install (its leaf
+        remote and JetStream domain), `fleet_install` its token (provisioning then mirrors the
+        fleet view); without them, the shipped placeholders (no fleet)."""
         self.workdir = workdir
+        self.fleet_install = fleet_install
         self.ports = [Ports.free() for _ in range(CLUSTER_SIZE)]
         self.tls_dir = workdir / "tls"
         self.credentials_dir = workdir / "credentials"
@@ -201,6 +212,9 @@ class NatsCluster:
                 render_cluster_conf(index, self.ports, self.tls_dir, store, sync_always=sync_always)
             )
             (folder / "auth.conf").write_text(shipped("auth.conf"))
+            for name in ("fleet.conf", "fleet-domain.conf"):
+                source = SHIPPED / name if fleet is None else fleet / name
+                (folder / name).write_text(source.read_text(encoding="utf-8"))
             # One subscribers.conf for all three, as the Secret mounted into each pod is: the
             # one `hostaffinity bus credentials` (and `bus subscriber`) write.
             (folder / SUBSCRIBERS_CONF).symlink_to(self.credentials_dir / SUBSCRIBERS_CONF)
@@ -230,6 +244,7 @@ class NatsCluster:
             tls_ca_file=str(self.tls_dir / "ca.crt"),
             stream_replicas=CLUSTER_SIZE,
             kv_replicas=CLUSTER_SIZE,
+            fleet_install=self.fleet_install,
         )
 
     def connection(self, identity: str) -> contextlib.AbstractAsyncContextManager[Bus]:

@@ -32,18 +32,29 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
+from hostaffinity.runtime.bus.layout import DRS_STREAM, PLACEMENTS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import (
     DLQ_STREAM,
     DRS_BUCKET,
     EVENTS_STREAM,
+    FLEET_BUCKET,
+    PLACEMENTS_BUCKET,
     TOPOLOGY_BUCKET,
     dlq_subject,
     event_subject,
 )
 
 API: Final = "$JS.API"
-OUR_STREAMS: Final = (EVENTS_STREAM, DLQ_STREAM, TOPOLOGY_STREAM, DRS_STREAM)
+# The fleet view's mirror is ours too, on an install that joined a fleet.
+OUR_STREAMS: Final = (
+    EVENTS_STREAM,
+    DLQ_STREAM,
+    TOPOLOGY_STREAM,
+    DRS_STREAM,
+    PLACEMENTS_STREAM,
+    FLEET_STREAM,
+)
 
 
 @dataclass(frozen=True)
@@ -167,9 +178,12 @@ IDENTITIES: Final = (
     ),
     _identity(
         "descheduler",
-        "reads the topology and, on taking the Lease, its predecessor's evictions; reports them",
+        "reads the topology and, on taking the Lease, its predecessor's evictions; reports them; "
+        "writes the placement summary the fleet hub sources",
         read_bucket(TOPOLOGY_BUCKET),
         read_stream(EVENTS_STREAM),
+        read_bucket(PLACEMENTS_BUCKET),
+        write_bucket(PLACEMENTS_BUCKET),
         publish_events("pod.evicted", "vmi.migration.requested"),
         park_dead_letters("descheduler"),
     ),
@@ -179,6 +193,8 @@ IDENTITIES: Final = (
         read_bucket(TOPOLOGY_BUCKET),
         read_bucket(DRS_BUCKET),
         read_stream(EVENTS_STREAM),
+        read_bucket(PLACEMENTS_BUCKET),
+        read_bucket(FLEET_BUCKET),
         [f"{API}.STREAM.INFO.{DLQ_STREAM}"],
     ),
     _identity(

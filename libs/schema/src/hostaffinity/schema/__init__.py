@@ -40,10 +40,15 @@ from hostaffinity.schema.events import (
     event_type_of,
 )
 from hostaffinity.schema.fleet import (
+    HUB_DOMAIN,
     LABEL_FLEET_GROUP,
     ReplicaPlacement,
     WorkloadPlacement,
     fleet_host_id,
+    hub_deliver_prefix,
+    install_domain,
+    jetstream_api,
+    mirror_deliver_prefix,
 )
 from hostaffinity.schema.labels import label_value
 from hostaffinity.schema.names import (
@@ -97,6 +102,7 @@ __all__ = [
     "EVENT_TYPES",
     "FLEET_BUCKET",
     "HA_RESPECT_VM_ANTI_AFFINITY_OPTION",
+    "HUB_DOMAIN",
     "LABEL_DATACENTER",
     "LABEL_ESXI_HOST",
     "LABEL_FLEET_GROUP",
@@ -154,8 +160,12 @@ __all__ = [
     "fleet_key",
     "host_id",
     "host_key",
+    "hub_deliver_prefix",
+    "install_domain",
     "install_token",
+    "jetstream_api",
     "label_value",
+    "mirror_deliver_prefix",
     "node_key",
     "parse_drs_name",
     "utc_timestamp",
