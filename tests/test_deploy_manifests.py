@@ -746,15 +746,20 @@ def test_nats_server_finds_the_files_and_environment_its_config_names() -> None:
     assert set(variables) <= {e["name"] for e in container["env"]}
 
 
-def test_nats_config_is_generated_from_the_two_files_under_nats() -> None:
+def test_nats_config_is_generated_from_the_files_under_nats() -> None:
+    """cluster.conf, auth.conf and the fleet's two placeholders (no fleet: empty)."""
     kustomization = yaml.safe_load((ROOT / "k8s" / "base" / "kustomization.yaml").read_text())
     (generator,) = kustomization["configMapGenerator"]
     assert generator["name"] == NATS_CONFIG
     assert sorted(generator["files"]) == [
         "auth.conf=nats/auth.conf",
         "cluster.conf=nats/cluster.conf",
+        "fleet-domain.conf=nats/fleet-domain.conf",
+        "fleet.conf=nats/fleet.conf",
     ]
-    assert set(nats_files()) == {"cluster.conf", "auth.conf"}
+    assert set(nats_files()) == {"cluster.conf", "auth.conf", "fleet.conf", "fleet-domain.conf"}
+    for placeholder in ("fleet.conf", "fleet-domain.conf"):
+        assert all(line.startswith("#") for line in nats_files()[placeholder].splitlines())
     assert "include auth.conf" in nats_files()["cluster.conf"]
 
 
