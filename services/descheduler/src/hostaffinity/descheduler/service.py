@@ -25,6 +25,7 @@ from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSe
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
+from hostaffinity.descheduler.placement_summary import PlacementSummary
 from hostaffinity.descheduler.policy import (
     DEFAULT_POLICY,
     Policy,
@@ -36,12 +37,12 @@ from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.triggers import CycleTrigger
-from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import PLACEMENTS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.process.config import ConfigError
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.schema import EVENTS_STREAM
+from hostaffinity.schema import EVENTS_STREAM, PLACEMENTS_BUCKET
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS: Final = 0.2
@@ -126,6 +127,7 @@ class DeschedulerWork:
         self.feeds: Feeds | None = None
         self.executor: Executor | None = None
         self.loop: DeschedulingLoop | None = None
+        self.summary: PlacementSummary | None = None
 
     def synced(self) -> bool:
         return self.feeds is not None and self.feeds.synced()
@@ -135,7 +137,7 @@ class DeschedulerWork:
         settings, shared = config.descheduler, config.shared
         policy = read_policy(config)
         ctx.add_readiness("state synced", self.synced)
-        await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
+        await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM, PLACEMENTS_STREAM])
         topology = await ctx.bus.topology(parked_as=SOURCE)
         state = self.state = ClusterState(
             physical_anti_affinity=shared.reads_hostname_as_host,
@@ -165,6 +167,7 @@ class DeschedulerWork:
         executor = self.executor = Executor(
             ctx.kube, state, planner, eviction, reporter.action, reporter.stay, trigger.poke
         )
+        summary = self.summary = PlacementSummary(state, ctx.cluster.name)
         awaiting_restart = PlacementsAwaitingRestart(
             state, EventRecorder(ctx.kube, ctx.program, ctx.identity)
         )
@@ -178,6 +181,7 @@ class DeschedulerWork:
             on_vm=awaiting_restart.vm_changed,
             on_vmi=awaiting_restart.vmi_changed,
             link=ctx.bus.link_epoch,
+            on_placement=summary.placement_changed,
         )
         self.loop = DeschedulingLoop(
             state, policy, planner, executor, trigger, metrics, feeds.synced, reporter.left_alone
@@ -185,6 +189,8 @@ class DeschedulerWork:
         ctx.start(feeds.run(), name="feeds")
         ctx.start(executor.run(), name="executor")
         ctx.start(outbox.run(), name="bus-outbox")
+        placements = await ctx.bus.js.key_value(PLACEMENTS_BUCKET)
+        ctx.start(summary.run(placements, feeds.synced), name="placement-summary")
         await self.loop.run()
 
 
