@@ -12,8 +12,6 @@ and this process's memory.
 
 from __future__ import annotations
 
-import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
-
 import argparse
 import asyncio
 import random
@@ -21,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
 from descheduler_bench import build, load_state
 from figures import peak_rss_mib, percentile, rss_mib
 

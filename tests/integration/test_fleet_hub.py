@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import msgspec
+import pytest
 from nats.js.errors import NotFoundError
 
+from hostaffinity.cli.main import main
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
 from hostaffinity.schema import (
@@ -26,6 +29,7 @@ from hostaffinity.schema import (
     HUB_DOMAIN,
     PLACEMENTS_BUCKET,
     TOPOLOGY_BUCKET,
+    NodePlacement,
     ReplicaPlacement,
     WorkloadPlacement,
     fleet_key,
@@ -307,3 +311,64 @@ async def test_a_killed_hub_leaves_installs_alone_and_catches_up(tmp_path: Path)
             await until(caught_up, "the hub never caught up after its restart")
             got = await sourced(hub_bus, "alpha", f"KV_{PLACEMENTS_BUCKET}")
             once_each(got, await held(alpha_bus, f"KV_{PLACEMENTS_BUCKET}"))
+
+
+def node_placement(name: str, host: str) -> bytes:
+    return msgspec.json.encode(
+        NodePlacement(
+            node=name, vm_moid=f"vm-{name}", bios_uuid="", instance_uuid="", host_moid=host,
+            host_name=f"{host}.example", host_label=host, cluster_moid="c1", cluster_name="c1",
+            datacenter="dc", vcenter="vc", observed_at="", version=1, vcenter_uuid="vc-uuid",
+        )
+    )  # fmt: skip
+
+
+async def test_what_if_a_host_fails_names_every_cluster_s_losses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three installs on the same hosts; the CLI on one of them reads its mirror."""
+    names = ["alpha", "beta", "gamma"]
+    async with fleet(tmp_path, names) as (_, installs, _):
+        for offset, (name, install) in enumerate(installs.items()):
+            hosts = [f"esx-{(offset + i) % 3 + 1}" for i in range(2)]
+            for i, host in enumerate(hosts):
+                await put(
+                    install,
+                    TOPOLOGY_BUCKET,
+                    node_key(f"{name}-{i}"),
+                    node_placement(f"{name}-{i}", host),
+                )
+            replicas = [f"vc-uuid/{host}" for host in hosts]
+            await put(install, PLACEMENTS_BUCKET, WEB, summary(name, "web", replicas))
+        alpha = installs["alpha"]
+        async with alpha.connection("cli") as bus:
+            await until(
+                lambda: _count(bus, 9), "alpha's mirror never held the three installs' view"
+            )
+        settings = alpha.settings("cli")
+        argv = [
+            "--nats", settings.servers[0], "--nats-seed", str(settings.nkey_seed_file),
+            "--nats-ca-file", str(settings.tls_ca_file),
+        ]  # fmt: skip
+        with pytest.raises(SystemExit) as done:
+            await asyncio.to_thread(main, ["fleet", "what-if", "host-failure", "esx-1", *argv])
+        assert done.value.code == 0
+        printed = capsys.readouterr().out
+        # esx-1 holds alpha-0 (alpha's web), gamma-1 (gamma's web); beta has nothing there.
+        assert "esx-1 (vc-uuid/esx-1): 2 clusters affected" in printed
+        assert "alpha: 1 nodes lost: alpha-0" in printed
+        assert "gamma: 1 nodes lost: gamma-1" in printed
+        assert "beta:" not in printed
+        assert printed.count("shop/Deployment/web: 1 of 2 replicas") == 2
+        with pytest.raises(SystemExit) as done:
+            await asyncio.to_thread(main, ["fleet", "topology", "-o", "json", *argv])
+        rows = json.loads(capsys.readouterr().out)
+        assert {row["host_name"]: sorted(row["nodes"]) for row in rows} == {
+            "esx-1.example": ["alpha", "gamma"],
+            "esx-2.example": ["alpha", "beta"],
+            "esx-3.example": ["beta", "gamma"],
+        }
+
+
+async def _count(bus: Bus, wanted: int) -> bool:
+    return len(await view(bus)) == wanted
