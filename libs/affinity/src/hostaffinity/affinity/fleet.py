@@ -120,29 +120,43 @@ def _workload_name(workload: WorkloadPlacement) -> str:
 
 def exposure(view: FleetView) -> list[Exposure]:
     """Each workload with two or more replicas on one host, and each fleet group with two or
-    more replicas (of any workloads, in any clusters) on one host."""
+    more replicas (of any workloads, in any clusters) on one host.
+
+    Counted first, replicas named only for what is exposed: at estate scale (30,000 workloads,
+    300,000 replicas) most replicas share a host with nothing of theirs."""
     found = []
-    groups: dict[str, dict[str, list[Replica]]] = defaultdict(lambda: defaultdict(list))
-    names: dict[str, str] = {}
+    grouped: dict[str, list[tuple[str, WorkloadPlacement]]] = defaultdict(list)
     for install, workloads in sorted(view.workloads.items()):
         for workload in workloads:
-            own: dict[str, list[Replica]] = defaultdict(list)
+            hosts = [replica.host_id for replica in workload.replicas if replica.host_id]
+            if workload.fleet_group:
+                grouped[workload.fleet_group].append((install, workload))
+            if len(hosts) == len(set(hosts)):
+                continue
+            for host in {h for h in hosts if hosts.count(h) > 1}:
+                found.append(_exposed(host, "", [(install, workload)]))
+    for group, members in grouped.items():
+        counts: dict[str, int] = defaultdict(int)
+        for _, workload in members:
             for replica in workload.replicas:
-                if not replica.host_id:
-                    continue
-                names[replica.host_id] = replica.host_name
-                placed = Replica(install, _workload_name(workload), replica.pod)
-                own[replica.host_id].append(placed)
-                if workload.fleet_group:
-                    groups[workload.fleet_group][replica.host_id].append(placed)
-            for host, replicas in own.items():
-                if len(replicas) > 1:
-                    found.append(Exposure(host, names[host], "", tuple(replicas)))
-    for group, hosts in groups.items():
-        for host, replicas in hosts.items():
-            if len(replicas) > 1:
-                found.append(Exposure(host, names[host], group, tuple(replicas)))
+                if replica.host_id:
+                    counts[replica.host_id] += 1
+        for host, count in counts.items():
+            if count > 1:
+                found.append(_exposed(host, group, members))
     return sorted(found, key=lambda e: (e.group == "", e.subject, e.host_name, e.host_id))
+
+
+def _exposed(host: str, group: str, members: list[tuple[str, WorkloadPlacement]]) -> Exposure:
+    """The replicas of `members` on `host`, named."""
+    replicas = []
+    name = ""
+    for install, workload in members:
+        for replica in workload.replicas:
+            if replica.host_id == host:
+                name = replica.host_name
+                replicas.append(Replica(install, _workload_name(workload), replica.pod))
+    return Exposure(host, name, group, tuple(replicas))
 
 
 def find_host(view: FleetView, wanted: str) -> str | None:

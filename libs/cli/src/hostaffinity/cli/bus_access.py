@@ -179,11 +179,12 @@ IDENTITIES: Final = (
     _identity(
         "descheduler",
         "reads the topology and, on taking the Lease, its predecessor's evictions; reports them; "
-        "writes the placement summary the fleet hub sources",
+        "writes the placement summary the fleet hub sources; reads the fleet view",
         read_bucket(TOPOLOGY_BUCKET),
         read_stream(EVENTS_STREAM),
         read_bucket(PLACEMENTS_BUCKET),
         write_bucket(PLACEMENTS_BUCKET),
+        read_bucket(FLEET_BUCKET),
         publish_events("pod.evicted", "vmi.migration.requested"),
         park_dead_letters("descheduler"),
     ),

@@ -24,6 +24,7 @@ from hostaffinity.descheduler.cycle import CycleReport, decide, next_scope
 from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings, Skip
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.feeds import Feeds
+from hostaffinity.descheduler.fleet_exposure import FleetExposure
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.placement_summary import PlacementSummary
 from hostaffinity.descheduler.policy import (
@@ -191,6 +192,9 @@ class DeschedulerWork:
         ctx.start(outbox.run(), name="bus-outbox")
         placements = await ctx.bus.js.key_value(PLACEMENTS_BUCKET)
         ctx.start(summary.run(placements, feeds.synced), name="placement-summary")
+        if config.nats.fleet_install:
+            exposed = FleetExposure(config.nats.fleet_install)
+            ctx.start(exposed.run(ctx.bus.js), name="fleet-exposure")
         await self.loop.run()
 
 
