@@ -3,7 +3,7 @@ one hub, and what one more cluster costs.
 
     uv run --frozen python bench/fleet_estate_bench.py [--clusters 20] [--nodes 500] [--hosts 1000]
 
-The hub as shipped (three servers from k8s/fleet/hub.conf, TLS, R3, tests/platform/fleet_hub.py);
+The hub as shipped (three servers from k8s/components/fleet-hub/hub.conf, TLS, R3, tests/platform/fleet_hub.py);
 each install's bus a single nats-server (R1, its own JetStream domain) joined as a leaf node
 with what `hostaffinity fleet join` wrote. Each install writes its topology (one key per node)
 and its placement summary (workloads of 10 replicas, 30 pods per node, as the descheduler

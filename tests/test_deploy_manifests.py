@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from hostaffinity.admission_webhook.config import AdmissionWebhookConfig
+from hostaffinity.cli.fleet_registry import HubFolder
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
@@ -1202,3 +1203,33 @@ def test_example_overlay_sets_the_monitoring_site_settings_in_one_place() -> Non
         if d is not dashboard and d["metadata"].get("namespace", NAMESPACE) != NAMESPACE
     ]
     assert elsewhere == []
+
+
+def test_the_fleet_leaf_component_mounts_what_fleet_join_writes(tmp_path: Path) -> None:
+    """The placeholders include the Secret's files, which sit where `fleet join` points its
+    leaf remote at the hub's CA (docs/fleet.md)."""
+    documents = render("fleet-leaf")
+    files = one(documents, "ConfigMap", NATS_CONFIG)["data"]
+    assert re.findall(r"^include (\S+)$", files["fleet.conf"], re.MULTILINE) == ["fleet/leaf.conf"]
+    domain = re.findall(r"^include (\S+)$", files["fleet-domain.conf"], re.MULTILINE)
+    assert domain == ["fleet/domain.conf"]
+    pod = one(documents, "StatefulSet", "nats")["spec"]["template"]["spec"]
+    (config,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    provided = {
+        item["key"]: item["path"]
+        for source in config["projected"]["sources"]
+        if source.get("secret", {}).get("name") == "hostaffinity-fleet-leaf"
+        for item in source["secret"]["items"]
+    }
+    folder = HubFolder(tmp_path / "hub")
+    folder.ensure_credentials()
+    folder.join("alpha", "alpha", ["tls://hub.example:7422"])
+    joined = folder.install_dir("alpha")
+    ca = re.search(r"ca_file: (\S+)", (joined / "fleet.conf").read_text())
+    assert ca is not None
+    assert f"/etc/nats/{provided['hub-ca.crt']}" == ca[1]
+    assert provided == {
+        "leaf.conf": "fleet/leaf.conf",
+        "domain.conf": "fleet/domain.conf",
+        "hub-ca.crt": "fleet/hub-ca.crt",
+    }

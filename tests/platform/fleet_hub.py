@@ -27,7 +27,7 @@ from hostaffinity.schema import install_token
 from tests.platform.nats import free_listen_port
 from tests.platform.nats_cluster import CLUSTER_SIZE, NatsCluster, ServerProcess, connected, rewrite
 
-HUB_CONF: Final = Path(__file__).resolve().parents[2] / "k8s" / "fleet"
+HUB_CONF: Final = Path(__file__).resolve().parents[2] / "k8s" / "components" / "fleet-hub"
 
 
 @dataclass(frozen=True)
