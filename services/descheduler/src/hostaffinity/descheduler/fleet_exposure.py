@@ -14,6 +14,7 @@ that joined a fleet (`nats.fleet_install`); the hub being away only ages the vie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -22,6 +23,7 @@ from typing import Final
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
@@ -65,20 +67,28 @@ class FleetExposure:
             try:
                 kv = await js.key_value(FLEET_BUCKET)
                 watcher = await kv.watchall()
-                async for entry in watcher:
-                    if entry is None:
-                        self._changed.set()
-                        continue
-                    if entry.operation is None:
-                        self.entries[entry.key] = entry.value or b""
-                    else:
-                        self.entries.pop(entry.key, None)
-                    self._changed.set()
+                try:
+                    await self._follow(watcher)
+                finally:
+                    # Its consumer's activity check is a task of its own: gone with the watch.
+                    with contextlib.suppress(NatsError, TimeoutError):
+                        await watcher.stop()  # type: ignore[no-untyped-call]
             except BucketNotFoundError:
                 _log.warning("no fleet view on this bus (run `hostaffinity bus provision`)")
             except (NatsError, TimeoutError) as error:
                 _log.warning("fleet view watch ended (%r); starting again", error)
             await asyncio.sleep(_RETRY_SECONDS)
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+        async for entry in watcher:
+            if entry is None:
+                self._changed.set()
+                continue
+            if entry.operation is None:
+                self.entries[entry.key] = entry.value or b""
+            else:
+                self.entries.pop(entry.key, None)
+            self._changed.set()
 
     async def _contact(self, js: JetStreamContext) -> None:
         while True:
