@@ -182,11 +182,14 @@ async def what_if(args: argparse.Namespace) -> int:
 
 
 def _loss_lines(loss: ClusterLoss, *, failure: bool) -> list[str]:
-    verb = "lost" if failure else "to move (DRS evacuates them)"
+    verb = "lost" if failure else "to move (DRS evacuates their VMs)"
     lines = [f"{loss.cluster}: {len(loss.nodes)} nodes {verb}: {', '.join(loss.nodes) or '-'}"]
     for name, lost, total in loss.workloads:
-        state = "DOWN" if lost == total and failure else f"{lost} of {total} replicas"
-        lines.append(f"  {name}: {state}{'' if failure else ' restarted or moved'}")
+        if failure:
+            state = f"DOWN ({lost} of {total})" if lost == total else f"{lost} of {total} replicas"
+        else:
+            state = f"{lost} of {total} replicas there, moving with their nodes"
+        lines.append(f"  {name}: {state}")
     if loss.groups:
         lines.append(f"  fleet groups hit: {', '.join(loss.groups)}")
     return lines
