@@ -28,7 +28,7 @@ import import_roots  # noqa: F401  (pytest's import roots on sys.path, before an
 import msgspec
 
 from hostaffinity.affinity.fleet import exposure
-from hostaffinity.cli.fleet_commands import read_fleet
+from hostaffinity.cli.fleet_commands import WORKLOAD_KEYS, read_fleet
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
 from hostaffinity.runtime.process.config import NatsSettings
@@ -165,7 +165,7 @@ async def time_exposure(install: InstallBus, wanted: int) -> tuple[float, int, i
                 break
             await asyncio.sleep(0.5)
         started = time.perf_counter()
-        view = await read_fleet(bus)
+        view = await read_fleet(bus, WORKLOAD_KEYS)  # as `hostaffinity fleet exposure` reads
         found = exposure(view)
         return (
             time.perf_counter() - started,

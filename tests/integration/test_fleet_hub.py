@@ -41,7 +41,7 @@ from hostaffinity.schema import (
     workload_key,
 )
 from tests.platform.bus_probe import session
-from tests.platform.fleet_hub import FleetHub
+from tests.platform.fleet_hub import FleetHub, running_hub
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.tcp_proxy import TcpProxy
 
@@ -340,10 +340,21 @@ async def test_what_if_a_host_fails_names_every_cluster_s_losses(
                 )
             replicas = [f"vc-uuid/{host}" for host in hosts]
             await put(install, PLACEMENTS_BUCKET, WEB, summary(name, "web", replicas))
+        # `ledger`, one replica in alpha and one in gamma, both on esx-1, in fleet group payments.
+        ledger = workload_key("shop", "Deployment", "ledger")
+        for name, node in (("alpha", "alpha-0"), ("gamma", "gamma-1")):
+            replica = ReplicaPlacement(
+                pod="ledger-0", node=node, host_id="vc-uuid/esx-1", host_name="esx-1.example"
+            )
+            value = WorkloadPlacement(
+                cluster=name, namespace="shop", kind="Deployment", name="ledger",
+                fleet_group="payments", replicas=[replica],
+            )  # fmt: skip
+            await put(installs[name], PLACEMENTS_BUCKET, ledger, msgspec.json.encode(value))
         alpha = installs["alpha"]
         async with alpha.connection("cli") as bus:
             await until(
-                lambda: _count(bus, 9), "alpha's mirror never held the three installs' view"
+                lambda: _count(bus, 11), "alpha's mirror never held the three installs' view"
             )
         settings = alpha.settings("cli")
         argv = [
@@ -360,6 +371,17 @@ async def test_what_if_a_host_fails_names_every_cluster_s_losses(
         assert "gamma: 1 nodes lost: gamma-1" in printed
         assert "beta:" not in printed
         assert printed.count("shop/Deployment/web: 1 of 2 replicas") == 2
+        # No web has two replicas on one host; the fleet group has two on esx-1, in two
+        # clusters (read through the workloads' keys alone, as exposure reads).
+        with pytest.raises(SystemExit) as done:
+            await asyncio.to_thread(main, ["fleet", "exposure", "-o", "json", *argv])
+        assert done.value.code == 0
+        (exposed,) = json.loads(capsys.readouterr().out)
+        assert (exposed["subject"], exposed["host_name"], exposed["clusters"]) == (
+            "fleet group payments",
+            "esx-1.example",
+            ["alpha", "gamma"],
+        )
         with pytest.raises(SystemExit) as done:
             await asyncio.to_thread(main, ["fleet", "topology", "-o", "json", *argv])
         rows = json.loads(capsys.readouterr().out)
@@ -372,3 +394,37 @@ async def test_what_if_a_host_fails_names_every_cluster_s_losses(
 
 async def _count(bus: Bus, wanted: int) -> bool:
     return len(await view(bus)) == wanted
+
+
+async def test_a_running_bus_joins_by_restarting_its_servers_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """An install's bus made before it joined: its servers restarted one by one with the domain
+    and leaf link `fleet join` wrote keep every key, and the install's keys reach the hub."""
+    async with running_hub(tmp_path / "hub") as hub:
+        alone = NatsCluster(tmp_path / "alpha")
+        await alone.start()
+        try:
+            await alone.provision()
+            await put(alone, PLACEMENTS_BUCKET, WEB, summary("alpha", "web", ["esx-1"]))
+            joined = hub.join("alpha", "alpha", tmp_path / "unused")
+            hub.reload()  # installs.conf now names alpha's leaf user
+            folder = hub.folder.install_dir("alpha")
+            for server in alone.servers:
+                for name in ("fleet.conf", "fleet-domain.conf"):
+                    text = (joined.servers[0].config.parent / name).read_text()
+                    (server.config.parent / name).write_text(text)
+            assert (folder / "fleet.conf").exists()
+            for server in alone.servers:
+                await server.stop()
+                await server.start()
+                await server.wait_healthy("")
+            alone.fleet_install = "alpha"
+            await alone.provision()
+            await hub.provision()
+            async with alone.connection("cli") as bus:
+                kv = await bus.js.key_value(PLACEMENTS_BUCKET)
+                assert (await kv.get(WEB)).value == summary("alpha", "web", ["esx-1"])
+                await until(lambda: _has(bus, fleet_key("alpha", WEB)), "never joined")
+        finally:
+            await alone.stop()

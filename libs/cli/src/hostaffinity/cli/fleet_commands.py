@@ -40,6 +40,7 @@ from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM, provision_hub
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import FLEET_BUCKET
+from hostaffinity.schema.names import WORKLOAD_KEY_PREFIX
 
 HUB_REPLICAS = 3
 
@@ -93,8 +94,12 @@ async def provision(args: argparse.Namespace) -> int:
     return 0
 
 
-async def read_fleet(bus: Bus) -> FleetView:
-    """The view's live entries, read through one watch of the bucket."""
+# The keys `fleet exposure` needs: workloads only (the topology is a quarter of an estate's keys).
+WORKLOAD_KEYS = f"*.{WORKLOAD_KEY_PREFIX}>"
+
+
+async def read_fleet(bus: Bus, keys: str = ">") -> FleetView:
+    """The view's live entries (those `keys` matches), read through one watch of the bucket."""
     try:
         kv = await bus.js.key_value(FLEET_BUCKET)
     except BucketNotFoundError:
@@ -104,7 +109,7 @@ async def read_fleet(bus: Bus) -> FleetView:
             "nats.fleet_install and `hostaffinity bus provision` here; docs/fleet.md)",
         ) from None
     entries: dict[str, bytes] = {}
-    watcher = await kv.watchall()
+    watcher = await kv.watch(keys)
     async for entry in watcher:
         if entry is None:
             break
@@ -116,9 +121,9 @@ async def read_fleet(bus: Bus) -> FleetView:
     return read_view(entries)
 
 
-async def _view(args: argparse.Namespace) -> FleetView:
+async def _view(args: argparse.Namespace, keys: str = ">") -> FleetView:
     async with open_bus(nats_settings(args), args.connect_timeout) as bus:
-        view = await read_fleet(bus)
+        view = await read_fleet(bus, keys)
     for key in view.undecodable:
         print(f"skipped {key}: its value does not decode", file=sys.stderr)
     return view
@@ -145,7 +150,7 @@ async def show_topology(args: argparse.Namespace) -> int:
 
 
 async def show_exposure(args: argparse.Namespace) -> int:
-    view = await _view(args)
+    view = await _view(args, WORKLOAD_KEYS)
     found = exposure(view)
     table = [f"{'EXPOSED':48} {'HOST':28} REPLICAS"]
     for item in found:
