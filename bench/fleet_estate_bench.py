@@ -3,7 +3,8 @@ one hub, and what one more cluster costs.
 
     uv run --frozen python bench/fleet_estate_bench.py [--clusters 20] [--nodes 500] [--hosts 1000]
 
-The hub as shipped (three servers from k8s/components/fleet-hub/hub.conf, TLS, R3, tests/platform/fleet_hub.py);
+The hub as shipped (three servers from k8s/components/fleet-hub/hub.conf, TLS, R3; see
+tests/platform/fleet_hub.py);
 each install's bus a single nats-server (R1, its own JetStream domain) joined as a leaf node
 with what `hostaffinity fleet join` wrote. Each install writes its topology (one key per node)
 and its placement summary (workloads of 10 replicas, 30 pods per node, as the descheduler
@@ -146,8 +147,14 @@ def hub_usage(hub: FleetHub) -> tuple[float, float]:
 
 
 async def hub_messages(hub: FleetHub) -> int:
+    return (await hub_view_size(hub))[0]
+
+
+async def hub_view_size(hub: FleetHub) -> tuple[int, int]:
+    """The hub's fleet view: messages and bytes (on each of its three servers)."""
     async with hub.connection() as bus:
-        return int((await bus.js.stream_info(FLEET_STREAM)).state.messages)
+        state = (await bus.js.stream_info(FLEET_STREAM)).state
+        return int(state.messages), int(state.bytes)
 
 
 async def converge(hub: FleetHub, wanted: int) -> float:
@@ -202,6 +209,8 @@ async def run(clusters: int, nodes: int, hosts: int) -> None:
                 f"writes); CPU {cpu - idle_cpu:.1f} s over three servers, RSS {rss:.0f} MiB "
                 f"(idle {idle_rss:.0f} MiB)"
             )
+            _, stored = await hub_view_size(hub)
+            print(f"hub's fleet view: {stored / 2**20:.0f} MiB on each server")
             took, exposed, workloads = await time_exposure(installs[0], written)
             print(
                 f"fleet exposure on one install's mirror: {took:.2f} s for {workloads} "
@@ -220,7 +229,8 @@ async def run(clusters: int, nodes: int, hosts: int) -> None:
             took, _, workloads = await time_exposure(extra, written + added)
             print(
                 f"one more cluster: +{added} keys sourced in {waited:.1f} s, hub CPU "
-                f"+{cpu - before_cpu:.1f} s, RSS +{rss - before_rss:.0f} MiB; fleet exposure "
+                f"+{cpu - before_cpu:.1f} s, RSS {rss - before_rss:+.0f} MiB (Go's collector "
+                f"makes this one noisy); fleet exposure "
                 f"then {took:.2f} s for {workloads} workloads"
             )
         finally:

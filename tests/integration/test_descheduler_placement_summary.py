@@ -13,6 +13,7 @@ from nats.js.kv import KeyValue
 from hostaffinity.descheduler.placement_summary import PlacementSummary
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.schema import (
     LABEL_FLEET_GROUP,
     PLACEMENTS_BUCKET,
@@ -57,17 +58,10 @@ def world() -> tuple[ClusterState, PlacementSummary]:
 
 async def stored(kv: KeyValue) -> dict[str, WorkloadPlacement]:
     """The bucket's live keys and values."""
-    found = {}
-    watcher = await kv.watchall()
-    async for entry in watcher:
-        if entry is None:
-            break
-        if entry.operation is None:
-            found[entry.key] = msgspec.json.decode(entry.value or b"", type=WorkloadPlacement)
-        else:
-            found.pop(entry.key, None)
-    await watcher.stop()  # type: ignore[no-untyped-call]
-    return found
+    return {
+        key: msgspec.json.decode(value, type=WorkloadPlacement)
+        for key, value in (await live_entries(kv)).items()
+    }
 
 
 async def test_a_workload_is_written_once_and_again_only_when_it_changes(bus: Bus) -> None:

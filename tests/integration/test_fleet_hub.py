@@ -24,6 +24,7 @@ from nats.js.errors import NotFoundError
 from hostaffinity.cli.main import main
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.schema import (
     FLEET_BUCKET,
     HUB_DOMAIN,
@@ -61,18 +62,7 @@ def summary(cluster: str, name: str, hosts: Iterable[str]) -> bytes:
 
 async def view(bus: Bus) -> dict[str, bytes]:
     """Every live key of the fleet view on this bus (the hub's, or an install's mirror)."""
-    kv = await bus.js.key_value(FLEET_BUCKET)
-    found: dict[str, bytes] = {}
-    watcher = await kv.watchall()
-    async for entry in watcher:
-        if entry is None:
-            break
-        if entry.operation is None:
-            found[entry.key] = entry.value or b""
-        else:
-            found.pop(entry.key, None)
-    await watcher.stop()
-    return found
+    return await live_entries(await bus.js.key_value(FLEET_BUCKET))
 
 
 async def until(check: Callable[[], object], what: str) -> None:

@@ -140,20 +140,21 @@ def remove_layout() -> list[str]:
     return [*read_bucket(DRS_BUCKET), *(f"{API}.STREAM.DELETE.{s}" for s in OUR_STREAMS)]
 
 
-def _identity(name: str, purpose: str, *allowances: Iterable[str]) -> Identity:
+def new_identity(name: str, purpose: str, *allowances: Iterable[str]) -> Identity:
+    """An identity allowed `allowances` (each subject once), replies on its own inbox only."""
     publish = tuple(dict.fromkeys(subject for allowance in allowances for subject in allowance))
     return Identity(name, purpose, publish, (f"_INBOX_{name}.>",))
 
 
 IDENTITIES: Final = (
-    _identity(
+    new_identity(
         "node-labeller",
         "writes the topology bucket and the placement events",
         read_bucket(TOPOLOGY_BUCKET),
         write_bucket(TOPOLOGY_BUCKET),
         publish_events("vm.moved", "node.placed", "node.labelled", "node.unmatched"),
     ),
-    _identity(
+    new_identity(
         "drs-translator",
         "reads the topology, owns the DRS ownership bucket, reports rule events",
         read_bucket(TOPOLOGY_BUCKET),
@@ -162,21 +163,21 @@ IDENTITIES: Final = (
         publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift", "drs.rule.held"),
         park_dead_letters("drs-translator"),
     ),
-    _identity(
+    new_identity(
         "admission-webhook",
         "reports sampled admission mutations; reads nothing",
         # Not publish_events: it never waits for the layout (a sample published before the
         # provisioning is dropped), so it needs no stream info.
         [event_subject("pod.mutated")],
     ),
-    _identity(
+    new_identity(
         "scheduler-extender",
         "reads the topology; reports sampled decisions",
         read_bucket(TOPOLOGY_BUCKET),
         publish_events("extender.decision"),
         park_dead_letters("scheduler-extender"),
     ),
-    _identity(
+    new_identity(
         "descheduler",
         "reads the topology and, on taking the Lease, its predecessor's evictions; reports them; "
         "writes the placement summary the fleet hub sources; reads the fleet view",
@@ -188,7 +189,7 @@ IDENTITIES: Final = (
         publish_events("pod.evicted", "vmi.migration.requested"),
         park_dead_letters("descheduler"),
     ),
-    _identity(
+    new_identity(
         "cli",
         "the operator's hostaffinity command: reads everything, writes nothing",
         read_bucket(TOPOLOGY_BUCKET),
@@ -198,7 +199,7 @@ IDENTITIES: Final = (
         read_bucket(FLEET_BUCKET),
         [f"{API}.STREAM.INFO.{DLQ_STREAM}"],
     ),
-    _identity(
+    new_identity(
         "provision",
         "creates and updates the JetStream layout; deletes it at uninstall",
         provision_layout(),

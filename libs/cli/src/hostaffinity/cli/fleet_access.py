@@ -29,7 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from hostaffinity.cli.bus_access import Identity, read_bucket, render_authorization
+from hostaffinity.cli.bus_access import (
+    Identity,
+    new_identity,
+    read_bucket,
+    render_authorization,
+)
 from hostaffinity.runtime.bus.fleet_layout import EXPORTED_BUCKETS, FLEET_STREAM
 from hostaffinity.schema import (
     DLQ_SUBJECT_PREFIX,
@@ -93,13 +98,8 @@ class FleetMember:
         )
 
 
-def _hub_identity(name: str, purpose: str, *allowances: list[str]) -> Identity:
-    publish = tuple(dict.fromkeys(s for allowance in allowances for s in allowance))
-    return Identity(name, purpose, publish, (f"_INBOX_{name}.>",))
-
-
 HUB_IDENTITIES: Final = (
-    _hub_identity(
+    new_identity(
         "fleet-provision",
         "creates the fleet view and sets its sources to the registered installs",
         [
@@ -109,7 +109,7 @@ HUB_IDENTITIES: Final = (
             f"{HUB_API}.STREAM.INFO.{FLEET_STREAM}",
         ],
     ),
-    _hub_identity(
+    new_identity(
         "fleet-cli", "reads the fleet view on the hub; writes nothing", read_bucket(FLEET_BUCKET)
     ),
 )

@@ -38,6 +38,7 @@ from hostaffinity.cli.fleet_registry import HUB_AUTHORIZATION, HubFolder
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM, provision_hub
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import FLEET_BUCKET
 from hostaffinity.schema.names import WORKLOAD_KEY_PREFIX
@@ -108,16 +109,7 @@ async def read_fleet(bus: Bus, keys: str = ">") -> FleetView:
             "join the install to a fleet (`hostaffinity fleet join` on the hub, then "
             "nats.fleet_install and `hostaffinity bus provision` here; docs/fleet.md)",
         ) from None
-    entries: dict[str, bytes] = {}
-    watcher = await kv.watch(keys)
-    async for entry in watcher:
-        if entry is None:
-            break
-        if entry.operation is None:
-            entries[entry.key] = entry.value or b""
-        else:
-            entries.pop(entry.key, None)
-    await watcher.stop()  # type: ignore[no-untyped-call]
+    entries = await live_entries(kv, keys)
     return read_view(entries)
 
 

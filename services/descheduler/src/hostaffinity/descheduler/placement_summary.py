@@ -33,6 +33,7 @@ from nats.js.kv import KeyValue
 from hostaffinity.affinity.index import ClusterIndex, PodRecord
 from hostaffinity.affinity.workloads import DAEMON_SET
 from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.schema import (
     LABEL_FLEET_GROUP,
     NodePlacement,
@@ -190,20 +191,13 @@ class PlacementSummary:
 
     async def load(self, kv: KeyValue) -> None:
         """What the bucket holds now, as digests, so the first pass writes only differences."""
-        watcher = await kv.watchall()
-        async for entry in watcher:
-            if entry is None:
-                break
-            if entry.operation is not None:
-                self.published.pop(entry.key, None)
-                continue
+        for key, value in (await live_entries(kv)).items():
             try:
-                stored = msgspec.json.decode(entry.value or b"", type=WorkloadPlacement)
+                stored = msgspec.json.decode(value, type=WorkloadPlacement)
             except msgspec.DecodeError:
-                self.published[entry.key] = b""  # rewritten by the first pass
+                self.published[key] = b""  # rewritten by the first pass
                 continue
-            self.published[entry.key] = _digest(stored)
-        await watcher.stop()  # type: ignore[no-untyped-call]
+            self.published[key] = _digest(stored)
 
     async def flush(self, kv: KeyValue) -> None:
         """Write every pending change; one that fails stays pending for the next pass."""
