@@ -418,3 +418,25 @@ async def test_a_running_bus_joins_by_restarting_its_servers_one_at_a_time(
                 await until(lambda: _has(bus, fleet_key("alpha", WEB)), "never joined")
         finally:
             await alone.stop()
+
+
+async def test_an_install_that_leaves_is_gone_from_every_view(tmp_path: Path) -> None:
+    async with fleet(tmp_path, ["alpha", "beta"]) as (hub, installs, _):
+        for name, install in installs.items():
+            await put(install, PLACEMENTS_BUCKET, WEB, summary(name, "web", ["esx-1"]))
+        async with installs["alpha"].connection("cli") as alpha_bus:
+            await until(lambda: _count(alpha_bus, 2), "alpha never saw both summaries")
+            hub.folder.leave("beta")
+            hub.reload()
+            await hub.provision()
+            async with hub.connection() as hub_bus:
+                await until(
+                    lambda: _keys(hub_bus, {fleet_key("alpha", WEB)}), "beta stayed on the hub"
+                )
+            await until(
+                lambda: _keys(alpha_bus, {fleet_key("alpha", WEB)}), "beta stayed in the mirror"
+            )
+
+
+async def _keys(bus: Bus, wanted: set[str]) -> bool:
+    return set(await view(bus)) == wanted

@@ -21,7 +21,7 @@ from typing import Final
 
 from hostaffinity.cli.fleet_registry import HUB_AUTHORIZATION, HubFolder
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.fleet_layout import provision_hub
+from hostaffinity.runtime.bus.fleet_layout import forget_departed, provision_hub
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import install_token
 from tests.platform.nats import free_listen_port
@@ -136,6 +136,7 @@ class FleetHub:
         tokens = [member.token for member in self.folder.members()]
         async with connected(self.settings("fleet-provision")) as bus:
             await provision_hub(bus.js, tokens, replicas=CLUSTER_SIZE, history=self.history)
+            await forget_departed(bus.js, tokens)
 
     def join(self, name: str, cluster: str, workdir: Path) -> NatsCluster:
         """Register the install and make its bus (not started) with what the join wrote."""

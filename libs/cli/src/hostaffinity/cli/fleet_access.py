@@ -34,6 +34,7 @@ from hostaffinity.cli.bus_access import (
     new_identity,
     read_bucket,
     render_authorization,
+    write_bucket,
 )
 from hostaffinity.runtime.bus.fleet_layout import EXPORTED_BUCKETS, FLEET_STREAM
 from hostaffinity.schema import (
@@ -101,13 +102,15 @@ class FleetMember:
 HUB_IDENTITIES: Final = (
     new_identity(
         "fleet-provision",
-        "creates the fleet view and sets its sources to the registered installs",
+        "creates the fleet view, sets its sources to the registered installs and deletes the "
+        "keys of installs that left",
         [
             f"{HUB_API}.INFO",
             f"{HUB_API}.STREAM.CREATE.{FLEET_STREAM}",
             f"{HUB_API}.STREAM.UPDATE.{FLEET_STREAM}",
-            f"{HUB_API}.STREAM.INFO.{FLEET_STREAM}",
         ],
+        read_bucket(FLEET_BUCKET),
+        write_bucket(FLEET_BUCKET),
     ),
     new_identity(
         "fleet-cli", "reads the fleet view on the hub; writes nothing", read_bucket(FLEET_BUCKET)

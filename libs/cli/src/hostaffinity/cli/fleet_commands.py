@@ -37,7 +37,7 @@ from hostaffinity.cli.connections import BUS_WITHIN_SECONDS, CommandFailed, open
 from hostaffinity.cli.fleet_registry import HUB_AUTHORIZATION, HubFolder
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM, provision_hub
+from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM, forget_departed, provision_hub
 from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import FLEET_BUCKET
@@ -86,11 +86,12 @@ async def provision(args: argparse.Namespace) -> int:
         settings, args.connect_timeout, "hostaffinity-fleet", provisioned=False
     ) as bus:
         await provision_hub(bus.js, tokens, replicas=args.replicas, history=args.history)
+        departed = await forget_departed(bus.js, tokens)
         info = await bus.js.stream_info(FLEET_STREAM)
         print(
             f"fleet view {FLEET_STREAM}: {len(tokens)} installs, "
             f"{len(info.config.sources or [])} sources, {info.state.messages} messages, "
-            f"R{info.config.num_replicas}"
+            f"R{info.config.num_replicas}; {departed} keys of installs that left deleted"
         )
     return 0
 

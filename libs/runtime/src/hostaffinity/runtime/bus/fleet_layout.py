@@ -39,6 +39,7 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.schema import (
     FLEET_BUCKET,
     HUB_DOMAIN,
@@ -142,6 +143,18 @@ async def provision_hub(
         raise FleetLayoutError(f"stream {FLEET_STREAM} on the hub is a mirror, not the view")
     await js.update_stream(wanted)
     return wanted
+
+
+async def forget_departed(js: JetStreamContext, installs: Iterable[str]) -> int:
+    """Delete from the hub's view every key of an install no longer among `installs` (it left
+    the fleet: its sources are gone, its keys would stay forever). Deletes are markers, which
+    the installs' mirrors receive as any other change; returns how many keys went."""
+    kept = set(installs)
+    view = await js.key_value(FLEET_BUCKET)
+    gone = [key for key in await live_entries(view) if key.partition(".")[0] not in kept]
+    for key in gone:
+        await view.delete(key)
+    return len(gone)
 
 
 async def provision_mirror(js: JetStreamContext, install: str, *, replicas: int) -> None:
