@@ -27,6 +27,7 @@ from nats.js.errors import BucketNotFoundError
 from hostaffinity.affinity.fleet import (
     ClusterLoss,
     FleetView,
+    collector_paused,
     exposure,
     find_host,
     losses,
@@ -110,7 +111,8 @@ async def read_fleet(bus: Bus, keys: str = ">") -> FleetView:
             "join the install to a fleet (`hostaffinity fleet join` on the hub, then "
             "nats.fleet_install and `hostaffinity bus provision` here; docs/fleet.md)",
         ) from None
-    entries = await live_entries(kv, keys)
+    with collector_paused():  # tens of thousands of messages: see read_view
+        entries = await live_entries(kv, keys)
     return read_view(entries)
 
 
