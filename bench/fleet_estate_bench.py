@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import random
+import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -164,21 +165,27 @@ async def converge(hub: FleetHub, wanted: int) -> float:
     return time.perf_counter() - started
 
 
-async def time_exposure(install: InstallBus, wanted: int) -> tuple[float, int, int]:
+async def mirrored(installs: list[InstallBus], wanted: int) -> float:
+    """Until every install's mirror holds the whole view; how long that took."""
+    started = time.perf_counter()
+    for install in installs:
+        async with install.bus() as bus:
+            while (await bus.js.stream_info(FLEET_STREAM)).state.messages < wanted:  # noqa: ASYNC110
+                await asyncio.sleep(0.5)
+    return time.perf_counter() - started
+
+
+async def time_exposure(install: InstallBus, runs: int = 5) -> tuple[list[float], int, int]:
+    """`fleet exposure`'s work on one install, `runs` times: read the workloads' keys of its
+    mirror, decode, analyse."""
+    samples = []
     async with install.bus() as bus:
-        while True:
-            info = await bus.js.stream_info(FLEET_STREAM)
-            if info.state.messages >= wanted:
-                break
-            await asyncio.sleep(0.5)
-        started = time.perf_counter()
-        view = await read_fleet(bus, WORKLOAD_KEYS)  # as `hostaffinity fleet exposure` reads
-        found = exposure(view)
-        return (
-            time.perf_counter() - started,
-            len(found),
-            sum(len(w) for w in view.workloads.values()),
-        )
+        for _ in range(runs):
+            started = time.perf_counter()
+            view = await read_fleet(bus, WORKLOAD_KEYS)  # as `hostaffinity fleet exposure` reads
+            found = exposure(view)
+            samples.append(time.perf_counter() - started)
+    return samples, len(found), sum(len(w) for w in view.workloads.values())
 
 
 async def run(clusters: int, nodes: int, hosts: int) -> None:
@@ -211,9 +218,12 @@ async def run(clusters: int, nodes: int, hosts: int) -> None:
             )
             _, stored = await hub_view_size(hub)
             print(f"hub's fleet view: {stored / 2**20:.0f} MiB on each server")
-            took, exposed, workloads = await time_exposure(installs[0], written)
+            waited = await mirrored(installs, written)
+            print(f"every install's mirror whole {waited:.1f} s later")
+            took, exposed, workloads = await time_exposure(installs[0])
             print(
-                f"fleet exposure on one install's mirror: {took:.2f} s for {workloads} "
+                f"fleet exposure on one install's mirror, {len(took)} runs: median "
+                f"{statistics.median(took):.2f} s, max {max(took):.2f} s for {workloads} "
                 f"workloads ({exposed} exposures)"
             )
             extra = InstallBus(hub, f"c{clusters:02d}", workdir)
@@ -226,12 +236,13 @@ async def run(clusters: int, nodes: int, hosts: int) -> None:
             added = await populate(extra, nodes, hosts, rng)
             waited = await converge(hub, written + added)
             cpu, rss = hub_usage(hub)
-            took, _, workloads = await time_exposure(extra, written + added)
+            await mirrored(installs, written + added)
+            took, _, workloads = await time_exposure(extra)
             print(
                 f"one more cluster: +{added} keys sourced in {waited:.1f} s, hub CPU "
                 f"+{cpu - before_cpu:.1f} s, RSS {rss - before_rss:+.0f} MiB (Go's collector "
-                f"makes this one noisy); fleet exposure "
-                f"then {took:.2f} s for {workloads} workloads"
+                f"makes this one noisy); fleet exposure then median "
+                f"{statistics.median(took):.2f} s for {workloads} workloads"
             )
         finally:
             for install in installs:
