@@ -24,17 +24,20 @@ import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import import_roots  # noqa: F401  (pytest's import roots on sys.path, before any test helper)
 import msgspec
 
-from hostaffinity.affinity.fleet import exposure
-from hostaffinity.cli.fleet_commands import WORKLOAD_KEYS, read_fleet
+from hostaffinity.affinity.fleet import collector_paused, exposure, read_view
+from hostaffinity.cli.fleet_commands import WORKLOAD_KEYS
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import (
+    FLEET_BUCKET,
     PLACEMENTS_BUCKET,
     TOPOLOGY_BUCKET,
     NodePlacement,
@@ -175,17 +178,45 @@ async def mirrored(installs: list[InstallBus], wanted: int) -> float:
     return time.perf_counter() - started
 
 
-async def time_exposure(install: InstallBus, runs: int = 5) -> tuple[list[float], int, int]:
-    """`fleet exposure`'s work on one install, `runs` times: read the workloads' keys of its
-    mirror, decode, analyse."""
+async def time_exposure(install: InstallBus, runs: int = 5) -> tuple[list[Parts], int, int]:
+    """`fleet exposure`'s work on one install, `runs` times, as read_fleet does it: read the
+    workloads' keys of its mirror (the collector paused), decode, then analyse."""
     samples = []
     async with install.bus() as bus:
+        kv = await bus.js.key_value(FLEET_BUCKET)
         for _ in range(runs):
             started = time.perf_counter()
-            view = await read_fleet(bus, WORKLOAD_KEYS)  # as `hostaffinity fleet exposure` reads
+            with collector_paused():
+                entries = await live_entries(kv, WORKLOAD_KEYS)
+            read = time.perf_counter()
+            view = read_view(entries)
+            decoded = time.perf_counter()
             found = exposure(view)
-            samples.append(time.perf_counter() - started)
+            done = time.perf_counter()
+            samples.append(Parts(read - started, decoded - read, done - decoded))
     return samples, len(found), sum(len(w) for w in view.workloads.values())
+
+
+@dataclass(frozen=True)
+class Parts:
+    read: float
+    decode: float
+    analyse: float
+
+    @property
+    def total(self) -> float:
+        return self.read + self.decode + self.analyse
+
+
+def describe(samples: list[Parts]) -> str:
+    def median(part: str) -> float:
+        return statistics.median(getattr(sample, part) for sample in samples)
+
+    return (
+        f"median {median('total'):.2f} s (read {median('read'):.2f}, decode "
+        f"{median('decode'):.2f}, analyse {median('analyse'):.2f}), max "
+        f"{max(sample.total for sample in samples):.2f} s"
+    )
 
 
 async def run(clusters: int, nodes: int, hosts: int) -> None:
@@ -222,9 +253,8 @@ async def run(clusters: int, nodes: int, hosts: int) -> None:
             print(f"every install's mirror whole {waited:.1f} s later")
             took, exposed, workloads = await time_exposure(installs[0])
             print(
-                f"fleet exposure on one install's mirror, {len(took)} runs: median "
-                f"{statistics.median(took):.2f} s, max {max(took):.2f} s for {workloads} "
-                f"workloads ({exposed} exposures)"
+                f"fleet exposure on one install's mirror, {len(took)} runs: {describe(took)} "
+                f"for {workloads} workloads ({exposed} exposures)"
             )
             extra = InstallBus(hub, f"c{clusters:02d}", workdir)
             installs.append(extra)
@@ -241,8 +271,8 @@ async def run(clusters: int, nodes: int, hosts: int) -> None:
             print(
                 f"one more cluster: +{added} keys sourced in {waited:.1f} s, hub CPU "
                 f"+{cpu - before_cpu:.1f} s, RSS {rss - before_rss:+.0f} MiB (Go's collector "
-                f"makes this one noisy); fleet exposure then median "
-                f"{statistics.median(took):.2f} s for {workloads} workloads"
+                f"makes this one noisy); fleet exposure then {describe(took)} for {workloads} "
+                "workloads"
             )
         finally:
             for install in installs:

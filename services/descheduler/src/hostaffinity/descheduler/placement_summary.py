@@ -13,8 +13,10 @@ Deployment's, affinity.workloads.workload_of); a pod of its own only when it car
 `hostaffinity.io/fleet-group` label. DaemonSet pods and static pods' mirrors are left out: they
 sit on every node by design, and would only say so.
 
-Cost: a change costs its workload's replicas; the first pass costs every pod once
-(bench/descheduler_bench.py --placements prints both at 150,000 pods).
+Cost: a change costs its workload's replicas; the first pass costs every pod once. At 150,000
+pods (bench/placement_summary_bench.py, bench/README.md "Fleet"): 15,000 summaries written in
+5.7 s at start, a restart's pass 2.1 s writing nothing, a vMotion 9 ms p50 / 26 ms p99 (about 28
+summaries rewritten), 71 MiB held beside the descheduler's state.
 """
 
 from __future__ import annotations
