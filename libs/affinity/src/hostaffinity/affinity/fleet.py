@@ -18,7 +18,13 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.schema import EsxiHost, NodePlacement, WorkloadPlacement, fleet_host_id
+from hostaffinity.schema import (
+    EsxiHost,
+    NodePlacement,
+    ReplicaPlacement,
+    WorkloadPlacement,
+    fleet_host_id,
+)
 from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX, WORKLOAD_KEY_PREFIX
 
 
@@ -159,14 +165,17 @@ def exposure(view: FleetView) -> list[Exposure]:
             for host in {h for h in hosts if hosts.count(h) > 1}:
                 found.append(_exposed(host, "", [(install, workload)]))
     for group, members in grouped.items():
-        counts: dict[str, int] = defaultdict(int)
-        for _, workload in members:
+        on_host: dict[str, list[tuple[str, WorkloadPlacement, ReplicaPlacement]]] = defaultdict(
+            list
+        )
+        for install, workload in members:
             for replica in workload.replicas:
                 if replica.host_id:
-                    counts[replica.host_id] += 1
-        for host, count in counts.items():
-            if count > 1:
-                found.append(_exposed(host, group, members))
+                    on_host[replica.host_id].append((install, workload, replica))
+        for host, placed in on_host.items():
+            if len(placed) > 1:
+                replicas = tuple(Replica(i, _workload_name(w), r.pod) for i, w, r in placed)
+                found.append(Exposure(host, placed[0][2].host_name, group, replicas))
     return sorted(found, key=lambda e: (e.group == "", e.subject, e.host_name, e.host_id))
 
 
