@@ -22,6 +22,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.main import main
+from hostaffinity.descheduler.fleet_exposure import FleetExposure
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
 from hostaffinity.runtime.bus.kv_entries import live_entries
@@ -228,6 +229,10 @@ async def test_an_install_exports_only_its_summary_and_topology(tmp_path: Path) 
                 assert await alpha.subscribe_refused(subject), subject
 
 
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def _has(bus: Bus, key: str) -> bool:
     return key in await view(bus)
 
@@ -281,11 +286,23 @@ async def test_a_cut_link_loses_nothing_and_counts_nothing_twice(tmp_path: Path)
 async def test_a_killed_hub_leaves_installs_alone_and_catches_up(tmp_path: Path) -> None:
     async with fleet(tmp_path, ["alpha"]) as (hub, installs, _):
         alpha = installs["alpha"]
-        await put(alpha, PLACEMENTS_BUCKET, WEB, summary("alpha", "web", ["esx-1"]))
+        await put(alpha, PLACEMENTS_BUCKET, WEB, summary("alpha", "web", ["esx-1", "esx-1"]))
         async with alpha.connection("cli") as bus:
             await until(lambda: _has(bus, fleet_key("alpha", WEB)), "first summary never came")
-        for server in hub.servers:
-            await server.kill()
+        # The descheduler's gauges, from alpha's mirror as its descheduler reads it.
+        gauges = FleetExposure("alpha", refresh_seconds=0.2)
+        async with alpha.connection("descheduler") as desched, asyncio.TaskGroup() as group:
+            watching = group.create_task(gauges.run(desched.js))
+            await until(
+                lambda: _true(gauges.exposed["workload"] == 2), "the exposure gauge never said 2"
+            )
+            for server in hub.servers:
+                await server.kill()
+            await until(
+                lambda: _true((gauges.since_contact or 0) > 1),
+                "the view never aged without the hub",
+            )
+            watching.cancel()
         for revision in range(3):
             await put(alpha, PLACEMENTS_BUCKET, WEB, summary("alpha", "web", [f"esx-{revision}"]))
         async with alpha.connection("cli") as bus:
