@@ -63,10 +63,12 @@ def render_hub_conf(index: int, ports: list[HubPorts], tls_dir: Path, store: Pat
 class FleetHub:
     """Three hub servers; installs join through `join`, which is `hostaffinity fleet join`."""
 
-    def __init__(self, workdir: Path, *, history: int = 64) -> None:
+    def __init__(self, workdir: Path, *, history: int = 64, folder: Path | None = None) -> None:
+        """`folder`: the hub's folder (`hostaffinity fleet hub-credentials --dir`), made here
+        unless given."""
         self.workdir = workdir
         self.history = history
-        self.folder = HubFolder(workdir / "hub-folder")
+        self.folder = HubFolder(folder or workdir / "hub-folder")
         self.folder.ensure_credentials()
         self.ports = [HubPorts.free() for _ in range(CLUSTER_SIZE)]
         self.servers: list[ServerProcess] = []
@@ -149,8 +151,10 @@ class FleetHub:
 
 
 @contextlib.asynccontextmanager
-async def running_hub(workdir: Path, *, history: int = 64) -> AsyncIterator[FleetHub]:
-    hub = FleetHub(workdir, history=history)
+async def running_hub(
+    workdir: Path, *, history: int = 64, folder: Path | None = None
+) -> AsyncIterator[FleetHub]:
+    hub = FleetHub(workdir, history=history, folder=folder)
     await hub.start()
     try:
         yield hub
