@@ -153,6 +153,7 @@ FLEET_ONLY = frozenset(
     {"hostaffinity_fleet_exposed_replicas", "hostaffinity_fleet_view_seconds_since_contact"}
 )
 
+
 def metric_names(expr: str) -> set[str]:
     return set(METRIC.findall(expr))
 
