@@ -22,7 +22,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
-from hostaffinity.cli.bus_credentials import new_user_seed, public_key, server_tls
+from hostaffinity.cli.bus_credentials import (
+    new_user_seed,
+    public_key,
+    server_hostnames,
+    server_tls,
+)
 from hostaffinity.cli.fleet_access import (
     HUB_IDENTITIES,
     FleetMember,
@@ -51,14 +56,7 @@ class RegistryError(ValueError):
 
 def hub_hostnames(namespace: str = HUB_NAMESPACE) -> list[str]:
     """Every name an install or a route dials a hub server by, and loopback for port-forwards."""
-    names = []
-    for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.cluster.local"):
-        names += [
-            f"fleet-hub{suffix}",
-            f"fleet-hub-headless{suffix}",
-            f"*.fleet-hub-headless{suffix}",
-        ]
-    return [*names, "localhost", "127.0.0.1", "::1"]
+    return server_hostnames(namespace, "fleet-hub", "fleet-hub-headless")
 
 
 class HubFolder:
