@@ -25,16 +25,21 @@ from hostaffinity.runtime.bus.fleet_layout import forget_departed, provision_hub
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import install_token
 from tests.platform.nats import free_listen_port
-from tests.platform.nats_cluster import CLUSTER_SIZE, NatsCluster, ServerProcess, connected, rewrite
+from tests.platform.nats_cluster import (
+    CLUSTER_SIZE,
+    NatsCluster,
+    Ports,
+    ServerProcess,
+    connected,
+    on_loopback,
+    rewrite,
+)
 
 HUB_CONF: Final = Path(__file__).resolve().parents[2] / "k8s" / "components" / "fleet-hub"
 
 
 @dataclass(frozen=True)
-class HubPorts:
-    client: int
-    route: int
-    monitor: int
+class HubPorts(Ports):
     leaf: int
 
     @classmethod
@@ -43,21 +48,9 @@ class HubPorts:
 
 
 def render_hub_conf(index: int, ports: list[HubPorts], tls_dir: Path, store: Path) -> str:
-    own = ports[index]
     text = (HUB_CONF / "hub.conf").read_text(encoding="utf-8")
-    text = rewrite(text, "listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{own.client}")
-    text = rewrite(text, "http: 127.0.0.1:8222", f"http: 127.0.0.1:{own.monitor}")
-    text = rewrite(text, "listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{own.route}")
-    text = rewrite(text, "listen: 0.0.0.0:7422", f"listen: 127.0.0.1:{own.leaf}")
-    for peer, peer_ports in enumerate(ports):
-        text = rewrite(
-            text,
-            f"nats-route://fleet-hub-{peer}.fleet-hub-headless:6222",
-            f"nats-route://127.0.0.1:{peer_ports.route}",
-        )
-    text = rewrite(text, "/etc/nats/tls/", f"{tls_dir}/", count=8)
-    text = rewrite(text, "/var/run/nats/nats.pid", str(store.parent / "nats.pid"))
-    return rewrite(text, "store_dir: /data/jetstream", f"store_dir: {store}")
+    text = rewrite(text, "listen: 0.0.0.0:7422", f"listen: 127.0.0.1:{ports[index].leaf}")
+    return on_loopback(text, "fleet-hub", index, ports, tls_dir, store, tls_files=8)
 
 
 class FleetHub:

@@ -93,20 +93,36 @@ def render_cluster_conf(
 ) -> str:
     """cluster.conf for server `index` of the loopback cluster; `sync_always=False` renders the
     default-sync variant."""
-    own = ports[index]
     text = shipped("cluster.conf")
     if not sync_always:
         text = default_sync(text)
+    return on_loopback(text, "nats", index, ports, tls_dir, store, tls_files=6)
+
+
+def on_loopback(
+    text: str,
+    statefulset: str,
+    index: int,
+    ports: Sequence[Ports],
+    tls_dir: Path,
+    store: Path,
+    *,
+    tls_files: int,
+) -> str:
+    """A shipped server config of the StatefulSet `statefulset` (pods `<name>-<i>` behind
+    `<name>-headless`) for server `index` here: its ports, its peers' routes, the TLS files,
+    pid file and store (the bus's cluster.conf, the fleet hub's hub.conf)."""
+    own = ports[index]
     text = rewrite(text, "listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{own.client}")
     text = rewrite(text, "http: 127.0.0.1:8222", f"http: 127.0.0.1:{own.monitor}")
     text = rewrite(text, "listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{own.route}")
     for peer, peer_ports in enumerate(ports):
         text = rewrite(
             text,
-            f"nats-route://nats-{peer}.nats-headless:6222",
+            f"nats-route://{statefulset}-{peer}.{statefulset}-headless:6222",
             f"nats-route://127.0.0.1:{peer_ports.route}",
         )
-    text = rewrite(text, "/etc/nats/tls/", f"{tls_dir}/", count=6)
+    text = rewrite(text, "/etc/nats/tls/", f"{tls_dir}/", count=tls_files)
     text = rewrite(text, "/var/run/nats/nats.pid", str(store.parent / "nats.pid"))
     return rewrite(text, "store_dir: /data/jetstream", f"store_dir: {store}")
 
