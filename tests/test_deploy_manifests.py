@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from hostaffinity.admission_webhook.config import AdmissionWebhookConfig
+from hostaffinity.cli.fleet_registry import HubFolder
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
@@ -650,8 +651,9 @@ def test_nats_server_finds_the_files_and_environment_its_config_names() -> None:
     named = re.findall(r"^\s*(?:cert_file|key_file|ca_file):\s*(\S+)$", config, re.MULTILINE)
     assert len(named) == 6  # client TLS and route TLS
     assert {str(Path(path).relative_to("/etc/nats")) for path in named} <= provided
-    assert re.findall(r"^include (\S+)$", config, re.MULTILINE) == ["auth.conf", "subscribers.conf"]
-    assert {"auth.conf", "subscribers.conf"} <= provided
+    included = re.findall(r"^\s*include (\S+)$", config, re.MULTILINE)
+    assert included == ["fleet-domain.conf", "auth.conf", "fleet.conf", "subscribers.conf"]
+    assert set(included) <= provided
     # The JetStream store on the claim, the pid file in an emptyDir (the root is read-only).
     store = re.search(r"^\s*store_dir:\s*(\S+)$", config, re.MULTILINE)
     pid = re.search(r"^pid_file:\s*(\S+)$", config, re.MULTILINE)
@@ -666,15 +668,20 @@ def test_nats_server_finds_the_files_and_environment_its_config_names() -> None:
     assert set(variables) <= {e["name"] for e in container["env"]}
 
 
-def test_nats_config_is_generated_from_the_two_files_under_nats() -> None:
+def test_nats_config_is_generated_from_the_files_under_nats() -> None:
+    """cluster.conf, auth.conf and the fleet's two placeholders (no fleet: empty)."""
     kustomization = yaml.safe_load((ROOT / "k8s" / "base" / "kustomization.yaml").read_text())
     (generator,) = kustomization["configMapGenerator"]
     assert generator["name"] == NATS_CONFIG
     assert sorted(generator["files"]) == [
         "auth.conf=nats/auth.conf",
         "cluster.conf=nats/cluster.conf",
+        "fleet-domain.conf=nats/fleet-domain.conf",
+        "fleet.conf=nats/fleet.conf",
     ]
-    assert set(nats_files()) == {"cluster.conf", "auth.conf"}
+    assert set(nats_files()) == {"cluster.conf", "auth.conf", "fleet.conf", "fleet-domain.conf"}
+    for placeholder in ("fleet.conf", "fleet-domain.conf"):
+        assert all(line.startswith("#") for line in nats_files()[placeholder].splitlines())
     assert "include auth.conf" in nats_files()["cluster.conf"]
 
 
@@ -1150,3 +1157,33 @@ def test_the_release_renderer_builds_what_kustomize_builds(
         kustomization["components"] = [f"{k8s}/components/{component}"]
     (build / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
     assert without_hashes(render(component)) == without_hashes(kustomize(build))
+
+
+def test_the_fleet_leaf_component_mounts_what_fleet_join_writes(tmp_path: Path) -> None:
+    """The placeholders include the Secret's files, which sit where `fleet join` points its
+    leaf remote at the hub's CA (docs/fleet.md)."""
+    documents = render("fleet-leaf")
+    files = one(documents, "ConfigMap", NATS_CONFIG)["data"]
+    assert re.findall(r"^include (\S+)$", files["fleet.conf"], re.MULTILINE) == ["fleet/leaf.conf"]
+    domain = re.findall(r"^include (\S+)$", files["fleet-domain.conf"], re.MULTILINE)
+    assert domain == ["fleet/domain.conf"]
+    pod = one(documents, "StatefulSet", "nats")["spec"]["template"]["spec"]
+    (config,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    provided = {
+        item["key"]: item["path"]
+        for source in config["projected"]["sources"]
+        if source.get("secret", {}).get("name") == "hostaffinity-fleet-leaf"
+        for item in source["secret"]["items"]
+    }
+    folder = HubFolder(tmp_path / "hub")
+    folder.ensure_credentials()
+    folder.join("alpha", "alpha", ["tls://hub.example:7422"])
+    joined = folder.install_dir("alpha")
+    ca = re.search(r"ca_file: (\S+)", (joined / "fleet.conf").read_text())
+    assert ca is not None
+    assert f"/etc/nats/{provided['hub-ca.crt']}" == ca[1]
+    assert provided == {
+        "leaf.conf": "fleet/leaf.conf",
+        "domain.conf": "fleet/domain.conf",
+        "hub-ca.crt": "fleet/hub-ca.crt",
+    }

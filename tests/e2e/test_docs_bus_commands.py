@@ -32,6 +32,7 @@ from hostaffinity.cli.main import command_line, follows_the_stream
 from hostaffinity.runtime.bus.client import Bus
 from tests.platform.bus_values import node_placed, node_placement
 from tests.platform.console import SCRIPTS, children_get_ctrl_c
+from tests.platform.fleet_hub import running_hub
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import LocalBus, NatsCluster
 
@@ -125,7 +126,11 @@ async def seed(bus: Bus) -> None:
 
 
 # What each command's output must show of the seeded bus.
-SHOWS = {"topology": NODE, "events": node_placed(NODE).id}
+SHOWS = {
+    "topology": NODE,
+    "events": node_placed(NODE).id,
+    "fleet": "fleet view KV_hostaffinity-fleet",
+}
 
 
 def follows(argv: list[str]) -> bool:
@@ -233,7 +238,13 @@ async def test_documented_bus_command_works_as_written(
             await seed(bus)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     shows = SHOWS[command.text.split()[1]]
-    code, out, err = await run_as_written(command.argv(port), site, env, shows)
+    if command.text.split()[1] == "fleet":
+        # docs/fleet.md: on the hub, through a port-forward to it, with the hub's folder.
+        async with running_hub(tmp_path / "hub", folder=site / "fleet-hub") as hub:
+            argv = command.argv(hub.ports[0].client)
+            code, out, err = await run_as_written(argv, site, env, shows)
+    else:
+        code, out, err = await run_as_written(command.argv(port), site, env, shows)
     assert code == 0, f"{command.page}: `{command.text}` exited {code}:\n{err}"
     assert "Traceback" not in err, err
     assert shows in out, out

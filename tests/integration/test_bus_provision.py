@@ -77,7 +77,9 @@ async def test_a_service_waits_for_provisioning_which_makes_the_r3_layout(
         printed = out.decode()
         assert f"stream {EVENTS_STREAM}: replicas 3" in printed
         assert f"stream {TOPOLOGY_STREAM}: replicas 3" in printed
-        assert printed.count("roll-ups refused") == 4  # both buckets and both streams
+        # The three buckets (topology, DRS records, placement summary) and both streams.
+        assert printed.count("roll-ups refused") == 5
+        assert "fleet:" not in printed  # not in a fleet: no mirror
         await asyncio.wait_for(waiting, 10)
     finally:
         await service.close()

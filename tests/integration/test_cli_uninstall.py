@@ -16,6 +16,7 @@ from nats.js.errors import NotFoundError
 from pyVmomi import vim
 
 from hostaffinity.cli.bus_access import OUR_STREAMS
+from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,
     DRS_BUCKET,
@@ -42,6 +43,9 @@ OUR_VM_HOST = "hostaffinity-vmhost-0123456789ab"
 UNRECORDED = "hostaffinity-anti-ffffffffffff"  # our prefix, no ownership record
 ADMINS = "admin-keep-apart"
 _vim: Any = vim
+
+# Every stream of ours but the fleet view's mirror: this bus is not in a fleet.
+PROVISIONED = set(OUR_STREAMS) - {FLEET_STREAM}
 
 
 def vm(si: vim.ServiceInstance, name: str) -> Any:
@@ -178,7 +182,7 @@ async def test_uninstall_removes_ours_and_nothing_else(
     assert "would delete bus stream KV_hostaffinity-drs" in said
     assert ADMINS not in said
     assert drs_state(si) == before
-    assert await streams_left(nats_cluster) == set(OUR_STREAMS)
+    assert await streams_left(nats_cluster) == PROVISIONED
     assert LABEL_ESXI_HOST in node_metadata(kube_double, "node1")["labels"]
 
     assert await asyncio.to_thread(exit_code, argv) == 0
@@ -215,7 +219,7 @@ async def test_it_waits_for_the_services_to_stop_and_keeps_a_legacy_label_not_ou
     assert "node-labeller still running" in said.err
     assert "nothing was changed" in said.err
     assert LABEL_ESXI_HOST in node_metadata(kube_double, "node1")["labels"]
-    assert await streams_left(nats_cluster) == set(OUR_STREAMS)
+    assert await streams_left(nats_cluster) == PROVISIONED
 
     kube_double.write(lease("node-labeller", "node-labeller-7c9-x2", now - timedelta(minutes=5)))
     assert await asyncio.to_thread(exit_code, argv) == 0

@@ -93,20 +93,36 @@ def render_cluster_conf(
 ) -> str:
     """cluster.conf for server `index` of the loopback cluster; `sync_always=False` renders the
     default-sync variant."""
-    own = ports[index]
     text = shipped("cluster.conf")
     if not sync_always:
         text = default_sync(text)
+    return on_loopback(text, "nats", index, ports, tls_dir, store, tls_files=6)
+
+
+def on_loopback(
+    text: str,
+    statefulset: str,
+    index: int,
+    ports: Sequence[Ports],
+    tls_dir: Path,
+    store: Path,
+    *,
+    tls_files: int,
+) -> str:
+    """A shipped server config of the StatefulSet `statefulset` (pods `<name>-<i>` behind
+    `<name>-headless`) for server `index` here: its ports, its peers' routes, the TLS files,
+    pid file and store (the bus's cluster.conf, the fleet hub's hub.conf)."""
+    own = ports[index]
     text = rewrite(text, "listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{own.client}")
     text = rewrite(text, "http: 127.0.0.1:8222", f"http: 127.0.0.1:{own.monitor}")
     text = rewrite(text, "listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{own.route}")
     for peer, peer_ports in enumerate(ports):
         text = rewrite(
             text,
-            f"nats-route://nats-{peer}.nats-headless:6222",
+            f"nats-route://{statefulset}-{peer}.{statefulset}-headless:6222",
             f"nats-route://127.0.0.1:{peer_ports.route}",
         )
-    text = rewrite(text, "/etc/nats/tls/", f"{tls_dir}/", count=6)
+    text = rewrite(text, "/etc/nats/tls/", f"{tls_dir}/", count=tls_files)
     text = rewrite(text, "/var/run/nats/nats.pid", str(store.parent / "nats.pid"))
     return rewrite(text, "store_dir: /data/jetstream", f"store_dir: {store}")
 
@@ -183,8 +199,19 @@ def _answers_ok(url: str) -> bool:
 class NatsCluster:
     """Three servers from the shipped cluster.conf and auth.conf on loopback, TLS on."""
 
-    def __init__(self, workdir: Path, *, sync_always: bool = True) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        sync_always: bool = True,
+        fleet: Path | None = None,
+        fleet_install: str = "",
+    ) -> None:
+        """`fleet`: the folder `hostaffinity fleet join` wrote for this install (its leaf
+        remote and JetStream domain), `fleet_install` its token (provisioning then mirrors the
+        fleet view); without them, the shipped placeholders (no fleet)."""
         self.workdir = workdir
+        self.fleet_install = fleet_install
         self.ports = [Ports.free() for _ in range(CLUSTER_SIZE)]
         self.tls_dir = workdir / "tls"
         self.credentials_dir = workdir / "credentials"
@@ -201,6 +228,9 @@ class NatsCluster:
                 render_cluster_conf(index, self.ports, self.tls_dir, store, sync_always=sync_always)
             )
             (folder / "auth.conf").write_text(shipped("auth.conf"))
+            for name in ("fleet.conf", "fleet-domain.conf"):
+                source = SHIPPED / name if fleet is None else fleet / name
+                (folder / name).write_text(source.read_text(encoding="utf-8"))
             # One subscribers.conf for all three, as the Secret mounted into each pod is: the
             # one `hostaffinity bus credentials` (and `bus subscriber`) write.
             (folder / SUBSCRIBERS_CONF).symlink_to(self.credentials_dir / SUBSCRIBERS_CONF)
@@ -230,6 +260,7 @@ class NatsCluster:
             tls_ca_file=str(self.tls_dir / "ca.crt"),
             stream_replicas=CLUSTER_SIZE,
             kv_replicas=CLUSTER_SIZE,
+            fleet_install=self.fleet_install,
         )
 
     def connection(self, identity: str) -> contextlib.AbstractAsyncContextManager[Bus]:

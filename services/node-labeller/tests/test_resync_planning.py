@@ -146,3 +146,19 @@ def test_host_keys_stay_apart_across_vcenters_and_bare_with_one() -> None:
     host = reconcile_host("host-1", "vc.b", inventory_with(), None, kv_stale=False).put
     assert host is not None
     assert host.vcenter == "vc.b"
+
+
+def test_a_placement_recorded_without_the_vcenter_uuid_gets_it_silently() -> None:
+    """Placements written before the labeller read vCenter's instance UUID (the fleet's host
+    identity) are completed once, with no event and no label change."""
+    inventory = inventory_with(("vm-1", "worker-1", UUID, "host-1"))
+    node, placement = placed(inventory)
+    inventory.vcenter_uuid = "5c2d1b8e-0a4f-4e39-9b7d-6f1e2a3b4c5d"
+
+    actions = reconcile_node(
+        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7
+    )
+
+    assert actions.placement is not None
+    assert actions.placement.vcenter_uuid == inventory.vcenter_uuid
+    assert (actions.label_patch, actions.events, actions.delete_placement) == (None, [], False)

@@ -32,20 +32,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
+from hostaffinity.runtime.bus.layout import DRS_STREAM, PLACEMENTS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import (
     DLQ_STREAM,
     DRS_BUCKET,
     EVENTS_STREAM,
     FLEET_BUCKET,
     FLEET_LEASES_BUCKET,
+    PLACEMENTS_BUCKET,
     TOPOLOGY_BUCKET,
     dlq_subject,
     event_subject,
 )
 
 API: Final = "$JS.API"
-OUR_STREAMS: Final = (EVENTS_STREAM, DLQ_STREAM, TOPOLOGY_STREAM, DRS_STREAM)
+# The fleet view's mirror is ours too, on an install that joined a fleet.
+OUR_STREAMS: Final = (
+    EVENTS_STREAM,
+    DLQ_STREAM,
+    TOPOLOGY_STREAM,
+    DRS_STREAM,
+    PLACEMENTS_STREAM,
+    FLEET_STREAM,
+)
 
 
 @dataclass(frozen=True)
@@ -143,20 +153,21 @@ def remove_layout() -> list[str]:
     return [*read_bucket(DRS_BUCKET), *(f"{API}.STREAM.DELETE.{s}" for s in OUR_STREAMS)]
 
 
-def _identity(name: str, purpose: str, *allowances: Iterable[str]) -> Identity:
+def new_identity(name: str, purpose: str, *allowances: Iterable[str]) -> Identity:
+    """An identity allowed `allowances` (each subject once), replies on its own inbox only."""
     publish = tuple(dict.fromkeys(subject for allowance in allowances for subject in allowance))
     return Identity(name, purpose, publish, (f"_INBOX_{name}.>",))
 
 
 IDENTITIES: Final = (
-    _identity(
+    new_identity(
         "node-labeller",
         "writes the topology bucket and the placement events",
         read_bucket(TOPOLOGY_BUCKET),
         write_bucket(TOPOLOGY_BUCKET),
         publish_events("vm.moved", "node.placed", "node.labelled", "node.unmatched"),
     ),
-    _identity(
+    new_identity(
         "drs-translator",
         "reads the topology and the fleet view, owns the DRS ownership bucket and its fleet "
         "rules' leases on the hub, reports rule events",
@@ -168,7 +179,7 @@ IDENTITIES: Final = (
         publish_events("drs.rules.applied", "drs.rule.conflict", "drs.rule.drift", "drs.rule.held"),
         park_dead_letters("drs-translator"),
     ),
-    _identity(
+    new_identity(
         "admission-webhook",
         "reads the fleet view; reports sampled admission mutations",
         read_bucket(FLEET_BUCKET),
@@ -176,7 +187,7 @@ IDENTITIES: Final = (
         # provisioning is dropped), so it needs no stream info.
         [event_subject("pod.mutated")],
     ),
-    _identity(
+    new_identity(
         "scheduler-extender",
         "reads the topology and the fleet view; reports sampled decisions",
         read_bucket(TOPOLOGY_BUCKET),
@@ -184,25 +195,30 @@ IDENTITIES: Final = (
         publish_events("extender.decision"),
         park_dead_letters("scheduler-extender"),
     ),
-    _identity(
+    new_identity(
         "descheduler",
         "reads the topology, the fleet view and, on taking the Lease, its predecessor's "
-        "evictions; reports them",
+        "evictions; reports them; writes the placement summary the fleet hub sources",
         read_bucket(TOPOLOGY_BUCKET),
         read_bucket(FLEET_BUCKET),
         read_stream(EVENTS_STREAM),
+        read_bucket(PLACEMENTS_BUCKET),
+        write_bucket(PLACEMENTS_BUCKET),
+        read_bucket(FLEET_BUCKET),
         publish_events("pod.evicted", "vmi.migration.requested"),
         park_dead_letters("descheduler"),
     ),
-    _identity(
+    new_identity(
         "cli",
         "the operator's hostaffinity command: reads everything, writes nothing",
         read_bucket(TOPOLOGY_BUCKET),
         read_bucket(DRS_BUCKET),
         read_stream(EVENTS_STREAM),
+        read_bucket(PLACEMENTS_BUCKET),
+        read_bucket(FLEET_BUCKET),
         [f"{API}.STREAM.INFO.{DLQ_STREAM}"],
     ),
-    _identity(
+    new_identity(
         "provision",
         "creates and updates the JetStream layout; deletes it at uninstall",
         provision_layout(),

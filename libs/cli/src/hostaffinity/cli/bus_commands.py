@@ -44,6 +44,7 @@ from hostaffinity.cli.kubernetes_subscribers import (
     subscribers_secret,
 )
 from hostaffinity.cli.subscriber_commands import add_subscriber_commands
+from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
 from hostaffinity.runtime.bus.layout import BusLayout
 from hostaffinity.runtime.kube.client import KubeClient, ResourceRef
 from hostaffinity.runtime.process.config import (
@@ -84,6 +85,8 @@ async def provision(args: argparse.Namespace) -> int:
         layout = BusLayout.of(settings)
         await bus.provision(layout)
         for stream in OUR_STREAMS:  # listing all streams is not provisioning's to do
+            if stream == FLEET_STREAM and not layout.fleet_install:
+                continue  # not in a fleet: no mirror of its view
             info = await bus.js.stream_info(stream)
             rollups = ", roll-ups refused" if not info.config.allow_rollup_hdrs else ""
             print(
@@ -92,6 +95,8 @@ async def provision(args: argparse.Namespace) -> int:
                 f"consumers{rollups}"
             )
         print(f"provisioned: streams R{layout.stream_replicas}, buckets R{layout.kv_replicas}")
+        if layout.fleet_install:
+            print(f"fleet: mirroring the hub's view as install {layout.fleet_install}")
     return 0
 
 

@@ -47,17 +47,16 @@ def public_key(seed: bytes) -> str:
 LOOPBACK_NAMES: Final = ("localhost", "127.0.0.1", "::1")
 
 
-def server_hostnames(namespace: str) -> list[str]:
+def server_hostnames(
+    namespace: str, service: str = NATS_SERVICE, headless: str = NATS_HEADLESS_SERVICE
+) -> list[str]:
     """Every name a client or a route may dial a NATS server by: the client Service, the
     headless Service, each pod of the StatefulSet through it (`nats-0.nats-headless...`: one
-    DNS label, so one wildcard each), and the loopback names and addresses of a port-forward."""
+    DNS label, so one wildcard each), and the loopback names and addresses of a port-forward
+    (the fleet hub's servers: its own Services, fleet_registry.py)."""
     names = []
     for suffix in ("", f".{namespace}", f".{namespace}.svc", f".{namespace}.svc.cluster.local"):
-        names += [
-            f"{NATS_SERVICE}{suffix}",
-            f"{NATS_HEADLESS_SERVICE}{suffix}",
-            f"*.{NATS_HEADLESS_SERVICE}{suffix}",
-        ]
+        names += [f"{service}{suffix}", f"{headless}{suffix}", f"*.{headless}{suffix}"]
     return [*names, *LOOPBACK_NAMES]
 
 

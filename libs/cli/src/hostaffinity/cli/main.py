@@ -27,6 +27,7 @@ from hostaffinity.cli.connections import (
 from hostaffinity.cli.demo import add_demo_command
 from hostaffinity.cli.event_log import read_events
 from hostaffinity.cli.event_query import EventQuery, parse_since, table_header, table_row
+from hostaffinity.cli.fleet_commands import add_fleet_commands
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.cli.operator import add_operator_commands
 from hostaffinity.cli.seeding import seed_node_vms, vcenter_settings
@@ -143,6 +144,7 @@ def command_line() -> argparse.ArgumentParser:
     events.set_defaults(run=show_events)
     add_operator_commands(commands)
     add_bus_commands(commands)
+    add_fleet_commands(commands)
     add_check_command(commands)
     add_demo_command(commands)
     add_uninstall_command(commands)

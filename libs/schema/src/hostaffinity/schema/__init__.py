@@ -47,10 +47,15 @@ from hostaffinity.schema.events import (
     event_type_of,
 )
 from hostaffinity.schema.fleet import (
+    HUB_DOMAIN,
     LABEL_FLEET_GROUP,
     ReplicaPlacement,
     WorkloadPlacement,
     fleet_host_id,
+    hub_deliver_prefix,
+    install_domain,
+    jetstream_api,
+    mirror_deliver_prefix,
 )
 from hostaffinity.schema.fleet_rules import FleetRuleLease
 from hostaffinity.schema.labels import label_value
@@ -110,6 +115,7 @@ __all__ = [
     "FLEET_LEASES_BUCKET",
     "FLEET_TOKEN",
     "HA_RESPECT_VM_ANTI_AFFINITY_OPTION",
+    "HUB_DOMAIN",
     "LABEL_DATACENTER",
     "LABEL_ESXI_HOST",
     "LABEL_FLEET_GROUP",
@@ -170,8 +176,12 @@ __all__ = [
     "fleet_rule_name",
     "host_id",
     "host_key",
+    "hub_deliver_prefix",
+    "install_domain",
     "install_token",
+    "jetstream_api",
     "label_value",
+    "mirror_deliver_prefix",
     "node_key",
     "node_outbox_key",
     "parse_drs_name",

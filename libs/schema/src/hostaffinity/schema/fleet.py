@@ -12,11 +12,40 @@ A host is known across installs by `host_id` (`fleet_host_id`): the same ESXi ho
 two installs' node-labellers gets the same id whatever each install calls its vCenter.
 """
 
+from typing import Final
+
 import msgspec
 
 # Pods with this label are kept on different ESXi hosts from every other pod of the same group,
 # in whatever cluster they run (opt-in, cross-cluster host anti-affinity).
 LABEL_FLEET_GROUP = "hostaffinity.io/fleet-group"
+
+# JetStream domains: the hub's, and each install's (its bus's own, named for its install token).
+# NATS keeps the JetStream of each side of a leaf-node link apart by domain, and a stream in one
+# domain reaches another's through its API prefix `$JS.<domain>.API`. The `install-` part keeps
+# an install's domain from ever being the hub's, whatever its token.
+HUB_DOMAIN: Final = "hostaffinity-hub"
+
+
+def install_domain(install: str) -> str:
+    """The JetStream domain of the install whose token is `install`."""
+    return f"hostaffinity-install-{install}"
+
+
+def jetstream_api(domain: str) -> str:
+    """The prefix under which a domain's JetStream API answers across leaf-node links."""
+    return f"$JS.{domain}.API"
+
+
+def hub_deliver_prefix(install: str) -> str:
+    """Where the hub's sourcing consumers on one install deliver (`<prefix>.S.<id>`): a subject
+    of that install's own, so its hub credentials may publish there and nowhere another's are."""
+    return f"hostaffinity.fleet.from.{install}"
+
+
+def mirror_deliver_prefix(install: str) -> str:
+    """Where the hub delivers the fleet view one install mirrors (`<prefix>.M.<id>`)."""
+    return f"hostaffinity.fleet.to.{install}"
 
 
 class ReplicaPlacement(msgspec.Struct, frozen=True, kw_only=True):

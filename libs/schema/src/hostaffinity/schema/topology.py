@@ -28,6 +28,9 @@ class NodePlacement(msgspec.Struct, frozen=True, kw_only=True):
     zone: str = ""
     region: str = ""
     rack: str = ""
+    # vCenter's instance UUID (`content.about.instanceUuid`): with `host_moid`, the host's
+    # identity across installs (fleet.fleet_host_id); empty where the labeller has not read it.
+    vcenter_uuid: str = ""
 
 
 class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +57,8 @@ class EsxiHost(msgspec.Struct, frozen=True, kw_only=True):
     # The vCenter the host is in, named as placements name it (empty in records written before
     # several vCenters were supported; the node-labeller rewrites them).
     vcenter: str = ""
+    # vCenter's instance UUID, as in NodePlacement.
+    vcenter_uuid: str = ""
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

@@ -48,7 +48,7 @@ from hostaffinity.runtime.bus.kv import Bootstrapped, NodeChange, TopologyChange
 from hostaffinity.runtime.bus.topology_feed import Link, follow_topology
 from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
 from hostaffinity.runtime.kube.informer import Informer, InformerEvent, InformerSettings
-from hostaffinity.schema import LABEL_ESXI_HOST
+from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement
 
 T = TypeVar("T")
 
@@ -76,8 +76,10 @@ class Feeds:
         on_vmi: Callable[[VirtualMachineInstance], Awaitable[None]],
         link: Link,
         settings: InformerSettings | None = None,
+        on_placement: Callable[[str, NodePlacement | None], None] | None = None,
     ) -> None:
         self._topology = topology
+        self._on_placement = on_placement
         self._link = link
         self._state = state
         self._trigger = trigger
@@ -206,6 +208,8 @@ class Feeds:
                 reason = f"placement of {change.node} changed"
                 self._trigger.poke(reason, node_scope(change.node))
             self._state.set_placement(change.node, host)
+            if self._on_placement is not None:
+                self._on_placement(change.node, change.placement)
         elif isinstance(change, Bootstrapped):
             self.placements_synced = True
             # Cycles skipped while the watch was down run now.

@@ -26,8 +26,10 @@ from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSe
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.exposure_gauge import ExposureGauge
 from hostaffinity.descheduler.feeds import Feeds
+from hostaffinity.descheduler.fleet_exposure import FleetExposure
 from hostaffinity.descheduler.intents import Intents, finish
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
+from hostaffinity.descheduler.placement_summary import PlacementSummary
 from hostaffinity.descheduler.policy import (
     DEFAULT_POLICY,
     Policy,
@@ -41,12 +43,12 @@ from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.triggers import CycleTrigger
 from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
-from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
+from hostaffinity.runtime.bus.layout import PLACEMENTS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.process.config import ConfigError
 from hostaffinity.runtime.runner import ServiceContext
-from hostaffinity.schema import EVENTS_STREAM
+from hostaffinity.schema import EVENTS_STREAM, PLACEMENTS_BUCKET
 
 _log = logging.getLogger(__name__)
 SYNC_POLL_SECONDS: Final = 0.2
@@ -141,6 +143,7 @@ class DeschedulerWork:
         self.executor: Executor | None = None
         self.loop: DeschedulingLoop | None = None
         self.exposure: ExposureGauge | None = None
+        self.summary: PlacementSummary | None = None
 
     def synced(self) -> bool:
         return self.feeds is not None and self.feeds.synced()
@@ -150,7 +153,7 @@ class DeschedulerWork:
         settings, shared = config.descheduler, config.shared
         policy = read_policy(config)
         ctx.add_readiness(STATE_SYNCED, self.synced)
-        await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
+        await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM, PLACEMENTS_STREAM])
         topology = await ctx.bus.topology(parked_as=SOURCE)
         state = self.state = ClusterState(
             physical_anti_affinity=shared.reads_hostname_as_host,
@@ -192,6 +195,7 @@ class DeschedulerWork:
             reporter.stay,
             trigger.poke,
         )
+        summary = self.summary = PlacementSummary(state, ctx.cluster.name)
         awaiting_restart = PlacementsAwaitingRestart(
             state, EventRecorder(ctx.kube, ctx.program, ctx.identity)
         )
@@ -205,6 +209,7 @@ class DeschedulerWork:
             on_vm=awaiting_restart.vm_changed,
             on_vmi=awaiting_restart.vmi_changed,
             link=ctx.bus.link_epoch,
+            on_placement=summary.placement_changed,
         )
         self.exposure = ExposureGauge(state, feeds.synced)
 
@@ -240,6 +245,11 @@ class DeschedulerWork:
         )
         # Stopping, attempts in flight finish and report before the outbox drains.
         ctx.start(outbox.run_with(executor.run()), name="executor")
+        placements = await ctx.bus.js.key_value(PLACEMENTS_BUCKET)
+        ctx.start(summary.run(placements, feeds.synced), name="placement-summary")
+        if config.nats.fleet_install:
+            exposed = FleetExposure(config.nats.fleet_install)
+            ctx.start(exposed.run(ctx.bus.js), name="fleet-exposure")
         await self.loop.run()
 
 

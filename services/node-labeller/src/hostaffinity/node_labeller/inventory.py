@@ -79,6 +79,7 @@ class HostFacts:
     connection_state: str
     in_maintenance_mode: bool
     entering_maintenance: bool
+    vcenter_uuid: str = ""
 
 
 @dataclass(slots=True)
@@ -90,7 +91,9 @@ class _Object:
 class Inventory:
     """Objects by moid plus the indexes node matching needs (BIOS UUID, VM name, guest name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, vcenter_uuid: str = "") -> None:
+        # The vCenter's instance UUID, given with each complete read (UpdateBatch).
+        self.vcenter_uuid = vcenter_uuid
         self._objects: dict[str, _Object] = {}
         self._vms_by_uuid: dict[str, set[str]] = defaultdict(set)
         self._vms_by_name: dict[str, set[str]] = defaultdict(set)
@@ -155,6 +158,7 @@ class Inventory:
             connection_state=_text(obj.props.get("runtime.connectionState")),
             in_maintenance_mode=obj.props.get("runtime.inMaintenanceMode") is True,
             entering_maintenance=self._entering_maintenance(moid),
+            vcenter_uuid=self.vcenter_uuid,
         )
 
     def host_of_task(self, moid: str) -> str | None:

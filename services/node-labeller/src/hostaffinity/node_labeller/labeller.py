@@ -320,7 +320,7 @@ class Labeller:
         vcenter = batch.vcenter
         previous = self.state.inventories.get(vcenter)
         if batch.resync:
-            self.state.inventories[vcenter] = Inventory()
+            self.state.inventories[vcenter] = Inventory(batch.vcenter_uuid)
             self.inventory_reads += 1
         inventory = self.state.inventories.setdefault(vcenter, Inventory())
         affected_vms: set[str] = set()

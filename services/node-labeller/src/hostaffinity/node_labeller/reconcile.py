@@ -228,6 +228,7 @@ def _placement(
         zone=domains.zone,
         region=domains.region,
         rack=domains.rack,
+        vcenter_uuid=host.vcenter_uuid,
     )
 
 
@@ -246,9 +247,10 @@ def _settle(
         actions.placement = observed
         actions.events.extend(_placement_events(previous, observed, match, now))
         return observed
-    if kv_stale:
+    # A placement recorded before the vCenter's instance UUID was read gets it, silently too.
+    if kv_stale or previous.vcenter_uuid != observed.vcenter_uuid:
         actions.placement = msgspec.structs.replace(
-            previous, observed_at=now, version=observed.version
+            previous, observed_at=now, version=observed.version, vcenter_uuid=observed.vcenter_uuid
         )
         return actions.placement
     return previous
@@ -348,6 +350,7 @@ def reconcile_host(
         rack=domains.rack,
         entering_maintenance=facts.entering_maintenance,
         vcenter=vcenter,
+        vcenter_uuid=facts.vcenter_uuid,
     )
     return HostActions(put=host) if kv_stale or host != previous else HostActions()
 

@@ -76,6 +76,9 @@ class UpdateBatch:
     updates: list[ObjectUpdate]
     resync: bool
     received_at: float
+    # vCenter's instance UUID (content.about.instanceUuid), read with the filters: with a host's
+    # moid, the host's identity across installs (the fleet view).
+    vcenter_uuid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +113,12 @@ class _Feed:
         self._collector: Any = None
         self._view: Any = None
         self._built_in = 0  # the session's relogins when the objects were made
+        self.vcenter_uuid = ""
 
     def build(self) -> None:
         """On the session's thread: a collector of its own with one filter on a new view."""
         content = self.session.content
+        self.vcenter_uuid = str(getattr(content.about, "instanceUuid", "") or "").lower()
         self._built_in = self.session.relogins
         self._collector = content.propertyCollector.CreatePropertyCollector()
         self._view, spec = inventory_filter_spec(content, self.properties)
@@ -256,7 +261,8 @@ class InventoryWatcher:
         if not unchanged():
             return
         updates = [update for _, part in wholes for update in part]
-        self.batches.put_nowait(UpdateBatch(self.vcenter, updates, True, time.monotonic()))
+        batch = UpdateBatch(self.vcenter, updates, True, time.monotonic(), reader.vcenter_uuid)
+        self.batches.put_nowait(batch)
         self._failures = 0
         self._following = True
         await _until_one_ends(
@@ -308,6 +314,7 @@ class InventoryWatcher:
                         snapshot + self._delivered_during_read,
                         True,
                         time.monotonic(),
+                        reader.vcenter_uuid,
                     )
                 )
             finally:

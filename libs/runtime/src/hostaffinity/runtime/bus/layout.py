@@ -1,5 +1,6 @@
 """The JetStream layout: the events and DLQ streams, the topology bucket, the drs-translator's
-ownership bucket.
+ownership bucket, the descheduler's placement summary and, on an install of a fleet, its mirror
+of the hub's fleet view (fleet_layout.py).
 
 Only the provisioning step (`hostaffinity bus provision`, with the `provision` identity) creates
 or updates them: creating what exists with the same settings is a no-op on the server, changed
@@ -26,6 +27,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
+from hostaffinity.runtime.bus.fleet_layout import provision_mirror
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import (
     DLQ_STREAM,
@@ -33,6 +35,7 @@ from hostaffinity.schema import (
     DRS_BUCKET,
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,
+    PLACEMENTS_BUCKET,
     TOPOLOGY_BUCKET,
 )
 
@@ -44,6 +47,7 @@ _UNLIMITED: Final = -1
 KV_STREAM_PREFIX: Final = "KV_"
 TOPOLOGY_STREAM: Final = f"{KV_STREAM_PREFIX}{TOPOLOGY_BUCKET}"
 DRS_STREAM: Final = f"{KV_STREAM_PREFIX}{DRS_BUCKET}"
+PLACEMENTS_STREAM: Final = f"{KV_STREAM_PREFIX}{PLACEMENTS_BUCKET}"
 # Consumers per stream, from what the readers create: one ordered consumer per watch (each
 # replica of a service watches the topology once; the drs-translator watches its bucket twice),
 # one per `hostaffinity` command that reads, and outside subscribers' consumers on the events
@@ -56,6 +60,9 @@ MAX_CONSUMERS: Final = {
     # Each drs-translator start reads the records through ordered consumers that outlive a
     # killed process until the server expires them: a crash loop must not use the cap up.
     DRS_STREAM: 256,
+    # The descheduler's watch at start, the CLI's reads, the hub's two sourcing consumers (a
+    # new one may be made before the old expires when the link flaps).
+    PLACEMENTS_STREAM: 64,
 }
 
 
@@ -87,6 +94,9 @@ class BusLayout(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     # 3 on a production cluster, 1 on a single server.
     stream_replicas: int = 1
     kv_replicas: int = 1
+    # This install's token in the fleet (`hostaffinity fleet join`); set, provisioning also
+    # mirrors the hub's fleet view into this bus.
+    fleet_install: str = ""
 
     @classmethod
     def of(cls, settings: NatsSettings) -> "BusLayout":
@@ -98,6 +108,7 @@ class BusLayout(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             duplicate_window_seconds=settings.duplicate_window_seconds,
             stream_replicas=settings.stream_replicas,
             kv_replicas=settings.kv_replicas,
+            fleet_install=settings.fleet_install,
         )
 
 
@@ -165,7 +176,11 @@ async def provision_layout(js: JetStreamContext, layout: BusLayout) -> KeyValue:
     await _ensure_stream(js, _stream(DLQ_STREAM, DLQ_SUBJECT_PREFIX, dlq_age, dlq_bytes, layout))
     # The ownership records of DRS rules: one value per key is all a reader needs.
     await _ensure_bucket(js, DRS_BUCKET, 1, layout)
+    # Each workload's latest placement: what the hub sources, whether or not it is joined yet.
+    await _ensure_bucket(js, PLACEMENTS_BUCKET, 1, layout)
     topology = await _ensure_bucket(js, TOPOLOGY_BUCKET, layout.topology_history, layout)
+    if layout.fleet_install:
+        await provision_mirror(js, layout.fleet_install, replicas=layout.kv_replicas)
     return topology
 
 

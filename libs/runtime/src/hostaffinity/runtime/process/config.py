@@ -118,6 +118,9 @@ class NatsSettings(Settings, frozen=True):
     events_max_bytes: ByteLimit = -1
     dlq_max_age_seconds: Delay = 30 * 24 * 3600
     dlq_max_bytes: ByteLimit = -1
+    # This install's token in a fleet, as `hostaffinity fleet join` printed it (empty: not in a
+    # fleet). Set, `hostaffinity bus provision` mirrors the fleet hub's view into this bus.
+    fleet_install: str = ""
 
     @property
     def inbox_prefix(self) -> str:

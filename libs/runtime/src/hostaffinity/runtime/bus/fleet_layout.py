@@ -1,0 +1,176 @@
+"""The fleet's JetStream layout, on the hub and on each install, built on NATS's own multi-site
+machinery: leaf nodes, one JetStream domain per side, and streams that source or mirror across
+domains (docs.nats.io, "JetStream on Leaf Nodes" and "Cross-account subjects", nats-server 2.15).
+
+- On the hub, `KV_hostaffinity-fleet` is a KV bucket's stream with no subjects of its own
+  writers could publish to: it *sources* every member install's `KV_hostaffinity-placements`
+  and `KV_hostaffinity-topology` through that install's API prefix `$JS.<install-domain>.API`,
+  and a subject transform on each source files the install's keys under its token
+  (`$KV.hostaffinity-placements.<key>` → `$KV.hostaffinity-fleet.<token>.<key>`, names.fleet_key).
+  JetStream tracks each source's last sequence: a link that comes back resumes there, so
+  nothing is lost and nothing stored twice.
+- On an install, `KV_hostaffinity-fleet` *mirrors* the hub's bucket through `$JS.<hub>.API`:
+  the services read the fleet view from their own bus, and while the hub is away it only goes
+  stale. It keeps the origin's subjects, so the KV client reads it as it reads any bucket
+  (ADR-8: a mirror named as its origin needs no subject rewrite).
+
+Each source and the mirror deliver under a prefix of the install's own
+(`fleet.hub_deliver_prefix`, `fleet.mirror_deliver_prefix`), which the install's hub
+credentials are limited to (`hostaffinity.cli.fleet_access`).
+
+nats-py's KeyValueConfig has no sources or mirror: both are made as their streams, in the shape
+nats-py gives a bucket (`$KV.<bucket>.>`, direct gets, history per key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    ExternalStream,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamSource,
+    SubjectTransform,
+)
+from nats.js.errors import NotFoundError
+
+from hostaffinity.runtime.bus.kv_entries import live_entries
+from hostaffinity.schema import (
+    FLEET_BUCKET,
+    HUB_DOMAIN,
+    PLACEMENTS_BUCKET,
+    TOPOLOGY_BUCKET,
+    hub_deliver_prefix,
+    install_domain,
+    jetstream_api,
+    mirror_deliver_prefix,
+)
+
+FLEET_STREAM: Final = f"KV_{FLEET_BUCKET}"
+# What an install exports to the hub: these buckets, and nothing else.
+EXPORTED_BUCKETS: Final = (PLACEMENTS_BUCKET, TOPOLOGY_BUCKET)
+# Consumers on the hub's fleet bucket: one mirror per install, the `fleet-cli` readers.
+HUB_MAX_CONSUMERS: Final = 1024
+
+
+class FleetLayoutError(RuntimeError):
+    """The fleet view's stream exists in a shape provisioning cannot turn into this one."""
+
+
+def _kv_subjects(bucket: str) -> str:
+    return f"$KV.{bucket}.>"
+
+
+def install_sources(install: str) -> list[StreamSource]:
+    """The hub's sources of one install: its placements and topology buckets, keys filed
+    under its token."""
+    external = ExternalStream(
+        api=jetstream_api(install_domain(install)), deliver=hub_deliver_prefix(install)
+    )
+    return [
+        StreamSource(
+            name=f"KV_{bucket}",
+            external=external,
+            subject_transforms=[
+                SubjectTransform(src=_kv_subjects(bucket), dest=f"$KV.{FLEET_BUCKET}.{install}.>")
+            ],
+        )
+        for bucket in EXPORTED_BUCKETS
+    ]
+
+
+def hub_fleet_stream(installs: Iterable[str], *, replicas: int, history: int) -> StreamConfig:
+    """The hub's fleet view: every member install's sources, in a stable order."""
+    sources = [source for install in sorted(set(installs)) for source in install_sources(install)]
+    return StreamConfig(
+        name=FLEET_STREAM,
+        subjects=[_kv_subjects(FLEET_BUCKET)],
+        retention=RetentionPolicy.LIMITS,
+        discard=DiscardPolicy.NEW,
+        storage=StorageType.FILE,
+        max_msgs_per_subject=history,
+        num_replicas=replicas,
+        allow_direct=True,
+        allow_rollup_hdrs=False,
+        deny_delete=True,
+        deny_purge=True,
+        max_consumers=HUB_MAX_CONSUMERS,
+        sources=sources or None,
+    )
+
+
+def install_fleet_mirror(install: str, *, replicas: int) -> StreamConfig:
+    """An install's read-only copy of the hub's fleet view."""
+    return StreamConfig(
+        name=FLEET_STREAM,
+        retention=RetentionPolicy.LIMITS,
+        discard=DiscardPolicy.NEW,
+        storage=StorageType.FILE,
+        max_msgs_per_subject=1,
+        num_replicas=replicas,
+        allow_direct=True,
+        mirror_direct=True,
+        allow_rollup_hdrs=False,
+        deny_delete=True,
+        deny_purge=True,
+        max_consumers=256,
+        mirror=StreamSource(
+            name=FLEET_STREAM,
+            external=ExternalStream(
+                api=jetstream_api(HUB_DOMAIN), deliver=mirror_deliver_prefix(install)
+            ),
+        ),
+    )
+
+
+async def provision_hub(
+    js: JetStreamContext, installs: Iterable[str], *, replicas: int, history: int
+) -> StreamConfig:
+    """Create the hub's fleet view, or update its sources to exactly `installs` (an install
+    that left stops being sourced; what it had sent stays until its keys are replaced)."""
+    wanted = hub_fleet_stream(installs, replicas=replicas, history=history)
+    try:
+        current = (await js.stream_info(FLEET_STREAM)).config
+    except NotFoundError:
+        await js.add_stream(wanted)
+        return wanted
+    if current.mirror is not None:
+        raise FleetLayoutError(f"stream {FLEET_STREAM} on the hub is a mirror, not the view")
+    await js.update_stream(wanted)
+    return wanted
+
+
+async def forget_departed(js: JetStreamContext, installs: Iterable[str]) -> int:
+    """Delete from the hub's view every key of an install no longer among `installs` (it left
+    the fleet: its sources are gone, its keys would stay forever). Deletes are markers, which
+    the installs' mirrors receive as any other change; returns how many keys went."""
+    kept = set(installs)
+    view = await js.key_value(FLEET_BUCKET)
+    gone = [key for key in await live_entries(view) if key.partition(".")[0] not in kept]
+    for key in gone:
+        await view.delete(key)
+    return len(gone)
+
+
+async def provision_mirror(js: JetStreamContext, install: str, *, replicas: int) -> None:
+    """Create the install's mirror of the hub's view; one mirroring elsewhere is refused (a
+    mirror's origin cannot change in place: delete the stream, then provision again)."""
+    wanted = install_fleet_mirror(install, replicas=replicas)
+    try:
+        current = (await js.stream_info(FLEET_STREAM)).config
+    except NotFoundError:
+        await js.add_stream(wanted)
+        return
+    origin = current.mirror.external if current.mirror is not None else None
+    if origin is None or origin.deliver != mirror_deliver_prefix(install):
+        raise FleetLayoutError(
+            f"stream {FLEET_STREAM} exists but does not mirror the hub for install {install} "
+            f"(mirror: {current.mirror}); delete it, then run `hostaffinity bus provision` again"
+        )
+    if current.num_replicas != replicas:
+        await js.update_stream(current.evolve(num_replicas=replicas))

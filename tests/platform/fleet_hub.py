@@ -1,0 +1,155 @@
+"""The fleet hub as it ships, on loopback: three nats-servers from k8s/components/fleet-hub's
+hub.conf (TLS on clients, routes and leaf nodes, domain hostaffinity-hub), its authorization
+(installs.conf) and TLS from the folder `hostaffinity fleet hub-credentials` makes; and installs
+whose buses (the shipped three-server bus, tests/platform/nats_cluster.py) join it as leaf
+nodes with what `hostaffinity fleet join` wrote for them.
+
+Rendering changes only what a pod's environment makes different here, each change asserted:
+ports (client, route, monitor, leaf), the route URLs, the TLS paths, the pid file and the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from hostaffinity.cli.fleet_registry import HUB_AUTHORIZATION, HubFolder
+from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.fleet_layout import forget_departed, provision_hub
+from hostaffinity.runtime.process.config import NatsSettings
+from hostaffinity.schema import install_token
+from tests.platform.nats import free_listen_port
+from tests.platform.nats_cluster import (
+    CLUSTER_SIZE,
+    NatsCluster,
+    Ports,
+    ServerProcess,
+    connected,
+    on_loopback,
+    rewrite,
+)
+
+HUB_CONF: Final = Path(__file__).resolve().parents[2] / "k8s" / "components" / "fleet-hub"
+
+
+@dataclass(frozen=True)
+class HubPorts(Ports):
+    leaf: int
+
+    @classmethod
+    def free(cls) -> HubPorts:
+        return cls(free_listen_port(), free_listen_port(), free_listen_port(), free_listen_port())
+
+
+def render_hub_conf(index: int, ports: list[HubPorts], tls_dir: Path, store: Path) -> str:
+    text = (HUB_CONF / "hub.conf").read_text(encoding="utf-8")
+    text = rewrite(text, "listen: 0.0.0.0:7422", f"listen: 127.0.0.1:{ports[index].leaf}")
+    return on_loopback(text, "fleet-hub", index, ports, tls_dir, store, tls_files=8)
+
+
+class FleetHub:
+    """Three hub servers; installs join through `join`, which is `hostaffinity fleet join`."""
+
+    def __init__(self, workdir: Path, *, history: int = 64, folder: Path | None = None) -> None:
+        """`folder`: the hub's folder (`hostaffinity fleet hub-credentials --dir`), made here
+        unless given."""
+        self.workdir = workdir
+        self.history = history
+        self.folder = HubFolder(folder or workdir / "hub-folder")
+        self.folder.ensure_credentials()
+        self.ports = [HubPorts.free() for _ in range(CLUSTER_SIZE)]
+        self.servers: list[ServerProcess] = []
+        for index in range(CLUSTER_SIZE):
+            folder = workdir / f"fleet-hub-{index}"
+            folder.mkdir(parents=True)
+            store = folder / "jetstream"
+            config = folder / "hub.conf"
+            config.write_text(render_hub_conf(index, self.ports, self.folder.tls_dir, store))
+            (folder / HUB_AUTHORIZATION).symlink_to(self.folder.directory / HUB_AUTHORIZATION)
+            env = {"POD_NAME": f"fleet-hub-{index}"}
+            self.servers.append(
+                ServerProcess(f"fleet-hub-{index}", config, env, self.ports[index].monitor)
+            )
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"tls://127.0.0.1:{ports.client}" for ports in self.ports]
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.folder.tls_dir
+
+    @property
+    def seeds(self) -> dict[str, Path]:
+        return {who: self.folder.seed_file(who) for who in ("fleet-provision", "fleet-cli")}
+
+    @property
+    def leaf_urls(self) -> list[str]:
+        return [f"tls://127.0.0.1:{ports.leaf}" for ports in self.ports]
+
+    def settings(self, identity: str) -> NatsSettings:
+        return NatsSettings(
+            servers=self.urls,
+            identity=identity,
+            nkey_seed_file=str(self.folder.seed_file(identity)),
+            tls_ca_file=str(self.folder.tls_dir / "ca.crt"),
+            stream_replicas=CLUSTER_SIZE,
+            kv_replicas=CLUSTER_SIZE,
+        )
+
+    def connection(
+        self, identity: str = "fleet-cli"
+    ) -> contextlib.AbstractAsyncContextManager[Bus]:
+        return connected(self.settings(identity))
+
+    async def start(self) -> None:
+        for server in self.servers:
+            await server.start(wait=False)
+        for server in self.servers:
+            await server.wait_healthy()
+        for server in self.servers:
+            await server.wait_healthy("")
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(server.stop() for server in self.servers))
+
+    def reload(self) -> None:
+        """SIGHUP every running server: installs.conf changed (the Kubernetes reloader's job)."""
+        for server in self.servers:
+            pid_file = server.config.parent / "nats.pid"
+            if server.running and pid_file.exists():
+                os.kill(int(pid_file.read_text().strip()), signal.SIGHUP)
+
+    async def provision(self) -> None:
+        """`hostaffinity fleet provision`: the view, sourcing every registered install."""
+        tokens = [member.token for member in self.folder.members()]
+        async with connected(self.settings("fleet-provision")) as bus:
+            await provision_hub(bus.js, tokens, replicas=CLUSTER_SIZE, history=self.history)
+            await forget_departed(bus.js, tokens)
+
+    def join(self, name: str, cluster: str, workdir: Path) -> NatsCluster:
+        """Register the install and make its bus (not started) with what the join wrote."""
+        self.folder.join(name, cluster, self.leaf_urls, ca_path="HUB_CA_PATH")
+        install_folder = self.folder.install_dir(name)
+        leaf = install_folder / "fleet.conf"
+        ca = install_folder / "hub-ca.crt"
+        leaf.write_text(rewrite(leaf.read_text(), "HUB_CA_PATH", str(ca)))
+        return NatsCluster(workdir, fleet=install_folder, fleet_install=install_token(cluster))
+
+
+@contextlib.asynccontextmanager
+async def running_hub(
+    workdir: Path, *, history: int = 64, folder: Path | None = None
+) -> AsyncIterator[FleetHub]:
+    hub = FleetHub(workdir, history=history, folder=folder)
+    await hub.start()
+    try:
+        yield hub
+    finally:
+        await hub.stop()
