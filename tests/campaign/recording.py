@@ -157,6 +157,8 @@ class RecordingDouble(KubeDouble):
         self.connections = connections
         self.api_fault = ObjectFault()
         self.throttled = False
+        # Storage -> the revision of its last change (what a reader caching it compares).
+        self.latest: dict[str, int] = {}
         self.server.app = self._app  # type: ignore[method-assign]
         for storage in sorted({r.storage_key for r in RESOURCES}):
             _, subscription = self.store.subscribe(storage, self.store.rv)
@@ -209,6 +211,7 @@ class _Stamping(asyncio.Queue[Change]):
 
     def put_nowait(self, item: Any) -> None:
         change: Change = item
+        self._double.latest[change.storage] = change.rv
         self._double.history.changes.append(
             StoredChange(
                 self._double.clock.now(),
