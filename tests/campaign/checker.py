@@ -437,7 +437,8 @@ def installs_keep_to_their_own(history: History) -> Result:
     """Whatever one install does, the others' DRS objects are theirs: no DRS reconfigure sent by
     an install's process adds, edits or removes a rule or group not named for that install
     (another install's, or an administrator's, even for a moment), and every name of
-    hostaffinity's form in vCenter at the end is named for one of the installs."""
+    hostaffinity's form in vCenter at the end is named for one of the installs. (A campaign
+    starts with no name of a release before 0.2.0, whose rename in place would touch one.)"""
     result = Result("installs-keep-to-their-own")
     installs = {each.install: each.name for each in history.installs}
     for each in history.installs:
