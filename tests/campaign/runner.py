@@ -5,6 +5,8 @@ and the report printed. Returns the exit status (0: all invariants held)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import random
 import time
 from collections import Counter
@@ -15,7 +17,7 @@ from typing import Final
 from hostaffinity.schema import LABEL_ESXI_HOST
 from tests.campaign.checker import END, Result, check, first_breach
 from tests.campaign.faults import Injector, PlannedFault, Targets, schedule
-from tests.campaign.history import RECONFIGURE, Clock, Fault, History
+from tests.campaign.history import RECONFIGURE, Clock, Fault, FinalState, History
 from tests.campaign.install import COOLDOWN_S, SHAPES
 from tests.campaign.snapshot import read_final, vcenter_truth
 from tests.campaign.system import AdminSession, System, running_system
@@ -78,6 +80,8 @@ async def campaign(seed: int, minutes: float, workdir: Path) -> int:
             controllers.cancel()
             await asyncio.gather(controllers, return_exceptions=True)
         await read_final(system)
+    for each in history.installs:
+        (workdir / f"final-{each.name}.json").write_text(_as_json(each.final), encoding="utf-8")
     results = check(history)
     return report(history, planned, results, _convergence(history, agreement, healed))
 
@@ -144,6 +148,13 @@ def report(
         "all invariants held"
     )
     return 0
+
+
+def _as_json(final: FinalState) -> str:
+    """The final state as JSON, for a look after the run (sets sorted, keys as text)."""
+    data = dataclasses.asdict(final)
+    data["admin_rules"] = {"/".join(key): rule for key, rule in final.admin_rules.items()}
+    return json.dumps(data, indent=1, default=sorted)
 
 
 def _all_faults(history: History) -> set[Fault]:
