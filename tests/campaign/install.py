@@ -132,10 +132,6 @@ class Install:
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
 
     @property
-    def name(self) -> str:
-        return self.shape.name
-
-    @property
     def token(self) -> str:
         """The install token the services derive for this cluster (its kube-system UID)."""
         namespace = self.double.read("v1", "namespaces", "kube-system")
