@@ -6,8 +6,11 @@ reconcile workers, the periodic resync and (with `failure_domains` categories) e
 tag reads, side by side until cancelled.
 """
 
+import asyncio
 import logging
 from collections.abc import Callable
+
+from nats.errors import Error as NatsError
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.inventory import watched_properties
@@ -16,10 +19,12 @@ from hostaffinity.node_labeller.nodes import Node
 from hostaffinity.node_labeller.reconcile import PlannerSettings
 from hostaffinity.node_labeller.tag_refresh import refresh_tags_forever
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
+from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.kube.client import NODES
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, InformerEvent, msgspec_decoder
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.schema import EVENTS_STREAM
 
@@ -78,7 +83,7 @@ class NodeLabellerWork:
             workers=own.patch_concurrency,
             retry=Retry(own.retry_base_seconds, own.retry_max_seconds),
         )
-        labeller.load_topology(await store.snapshot())
+        labeller.load_topology(await stored_topology(store, own.retry_max_seconds))
         self.labeller = labeller
         for watcher in self.watchers:
             ctx.start(watcher.run(), name=f"vcenter-watch {watcher.vcenter}")
@@ -102,6 +107,24 @@ class NodeLabellerWork:
     def _read_all_again(self) -> None:
         for watcher in self.watchers:
             watcher.request_full_read()
+
+
+async def stored_topology(store: TopologyStore, retry_seconds: float) -> TopologySnapshot:
+    """What the KV holds, to start from; asked again while the bus does not answer (a NATS
+    server killed, a stream leader being elected): failing the work for it would only restart
+    the process. The fault campaign found it: a replica that took the Lease as a server of the
+    cluster was killed exited 1 with `nats: timeout` from this read."""
+    while True:
+        try:
+            return await store.snapshot()
+        except NatsError as error:
+            log.warning(
+                "the topology bucket did not answer (%r); asking again in %.0f s",
+                error,
+                retry_seconds,
+            )
+        raise_if_cancel_requested()  # a NATS call may have swallowed it
+        await asyncio.sleep(retry_seconds)
 
 
 async def _apply_batches(watcher: InventoryWatcher, labeller: Labeller) -> None:
