@@ -4,6 +4,7 @@ and short campaigns over the whole system hold every invariant (the same entry p
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 import jsonpatch
 import msgspec
 import pytest
+from pyVmomi import SoapAdapter, vim
 
 from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
 from hostaffinity.runtime.bus.kv import TopologySnapshot
@@ -25,13 +27,16 @@ from hostaffinity.schema import (
     NodeLabelled,
     PodEvicted,
 )
-from tests.campaign.checker import check, first_breach
-from tests.campaign.faults import schedule
+from tests.campaign.checker import Result, check, first_breach
+from tests.campaign.drs_writes import parse_reconfigure, touches
+from tests.campaign.faults import Targets, schedule
 from tests.campaign.history import (
     CAMPAIGN,
     RECONFIGURE,
     AdmissionCall,
     ApiRequest,
+    Clock,
+    DrsTouch,
     ExtenderFilter,
     Fault,
     FinalState,
@@ -41,8 +46,9 @@ from tests.campaign.history import (
     StoredChange,
     VcenterWrite,
 )
+from tests.campaign.install import VCENTER_NAME
+from tests.campaign.recording import Connections, VcenterProxy
 from tests.campaign.snapshot import desired_drs
-from tests.campaign.system import VCENTER_NAME
 from tests.campaign.workload import anti_affinity
 from tests.platform.bus_values import ESXI_HOST, OTHER_HOST, node_placement
 from tests.platform.nats import free_listen_port
@@ -51,8 +57,10 @@ REPO = Path(__file__).resolve().parents[1]
 HOSTNAME_KEY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 LEADER, RIVAL = "host-101", "host-202"
-INSTALL = "campaign"
+INSTALL, OTHER = "campaign", "other-cluster"
 RULE = str(DrsName("vm-anti-affinity", INSTALL, "0123456789ab"))
+# The same workload's rule in the other install's cluster: the same digest, its own install.
+OTHER_RULE = str(DrsName("vm-anti-affinity", OTHER, "0123456789ab"))
 EVICT = "/api/v1/namespaces/default/pods/web1-a/eviction"
 
 
@@ -124,10 +132,33 @@ def _pdb(allowed: int, disrupted: dict[str, str] | None = None) -> dict[str, Any
     }
 
 
+def labelled(event_id: str, node: str, host: str) -> NodeLabelled:
+    return NodeLabelled(
+        id=event_id,
+        occurred_at="",
+        source="node-labeller",
+        node=node,
+        labels={LABEL_ESXI_HOST: host},
+        version=1,
+    )
+
+
+def applied(event_id: str, rule: str) -> DrsRulesApplied:
+    """The drs-translator's event on adding `rule` in cluster c1."""
+    return DrsRulesApplied(
+        id=event_id,
+        occurred_at="",
+        source="drs-translator",
+        vcenter="vc",
+        cluster_moid="c1",
+        added=[rule],
+    )
+
+
 def healthy() -> History:
     """A small history in which every invariant holds: the descheduler's leader evicts one pod
     (charging its PDB), the drs-translator's leader writes one rule, the labeller labels."""
-    history = History(seed=7, ready_at=0.5, lease_duration_s=2.0, cooldown_s=10.0)
+    history = History(seed=7, install=INSTALL, ready_at=0.5, lease_duration_s=2.0, cooldown_s=10.0)
     history.instances = {
         LEADER: Instance(LEADER, "descheduler-a", "descheduler", 0.0),
         RIVAL: Instance(RIVAL, "descheduler-b", "descheduler", 0.0),
@@ -152,7 +183,9 @@ def healthy() -> History:
         ),
     ]
     history.requests = [ApiRequest(2.0, LEADER, "POST", EVICT, 201)]
-    history.vcenter_writes = [VcenterWrite(2.5, "host-303", RECONFIGURE)]
+    history.vcenter_writes = [
+        VcenterWrite(2.5, "host-303", RECONFIGURE, "c1", (DrsTouch("add", RULE),))
+    ]
     history.events = [
         (
             1,
@@ -168,28 +201,8 @@ def healthy() -> History:
                 result="evicted",
             ),
         ),
-        (
-            2,
-            NodeLabelled(
-                id="e2",
-                occurred_at="",
-                source="node-labeller",
-                node="node-1",
-                labels={LABEL_ESXI_HOST: "H1"},
-                version=1,
-            ),
-        ),
-        (
-            3,
-            DrsRulesApplied(
-                id="e3",
-                occurred_at="",
-                source="drs-translator",
-                vcenter="vc",
-                cluster_moid="c1",
-                added=[RULE],
-            ),
-        ),
+        (2, labelled("e2", "node-1", "H1")),
+        (3, applied("e3", RULE)),
     ]
     history.exits = [
         ProcessExit(3.0, "descheduler-b", RIVAL, -9, by_campaign=True, lost_lease=False)
@@ -434,6 +447,234 @@ def test_a_crash_is_caught_but_a_lost_lease_is_not() -> None:
     assert _broken(history) == "no-crash"
 
 
+def two_installs() -> History:
+    """healthy()'s install beside another one on the same vCenter, running the same workload:
+    its drs-translator wrote its own rule for it (OTHER_RULE, on the other VMs) into the same
+    cluster, and its labeller labelled its node."""
+    history = healthy()
+    other = History(
+        seed=7, name="b", install=OTHER, ready_at=0.5, lease_duration_s=2.0, cooldown_s=10.0
+    )
+    translator = "host-505"
+    other.instances = {
+        translator: Instance(translator, "b-drs-translator-a", "drs-translator", 0.0),
+        "host-606": Instance("host-606", "b-node-labeller-a", "node-labeller", 0.0),
+    }
+    lease = _lease(translator)
+    lease["metadata"]["name"] = "hostaffinity-drs-translator"
+    node = {"kind": "Node", "metadata": {"name": "b-node-1", "labels": {LABEL_ESXI_HOST: "H2"}}}
+    other.changes = [
+        StoredChange(1.0, translator, 2, "leases", "ADDED", lease, None),
+        StoredChange(
+            1.3, "host-606", 3, "nodes", "MODIFIED", node, {"metadata": {"name": "b-node-1"}}
+        ),
+    ]
+    other.vcenter_writes = [
+        VcenterWrite(2.6, translator, RECONFIGURE, "c1", (DrsTouch("add", OTHER_RULE),))
+    ]
+    other.events = [(1, labelled("b1", "b-node-1", "H2")), (2, applied("b2", OTHER_RULE))]
+    history.final.drs["c1"][OTHER_RULE] = {"name": OTHER_RULE, "vm": ["vm-4", "vm-3"]}
+    history.final.vm_hosts["b-node-1"] = ("host-2", "H2")
+    other.final = FinalState(
+        node_labels={"b-node-1": {LABEL_ESXI_HOST: "H2"}},
+        kv_hosts={"b-node-1": "host-2"},
+        vm_hosts=history.final.vm_hosts,
+        schedulable={"b-node-1"},
+        drs=history.final.drs,
+        planned={"c1": {OTHER_RULE: (("vm-3", "vm-4"), ())}},
+        readiness={"b-drs-translator-a": True, "b-node-labeller-a": True},
+    )
+    history.others = [other]
+    return history
+
+
+def _result(history: History, name: str, install: str = "a") -> Result:
+    return next(r for r in check(history) if (r.name, r.install) == (name, install))
+
+
+def test_two_installs_with_the_same_workload_hold_every_invariant_each_with_its_own_rule() -> None:
+    """Each install's rule is checked against its own plan alone: the other's rule for the same
+    workload (same digest) is not one "no pod asks for"."""
+    history = two_installs()
+    results = check(history)
+    assert [r.breaches for r in results if r.breaches] == []
+    for install in ("a", "b"):
+        assert _result(history, "drs-rules-match-pods", install).checked == 1
+    assert _result(history, "installs-keep-to-their-own").checked == 4  # 2 writes, 2 names
+    # The webhook's, the extender's and the admin's invariants are the first install's alone.
+    assert {r.name for r in results if r.install == "b"} == {
+        "labels-and-kv-match-vcenter",
+        "drs-rules-match-pods",
+        "host-anti-affinity-held",
+        "one-eviction-per-violation",
+        "no-eviction-past-a-pdb",
+        "writes-only-by-the-leader",
+        "one-event-per-change",
+        "services-ready",
+        "no-crash",
+    }
+
+
+def test_an_install_that_edits_another_install_s_rule_is_caught() -> None:
+    """Even when the other install puts it back before the end (the final state is right)."""
+    history = two_installs()
+    history.vcenter_writes.append(
+        VcenterWrite(2.8, "host-303", RECONFIGURE, "c1", (DrsTouch("edit", OTHER_RULE),))
+    )
+    assert _broken(history) == "installs-keep-to-their-own"
+    (breach,) = _result(history, "installs-keep-to-their-own").breaches
+    assert "install b's" in breach.message
+    assert OTHER_RULE in breach.message
+
+
+def test_an_install_that_removes_another_s_rule_or_touches_an_admin_s_is_caught() -> None:
+    for touched in (DrsTouch("remove", RULE), DrsTouch("edit", "admin-rule-1")):
+        history = two_installs()
+        history.others[0].vcenter_writes.append(
+            VcenterWrite(2.9, "host-505", RECONFIGURE, "c1", (touched,))
+        )
+        assert _broken(history) == "installs-keep-to-their-own", touched
+
+
+def test_an_install_s_rules_that_are_not_its_plan_are_caught_whatever_the_other_holds() -> None:
+    """The first install lost its rule while the other's rule for the same workload stands; and
+    the other planned nothing where it holds a rule."""
+    history = two_installs()
+    del history.final.drs["c1"][RULE]
+    assert _broken(history) == "drs-rules-match-pods"
+    breaches = _result(history, "drs-rules-match-pods").breaches
+    assert [b.message for b in breaches] == [f"c1: {RULE} planned but missing in vCenter"]
+    assert not _result(history, "drs-rules-match-pods", "b").breaches
+    history = two_installs()
+    history.others[0].final.planned["c1"] = {}
+    assert _broken(history) == "drs-rules-match-pods"
+    assert not _result(history, "drs-rules-match-pods").breaches
+    (breach,) = _result(history, "drs-rules-match-pods", "b").breaches
+    assert OTHER_RULE in breach.message
+
+
+def test_a_rule_named_for_no_install_is_caught() -> None:
+    history = two_installs()
+    stranger = str(DrsName("vm-anti-affinity", "stranger", "0123456789ab"))
+    history.final.drs["c1"][stranger] = {"name": stranger, "vm": ["vm-1"]}
+    assert _broken(history) == "installs-keep-to-their-own"
+
+
+def test_the_other_install_s_invariants_are_checked_on_its_own_history() -> None:
+    """Its label, its events and its Lease: from its history, not the first install's."""
+    history = two_installs()
+    history.others[0].final.kv_hosts["b-node-1"] = "host-1"
+    assert _broken(history) == "labels-and-kv-match-vcenter"
+    assert not _result(history, "labels-and-kv-match-vcenter").breaches
+    history = two_installs()
+    history.others[0].events.pop()  # its drs.rules.applied
+    assert _result(history, "one-event-per-change", "b").breaches
+    assert not _result(history, "one-event-per-change").breaches
+    history = two_installs()
+    history.others[0].changes.pop(0)  # its translator never held its Lease
+    assert _result(history, "writes-only-by-the-leader", "b").breaches
+
+
+def reconfigure_body(spec: Any) -> bytes:
+    """The SOAP body pyVmomi sends for `ReconfigureComputeResource_Task(spec, modify=True)`."""
+    stub = SoapAdapter.SoapStubAdapter(host="127.0.0.1", port=1, version="vim.version.version9")
+    cluster = vim.ClusterComputeResource("domain-c7", stub)
+    method = cluster._GetMethodInfo("ReconfigureEx")
+    body: bytes = stub.SerializeRequest(cluster, method, [spec, True])
+    return body
+
+
+def mixed_spec() -> Any:
+    """A rule removed and one edited (renamed) by key, one added; a group removed and added."""
+    anti = vim.cluster.AntiAffinityRuleSpec
+    vms = [vim.VirtualMachine("vm-1")]
+    return vim.cluster.ConfigSpecEx(
+        rulesSpec=[
+            vim.cluster.RuleSpec(operation="remove", removeKey=5),
+            vim.cluster.RuleSpec(operation="edit", info=anti(key=3, name="r3-new", vm=vms)),
+            vim.cluster.RuleSpec(operation="add", info=anti(name="r-added", vm=vms)),
+        ],
+        groupSpec=[
+            vim.cluster.GroupSpec(operation="remove", removeKey="g1"),
+            vim.cluster.GroupSpec(operation="add", info=vim.cluster.VmGroup(name="g2", vm=vms)),
+        ],
+    )
+
+
+def test_a_reconfigure_touches_the_rules_its_keys_named_when_it_was_sent() -> None:
+    reconfigure = parse_reconfigure(reconfigure_body(mixed_spec()))
+    assert reconfigure is not None
+    assert reconfigure.cluster == "domain-c7"
+    groups = (DrsTouch("remove", "g1"), DrsTouch("add", "g2"))
+    assert touches(reconfigure, {5: "r5", 3: "r3-old", 9: "r9"}) == (
+        (
+            DrsTouch("remove", "r5"),
+            DrsTouch("edit", "r3-old"),
+            DrsTouch("edit", "r3-new"),
+            DrsTouch("add", "r-added"),
+            *groups,
+        ),
+        0,
+    )
+    # vCenter away: the keys stay unresolved; keys it does not hold touch nothing.
+    rest = (DrsTouch("edit", "r3-new"), DrsTouch("add", "r-added"), *groups)
+    assert touches(reconfigure, None) == (rest, 2)
+    assert touches(reconfigure, {}) == (rest, 0)
+    assert parse_reconfigure(b"<RetrieveProperties/>") is None
+
+
+async def test_the_vcenter_proxy_notes_a_reconfigure_and_lets_every_request_through_whole() -> None:
+    """Pipelined requests, sent in small pieces: each reaches vCenter byte for byte, the
+    reconfigure after its rule keys were asked about."""
+    received = bytearray()
+    done = asyncio.Event()
+    body = reconfigure_body(mixed_spec())
+    requests = (
+        b"GET /sdk/vimServiceVersions.xml HTTP/1.1\r\nHost: vc\r\n\r\n"
+        + b"POST /sdk HTTP/1.1\r\nHost: vc\r\nContent-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while len(received) < len(requests) and (data := await reader.read(1024)):
+            received.extend(data)
+        done.set()
+        writer.close()
+
+    asked: list[str] = []
+
+    async def rule_names(cluster: str) -> dict[int, str]:
+        asked.append(cluster)
+        return {5: "r5"}
+
+    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    history = History()
+    proxy = VcenterProxy(
+        ("127.0.0.1", server.sockets[0].getsockname()[1]),
+        Connections(),
+        lambda: "host-1",
+        history,
+        Clock(),
+        rule_names,
+    )
+    await proxy.start()
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        for start in range(0, len(requests), 700):
+            writer.write(requests[start : start + 700])
+            await writer.drain()
+        await asyncio.wait_for(done.wait(), 10)
+        writer.close()
+    finally:
+        await proxy.stop()
+        server.close()
+    assert bytes(received) == requests
+    assert asked == ["domain-c7"]
+    (write,) = history.vcenter_writes
+    assert (write.actor, write.cluster, write.unresolved) == ("host-1", "domain-c7", 0)
+    assert [t.name for t in write.touched] == ["r5", "r3-new", "r-added", "g1", "g2"]
+
+
 def two_workloads_apart_on_two_vms() -> tuple[list[dict[str, Any]], TopologySnapshot]:
     """web and worker, each with one replica on node-1 and one on node-2 (two hosts): the two
     groups are kept apart on the same two VMs, so one rule stands for both."""
@@ -502,10 +743,20 @@ def test_a_listen_port_is_never_handed_out_twice() -> None:
     assert len(set(ports)) == len(ports)
 
 
-def test_a_seed_replays_its_fault_schedule() -> None:
-    replicas = ["descheduler-a", "descheduler-b", "node-labeller-a"]
-    assert schedule(11, 1.0, replicas) == schedule(11, 1.0, replicas)
-    assert schedule(11, 1.0, replicas) != schedule(12, 1.0, replicas)
+def test_a_seed_replays_its_fault_schedule_over_both_installs() -> None:
+    targets = Targets(
+        replicas=("b-descheduler-a", "descheduler-a", "descheduler-b", "node-labeller-a"),
+        buses=(("nats-0", "nats-1", "nats-2"), ("b-nats",)),
+        services=("descheduler", "node-labeller", "b-descheduler", "b-node-labeller"),
+        apis=("api", "b-api"),
+    )
+    assert schedule(11, 1.0, targets) == schedule(11, 1.0, targets)
+    assert schedule(11, 1.0, targets) != schedule(12, 1.0, targets)
+    hit = {f.target for f in schedule(11, 10.0, targets)}
+    known = {*targets.replicas, *(s for bus in targets.buses for s in bus), *targets.services}
+    assert hit <= known | set(targets.apis) | {""}
+    assert any(t.startswith("b-") for t in hit)
+    assert any(t and not t.startswith("b-") for t in hit)
 
 
 @pytest.mark.timeout(300)

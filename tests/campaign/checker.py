@@ -1,7 +1,10 @@
 """The invariants a campaign must leave standing, each a pure function of a `History`.
 
-Every check returns how many things it looked at and each breach with the time it concerns, so
-a failing run can print the history around the first one.
+Every invariant holds for the first install; those that concern what the lean install runs too
+(not its webhook's or extender's, which it has none of, nor the admin's rules, checked once) hold
+for each other install, read from its own history; `installs_keep_to_their_own` holds across
+them. Every check returns how many things it looked at and each breach with the time it
+concerns, so a failing run can print the history around the first one.
 """
 
 from __future__ import annotations
@@ -21,16 +24,17 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import HOST_KEYS
 from hostaffinity.affinity.model import decode_node, decode_pod
 from hostaffinity.schema import (
-    DRS_NAME_PREFIX,
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
     DrsRulesApplied,
     NodeLabelled,
     PodEvicted,
+    parse_drs_name,
 )
 from tests.campaign.history import (
     CAMPAIGN,
     RECONFIGURE,
+    UNPARSED,
     ExtenderFilter,
     History,
     StoredChange,
@@ -55,6 +59,7 @@ class Breach:
 class Result:
     name: str
     checked: int = 0
+    install: str = ""  # the history's name it was checked on (all of them: the first's)
     breaches: list[Breach] = field(default_factory=list)
 
     def breach(self, t: float, message: str) -> None:
@@ -81,7 +86,9 @@ def labels_and_kv_match_vcenter(history: History) -> Result:
 
 
 def drs_rules_match_pods(history: History) -> Result:
-    """Our DRS rules and groups are exactly what the planner makes of the final pods."""
+    """The DRS rules and groups named for the install are exactly what the planner makes of its
+    final pods (with its topology and ownership records); another install's, told by the
+    install in their names, are not its."""
     result = Result("drs-rules-match-pods")
     final = history.final
     for cluster in sorted(set(final.planned) | set(final.drs)):
@@ -89,7 +96,7 @@ def drs_rules_match_pods(history: History) -> Result:
         actual = {
             name: fields
             for name, fields in final.drs.get(cluster, {}).items()
-            if name.startswith(DRS_NAME_PREFIX) and name not in held
+            if _named_for(history.install, name) and name not in held
         }
         planned = {n: p for n, p in final.planned.get(cluster, {}).items() if n not in held}
         for name in sorted(set(actual) | set(planned)):
@@ -356,7 +363,8 @@ def writes_only_by_the_leader(history: History) -> Result:
 
 def one_event_per_change(history: History) -> Result:
     """No event id is stored twice; every eviction has one `pod.evicted`, every label the
-    labeller wrote a `node.labelled`, every DRS object of ours a `drs.rules.applied`."""
+    labeller wrote a `node.labelled`, every DRS object named for the install a
+    `drs.rules.applied` (on its own bus)."""
     result = Result("one-event-per-change")
     events = [event for _, event in history.events]
     for event_id, count in Counter(e.id for e in events).items():
@@ -394,7 +402,7 @@ def one_event_per_change(history: History) -> Result:
         if isinstance(event, DrsRulesApplied) and not event.dry_run:
             announced[event.cluster_moid].update(event.added, event.edited)
     for cluster, objects in sorted(history.final.drs.items()):
-        for name in sorted(n for n in objects if n.startswith(DRS_NAME_PREFIX)):
+        for name in sorted(n for n in objects if _named_for(history.install, n)):
             result.checked += 1
             if name not in announced[cluster]:
                 result.breach(
@@ -425,6 +433,37 @@ def no_crash(history: History) -> Result:
     return result
 
 
+def installs_keep_to_their_own(history: History) -> Result:
+    """Whatever one install does, the others' DRS objects are theirs: no DRS reconfigure sent by
+    an install's process adds, edits or removes a rule or group not named for that install
+    (another install's, or an administrator's, even for a moment), and every name of
+    hostaffinity's form in vCenter at the end is named for one of the installs. (A campaign
+    starts with no name of a release before 0.2.0, whose rename in place would touch one.)"""
+    result = Result("installs-keep-to-their-own")
+    installs = {each.install: each.name for each in history.installs}
+    for each in history.installs:
+        for write in each.vcenter_writes:
+            for touch in write.touched:
+                result.checked += 1
+                if touch.op == UNPARSED:
+                    result.breach(write.t, f"{write.actor} sent a reconfigure: {touch.name}")
+                elif not _named_for(each.install, touch.name):
+                    result.breach(
+                        write.t,
+                        f"{write.actor} (install {each.name}) sent {touch.op} of "
+                        f"{_whose(touch.name, installs)} {touch.name!r} in {write.cluster}",
+                    )
+    for cluster, objects in sorted(history.final.drs.items()):
+        for name in sorted(objects):
+            parsed = parse_drs_name(name)
+            if parsed is None:
+                continue
+            result.checked += 1
+            if parsed.install not in installs:
+                result.breach(END, f"{cluster}: {name} is named for no install of the campaign")
+    return result
+
+
 INVARIANTS: tuple[Callable[[History], Result], ...] = (
     labels_and_kv_match_vcenter,
     drs_rules_match_pods,
@@ -439,11 +478,37 @@ INVARIANTS: tuple[Callable[[History], Result], ...] = (
     one_event_per_change,
     services_ready,
     no_crash,
+    installs_keep_to_their_own,
+)
+# What each other install is checked on: all but the admission webhook's and the extender's
+# (the lean install runs neither), the admin's rules (the same for all: checked once) and the
+# one across installs.
+PER_INSTALL: tuple[Callable[[History], Result], ...] = tuple(
+    invariant
+    for invariant in INVARIANTS
+    if invariant
+    not in (
+        foreign_rules_untouched,
+        admission_as_the_webhook_plans,
+        twinless_pods_reported,
+        extender_agrees_with_engine,
+        installs_keep_to_their_own,
+    )
 )
 
 
 def check(history: History) -> list[Result]:
-    return [invariant(history) for invariant in INVARIANTS]
+    """Every invariant on the first install's history, PER_INSTALL on each other's."""
+    results = []
+    for each, invariants in (
+        (history, INVARIANTS),
+        *((other, PER_INSTALL) for other in history.others),
+    ):
+        for invariant in invariants:
+            result = invariant(each)
+            result.install = each.name
+            results.append(result)
+    return results
 
 
 def first_breach(results: Iterable[Result]) -> tuple[Result, Breach] | None:
@@ -456,6 +521,22 @@ def first_breach(results: Iterable[Result]) -> tuple[Result, Breach] | None:
 
 
 # -- reading the history ------------------------------------------------------------------------
+
+
+def _named_for(install: str, name: str) -> bool:
+    """Whether a DRS rule or group is named for the install (its token in the name)."""
+    parsed = parse_drs_name(name)
+    return parsed is not None and parsed.install == install
+
+
+def _whose(name: str, installs: dict[str, str]) -> str:
+    """Who a DRS object's name says it belongs to: an install of the campaign, or not ours."""
+    parsed = parse_drs_name(name)
+    if parsed is None:
+        return "the administrator's"
+    if parsed.install in installs:
+        return f"install {installs[parsed.install]}'s"
+    return "an unknown install's"
 
 
 def _members(fields: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -1,8 +1,10 @@
-"""The fault schedule (a pure function of the seed and the length, so a seed replays it) and the
-injector that carries each fault out and heals it.
+"""The fault schedule (a pure function of the seed, the length and what there is to hit, so a
+seed replays it) and the injector that carries each fault out and heals it.
 
-Faults overlap freely, except that one resource suffers one fault at a time: one NATS server down
-at a time (three servers keep a quorum with one lost), one API fault, one vcsim restart.
+Faults hit both installs: their replicas, their buses and their API doubles. They overlap
+freely, except that one resource suffers one fault at a time: one server of a bus down at a
+time (three servers keep a quorum with one lost; the lean install's one server is its bus), one
+fault per API double, one vcsim restart.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from tests.campaign.history import Clock, Fault, History
+from tests.campaign.history import Clock, Fault
 from tests.campaign.processes import Replica
-from tests.campaign.system import LEADER_ELECTED, System
+from tests.campaign.system import System
 
 REPLICA_KINDS: Final = ("kill-replica", "partition-nats", "partition-api", "refuse-api")
 API_KINDS: Final = ("api-held", "api-slow", "api-500", "api-429")
@@ -25,36 +27,56 @@ MIN_S, MAX_S = 2.0, 8.0
 
 
 @dataclass(frozen=True)
+class Targets:
+    """What faults can hit, named as the injector finds them (system.py)."""
+
+    replicas: tuple[str, ...]
+    buses: tuple[tuple[str, ...], ...]  # each bus's servers
+    services: tuple[str, ...]  # leader-elected services: pause-leader pauses the leader
+    apis: tuple[str, ...]  # API doubles
+
+    @classmethod
+    def of(cls, system: System) -> Targets:
+        return cls(
+            tuple(sorted(system.replicas)),
+            tuple(tuple(sorted(i.nats_servers)) for i in system.installs),
+            tuple(system.leader_elected),
+            tuple(system.apis),
+        )
+
+
+@dataclass(frozen=True)
 class PlannedFault:
     at: float
     duration: float
     kind: str
-    target: str  # a replica, a NATS server index, a service (its leader at the time), or ""
+    target: str  # a replica, a NATS server, a service (its leader at the time), an API or ""
 
     def describe(self) -> str:
         return f"{self.at:6.1f}s +{self.duration:.1f}s {self.kind} {self.target}".rstrip()
 
 
-def schedule(seed: int, minutes: float, replicas: list[str]) -> list[PlannedFault]:
+def schedule(seed: int, minutes: float, targets: Targets) -> list[PlannedFault]:
     """Faults over the first 80% of the run, at most one at a time per resource."""
     rng = random.Random(seed)
     span = minutes * 60 * 0.8
     busy: dict[str, float] = {}
     planned: list[PlannedFault] = []
+    servers = [(server, f"bus {i}") for i, bus in enumerate(targets.buses) for server in bus]
     for _ in range(max(3, round(minutes * FAULTS_PER_MINUTE))):
         at = round(rng.uniform(3.0, span), 1)
         duration = round(rng.uniform(MIN_S, MAX_S), 1)
         kind = rng.choice(KINDS)
         if kind in REPLICA_KINDS:
-            target = rng.choice(replicas)
-            resource = target
+            target = resource = rng.choice(targets.replicas)
         elif kind == "kill-nats":
-            target, resource = str(rng.randrange(3)), "nats"
+            target, resource = rng.choice(servers)
         elif kind == "pause-leader":
-            target = rng.choice(LEADER_ELECTED)
-            resource = target
+            target = resource = rng.choice(targets.services)
+        elif kind in API_KINDS:
+            target = resource = rng.choice(targets.apis)
         else:
-            target, resource = "", "api" if kind in API_KINDS else "vcsim"
+            target, resource = "", "vcsim"
         if busy.get(resource, -1.0) >= at:
             continue
         busy[resource] = at + duration
@@ -63,11 +85,11 @@ def schedule(seed: int, minutes: float, replicas: list[str]) -> list[PlannedFaul
 
 
 class Injector:
-    """Carries out planned faults against a running system."""
+    """Carries out planned faults against a running system; each is recorded in the history of
+    the install it hit (a vcsim restart in every install's)."""
 
-    def __init__(self, system: System, history: History, clock: Clock) -> None:
+    def __init__(self, system: System, clock: Clock) -> None:
         self.system = system
-        self.history = history
         self.clock = clock
 
     async def run(self, planned: list[PlannedFault], vcsim_restarted: Callable[[], None]) -> None:
@@ -81,6 +103,7 @@ class Injector:
         start = self.clock.now()
         target = fault.target
         system = self.system
+        hit = [system.install_of(target).history]
         if fault.kind == "kill-replica":
             replica = system.replicas[target]
             await replica.kill()
@@ -104,7 +127,7 @@ class Injector:
         elif fault.kind in API_KINDS:
             await self._api(fault)
         elif fault.kind == "kill-nats":
-            server = system.nats.servers[int(target)]
+            server = system.nats_servers[target]
             await server.kill()
             await asyncio.sleep(fault.duration)
             await server.start()
@@ -112,7 +135,9 @@ class Injector:
             await asyncio.to_thread(system.kill_vcsim)
             await asyncio.sleep(fault.duration)
             await asyncio.to_thread(system.start_vcsim)
-            self.history.vcsim_restarts.append(self.clock.now())
+            hit = [install.history for install in system.installs]
+            for history in hit:
+                history.vcsim_restarts.append(self.clock.now())
             vcsim_restarted()
         elif fault.kind == "pause-leader":
             leader = self.leader(target)
@@ -122,10 +147,11 @@ class Injector:
             leader.pause()
             await asyncio.sleep(fault.duration)
             leader.resume()
-        self.history.faults.append(Fault(start, self.clock.now(), fault.kind, target))
+        for history in hit:
+            history.faults.append(Fault(start, self.clock.now(), fault.kind, target))
 
     async def _api(self, fault: PlannedFault) -> None:
-        double = self.system.double
+        double = self.system.install_of(fault.target).double
         api = double.api_fault
         if fault.kind == "api-held":
             api.hold()
@@ -139,10 +165,13 @@ class Injector:
         double.throttled = False
         api.clear()
 
-    def leader(self, service: str) -> Replica | None:
-        """The replica whose process holds the service's Lease now (from the double)."""
-        lease = self.system.double.read(
+    def leader(self, target: str) -> Replica | None:
+        """The replica whose process holds the Lease of the targeted install's service now
+        (from that install's double)."""
+        install = self.system.install_of(target)
+        service = target.removeprefix(install.shape.prefix)
+        lease = install.double.read(
             "coordination.k8s.io/v1", "leases", f"hostaffinity-{service}", "kube-system"
         )
         holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
-        return next((r for r in self.system.replicas.values() if r.identity == holder), None)
+        return next((r for r in install.replicas.values() if r.identity == holder), None)

@@ -1,7 +1,11 @@
 """What a campaign saw, as plain data: the checker reads only this, so a unit test can forge one.
 
+A campaign runs two installs of hostaffinity (two Kubernetes clusters) on one vCenter: each has
+a `History` of its own (its API double's requests and writes, its processes, its bus's events,
+the faults that hit it, its final state), the first one holding the others in `others`.
+
 Times are seconds since the campaign started (one monotonic clock for the runner, the API
-double, the proxies and the workload). `actor` is who made a request or write: a service
+doubles, the proxies and the workload). `actor` is who made a request or write: a service
 process's Lease identity (`<hostname>-<pid>`, the runner's default), found from the TCP proxy the
 connection came through, or `campaign` for the workload and the stand-in controllers.
 """
@@ -14,6 +18,8 @@ from typing import Any, Final
 
 CAMPAIGN: Final = "campaign"
 RECONFIGURE: Final = "ReconfigureComputeResource_Task"
+# The op of a DrsTouch for a reconfigure whose body could not be read (its name says why).
+UNPARSED: Final = "unparsed"
 
 
 class Clock:
@@ -51,12 +57,27 @@ class StoredChange:
 
 
 @dataclass(frozen=True)
+class DrsTouch:
+    """One DRS rule or group a reconfigure adds, edits or removes, by the name vCenter held it
+    under when the call was sent (a rule is edited and removed by its key); an edit that
+    renames also touches its new name."""
+
+    op: str
+    name: str
+
+
+@dataclass(frozen=True)
 class VcenterWrite:
-    """A vCenter call that changes DRS state, seen on the caller's proxy as it was sent."""
+    """A vCenter call that changes DRS state, seen on the caller's proxy as it was sent: the
+    cluster and what it touches. `unresolved` counts the rule keys that vCenter could not be
+    asked about then (it was away: the call cannot have reached it either)."""
 
     t: float
     actor: str
     method: str
+    cluster: str = ""
+    touched: tuple[DrsTouch, ...] = ()
+    unresolved: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,9 +176,14 @@ class FinalState:
 
 @dataclass
 class History:
-    """Everything recorded during one campaign."""
+    """Everything one install saw during a campaign; the first install's also holds the
+    others' (`others`) and what was done in vCenter (its operations)."""
 
     seed: int = 0
+    # The install's name in the campaign ("a", "b") and its token, the `<install>` of its DRS
+    # names (`hostaffinity.schema.install_token` of its cluster identity).
+    name: str = "a"
+    install: str = ""
     # When every replica first answered ready: before it the system is still starting.
     ready_at: float = 0.0
     lease_duration_s: float = 2.0
@@ -176,6 +202,12 @@ class History:
     admissions: list[AdmissionCall] = field(default_factory=list)
     extender_filters: list[ExtenderFilter] = field(default_factory=list)
     final: FinalState = field(default_factory=FinalState)
+    others: list[History] = field(default_factory=list)
+
+    @property
+    def installs(self) -> list[History]:
+        """This install's history and the others'."""
+        return [self, *self.others]
 
     def lease_changes(self, service: str) -> list[StoredChange]:
         """Every committed write of the service's Lease, in order."""

@@ -15,14 +15,18 @@ import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
+from xml.etree import ElementTree
 
 from aiohttp import web
 
+from tests.campaign.drs_writes import parse_reconfigure, touches
 from tests.campaign.history import (
     CAMPAIGN,
     RECONFIGURE,
+    UNPARSED,
     ApiRequest,
     Clock,
+    DrsTouch,
     History,
     StoredChange,
     VcenterWrite,
@@ -65,7 +69,9 @@ class AttributedProxy(TcpProxy):
 
 
 class VcenterProxy(AttributedProxy):
-    """Also notes every DRS reconfigure a replica sends to vCenter (the SOAP method's name)."""
+    """Also notes every DRS reconfigure a replica sends to vCenter, with what it touches: each
+    HTTP request is let through once read whole, a reconfigure that addresses rules by key only
+    after `rule_names` has asked vCenter what it holds under those keys (drs_writes.py)."""
 
     def __init__(
         self,
@@ -74,35 +80,69 @@ class VcenterProxy(AttributedProxy):
         identity: Callable[[], str],
         history: History,
         clock: Clock,
+        rule_names: Callable[[str], Awaitable[dict[int, str] | None]],
     ) -> None:
         super().__init__(upstream, connections, identity)
         self._history = history
         self._clock = clock
+        self._rule_names = rule_names
 
     async def _client_to_server(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter
     ) -> None:
-        marker = f"<{RECONFIGURE}".encode()
-        tail = b""
         watched = asyncio.StreamReader()
 
-        async def scan() -> None:
-            nonlocal tail
-            while data := await source.read(65536):
-                seen = tail + data
-                for _ in range(seen.count(marker)):
-                    self._history.vcenter_writes.append(
-                        VcenterWrite(self._clock.now(), self._identity(), RECONFIGURE)
-                    )
-                tail = seen[-(len(marker) - 1) :]
-                watched.feed_data(data)
-            watched.feed_eof()
+        async def frame() -> None:
+            pending = b""
+            try:
+                while data := await source.read(65536):
+                    pending += data
+                    while (size := _request_size(pending)) is not None:
+                        await self._note(pending[:size])
+                        watched.feed_data(pending[:size])
+                        pending = pending[size:]
+                watched.feed_data(pending)
+            finally:
+                watched.feed_eof()
 
-        scanning = asyncio.create_task(scan())
+        framing = asyncio.create_task(frame())
         try:
             await super()._client_to_server(watched, sink)
         finally:
-            scanning.cancel()
+            framing.cancel()
+
+    async def _note(self, request: bytes) -> None:
+        t, actor = self._clock.now(), self._identity()
+        try:
+            reconfigure = parse_reconfigure(request.partition(b"\r\n\r\n")[2])
+        except ElementTree.ParseError as error:
+            unparsed = DrsTouch(UNPARSED, f"not readable as SOAP: {error}")
+            self._history.vcenter_writes.append(
+                VcenterWrite(t, actor, RECONFIGURE, "", (unparsed,))
+            )
+            return
+        if reconfigure is None:
+            return
+        names = await self._rule_names(reconfigure.cluster) if reconfigure.rule_keys else {}
+        touched, unresolved = touches(reconfigure, names)
+        self._history.vcenter_writes.append(
+            VcenterWrite(t, actor, RECONFIGURE, reconfigure.cluster, touched, unresolved)
+        )
+
+
+def _request_size(pending: bytes) -> int | None:
+    """The length of the whole HTTP request at the start of `pending` (its head and its
+    Content-Length of body, as pyVmomi sends every call), or None while it is incomplete."""
+    head, found, _ = pending.partition(b"\r\n\r\n")
+    if not found:
+        return None
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        field, _, value = line.partition(b":")
+        if field.strip().lower() == b"content-length":
+            length = int(value.strip())
+    size = len(head) + 4 + length
+    return size if len(pending) >= size else None
 
 
 class RecordingDouble(KubeDouble):
@@ -117,6 +157,8 @@ class RecordingDouble(KubeDouble):
         self.connections = connections
         self.api_fault = ObjectFault()
         self.throttled = False
+        # Storage -> the revision of its last change (what a reader caching it compares).
+        self.latest: dict[str, int] = {}
         self.server.app = self._app  # type: ignore[method-assign]
         for storage in sorted({r.storage_key for r in RESOURCES}):
             _, subscription = self.store.subscribe(storage, self.store.rv)
@@ -169,6 +211,7 @@ class _Stamping(asyncio.Queue[Change]):
 
     def put_nowait(self, item: Any) -> None:
         change: Change = item
+        self._double.latest[change.storage] = change.rv
         self._double.history.changes.append(
             StoredChange(
                 self._double.clock.now(),

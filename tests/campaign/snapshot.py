@@ -1,6 +1,7 @@
-"""Reading the world after the quiet period into `FinalState`: vCenter's truth and DRS state
-(an admin's pyVmomi session), the double's store, the bus as the read-only `cli` identity, the
-drs-translator's own planner run on the final pods, and each replica's /readyz."""
+"""Reading the world after the quiet period into each install's `FinalState`: vCenter's truth
+and DRS state (an admin's pyVmomi session, the same for both), the install's double's store, its
+bus as the read-only `cli` identity, the drs-translator's own planner run on its final pods with
+its install token, and each of its replicas' /readyz."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.schema import DrsOwnership, EsxiHost, NodePlacement, label_value
-from tests.campaign.history import FinalState, History
-from tests.campaign.system import VCENTER_NAME, System
+from tests.campaign.history import FinalState
+from tests.campaign.install import VCENTER_NAME, Install
+from tests.campaign.system import System
 from tests.e2e.drs_harness import fields
 from tests.e2e.harness import inventory
 from tests.e2e.labeller_harness import stream_events
@@ -52,12 +54,12 @@ async def kv_hosts(cli: Bus) -> dict[str, str | None]:
     }
 
 
-async def planned_drs(cli: Bus, system: System, final: FinalState) -> None:
-    """What the drs-translator's planner wants from the final pods, the KV's topology and our
-    rules' ownership records."""
+async def planned_drs(cli: Bus, install: Install, final: FinalState) -> None:
+    """What the install's drs-translator's planner wants from its final pods, its KV's topology
+    and its rules' ownership records."""
     desired = desired_drs(
-        system.install,
-        system.double.store.objects("namespaces", None),
+        install.token,
+        install.double.store.objects("namespaces", None),
         final.pods,
         await (await cli.topology()).snapshot(),
         await drs_records(cli),
@@ -100,22 +102,28 @@ def desired_drs(
     )
 
 
-async def read_final(system: System, history: History) -> None:
-    """Fill `history.final` (the admin's rules are already there) and `history.events`."""
-    final = history.final
+async def read_final(system: System) -> None:
+    """Fill each install's `history.final` (the admin's rules are already in the first's) and
+    `history.events`."""
     si = await asyncio.to_thread(system.admin)
-    final.vm_hosts = await asyncio.to_thread(vcenter_truth, si)
-    final.drs = await asyncio.to_thread(drs_state, si)
-    nodes = system.double.store.objects("nodes", None)
-    final.node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
-    final.schedulable = {
-        n["metadata"]["name"] for n in nodes if not (n.get("spec") or {}).get("unschedulable")
-    }
-    final.pods = system.double.store.objects("pods", None)
-    final.kube_events = system.double.store.objects("events", None)
-    async with system.nats.connection("cli") as cli:
-        final.kv_hosts = await kv_hosts(cli)
-        await planned_drs(cli, system, final)
-        history.events = list(enumerate(await stream_events(cli), start=1))
-    for name, replica in system.replicas.items():
-        final.readiness[name] = await replica.ready()
+    vm_hosts = await asyncio.to_thread(vcenter_truth, si)
+    drs = await asyncio.to_thread(drs_state, si)
+    for install in system.installs:
+        history = install.history
+        final = history.final
+        final.vm_hosts, final.drs = vm_hosts, drs
+        nodes = install.double.store.objects("nodes", None)
+        final.node_labels = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes
+        }
+        final.schedulable = {
+            n["metadata"]["name"] for n in nodes if not (n.get("spec") or {}).get("unschedulable")
+        }
+        final.pods = install.double.store.objects("pods", None)
+        final.kube_events = install.double.store.objects("events", None)
+        async with install.connection("cli") as cli:
+            final.kv_hosts = await kv_hosts(cli)
+            await planned_drs(cli, install, final)
+            history.events = list(enumerate(await stream_events(cli), start=1))
+        for name, replica in install.replicas.items():
+            final.readiness[name] = await replica.ready()

@@ -11,6 +11,13 @@ PodDisruptionBudget), creates, scales and rolls StatefulSets of opted-in pods, a
 nodes, drains and uncordons; vMotions move node VMs within their cluster; an admin adds and edits
 DRS rules of their own by hand. Every operation is in the history; one that failed (vcsim was
 away) is recorded as failed and the campaign goes on.
+
+Both installs' clusters are driven so: each runs a `kube-system/coredns` with host
+anti-affinity, and each names its Deployments `web1`, `web2`, ... in `default`, so the same
+workloads (namespace and name) run in both, as they do across an estate's clusters. The lean
+install has no webhook and no extender: its Deployments are on the host key, it runs no
+StatefulSets of opted-in pods, and its scheduler is kube-scheduler alone. A vMotion moves any
+node VM, of either install; an admin's rule keeps any two VMs of a cluster apart.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from hostaffinity.affinity.engine import AffinityEngine, FilterMode
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import decode_namespace, decode_node, decode_pod
 from hostaffinity.schema import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from tests.campaign.history import Clock, ExtenderFilter, History, Operation
+from tests.campaign.history import Clock, ExtenderFilter, Operation
+from tests.campaign.install import Install
 from tests.campaign.system import System
 from tests.e2e.descheduler_harness import (
     Controllers,
@@ -43,8 +51,17 @@ from tests.e2e.drs_harness import fields
 from tests.e2e.harness import finished, inventory
 
 NAMESPACE: Final = "default"
-MIN_NODES: Final = 5
-MAX_DEPLOYMENTS: Final = 4
+COREDNS: Final = "coredns"
+COREDNS_NAMESPACE: Final = "kube-system"
+# Never scaled nor deleted: a cluster's DNS. Three replicas kept apart on three hosts put two
+# on one vSphere cluster of two, so each install holds a rule for it (the same digest as the
+# other's where both are in one vSphere cluster).
+COREDNS_REPLICAS: Final = 3
+# Of each install's node VMs, all but SPARE_VMS are Nodes at the start, and at most MOST_SPARE
+# are without a Node (the first install: 6 Nodes of 8 VMs at the start, at least 5).
+SPARE_VMS: Final = 2
+MOST_SPARE: Final = 3
+MAX_DEPLOYMENTS: Final = 4  # besides coredns
 MAX_STATEFULSETS: Final = 2
 ADMIN_PREFIX: Final = "admin-rule-"
 MIN_DEPLOYMENTS: Final = 2
@@ -53,6 +70,9 @@ HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 # A pod the scheduler could not place is tried again after this long (kube-scheduler's
 # unschedulable queue, shortened).
 RETRY_S: Final = 1.0
+# The installs' share of the Kubernetes operations: the first (full) one, then the lean one.
+INSTALL_WEIGHTS: Final = (2, 1)
+STATEFULSET_KINDS: Final = ("statefulset-create", "statefulset-scale", "statefulset-roll")
 WEIGHTS: Final = {
     "vmotion": 4,
     "admin-drs-rule": 1,
@@ -97,19 +117,22 @@ class StatefulSet:
 
 
 class HostAwareControllers(Controllers):
-    """The harness's controllers, creating pods through the API and scheduling them as
-    kube-scheduler with the extender would (module docstring)."""
+    """The harness's controllers for one install's cluster, creating pods through its API and
+    scheduling them as kube-scheduler with its extender (if it runs one) would (module
+    docstring)."""
 
-    def __init__(self, system: System, history: History, clock: Clock) -> None:
-        super().__init__(system.double, [])
-        self.system = system
-        self.history = history
+    def __init__(self, install: Install, clock: Clock) -> None:
+        super().__init__(install.double, [])
+        self.install = install
+        self.history = install.history
         self.clock = clock
         self.statefulsets: list[StatefulSet] = []
         self.opted_in: set[str] = set()  # Deployments whose pods opt in (hostname terms)
         self._to_create: list[dict[str, Any]] = []
         self._retry_at: dict[str, float] = {}
         self._http: aiohttp.ClientSession | None = None
+        self._pods: list[dict[str, Any]] = []
+        self._pods_changed = -1
 
     async def run(self) -> None:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
@@ -121,12 +144,27 @@ class HostAwareControllers(Controllers):
                 await self._schedule_pending()
                 await asyncio.sleep(self.period_s)
 
+    def pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every namespace's pods (coredns runs in kube-system), or one namespace's, as the
+        double last changed them: read again only after a pod changed. The double copies each
+        object it returns and a step asks a dozen times: copying them all at every ask, 20 times
+        a second in each cluster, took a third of this process's time, where every service's
+        API requests are answered (the first install's 2 s Leases lapsed on a loaded machine).
+        Callers change a pod only on a copy (`terminate`)."""
+        changed = self.install.double.latest.get("pods", 0)
+        if changed != self._pods_changed:
+            self._pods = self.kube.store.objects("pods", None)
+            self._pods_changed = changed
+        return [p for p in self._pods if namespace in (None, p["metadata"]["namespace"])]
+
     # -- creating pods (the ReplicaSet and StatefulSet controllers) ----------------------------
 
     def _reconcile(self, rs: ReplicaSet) -> None:
         active = [p for p in self.pods() if owned_by(p, rs.name) and not terminating(p)]
         for _ in range(rs.replicas - len(active)):
-            pod = pod_object("", rs.app, "", owner=rs.name, affinity=rs.affinity)
+            pod = pod_object(
+                "", rs.app, "", owner=rs.name, affinity=rs.affinity, namespace=rs.namespace
+            )
             del pod["metadata"]["name"]
             pod["metadata"]["generateName"] = f"{rs.name}-"
             if rs.name in self.opted_in:
@@ -184,15 +222,16 @@ class HostAwareControllers(Controllers):
         """POST each queued pod, as a controller does (through admission)."""
         assert self._http is not None
         queued, self._to_create = self._to_create, []
-        url = f"{self.kube.url}/api/v1/namespaces/{NAMESPACE}/pods"
         headers = {"Authorization": f"Bearer {self.kube.token}"}
         for pod in queued:
+            url = f"{self.kube.url}/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
             async with self._http.post(url, json=pod, headers=headers) as response:
                 await response.read()  # a refusal (a name not yet free) is tried next step
 
     def terminate(self, pod: dict[str, Any]) -> None:
-        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        self.kube.write(pod, manager="kube-controller-manager")
+        terminating = _copy([pod])[0]
+        terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        self.kube.write(terminating, manager="kube-controller-manager")
 
     # -- scheduling (kube-scheduler with the extender) -----------------------------------------
 
@@ -202,7 +241,7 @@ class HostAwareControllers(Controllers):
     async def _schedule_pending(self) -> None:
         now = self.clock.now()
         for pod in self.pods():
-            key = pod["metadata"]["name"]
+            key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
             if pod["spec"].get("nodeName") or terminating(pod):
                 continue
             if self._retry_at.get(key, 0.0) > now:
@@ -236,10 +275,14 @@ class HostAwareControllers(Controllers):
         feasible = filtered.feasible
         if not feasible:
             return None
-        passed = await self._extender_filter(pod, feasible, nodes, bound)
-        if not passed:
-            return None
-        scores = await self._extender_prioritize(pod, passed)
+        extender = self.install.extender_url()
+        if extender is None:
+            passed, scores = feasible, {}
+        else:
+            passed = await self._extender_filter(extender, pod, feasible, nodes, bound)
+            if not passed:
+                return None
+            scores = await self._extender_prioritize(extender, pod, passed)
         load = {name: 0 for name in passed}
         for other in bound:
             if other["spec"]["nodeName"] in load:
@@ -248,6 +291,7 @@ class HostAwareControllers(Controllers):
 
     async def _extender_filter(
         self,
+        extender: str,
         pod: dict[str, Any],
         feasible: list[str],
         nodes: list[dict[str, Any]],
@@ -258,7 +302,7 @@ class HostAwareControllers(Controllers):
         passed: list[str] | None = None
         body = {"Pod": pod, "Nodes": None, "NodeNames": feasible}
         try:
-            async with self._http.post(f"{self.system.extender_url()}/filter", json=body) as r:
+            async with self._http.post(f"{extender}/filter", json=body) as r:
                 answer = await r.json(content_type=None) if r.status == 200 else None
             if isinstance(answer, dict) and not answer.get("Error"):
                 passed = list(answer.get("NodeNames") or [])
@@ -276,13 +320,13 @@ class HostAwareControllers(Controllers):
         )
         return feasible if passed is None else passed
 
-    async def _extender_prioritize(self, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
+    async def _extender_prioritize(
+        self, extender: str, pod: dict[str, Any], names: list[str]
+    ) -> dict[str, int]:
         assert self._http is not None
         body = {"Pod": pod, "Nodes": None, "NodeNames": names}
         try:
-            async with self._http.post(
-                f"{self.system.extender_url()}/prioritize", json=body
-            ) as response:
+            async with self._http.post(f"{extender}/prioritize", json=body) as response:
                 answer = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return {}  # only logged by kube-scheduler
@@ -295,36 +339,183 @@ def _ready(pod: dict[str, Any]) -> bool:
     return not terminating(pod) and ready(pod)
 
 
-class Workload:
-    """Seeded random operations on the system; `step()` does one."""
+class Cluster:
+    """One install's Kubernetes cluster as its users and controllers drive it."""
 
-    def __init__(self, system: System, rng: random.Random, history: History, clock: Clock) -> None:
-        self.system = system
-        self.rng = rng
-        self.history = history
-        self.clock = clock
-        self.kube = system.double
-        self.controllers = HostAwareControllers(system, history, clock)
-        self.admin_rules = history.final.admin_rules
-        self._si: vim.ServiceInstance | None = None
+    def __init__(self, install: Install, clock: Clock) -> None:
+        self.install = install
+        self.history = install.history
+        self.kube = install.double
+        self.controllers = HostAwareControllers(install, clock)
+        # Opted-in pods only where the webhook runs that twins them.
+        self.webhook = install.shape.full
+        self.vms = set(install.shape.vm_names)
+        self.min_nodes = len(self.vms) - MOST_SPARE
         self._deployments = 0
         self._statefulsets = 0
-        self._admin_rules = 0
         self._cordoned: set[str] = set()
-        self.vms: dict[str, str] = {}  # VM name -> cluster moid
 
-    async def start(self, nodes: int) -> None:
-        """Nodes for the first `nodes` VMs, and two Deployments."""
-        si = await asyncio.to_thread(self._admin)
-        self.vms = await asyncio.to_thread(
-            lambda: {
-                vm.name: vm.runtime.host.parent._moId for vm in inventory(si, vim.VirtualMachine)
-            }
-        )
-        for name in sorted(self.vms)[:nodes]:
+    def start(self, rng: random.Random) -> None:
+        """Nodes for all but SPARE_VMS of its VMs, coredns, and two Deployments."""
+        for name in sorted(self.vms)[: len(self.vms) - SPARE_VMS]:
             self.kube.seed(node_object(name))
+        self.controllers.replicasets.append(
+            ReplicaSet(
+                COREDNS,
+                COREDNS,
+                COREDNS_REPLICAS,
+                anti_affinity(COREDNS, LABEL_ESXI_HOST),
+                namespace=COREDNS_NAMESPACE,
+            )
+        )
         for _ in range(2):
-            self._create_deployment()
+            self.create_deployment(rng)
+
+    def create_deployment(self, rng: random.Random) -> str:
+        if len(self._webs()) >= MAX_DEPLOYMENTS:
+            raise LookupError("enough Deployments")
+        self._deployments += 1
+        name = f"web{self._deployments}"
+        replicas = rng.randint(2, 3)
+        # Odd ones written as users of the webhook write them (an opted-in hostname term the
+        # webhook twins on the host key), even ones on the host key itself; odd ones have a
+        # PodDisruptionBudget.
+        odd = self._deployments % 2 == 1
+        opted_in = odd and self.webhook
+        key = HOSTNAME_KEY if opted_in else LABEL_ESXI_HOST
+        if opted_in:
+            self.controllers.opted_in.add(name)
+        self.controllers.replicasets.append(
+            ReplicaSet(name, name, replicas, anti_affinity(name, key))
+        )
+        if odd:
+            self.kube.seed(
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": name, "namespace": NAMESPACE},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}},
+                }
+            )
+        return f"{name} x{replicas}{' (opted in)' if opted_in else ''}"
+
+    def scale_deployment(self, rng: random.Random) -> str:
+        rs = rng.choice(self._webs())
+        rs.replicas = rng.randint(1, 3)
+        live = [p for p in self._pods_of(rs.name) if not terminating(p)]
+        for pod in live[rs.replicas :]:
+            self.controllers.terminate(pod)
+        return f"{rs.name} x{rs.replicas}"
+
+    def delete_deployment(self, rng: random.Random) -> str:
+        webs = self._webs()
+        if len(webs) <= MIN_DEPLOYMENTS:
+            raise LookupError("too few Deployments to delete one")
+        rs = rng.choice(webs)
+        self.controllers.replicasets.remove(rs)
+        for pod in self._pods_of(rs.name):
+            if not terminating(pod):
+                self.controllers.terminate(pod)
+        if self.kube.read("policy/v1", "poddisruptionbudgets", rs.name, NAMESPACE) is not None:
+            self.kube.delete("policy/v1", "poddisruptionbudgets", rs.name, NAMESPACE)
+        return rs.name
+
+    def create_statefulset(self, rng: random.Random) -> str:
+        if len(self.controllers.statefulsets) >= MAX_STATEFULSETS:
+            raise LookupError("enough StatefulSets")
+        self._statefulsets += 1
+        sts = StatefulSet(f"db{self._statefulsets}", rng.randint(2, 3))
+        self.controllers.statefulsets.append(sts)
+        return f"{sts.name} x{sts.replicas}"
+
+    def scale_statefulset(self, rng: random.Random) -> str:
+        sts = rng.choice(self.controllers.statefulsets)
+        sts.replicas = rng.randint(1, 3)
+        return f"{sts.name} x{sts.replicas}"
+
+    def roll_statefulset(self, rng: random.Random) -> str:
+        """A new template: the controller replaces pods from the highest ordinal down."""
+        sts = rng.choice(self.controllers.statefulsets)
+        sts.revision += 1
+        return f"{sts.name} to {sts.revision_hash}"
+
+    def add_node(self, rng: random.Random) -> str:
+        free = sorted(self.vms - self._node_names())
+        name = rng.choice(free)
+        self.kube.seed(node_object(name))
+        return name
+
+    def remove_node(self, rng: random.Random) -> str:
+        names = sorted(self._node_names())
+        if len(names) <= self.min_nodes:
+            raise LookupError("too few nodes to remove one")
+        name = rng.choice(names)
+        for pod in self.controllers.pods():
+            if pod["spec"].get("nodeName") == name:
+                meta = pod["metadata"]
+                self.kube.delete("v1", "pods", meta["name"], meta["namespace"])
+        self.kube.delete("v1", "nodes", name)
+        self._cordoned.discard(name)
+        return name
+
+    def drain(self, rng: random.Random) -> str:
+        """kubectl drain: cordon, then the node's pods go (their controllers make new ones)."""
+        if len(self._cordoned) >= MAX_CORDONED:
+            raise LookupError("enough nodes cordoned")
+        name = rng.choice(sorted(self._node_names() - self._cordoned))
+        self._set_unschedulable(name, True)
+        for pod in self.controllers.pods():
+            if pod["spec"].get("nodeName") == name and not terminating(pod):
+                self.controllers.terminate(pod)
+        return name
+
+    def uncordon(self, rng: random.Random) -> str:
+        name = rng.choice(sorted(self._cordoned))
+        self._set_unschedulable(name, False)
+        return name
+
+    def _set_unschedulable(self, name: str, unschedulable: bool) -> None:
+        node = self.kube.read("v1", "nodes", name)
+        assert node is not None
+        node.setdefault("spec", {})["unschedulable"] = unschedulable
+        self.kube.write(node, manager="kubectl")
+        if unschedulable:
+            self._cordoned.add(name)
+        else:
+            self._cordoned.discard(name)
+
+    def _webs(self) -> list[ReplicaSet]:
+        """The user's Deployments (coredns is the cluster's)."""
+        return [rs for rs in self.controllers.replicasets if rs.name != COREDNS]
+
+    def _pods_of(self, owner: str) -> list[dict[str, Any]]:
+        return [p for p in self.controllers.pods() if owned_by(p, owner)]
+
+    def _node_names(self) -> set[str]:
+        return {n["metadata"]["name"] for n in self.kube.store.objects("nodes", None)}
+
+
+class Workload:
+    """Seeded random operations on the system; `step()` does one: in vCenter (recorded in the
+    first install's history) or in one install's cluster (recorded in its own)."""
+
+    def __init__(self, system: System, rng: random.Random, clock: Clock) -> None:
+        self.system = system
+        self.rng = rng
+        self.clock = clock
+        self.history = system.first.history
+        self.clusters = [Cluster(install, clock) for install in system.installs]
+        self.admin_rules = self.history.final.admin_rules
+        self._si: vim.ServiceInstance | None = None
+        self._admin_rules = 0
+
+    def start(self) -> None:
+        for cluster in self.clusters:
+            cluster.start(self.rng)
+
+    async def run_controllers(self) -> None:
+        """Every cluster's controllers, until cancelled."""
+        await asyncio.gather(*(c.controllers.run() for c in self.clusters))
 
     def vcsim_restarted(self) -> None:
         """vcsim came back with its initial inventory: the admin's rules went with it."""
@@ -332,36 +523,51 @@ class Workload:
         self.admin_rules.clear()
 
     async def step(self) -> None:
-        """One operation, drawn by weight; vCenter's run in a thread (pyVmomi blocks)."""
+        """One operation, drawn by weight (a Kubernetes one in a cluster drawn by
+        INSTALL_WEIGHTS among those that can); vCenter's run in a thread (pyVmomi blocks)."""
         in_vcenter: dict[str, Callable[[], str]] = {
             "vmotion": self._vmotion,
             "admin-drs-rule": self._admin_rule,
         }
-        in_kubernetes: dict[str, Callable[[], str]] = {
-            "deployment-create": self._create_deployment,
-            "deployment-scale": self._scale_deployment,
-            "deployment-delete": self._delete_deployment,
-            "statefulset-create": self._create_statefulset,
-            "statefulset-scale": self._scale_statefulset,
-            "statefulset-roll": self._roll_statefulset,
-            "node-add": self._add_node,
-            "node-remove": self._remove_node,
-            "drain": self._drain,
-            "uncordon": self._uncordon,
-        }
         kind = self.rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         started = self.clock.now()
+        history = self.history
         try:
             if kind in in_vcenter:
                 detail = await asyncio.to_thread(in_vcenter[kind])
             else:
-                detail = in_kubernetes[kind]()
+                cluster = self._cluster_for(kind)
+                history = cluster.history
+                detail = self._in_kubernetes(cluster, kind)
         except Exception as error:  # vcsim away, or nothing to do it to: a failed operation
-            self.history.operations.append(Operation(started, kind, repr(error)[:200], ok=False))
+            history.operations.append(Operation(started, kind, repr(error)[:200], ok=False))
             if kind in in_vcenter:
                 self._si = None
             return
-        self.history.operations.append(Operation(started, kind, detail))
+        history.operations.append(Operation(started, kind, detail))
+
+    def _cluster_for(self, kind: str) -> Cluster:
+        able = [
+            (c, w)
+            for c, w in zip(self.clusters, INSTALL_WEIGHTS, strict=True)
+            if c.webhook or kind not in STATEFULSET_KINDS
+        ]
+        return self.rng.choices([c for c, _ in able], weights=[w for _, w in able])[0]
+
+    def _in_kubernetes(self, cluster: Cluster, kind: str) -> str:
+        operations: dict[str, Callable[[random.Random], str]] = {
+            "deployment-create": cluster.create_deployment,
+            "deployment-scale": cluster.scale_deployment,
+            "deployment-delete": cluster.delete_deployment,
+            "statefulset-create": cluster.create_statefulset,
+            "statefulset-scale": cluster.scale_statefulset,
+            "statefulset-roll": cluster.roll_statefulset,
+            "node-add": cluster.add_node,
+            "node-remove": cluster.remove_node,
+            "drain": cluster.drain,
+            "uncordon": cluster.uncordon,
+        }
+        return operations[kind](self.rng)
 
     # -- vCenter (run in a thread: pyVmomi blocks) ----------------------------------------------
 
@@ -408,124 +614,3 @@ class Workload:
         stored = next(r for r in cluster.configurationEx.rule if r.name == info.name)
         self.admin_rules[(cluster._moId, info.name)] = fields(stored)
         return f"{operation} {info.name} in {cluster._moId}: {[vm.name for vm in chosen]}"
-
-    # -- the Kubernetes side (the double's store, as controllers and kubectl write it) ---------
-
-    def _create_deployment(self) -> str:
-        if len(self.controllers.replicasets) >= MAX_DEPLOYMENTS:
-            raise LookupError("enough Deployments")
-        self._deployments += 1
-        name = f"web{self._deployments}"
-        replicas = self.rng.randint(2, 3)
-        # Odd ones written as users of the webhook write them (an opted-in hostname term the
-        # webhook twins on the host key), even ones on the host key itself.
-        opted_in = self._deployments % 2 == 1
-        key = HOSTNAME_KEY if opted_in else LABEL_ESXI_HOST
-        if opted_in:
-            self.controllers.opted_in.add(name)
-        self.controllers.replicasets.append(
-            ReplicaSet(name, name, replicas, anti_affinity(name, key))
-        )
-        if opted_in:
-            self.kube.seed(
-                {
-                    "apiVersion": "policy/v1",
-                    "kind": "PodDisruptionBudget",
-                    "metadata": {"name": name, "namespace": NAMESPACE},
-                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}},
-                }
-            )
-        return f"{name} x{replicas}{' (opted in)' if opted_in else ''}"
-
-    def _scale_deployment(self) -> str:
-        rs = self.rng.choice(self.controllers.replicasets)
-        rs.replicas = self.rng.randint(1, 3)
-        live = [p for p in self._pods_of(rs.name) if not terminating(p)]
-        for pod in live[rs.replicas :]:
-            self.controllers.terminate(pod)
-        return f"{rs.name} x{rs.replicas}"
-
-    def _delete_deployment(self) -> str:
-        if len(self.controllers.replicasets) <= MIN_DEPLOYMENTS:
-            raise LookupError("too few Deployments to delete one")
-        rs = self.rng.choice(self.controllers.replicasets)
-        self.controllers.replicasets.remove(rs)
-        for pod in self._pods_of(rs.name):
-            if not terminating(pod):
-                self.controllers.terminate(pod)
-        if self.kube.read("policy/v1", "poddisruptionbudgets", rs.name, NAMESPACE) is not None:
-            self.kube.delete("policy/v1", "poddisruptionbudgets", rs.name, NAMESPACE)
-        return rs.name
-
-    def _create_statefulset(self) -> str:
-        if len(self.controllers.statefulsets) >= MAX_STATEFULSETS:
-            raise LookupError("enough StatefulSets")
-        self._statefulsets += 1
-        sts = StatefulSet(f"db{self._statefulsets}", self.rng.randint(2, 3))
-        self.controllers.statefulsets.append(sts)
-        return f"{sts.name} x{sts.replicas}"
-
-    def _scale_statefulset(self) -> str:
-        sts = self.rng.choice(self.controllers.statefulsets)
-        sts.replicas = self.rng.randint(1, 3)
-        return f"{sts.name} x{sts.replicas}"
-
-    def _roll_statefulset(self) -> str:
-        """A new template: the controller replaces pods from the highest ordinal down."""
-        sts = self.rng.choice(self.controllers.statefulsets)
-        sts.revision += 1
-        return f"{sts.name} to {sts.revision_hash}"
-
-    def _add_node(self) -> str:
-        free = sorted(set(self.vms) - self._node_names())
-        name = self.rng.choice(free)
-        self.kube.seed(node_object(name))
-        return name
-
-    def _remove_node(self) -> str:
-        names = sorted(self._node_names())
-        if len(names) <= MIN_NODES:
-            raise LookupError("too few nodes to remove one")
-        name = self.rng.choice(names)
-        for pod in self.controllers.pods():
-            if pod["spec"].get("nodeName") == name:
-                self.kube.delete("v1", "pods", pod["metadata"]["name"], NAMESPACE)
-        self.kube.delete("v1", "nodes", name)
-        self._cordoned.discard(name)
-        return name
-
-    def _drain(self) -> str:
-        """kubectl drain: cordon, then the node's pods go (their controllers make new ones)."""
-        if len(self._cordoned) >= MAX_CORDONED:
-            raise LookupError("enough nodes cordoned")
-        name = self.rng.choice(sorted(self._node_names() - self._cordoned))
-        self._set_unschedulable(name, True)
-        for pod in self.controllers.pods():
-            if pod["spec"].get("nodeName") == name and not terminating(pod):
-                self.controllers.terminate(pod)
-        return name
-
-    def _uncordon(self) -> str:
-        name = self.rng.choice(sorted(self._cordoned))
-        self._set_unschedulable(name, False)
-        return name
-
-    def _set_unschedulable(self, name: str, unschedulable: bool) -> None:
-        node = self.kube.read("v1", "nodes", name)
-        assert node is not None
-        node.setdefault("spec", {})["unschedulable"] = unschedulable
-        self.kube.write(node, manager="kubectl")
-        if unschedulable:
-            self._cordoned.add(name)
-        else:
-            self._cordoned.discard(name)
-
-    def _pods_of(self, owner: str) -> list[dict[str, Any]]:
-        return [
-            p
-            for p in self.controllers.pods()
-            if any(r.get("name") == owner for r in p["metadata"].get("ownerReferences", []))
-        ]
-
-    def _node_names(self) -> set[str]:
-        return {n["metadata"]["name"] for n in self.kube.store.objects("nodes", None)}

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 
+import nats.errors
 import pytest
 from pyVmomi import vim
 
@@ -19,6 +20,7 @@ from hostaffinity.node_labeller.config import LabellerSettings
 from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher, vcenter_sessions
 from hostaffinity.runtime.bus.client import Bus
+from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
 from hostaffinity.runtime.process.config import KubernetesSettings, LeaseSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
 from tests.e2e.labeller_harness import (
@@ -255,3 +257,30 @@ async def test_api_down_eight_seconds_with_moves_converges_and_loses_nothing(
         await converges(parts.kube, admin, parts.nats)
 
         await assert_every_move_announced(parts.nats, OUTAGE_MOVES)
+
+
+async def test_a_first_topology_read_the_bus_leaves_unanswered_is_asked_again(
+    parts: LabellerParts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The KV is read whole as the work starts; a bus that does not answer then (a server of
+    the cluster killed as the replica took the Lease: the fault campaign with two installs,
+    seed 2) made the work fail and the process exit 1 with `nats: timeout`. Now the replica
+    asks again and labels."""
+    vc, admin = parts.vcenter(vms=6, nodes=NODES)
+    read = TopologyStore.snapshot
+    asked = 0
+
+    async def unanswered_twice(store: TopologyStore) -> TopologySnapshot:
+        nonlocal asked
+        asked += 1
+        if asked <= 2:
+            raise nats.errors.TimeoutError
+        return await read(store)
+
+    monkeypatch.setattr(TopologyStore, "snapshot", unanswered_twice)
+    async with parts.labeller(
+        vc, labeller=LabellerSettings(resync_seconds=NO_RESYNC, retry_max_seconds=0.1)
+    ) as replica:
+        await converges(parts.kube, admin, parts.nats)
+        assert not replica.standby
+    assert asked == 3

@@ -12,8 +12,12 @@ and "vcenter connected: <name>" while its watch is up: with several vCenters one
 while another is served, not "not ready" for all.
 """
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from nats.errors import Error as NatsError
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.inventory import watched_properties
@@ -26,10 +30,12 @@ from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.kube.client import NODES
 from hostaffinity.runtime.kube.events import EventRecorder
 from hostaffinity.runtime.kube.informer import Informer, InformerEvent, msgspec_decoder
+from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.runner import VCENTER_CONNECTED, ServiceContext, vcenter_part
 from hostaffinity.schema import EVENTS_STREAM
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 LABELLING_DONE = "labelling done"
 READ = "vcenter read"
 
@@ -102,8 +108,8 @@ class NodeLabellerWork:
             workers=own.patch_concurrency,
             retry=Retry(own.retry_base_seconds, own.retry_max_seconds),
         )
-        labeller.load_topology(await store.snapshot())
-        labeller.restore_unpublished(await store.unpublished())
+        labeller.load_topology(await until_answered(store.snapshot, own.retry_max_seconds))
+        labeller.restore_unpublished(await until_answered(store.unpublished, own.retry_max_seconds))
         self.labeller = labeller
         for watcher in self.watchers:
             ctx.start(watcher.run(), name=f"vcenter-watch {watcher.vcenter}")
@@ -127,6 +133,24 @@ class NodeLabellerWork:
     def _read_all_again(self) -> None:
         for watcher in self.watchers:
             watcher.request_full_read()
+
+
+async def until_answered(read: Callable[[], Awaitable[T]], retry_seconds: float) -> T:
+    """What the topology bucket holds, to start from; asked again while the bus does not answer
+    (a NATS server killed, a stream leader being elected): failing the work for it would only
+    restart the process. The fault campaign found it: a replica that took the Lease as a server
+    of the cluster was killed exited 1 with `nats: timeout` from this read."""
+    while True:
+        try:
+            return await read()
+        except NatsError as error:
+            log.warning(
+                "the topology bucket did not answer (%r); asking again in %.0f s",
+                error,
+                retry_seconds,
+            )
+        raise_if_cancel_requested()  # a NATS call may have swallowed it
+        await asyncio.sleep(retry_seconds)
 
 
 async def _apply_batches(watcher: InventoryWatcher, labeller: Labeller) -> None:
