@@ -18,6 +18,7 @@ before anything else), `protobuf` (the request bodies kubectl's typed commands s
 """
 
 from .double import KubeDouble
+from .journal import Exchange
 from .server import ObjectFault, PatchHold
 
-__all__ = ["KubeDouble", "ObjectFault", "PatchHold"]
+__all__ = ["Exchange", "KubeDouble", "ObjectFault", "PatchHold"]

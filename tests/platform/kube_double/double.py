@@ -17,6 +17,7 @@ from kubernetes_asyncio.client import Configuration
 from . import admission, fieldsets
 from .actions import register_service_account
 from .auth import User
+from .journal import Exchange
 from .resources import RESOURCES, Resource, for_kind, lookup
 from .server import KubeApiServer, ObjectFault, PatchHold
 from .store import Store, key_of
@@ -179,6 +180,11 @@ class KubeDouble:
         from .webhooks import MutatingWebhooks
 
         self.server.mutating = MutatingWebhooks(self.store, endpoints, on_call)
+
+    def record_requests(self) -> list[Exchange]:
+        """From now on, every request and its status, in the order they were answered."""
+        self.server.journal = []
+        return self.server.journal
 
     def disconnect_watches(self) -> None:
         """End every open watch stream now, as an apiserver restart or LB reset would."""

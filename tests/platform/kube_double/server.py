@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from . import admission, discovery, errors, fieldsets, patches, protobuf, scale
+from . import admission, discovery, errors, fieldsets, patches, protobuf, scale, tables
 from .actions import SubresourceActions
 from .auth import User, allowed, authenticate, forbidden, verb_of
+from .journal import Exchange
 from .label_keys import prepare_pod_affinity
+from .registry import PRINTERS
 from .resources import Resource, Route, lookup
 from .selectors import Matcher, field_matcher, label_matcher
 from .store import Change, Key, Store, TooOld
@@ -178,6 +180,8 @@ class KubeApiServer:
         # Pod (anti-)affinity label keys merged into the selectors on create, as from v1.31;
         # False: dropped unmerged, as v1.28 to v1.30 (label_keys.py).
         self.merges_label_keys = True
+        # Every request and its status, once a test asks (KubeDouble.record_requests).
+        self.journal: list[Exchange] | None = None
         self._closing = asyncio.Event()
 
     def app(self) -> web.Application:
@@ -202,9 +206,13 @@ class KubeApiServer:
 
     async def _handle(self, http: web.Request) -> web.StreamResponse:
         try:
-            return await self._dispatch(http)
+            response = await self._dispatch(http)
         except errors.ApiError as exc:
-            return self._json(exc.body, exc.code, exc.headers)
+            response = self._json(exc.body, exc.code, exc.headers)
+        if self.journal is not None:
+            exchange = Exchange(http.method, http.path, dict(http.query), response.status)
+            self.journal.append(exchange)
+        return response
 
     async def _dispatch(self, http: web.Request) -> web.StreamResponse:
         user = authenticate(http.headers.get("Authorization"), self.tokens)
@@ -229,11 +237,13 @@ class KubeApiServer:
                 else errors.resource_not_found()
             )
         if http.method == "GET" and route.name is None:
-            return await self._watch(request) if watch else self._json(await self._list(request))
+            if watch:
+                return await self._watch(request)
+            return self._json(self._as_table(request, await self._list(request)))
         if route.subresource == "scale":
             return await self._scale(request)
         if http.method == "GET":
-            return self._json(self._present(route, self._get(route)))
+            return self._json(self._as_table(request, self._present(route, self._get(route))))
         if http.method == "POST" and route.subresource is not None:
             status, body = await self.actions.create(request, await self._body(http))
             return self._json(body, status)
@@ -308,6 +318,18 @@ class KubeApiServer:
     @staticmethod
     def _present(route: Route, obj: dict[str, Any]) -> dict[str, Any]:
         return admission.present(route.resource, obj)
+
+    @staticmethod
+    def _as_table(request: Request, answer: dict[str, Any]) -> dict[str, Any]:
+        """A list or an object, or its Table when the client asks for one and the resource
+        has printer columns (tables.py)."""
+        printer = PRINTERS.get(request.route.resource.storage_key)
+        if printer is None or not tables.wants_table(request.http.headers.get("Accept", "")):
+            return answer
+        if "items" in answer:
+            return tables.table(printer, answer["items"], answer["metadata"])
+        meta = {"resourceVersion": answer["metadata"].get("resourceVersion", "")}
+        return tables.table(printer, [answer], meta)
 
     def _get(self, route: Route) -> dict[str, Any]:
         obj = self.store.get(route.resource.storage_key, _key(route, route.name or ""))
