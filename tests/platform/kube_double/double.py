@@ -15,11 +15,12 @@ from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
 from . import admission, fieldsets
-from .actions import register_service_account
 from .auth import User
+from .faults import ObjectFault, PatchHold
 from .journal import Exchange
+from .registry.serviceaccounts import register_service_account
 from .resources import RESOURCES, Resource, for_kind, lookup
-from .server import KubeApiServer, ObjectFault, PatchHold
+from .server import KubeApiServer
 from .store import Store, key_of
 
 if TYPE_CHECKING:
