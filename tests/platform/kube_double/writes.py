@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
-from . import admission, errors, fieldsets, patches
+from . import admission, errors, fieldsets, patches, registry
 from .label_keys import prepare_pod_affinity
 from .reads import stored_object
 from .registry import pods, scale
@@ -81,7 +81,7 @@ class Writes:
         admission.validate_create(resource, obj, route.namespace)
         node_name = (obj.get("spec") or {}).get("nodeName") if resource.kind == "Pod" else None
         node = self.store.get("nodes", ("", node_name)) if node_name else None
-        admission.default_create(resource, obj, node)
+        registry.default_create(resource, obj, node)
         stored = self.commit_new(resource, obj, request.manager)
         return admission.present(resource, stored)
 
@@ -328,7 +328,7 @@ class Writes:
             raise errors.not_found(lookup("", "v1", "namespaces"), route.namespace)  # type: ignore[arg-type]
         obj = admission.to_storage(resource, self._apply(request, empty, body))
         admission.validate_create(resource, obj, route.namespace)
-        admission.default_create(resource, obj, None)
+        registry.default_create(resource, obj, None)
         # The managedFields are the apply's own entry: commit_new records no update on top.
         return admission.present(resource, self.commit_new(resource, obj, None))
 

@@ -1,8 +1,10 @@
-"""Nodes: their printer columns (kubernetes pkg/printers/internalversion/printers.go,
+"""Nodes: their defaults on create (the not-ready taint, a kubelet-less status of Go zero
+values), and their printer columns (kubernetes pkg/printers/internalversion/printers.go,
 `nodeColumnDefinitions` and `printNode`), what `kubectl get nodes` shows."""
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +12,34 @@ from ..tables import Column, Printer, age
 
 _ROLE_PREFIX = "node-role.kubernetes.io/"
 _ROLE_LABEL = "kubernetes.io/role"
+
+NODE_STATUS_ZERO: dict[str, Any] = {
+    "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+    "nodeInfo": {
+        key: ""
+        for key in (
+            "machineID",
+            "systemUUID",
+            "bootID",
+            "kernelVersion",
+            "osImage",
+            "containerRuntimeVersion",
+            "kubeletVersion",
+            "kubeProxyVersion",
+            "operatingSystem",
+            "architecture",
+        )
+    },
+}
+
+
+def default(node: dict[str, Any], _bound_to: dict[str, Any] | None) -> None:
+    taints = node.setdefault("spec", {}).setdefault("taints", [])
+    if not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints):
+        taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+    status = node.setdefault("status", {})
+    for key, value in NODE_STATUS_ZERO.items():
+        status.setdefault(key, copy.deepcopy(value))
 
 
 def _status(node: dict[str, Any]) -> str:

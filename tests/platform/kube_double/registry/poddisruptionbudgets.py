@@ -1,6 +1,7 @@
-"""PodDisruptionBudgets as the Eviction API charges them (kubernetes pkg/registry/core/pod/
-storage/eviction.go): the one budget covering a pod, the 429 TooManyRequests while it allows no
-disruption (or has not observed its latest generation), and the disruption taken otherwise."""
+"""PodDisruptionBudgets: their empty status on create, and how the Eviction API charges them
+(kubernetes pkg/registry/core/pod/storage/eviction.go): the one budget covering a pod, the 429
+TooManyRequests while it allows no disruption (or has not observed its latest generation), and
+the disruption taken otherwise."""
 
 from __future__ import annotations
 
@@ -38,6 +39,16 @@ def _too_many(cause: str, retry_after: int | None = None) -> errors.ApiError:
         details["retryAfterSeconds"] = retry_after
     headers = {"Retry-After": str(retry_after)} if retry_after else None
     return errors.status(429, "TooManyRequests", _EVICT_MESSAGE, details, headers=headers)
+
+
+def default(pdb: dict[str, Any], _bound_to: dict[str, Any] | None) -> None:
+    """A new budget's status is empty until the disruption controller (absent here) counts."""
+    pdb["status"] = {
+        "disruptionsAllowed": 0,
+        "currentHealthy": 0,
+        "desiredHealthy": 0,
+        "expectedPods": 0,
+    }
 
 
 def covering(store: Store, namespace: str | None, labels: dict[str, str]) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""Pods: binding, eviction through their disruption budget, and graceful deletion (kubernetes
-pkg/registry/core/pod/storage: BindingREST, EvictionREST; pod strategy CheckGracefulDelete)."""
+"""Pods: defaulting on create, binding, eviction through their disruption budget, and graceful
+deletion (kubernetes pkg/registry/core/pod/storage: BindingREST, EvictionREST; pod strategy
+CheckGracefulDelete; core/v1 defaults)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from ..request import Request
 from ..resources import Resource
 from ..store import Store
 from . import poddisruptionbudgets
+
+_TOPOLOGY_PREFIX = "topology.kubernetes.io/"
 
 
 def _pod(store: Store, request: Request) -> dict[str, Any]:
@@ -52,7 +55,7 @@ def bind(store: Store, request: Request, body: dict[str, Any]) -> dict[str, Any]
     )
     node = store.get("nodes", ("", node_name))
     if node is not None:
-        admission.copy_topology_labels(new, node)
+        copy_topology_labels(new, node)
     store.write("pods", new)
     return errors.success(201)
 
@@ -109,3 +112,103 @@ def terminate(store: Store, resource: Resource, pod: dict[str, Any]) -> dict[str
     new["metadata"]["deletionGracePeriodSeconds"] = grace
     new["metadata"]["generation"] = pod["metadata"].get("generation", 0) + 1
     return store.write(resource.storage_key, new)
+
+
+def default(pod: dict[str, Any], node: dict[str, Any] | None) -> None:
+    """Defaulting on create (core/v1 SetDefaults_Pod, the ServiceAccount admission's token
+    volume, the QoS class), then the node's topology labels when it is bound at creation."""
+    spec = pod.setdefault("spec", {})
+    containers = spec.setdefault("containers", [])
+    if spec.get("automountServiceAccountToken") is not False:
+        volume = f"kube-api-access-{admission.random_suffix()}"
+        spec.setdefault("volumes", []).append(_service_account_volume(volume))
+        for container in containers:
+            container.setdefault("volumeMounts", []).append(
+                {
+                    "name": volume,
+                    "readOnly": True,
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                }
+            )
+    for container in containers:
+        image = container.get("image", "")
+        latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
+        container.setdefault("resources", {})
+        container.setdefault("terminationMessagePath", "/dev/termination-log")
+        container.setdefault("terminationMessagePolicy", "File")
+        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    for key, value in (
+        ("restartPolicy", "Always"),
+        ("terminationGracePeriodSeconds", 30),
+        ("dnsPolicy", "ClusterFirst"),
+        ("serviceAccountName", "default"),
+        ("securityContext", {}),
+        ("schedulerName", "default-scheduler"),
+        ("priority", 0),
+        ("enableServiceLinks", True),
+        ("preemptionPolicy", "PreemptLowerPriority"),
+    ):
+        spec.setdefault(key, value)
+    spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    tolerations = spec.setdefault("tolerations", [])
+    for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if not any(t.get("key") == taint for t in tolerations):
+            tolerations.append(
+                {
+                    "key": taint,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            )
+    pod["status"] = {"phase": "Pending", "qosClass": _qos_class(containers)}
+    if node is not None:
+        copy_topology_labels(pod, node)
+
+
+def _qos_class(containers: list[dict[str, Any]]) -> str:
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    guaranteed = all(
+        (r.get("limits") or {}).get(k) is not None
+        and (r.get("requests") or r.get("limits") or {}).get(k) == (r.get("limits") or {}).get(k)
+        for r in resources
+        for k in ("cpu", "memory")
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _service_account_volume(name: str) -> dict[str, Any]:
+    def config_map(cm: str, key: str) -> dict[str, Any]:
+        return {"configMap": {"name": cm, "items": [{"key": key, "path": key}]}}
+
+    return {
+        "name": name,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                config_map("kube-root-ca.crt", "ca.crt"),
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "namespace",
+                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                            }
+                        ]
+                    }
+                },
+                config_map("openshift-service-ca.crt", "service-ca.crt"),
+            ],
+            "defaultMode": 420,
+        },
+    }
+
+
+def copy_topology_labels(pod: dict[str, Any], node: dict[str, Any]) -> None:
+    """PodTopologyLabelsAdmission: the node's topology.kubernetes.io/* labels go onto the pod."""
+    node_labels = node["metadata"].get("labels") or {}
+    topology = {k: v for k, v in node_labels.items() if k.startswith(_TOPOLOGY_PREFIX)}
+    if topology:
+        pod["metadata"].setdefault("labels", {}).update(topology)
