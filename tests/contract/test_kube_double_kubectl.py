@@ -14,8 +14,11 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hostaffinity.runtime.http.certificates import issue
 from tests.platform.kube_double import Exchange, KubeDouble
+from tests.platform.kube_double.tables import human_duration
 from tests.platform.kubectl import Kubectl
 
 NAMESPACE = "shop"
@@ -109,6 +112,29 @@ async def test_kubectl_server_gets_nodes_in_the_servers_columns(tmp_path: Path) 
     header = wide.stdout.splitlines()[0].split()
     assert header[5:8] == ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE"]
     assert "10.0.0.7" in wide.stdout.splitlines()[1].split()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (-5, "<invalid>"),
+        (0, "0s"),
+        (119, "119s"),
+        (125, "2m5s"),
+        (600, "10m"),
+        (179 * 60, "179m"),
+        (3 * 3600 + 5 * 60, "3h5m"),
+        (8 * 3600, "8h"),
+        (47 * 3600, "47h"),
+        (2 * 86400 + 3 * 3600, "2d3h"),
+        (400 * 86400, "400d"),
+        (3 * 365 * 86400 + 10 * 86400, "3y10d"),
+        (9 * 365 * 86400, "9y"),
+    ],
+)
+def test_the_age_column_shortens_as_the_server_does(seconds: int, shown: str) -> None:
+    """apimachinery pkg/util/duration HumanDuration: the AGE kubectl shows from a Table."""
+    assert human_duration(seconds) == shown
 
 
 def evictions(journal: list[Exchange]) -> list[tuple[str, int]]:

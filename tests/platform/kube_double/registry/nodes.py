@@ -34,6 +34,7 @@ NODE_STATUS_ZERO: dict[str, Any] = {
 
 
 def default(node: dict[str, Any], _bound_to: dict[str, Any] | None) -> None:
+    """Not ready until a kubelet (absent here) says so, with the status fields it would fill."""
     taints = node.setdefault("spec", {}).setdefault("taints", [])
     if not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints):
         taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
