@@ -1,10 +1,14 @@
-.PHONY: setup test images dev demo docs proto bench release
+.PHONY: setup test test-fast images dev demo docs proto bench release
 
 setup:
 	bash scripts/setup.sh
 
 test:
 	bash scripts/test.sh
+
+# The fast loop: the unit and contract tests (kinds by place: tests/kinds.py), no server started.
+test-fast:
+	uv run --frozen pytest -m "unit or contract" -q $(PYTEST_ARGS)
 
 images:
 	bash scripts/images.sh

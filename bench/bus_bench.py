@@ -34,7 +34,6 @@ from typing import Final, Protocol
 
 from figures import percentile
 from node_labeller_bench import kube_double, running_labeller, time_moves
-from node_labeller_builders import inventory_with
 
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, write_local_credentials
 from hostaffinity.node_labeller.inventory import ObjectUpdate
@@ -44,6 +43,7 @@ from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import NodeChange, TopologyStore
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import VmMoved, utc_timestamp
+from tests.platform.builders.node_labeller import inventory_with
 from tests.platform.nats import nats_server_binary
 from tests.platform.nats_cluster import (
     NatsCluster,

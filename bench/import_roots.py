@@ -1,8 +1,8 @@
 """Puts pytest's import roots on sys.path, so a bench imports test helpers as the tests do.
 
 The roots are read from pyproject.toml ([tool.pytest.ini_options] pythonpath: the repository
-root, for `tests.platform...`, and the members' test folders, for their builders modules), so
-tests and benches share one list. A bench imports this module first, as `bench/x.py` run by
+root, for `tests.platform...`, the builders in `tests.platform.builders` among them), so tests
+and benches share one list. A bench imports this module first, as `bench/x.py` run by
 `uv run --frozen python bench/x.py` has only bench/ itself on its path.
 """
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from admission_golden import CASES, HOSTNAME_SPREADS, admitted, with_spreads
 
 from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.schema.names import POD_PHYSICAL_ANTI_AFFINITY, POD_SPREAD_ACROSS_HOSTS
@@ -21,6 +20,7 @@ from tests.admission_policy_cel import (
     typed_literals_as_maps,
     variable_names,
 )
+from tests.platform.builders.admission_golden import CASES, HOSTNAME_SPREADS, admitted, with_spreads
 
 
 def _stored(policy: Policy, pod: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-from descheduler_builders import kubevirt_json, vm_json, vmi_json
 
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.process.telemetry import Telemetry
@@ -35,6 +34,7 @@ from tests.e2e.labeller_harness import (
     stream_events,
     wait_ready,
 )
+from tests.platform.builders.descheduler import kubevirt_json, vm_json, vmi_json
 from tests.platform.bus_values import node_placement as placement
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from descheduler_builders import vmi_json
 
 from hostaffinity.descheduler.executor import EVICTION_PATH, MIGRATION_PATH, migration_name
 from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
@@ -58,6 +57,7 @@ from tests.e2e.labeller_harness import (
     wait_ready,
 )
 from tests.e2e.labeller_harness import node_object as labeller_node
+from tests.platform.builders.descheduler import vmi_json
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from descheduler_builders import cluster, launcher, node, pod, pod_json
 
 from hostaffinity.descheduler.eviction_planner import (
     Action,
@@ -27,6 +26,7 @@ from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube.client import KubeClient, api_client
 from hostaffinity.runtime.process.config import KubernetesSettings
 from tests.e2e.descheduler_harness import eventually
+from tests.platform.builders.descheduler import cluster, launcher, node, pod, pod_json
 from tests.platform.kube_double import KubeDouble
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from descheduler_builders import NOW, cluster, node_json, vmi
 
 from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.affinity.engine import AffinityEngine, FilterMode
@@ -49,6 +48,7 @@ from tests.integration.webhook_harness import (
     service,
     shipped_configuration,  # noqa: F401 (the fixture, used by name)
 )
+from tests.platform.builders.descheduler import NOW, cluster, node_json, vmi
 from tests.platform.kube_double import KubeDouble
 from tests.platform.kube_double.label_keys import prepare_pod_affinity
 from tests.platform.kubevirt_pods import (

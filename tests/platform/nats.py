@@ -20,6 +20,7 @@ import pytest
 
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.process.config import NatsSettings
+from tests.kinds import refuse_in_fast_tests
 
 STARTUP_TIMEOUT_SECONDS = 10.0
 STOP_TIMEOUT_SECONDS = 10.0
@@ -112,6 +113,7 @@ class NatsServer:
             await provisioning.provision()
 
     async def start(self) -> None:
+        refuse_in_fast_tests("a nats-server")
         self._process = await asyncio.create_subprocess_exec(
             str(nats_server_binary()),
             "--addr=127.0.0.1",

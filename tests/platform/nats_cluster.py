@@ -30,6 +30,7 @@ from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, tls_secret, write_
 from hostaffinity.cli.bus_subscribers import SUBSCRIBERS_CONF
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.process.config import NatsSettings
+from tests.kinds import refuse_in_fast_tests
 from tests.platform.nats import free_listen_port, nats_server_binary, stop_process
 
 SHIPPED: Final = Path(__file__).resolve().parents[2] / "k8s" / "base" / "nats"
@@ -152,6 +153,7 @@ class ServerProcess:
         return self._process is not None and self._process.returncode is None
 
     async def start(self, *, wait: bool = True) -> None:
+        refuse_in_fast_tests("a nats-server")
         self._process = await asyncio.create_subprocess_exec(
             str(nats_server_binary()),
             f"--config={self.config}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.kinds import refuse_in_fast_tests
 from tests.platform.nats import NatsServer, free_port, nats_server_binary
 
 HUB_DOMAIN = "hub"
@@ -49,6 +50,7 @@ class DomainNatsServer(NatsServer):
         self.config_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     async def start(self) -> None:
+        refuse_in_fast_tests("a nats-server")
         self._process = await asyncio.create_subprocess_exec(
             str(nats_server_binary()),
             "-c",

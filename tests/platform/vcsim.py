@@ -40,6 +40,7 @@ from pyVmomi import vim, vmodl
 
 from hostaffinity.runtime.http.certificates import ServingIdentity
 from hostaffinity.runtime.vcenter.session import VCenterSettings
+from tests.kinds import refuse_in_fast_tests
 
 REPO = Path(__file__).resolve().parents[2]
 BINARY = REPO / "build" / "vcsim"
@@ -201,6 +202,7 @@ def build_vcsim() -> Path:
 def start_vcsim(binary: Path, workdir: Path, args: Sequence[str], timeout: float) -> Vcsim:
     """Start vcsim and wait for its VCSIM_URL line. Output goes to files, not pipes, so a chatty
     vcsim can never block on a full pipe."""
+    refuse_in_fast_tests("a vcsim")
     stdout_path, stderr_path = workdir / "vcsim.out", workdir / "vcsim.err"
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
         process = subprocess.Popen(

@@ -17,7 +17,15 @@ from hostaffinity.affinity.exposure import (
 from hostaffinity.affinity.model import Pod
 from hostaffinity.affinity.workloads import WorkloadRef, stays_with_node, workload_of
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from libs.affinity.tests.builders import engine, node, preferred, replica, required, spread, term
+from tests.platform.builders.affinity import (
+    engine,
+    node,
+    preferred,
+    replica,
+    required,
+    spread,
+    term,
+)
 
 HOSTNAME = "kubernetes.io/hostname"
 

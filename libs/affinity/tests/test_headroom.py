@@ -10,7 +10,7 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.headroom import host_headroom, tight_workloads
 from hostaffinity.affinity.model import Pod
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from libs.affinity.tests.builders import engine, node, pod, required, term
+from tests.platform.builders.affinity import engine, node, pod, required, term
 
 HOSTNAME = "kubernetes.io/hostname"
 NODES = {"a1": "h1", "a2": "h1", "b1": "h2", "b2": "h2", "c1": "h3", "c2": "h3"}

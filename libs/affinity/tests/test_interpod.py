@@ -19,7 +19,7 @@ from hostaffinity.affinity.explain import (
 )
 from hostaffinity.affinity.model import Pod
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from libs.affinity.tests.builders import engine, expr, node, pod, preferred, required, term
+from tests.platform.builders.affinity import engine, expr, node, pod, preferred, required, term
 
 SINGLE = "filtering_test.go:TestRequiredAffinitySingleNode/"
 NODE1 = node("node1", {"region": "r1", "zone": "z11"})

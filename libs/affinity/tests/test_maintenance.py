@@ -24,7 +24,7 @@ from hostaffinity.affinity.resources import (
 )
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 from hostaffinity.schema.reports import MaintenanceReport
-from libs.affinity.tests.builders import engine, node, pod, replica, required, spread, term
+from tests.platform.builders.affinity import engine, node, pod, replica, required, spread, term
 
 
 @pytest.mark.parametrize(

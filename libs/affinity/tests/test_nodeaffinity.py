@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hostaffinity.affinity.explain import REASON_NODE_AFFINITY, REASON_NODE_NAMES
-from libs.affinity.tests.builders import engine, expr, node, pod
+from tests.platform.builders.affinity import engine, expr, node, pod
 
 UPSTREAM = "node_affinity_test.go:TestNodeAffinity/"
 

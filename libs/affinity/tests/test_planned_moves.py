@@ -6,7 +6,7 @@ import pytest
 
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
-from libs.affinity.tests.builders import engine, node, pod, required, term
+from tests.platform.builders.affinity import engine, node, pod, required, term
 
 WEB = {"app": "web"}
 ANTI = required("podAntiAffinity", term("kubernetes.io/hostname", {"matchLabels": WEB}))

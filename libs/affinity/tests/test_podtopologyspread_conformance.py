@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from libs.affinity.tests import spread_cases
-from libs.affinity.tests.spread_cases import Case
+from tests.platform.builders import spread_cases
+from tests.platform.builders.spread_cases import Case
 
 UPSTREAM = spread_cases.load("filtering.yaml") + spread_cases.load("scoring.yaml")
 HOST_CASES = spread_cases.load("host-domain.yaml")

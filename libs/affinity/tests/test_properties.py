@@ -27,8 +27,8 @@ from hostaffinity.affinity.model import Node, Pod
 from hostaffinity.affinity.nodeaffinity import required_node_affinity
 from hostaffinity.affinity.taints import UNSCHEDULABLE_TAINT, first_untolerated, tolerated
 from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_LEGACY_HOST
-from libs.affinity.tests.builders import engine, node, pod
-from libs.affinity.tests.strategies import NAMESPACES, pod_terms
+from tests.platform.builders.affinity import engine, node, pod
+from tests.platform.builders.affinity_strategies import NAMESPACES, pod_terms
 
 NODE_NAMES = [f"n{i}" for i in range(6)]
 

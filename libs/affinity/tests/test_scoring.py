@@ -9,7 +9,7 @@ from hostaffinity.affinity.scoring import (
     normalize_default,
     normalize_min_max,
 )
-from libs.affinity.tests.builders import engine, expr, node, pod, preferred, term
+from tests.platform.builders.affinity import engine, expr, node, pod, preferred, term
 
 
 def dense(scores: SparseScores, nodes: list[str]) -> dict[str, int]:

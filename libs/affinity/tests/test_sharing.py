@@ -20,7 +20,7 @@ from hostaffinity.affinity.sharing import DEFAULT_CAPACITY, Interner, with_share
 from hostaffinity.affinity.topology_spread import compile_spread_constraints
 from hostaffinity.affinity.workloads import workload_of
 from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_KUBEVIRT_VMI_UID
-from libs.affinity.tests.builders import pod, replica, required, spread, term
+from tests.platform.builders.affinity import pod, replica, required, spread, term
 
 
 def _web(name: str, app: str = "web", namespace: str = "shop", **labels: str) -> Pod:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hostaffinity.affinity.explain import REASON_TAINT, REASON_UNSCHEDULABLE
-from libs.affinity.tests.builders import engine, node, pod
+from tests.platform.builders.affinity import engine, node, pod
 
 FILTER = "taint_toleration_test.go:TestTaintTolerationFilter/"
 DEDICATED = {"key": "dedicated", "value": "user1", "effect": "NoSchedule"}

@@ -17,7 +17,7 @@ from hostaffinity.affinity.topology_spread import (
     compile_spread_constraints,
 )
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from libs.affinity.tests.builders import engine, node, pod, spread
+from tests.platform.builders.affinity import engine, node, pod, spread
 
 
 def _pod(*spreads: dict[str, Any], labels: dict[str, str], opted_in: bool = False) -> Pod:

@@ -12,7 +12,15 @@ from typing import Any
 
 import msgspec
 import pytest
-from admission_golden import (
+
+from hostaffinity.admission_webhook.admission_v1 import decode_review
+from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome, plan_pod
+from hostaffinity.schema.names import (
+    LABEL_ESXI_HOST,
+    POD_PHYSICAL_ANTI_AFFINITY,
+    POD_SPREAD_ACROSS_HOSTS,
+)
+from tests.platform.builders.admission_golden import (
     CASES,
     FIXTURE,
     HOSTNAME,
@@ -24,14 +32,6 @@ from admission_golden import (
     review,
     spread_on,
     with_spreads,
-)
-
-from hostaffinity.admission_webhook.admission_v1 import decode_review
-from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome, plan_pod
-from hostaffinity.schema.names import (
-    LABEL_ESXI_HOST,
-    POD_PHYSICAL_ANTI_AFFINITY,
-    POD_SPREAD_ACROSS_HOSTS,
 )
 
 DEFAULT = MutationSettings()

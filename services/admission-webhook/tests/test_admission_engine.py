@@ -28,8 +28,8 @@ from hostaffinity.affinity.engine import FilterMode
 from hostaffinity.affinity.interpod import apply_label_keys
 from hostaffinity.affinity.model import Node, Pod
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
-from libs.affinity.tests.builders import engine, node
-from libs.affinity.tests.strategies import NAMESPACES, pod_terms
+from tests.platform.builders.affinity import engine, node
+from tests.platform.builders.affinity_strategies import NAMESPACES, pod_terms
 
 NODE_NAMES = [f"n{i}" for i in range(6)]
 HOSTS = ["h1", "h2", "h3"]

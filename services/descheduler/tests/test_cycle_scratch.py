@@ -6,8 +6,6 @@ import random
 from typing import ClassVar
 
 import pytest
-from descheduler_builders import HOSTNAME, cluster, decide_once, evicted, node, pod, spread
-from random_clusters import RandomCluster
 
 from hostaffinity.descheduler.eviction_planner import (
     EvictionLimits,
@@ -22,6 +20,16 @@ from hostaffinity.descheduler.strategies.changes import Change
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.strategies.topology_spread import TopologySpread, TopologySpreadArgs
+from tests.platform.builders.descheduler import (
+    HOSTNAME,
+    cluster,
+    decide_once,
+    evicted,
+    node,
+    pod,
+    spread,
+)
+from tests.platform.builders.random_clusters import RandomCluster
 
 NOSCHED = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
 TAINTS = NodeTaints(NodeTaintsArgs())

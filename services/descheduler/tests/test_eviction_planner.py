@@ -5,20 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from descheduler_builders import (
-    ESXI,
-    anti_affinity,
-    cluster,
-    decide_once,
-    evicted,
-    kubevirt_json,
-    launcher,
-    node,
-    pod,
-    vm,
-    vmi,
-    vmi_json,
-)
 
 from hostaffinity.affinity.model import LabelSelector
 from hostaffinity.descheduler.eviction_planner import (
@@ -42,6 +28,20 @@ from hostaffinity.descheduler.strategies.interpod_anti_affinity import (
     InterPodAntiAffinityArgs,
 )
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from tests.platform.builders.descheduler import (
+    ESXI,
+    anti_affinity,
+    cluster,
+    decide_once,
+    evicted,
+    kubevirt_json,
+    launcher,
+    node,
+    pod,
+    vm,
+    vmi,
+    vmi_json,
+)
 
 NOSCHED = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
 TAINTS = NodeTaints(NodeTaintsArgs())

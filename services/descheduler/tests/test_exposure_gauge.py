@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from descheduler_builders import cluster, launcher, node, pod, vmi
 from prometheus_client import REGISTRY
 
 from hostaffinity.descheduler.exposure_gauge import ExposureGauge
@@ -11,6 +10,7 @@ from hostaffinity.descheduler.kubevirt import VirtualMachineInstance
 from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.process.telemetry import setup_telemetry
+from tests.platform.builders.descheduler import cluster, launcher, node, pod, vmi
 
 HOSTS = {"n1": "esx-a", "n2": "esx-a", "n3": "esx-b"}
 NODES = [node(name) for name in HOSTS]

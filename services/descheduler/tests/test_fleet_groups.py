@@ -9,7 +9,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from descheduler_builders import cluster, decide_once, evicted, node, pod
 
 from hostaffinity.affinity.fleet_groups import FleetMembers, stayer
 from hostaffinity.descheduler.eviction_planner import (
@@ -21,6 +20,7 @@ from hostaffinity.descheduler.model import DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.fleet_groups import FleetGroups, FleetGroupsArgs
 from hostaffinity.schema import LABEL_FLEET_GROUP, ReplicaPlacement, WorkloadPlacement
+from tests.platform.builders.descheduler import cluster, decide_once, evicted, node, pod
 
 HOSTS = {"n1": "esx-1", "n2": "esx-2", "n3": "esx-3", "n4": "esx-4"}
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from descheduler_builders import cluster, node, vm, vmi
-
 from hostaffinity.descheduler.restart_required import REASON, PlacementsAwaitingRestart
+from tests.platform.builders.descheduler import cluster, node, vm, vmi
 
 APART = {
     "podAntiAffinity": {

@@ -1,9 +1,9 @@
 """A cycle started only by changes judges only what they can put in violation, and misses none.
 
-The property runs over seeded random clusters (random_clusters.py): after random changes
-(vMotions, pods assigned, relabelled or deleted, nodes relabelled or re-tainted), each strategy
-with the changes' scope finds only violations a full pass finds, every one the changes brought,
-and every one a changed pod is a candidate of.
+The property runs over seeded random clusters (tests/platform/builders/random_clusters.py):
+after random changes (vMotions, pods assigned, relabelled or deleted, nodes relabelled or
+re-tainted), each strategy with the changes' scope finds only violations a full pass finds, every
+one the changes brought, and every one a changed pod is a candidate of.
 """
 
 from __future__ import annotations
@@ -13,15 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from descheduler_builders import (
-    ESXI,
-    NOW,
-    anti_affinity,
-    cluster,
-    node,
-    pod,
-)
-from random_clusters import RandomCluster
 
 from hostaffinity.descheduler.cycle import decide, next_scope
 from hostaffinity.descheduler.eviction_planner import (
@@ -36,6 +27,15 @@ from hostaffinity.descheduler.strategies import build_strategy
 from hostaffinity.descheduler.strategies.base import Strategy, Violation
 from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
 from hostaffinity.descheduler.triggers import node_scope
+from tests.platform.builders.descheduler import (
+    ESXI,
+    NOW,
+    anti_affinity,
+    cluster,
+    node,
+    pod,
+)
+from tests.platform.builders.random_clusters import RandomCluster
 
 ANTI = "RemovePodsViolatingInterPodAntiAffinity"
 SPREAD = "RemovePodsViolatingTopologySpreadConstraint"

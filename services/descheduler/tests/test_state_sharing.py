@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import msgspec
-from descheduler_builders import node, pod, pod_json
 
 from hostaffinity.descheduler.model import DeschedulerPod, decode_pod
 from hostaffinity.descheduler.state import ClusterState
+from tests.platform.builders.descheduler import node, pod, pod_json
 
 MEMORY = 128 * 2**20 * 1000  # 128Mi in thousandths
 

@@ -8,19 +8,6 @@ the differences are ours on purpose (node fit is always on, both pods of a pair 
 from __future__ import annotations
 
 import pytest
-from descheduler_builders import (
-    ESXI,
-    HOSTNAME,
-    anti_affinity,
-    cluster,
-    decide_once,
-    evicted,
-    launcher,
-    node,
-    pod,
-    vm,
-    vmi,
-)
 
 from hostaffinity.descheduler.eviction_planner import (
     EvictionLimits,
@@ -45,6 +32,19 @@ from hostaffinity.descheduler.strategies.node_affinity import (
 )
 from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from hostaffinity.schema import LABEL_ZONE
+from tests.platform.builders.descheduler import (
+    ESXI,
+    HOSTNAME,
+    anti_affinity,
+    cluster,
+    decide_once,
+    evicted,
+    launcher,
+    node,
+    pod,
+    vm,
+    vmi,
+)
 
 WEB = {"app": "web"}
 ANTI = anti_affinity(WEB)

@@ -14,18 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from descheduler_builders import (
-    ESXI,
-    HOSTNAME,
-    cluster,
-    decide_once,
-    evicted,
-    launcher,
-    node,
-    pod,
-    spread,
-    vmi,
-)
 
 from hostaffinity.descheduler.eviction_planner import (
     EvictionLimits,
@@ -40,6 +28,18 @@ from hostaffinity.descheduler.strategies.topology_spread import (
     TopologySpread,
     TopologySpreadArgs,
     balance_domains,
+)
+from tests.platform.builders.descheduler import (
+    ESXI,
+    HOSTNAME,
+    cluster,
+    decide_once,
+    evicted,
+    launcher,
+    node,
+    pod,
+    spread,
+    vmi,
 )
 from tests.recorded_fixtures import fixture_dir
 

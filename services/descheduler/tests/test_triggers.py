@@ -8,12 +8,12 @@ from functools import reduce
 from operator import or_
 
 import pytest
-from descheduler_builders import anti_affinity, node, pod
 
 from hostaffinity.descheduler import triggers
 from hostaffinity.descheduler.strategies.changes import Change
 from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.triggers import CycleTrigger, node_trigger, pod_trigger
+from tests.platform.builders.descheduler import anti_affinity, node, pod
 
 NOSCHED = {"key": "k", "effect": "NoSchedule"}
 
@@ -108,10 +108,9 @@ async def test_a_flood_of_triggers_keeps_a_few_reasons_and_counts_the_rest() -> 
 
 
 def test_vmi_and_migration_changes() -> None:
-    from descheduler_builders import vmi, vmi_json
-
     from hostaffinity.descheduler.kubevirt import decode_migration, decode_vmi
     from hostaffinity.descheduler.triggers import migration_trigger, vmi_trigger
+    from tests.platform.builders.descheduler import vmi, vmi_json
 
     edited = vmi_json("vm-a", "n1")
     edited["spec"]["affinity"] = anti_affinity({"app": "db"})
@@ -212,10 +211,9 @@ async def test_a_stop_that_comes_with_a_poke_ends_the_wait() -> None:
 
 def test_a_change_of_kubevirts_migration_limits_starts_a_cycle() -> None:
     """Raised from 0, the VMs it held back go; another change of the CR starts nothing."""
-    from descheduler_builders import kubevirt_json
-
     from hostaffinity.descheduler.kubevirt import KubeVirt, decode_kubevirt
     from hostaffinity.descheduler.triggers import kubevirt_trigger
+    from tests.platform.builders.descheduler import kubevirt_json
 
     def cr(version: str, per_cluster: int | None) -> KubeVirt:
         return decode_kubevirt(json.dumps(kubevirt_json(version, per_cluster=per_cluster)))

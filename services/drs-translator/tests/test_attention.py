@@ -2,12 +2,12 @@
 and the rules of other installs on the same hosts."""
 
 import pytest
-from drs_builders import INSTALL
 
 from hostaffinity.drs_translator.attention import other_install_rules, unprotected_groups
 from hostaffinity.drs_translator.planner import ClusterPlan, Conflict
 from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.schema import DrsName, DrsObjectKind
+from tests.platform.builders.drs import INSTALL
 
 C = "domain-c1"
 

@@ -5,7 +5,6 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 import pytest
-from drs_builders import VCENTER, host, placement, pod, topology
 
 from hostaffinity.affinity.fleet_groups import FleetMembers, own_members
 from hostaffinity.affinity.index import ClusterIndex
@@ -19,6 +18,7 @@ from hostaffinity.schema import (
     WorkloadPlacement,
     fleet_rule_name,
 )
+from tests.platform.builders.drs import VCENTER, host, placement, pod, topology
 
 C1, C2 = "domain-c1", "domain-c2"
 RULE = fleet_rule_name(C1, "db")

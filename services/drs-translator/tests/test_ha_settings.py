@@ -7,11 +7,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from drs_builders import VCENTER, GatedKeyValue
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder, ha_settings
 from hostaffinity.drs_translator.records import OwnershipRecords
+from tests.platform.builders.drs import VCENTER, GatedKeyValue
 
 _vim: Any = vim
 

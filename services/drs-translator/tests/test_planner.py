@@ -4,11 +4,20 @@ from typing import Any
 
 import msgspec
 import pytest
-from drs_builders import INSTALL, held, host, placement, pod, rules, run_plan, topology
 
 from hostaffinity.affinity.interpod import HOSTNAME_KEY, apply_label_keys
 from hostaffinity.drs_translator.rules import object_name
 from hostaffinity.schema import LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
+from tests.platform.builders.drs import (
+    INSTALL,
+    held,
+    host,
+    placement,
+    pod,
+    rules,
+    run_plan,
+    topology,
+)
 
 WEB = {"app": "web"}
 PLACEMENTS, HOSTS = topology()

@@ -1,16 +1,14 @@
 """The planner, driven from the pods that carry terms, plans exactly what the reference plans by
-visiting every pod (drs_reference_planner.py), over generated clusters: several vSphere clusters,
-a node of another vCenter and one without placement, namespaces picked by name and by labels,
-required and preferred (anti-)affinity on every host key, node affinity on hosts, topology
-spreads, hosts entering maintenance, pods finished, terminating or not yet assigned; and the pods
-the translator keeps for the plan, through pods created, updated and deleted; and a plan made in
-steps with the inputs changing between them."""
+visiting every pod (tests/platform/builders/drs_reference_planner.py), over generated clusters:
+several vSphere clusters, a node of another vCenter and one without placement, namespaces
+picked by name and by labels, required and preferred (anti-)affinity on every host key, node
+affinity on hosts, topology spreads, hosts entering maintenance, pods finished, terminating or
+not yet assigned; and the pods the translator keeps for the plan, through pods created, updated
+and deleted; and a plan made in steps with the inputs changing between them."""
 
 from typing import Any
 
 import msgspec
-from drs_builders import INSTALL, VCENTER, host, placement, pod
-from drs_reference_planner import reference_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +26,8 @@ from hostaffinity.drs_translator.planner import (
 from hostaffinity.drs_translator.translator import DrsTranslator
 from hostaffinity.runtime.bus.kv import HostChange, NodeChange
 from hostaffinity.schema import LABEL_ESXI_HOST, LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
+from tests.platform.builders.drs import INSTALL, VCENTER, host, placement, pod
+from tests.platform.builders.drs_reference_planner import reference_plan
 
 # node1-6 in domain-c1 over h0-h2, node7-8 in domain-c2 over h3-h4, node9 in another vCenter,
 # node10 without a placement.

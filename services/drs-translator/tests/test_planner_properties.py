@@ -7,13 +7,13 @@ that selects a pod on the other.
 
 from itertools import combinations
 
-from drs_builders import PLACEMENTS_6_3, pod, run_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostaffinity.affinity.interpod import compile_pod_terms
 from hostaffinity.affinity.model import Pod
 from hostaffinity.drs_translator.cliques import edge
+from tests.platform.builders.drs import PLACEMENTS_6_3, pod, run_plan
 
 APPS = ("a", "b", "c")
 PLACEMENTS, HOSTS = PLACEMENTS_6_3

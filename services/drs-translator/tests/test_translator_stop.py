@@ -5,8 +5,6 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from drs_builders import INSTALL, VCENTER, GatedKeyValue, pod, topology
-
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
@@ -19,6 +17,7 @@ from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import Event
+from tests.platform.builders.drs import INSTALL, VCENTER, GatedKeyValue, pod, topology
 
 WEB = {"app": "web"}
 

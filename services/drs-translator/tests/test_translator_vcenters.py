@@ -5,7 +5,6 @@ import asyncio
 from collections.abc import Sequence
 
 import msgspec
-from drs_builders import INSTALL, VCENTER, pod, topology
 
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
@@ -19,6 +18,7 @@ from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import host_id
+from tests.platform.builders.drs import INSTALL, VCENTER, pod, topology
 
 OTHER = "vc-2"
 WEB, API = {"app": "web"}, {"app": "api"}

@@ -2,7 +2,6 @@
 
 import msgspec
 import pytest
-from node_labeller_builders import inventory_with
 
 from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
 from hostaffinity.node_labeller.failure_domains import (
@@ -21,6 +20,7 @@ from hostaffinity.schema import (
     LABEL_ZONE,
     label_value,
 )
+from tests.platform.builders.node_labeller import inventory_with
 
 DOMAINS = FailureDomainSettings(
     zone_category="k8s-zone", region_category="k8s-region", rack_category="rack"

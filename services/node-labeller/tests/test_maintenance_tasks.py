@@ -2,10 +2,10 @@
 maintenance in its `host.<moid>` record while the task is queued or running, not after."""
 
 import pytest
-from node_labeller_builders import enter, inventory_with
 
 from hostaffinity.node_labeller.inventory import ENTER_MAINTENANCE, TASK, ObjectUpdate
 from hostaffinity.node_labeller.reconcile import reconcile_host
+from tests.platform.builders.node_labeller import enter, inventory_with
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,6 @@
 """Node → VM matching: providerID, systemUUID (both byte orders), fallback; never a guess."""
 
 import pytest
-from node_labeller_builders import inventory_with
 
 from hostaffinity.node_labeller.inventory import VmFacts
 from hostaffinity.node_labeller.matching import (
@@ -14,6 +13,7 @@ from hostaffinity.node_labeller.matching import (
     vm_match_keys,
 )
 from hostaffinity.node_labeller.nodes import Node, NodeMeta, NodeSpec, NodeStatus, NodeSystemInfo
+from tests.platform.builders.node_labeller import inventory_with
 
 UUID_A = "4237f1ba-2b1c-8a21-9d3e-0123456789ab"
 UUID_B = "42370000-1111-2222-3333-444455556666"

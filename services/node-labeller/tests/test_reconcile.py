@@ -1,7 +1,5 @@
 """reconcile_node: labels follow the VM, only our keys are touched, events match the change."""
 
-from node_labeller_builders import enter, inventory_with
-
 from hostaffinity.node_labeller.inventory import Inventory
 from hostaffinity.node_labeller.nodes import Node, NodeMeta
 from hostaffinity.node_labeller.reconcile import NodeActions, PlannerSettings, reconcile_node
@@ -15,6 +13,7 @@ from hostaffinity.schema import (
     NodeUnmatched,
     VmMoved,
 )
+from tests.platform.builders.node_labeller import enter, inventory_with
 
 SETTINGS = PlannerSettings(fallback="vm-name")
 VCENTER = "vc-1"

@@ -2,7 +2,6 @@
 marked key is rewritten (or deleted) without announcing a change that did not happen."""
 
 import msgspec
-from node_labeller_builders import inventory_with
 
 from hostaffinity.node_labeller.inventory import Inventory
 from hostaffinity.node_labeller.labeller import HostIds
@@ -17,6 +16,7 @@ from hostaffinity.node_labeller.reconcile import (
 )
 from hostaffinity.runtime.bus.kv import TopologySnapshot, Undecodable
 from hostaffinity.schema import NodePlacement
+from tests.platform.builders.node_labeller import inventory_with
 
 SETTINGS = PlannerSettings(fallback="vm-name")
 VCENTER = "vc-1"

@@ -4,8 +4,6 @@ Nodes the cluster has (a vMotion at 5,000 nodes must not plan every node not pla
 import asyncio
 from typing import Any
 
-from node_labeller_builders import inventory_updates, vm_enter
-
 from hostaffinity.node_labeller.inventory import ObjectUpdate
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.node_labeller.matching import swap_uuid_byte_order
@@ -14,6 +12,7 @@ from hostaffinity.node_labeller.reconcile import PlannerSettings, reconcile_node
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
 from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.runtime.process.workqueue import SWEEP_WINDOW
+from tests.platform.builders.node_labeller import inventory_updates, vm_enter
 
 VCENTER = "vc-1"
 UUID = "42370000-0000-0000-0000-000000000001"

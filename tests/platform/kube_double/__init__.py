@@ -9,15 +9,25 @@ apply ownership), has no label or field selectors, no paging, no optimistic-conc
 no Status bodies shaped like the real server's. Its routing DSL would still leave all of that to
 write, so the double is a small aiohttp server of its own instead.
 
-Modules: `store` (revisions, history, watch fan-out), `server` (HTTP verbs), `actions`
-(binding, eviction, tokens, reviews), `admission` (defaulting, validation, conversion),
-`label_keys` (pod affinity matchLabelKeys / mismatchLabelKeys on create),
-`patches`, `fieldsets` (managedFields), `selectors`, `auth`, `discovery` (what kubectl reads
-before anything else), `protobuf` (the request bodies kubectl's typed commands send), `double`
-(start/stop, over http or https, + test hooks), `fixture` (the `kube_double` pytest fixture).
+Modules, split as kube-apiserver splits itself (the generic verbs of apiserver's endpoints/handlers
+over a store, and what differs by resource in pkg/registry/<group>/<resource>/): `server`
+(authentication, discovery, routing, dispatch), the generic verbs `reads` (list, get, as a Table
+when asked: `tables`), `watch`, `writes` (create, update, the patch types, delete, commit) over
+`store` (revisions, history, watch fan-out); `registry/` one module per resource for what is its
+own: `nodes` (printer columns), `pods` (binding, eviction, graceful deletion),
+`poddisruptionbudgets` (what an eviction charges), `serviceaccounts` (tokens), `reviews`, `scale`,
+and each kind's defaults on create (`namespaces`, `secrets` too); `resources` (the served resources
+and their facts), `admission` (validation, conversion, write invariants), `label_keys` (pod
+affinity matchLabelKeys / mismatchLabelKeys on create), `patches`, `fieldsets` (managedFields),
+`selectors`, `auth`, `discovery` (what kubectl reads before anything else), `protobuf` (the request
+bodies kubectl's typed commands send), `request` (one request, the body and JSON plumbing),
+`faults` (holds, delays, failures a test sets), `journal` (the requests answered, once a test
+asks), `double` (start/stop, over http or https, + test hooks), `fixture` (the `kube_double` pytest
+fixture).
 """
 
 from .double import KubeDouble
-from .server import ObjectFault, PatchHold
+from .faults import ObjectFault, PatchHold
+from .journal import Exchange
 
-__all__ = ["KubeDouble", "ObjectFault", "PatchHold"]
+__all__ = ["Exchange", "KubeDouble", "ObjectFault", "PatchHold"]

@@ -1,10 +1,11 @@
-"""What the real server does to an object besides storing it: decoding checks, defaulting,
-validation, version conversion. Only what the recorded exchanges show, per kind.
+"""What the real server does to an object besides storing it, across kinds: decoding checks,
+validation (Events, KubeVirt's schemas), version conversion (events.k8s.io to core Events), the
+invariants of every write. Only what the recorded exchanges show. A kind's defaults on create
+are its own, in registry/.
 """
 
 from __future__ import annotations
 
-import base64
 import copy
 import re
 import secrets
@@ -21,7 +22,6 @@ _MICROTIME_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "Event": (("eventTime",),),
 }
 _TIME_FIELDS = (("firstTimestamp",), ("lastTimestamp",), ("deprecatedFirstTimestamp",))
-TOPOLOGY_PREFIX = "topology.kubernetes.io/"
 
 # events.k8s.io/v1 name -> core/v1 (storage) name.
 _EVENT_RENAMES = {
@@ -176,150 +176,6 @@ def random_suffix() -> str:
     return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(5))
 
 
-def _qos_class(containers: list[dict[str, Any]]) -> str:
-    resources = [c.get("resources") or {} for c in containers]
-    if not any(r.get("requests") or r.get("limits") for r in resources):
-        return "BestEffort"
-    guaranteed = all(
-        (r.get("limits") or {}).get(k) is not None
-        and (r.get("requests") or r.get("limits") or {}).get(k) == (r.get("limits") or {}).get(k)
-        for r in resources
-        for k in ("cpu", "memory")
-    )
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _default_pod(pod: dict[str, Any]) -> None:
-    spec = pod.setdefault("spec", {})
-    containers = spec.setdefault("containers", [])
-    if spec.get("automountServiceAccountToken") is not False:
-        volume = f"kube-api-access-{random_suffix()}"
-        spec.setdefault("volumes", []).append(_service_account_volume(volume))
-        for container in containers:
-            container.setdefault("volumeMounts", []).append(
-                {
-                    "name": volume,
-                    "readOnly": True,
-                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                }
-            )
-    for container in containers:
-        image = container.get("image", "")
-        latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
-        container.setdefault("resources", {})
-        container.setdefault("terminationMessagePath", "/dev/termination-log")
-        container.setdefault("terminationMessagePolicy", "File")
-        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
-    for key, value in (
-        ("restartPolicy", "Always"),
-        ("terminationGracePeriodSeconds", 30),
-        ("dnsPolicy", "ClusterFirst"),
-        ("serviceAccountName", "default"),
-        ("securityContext", {}),
-        ("schedulerName", "default-scheduler"),
-        ("priority", 0),
-        ("enableServiceLinks", True),
-        ("preemptionPolicy", "PreemptLowerPriority"),
-    ):
-        spec.setdefault(key, value)
-    spec.setdefault("serviceAccount", spec["serviceAccountName"])
-    tolerations = spec.setdefault("tolerations", [])
-    for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
-        if not any(t.get("key") == taint for t in tolerations):
-            tolerations.append(
-                {
-                    "key": taint,
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                }
-            )
-    pod["status"] = {"phase": "Pending", "qosClass": _qos_class(containers)}
-
-
-def _service_account_volume(name: str) -> dict[str, Any]:
-    def config_map(cm: str, key: str) -> dict[str, Any]:
-        return {"configMap": {"name": cm, "items": [{"key": key, "path": key}]}}
-
-    return {
-        "name": name,
-        "projected": {
-            "sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                config_map("kube-root-ca.crt", "ca.crt"),
-                {
-                    "downwardAPI": {
-                        "items": [
-                            {
-                                "path": "namespace",
-                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
-                            }
-                        ]
-                    }
-                },
-                config_map("openshift-service-ca.crt", "service-ca.crt"),
-            ],
-            "defaultMode": 420,
-        },
-    }
-
-
-NODE_STATUS_ZERO: dict[str, Any] = {
-    "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
-    "nodeInfo": {
-        key: ""
-        for key in (
-            "machineID",
-            "systemUUID",
-            "bootID",
-            "kernelVersion",
-            "osImage",
-            "containerRuntimeVersion",
-            "kubeletVersion",
-            "kubeProxyVersion",
-            "operatingSystem",
-            "architecture",
-        )
-    },
-}
-
-
-def default_create(resource: Resource, obj: dict[str, Any], node: dict[str, Any] | None) -> None:
-    """Defaulting and admission on create (`node` is the pod's spec.nodeName Node, if any)."""
-    meta = obj["metadata"]
-    if resource.has_generation:
-        meta["generation"] = 1
-    if resource.kind == "Pod":
-        _default_pod(obj)
-        if node is not None:
-            copy_topology_labels(obj, node)
-    elif resource.kind == "Node":
-        taints = obj.setdefault("spec", {}).setdefault("taints", [])
-        if not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints):
-            taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
-        status = obj.setdefault("status", {})
-        for key, value in NODE_STATUS_ZERO.items():
-            status.setdefault(key, copy.deepcopy(value))
-    elif resource.kind == "Namespace":
-        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-        obj.setdefault("status", {}).setdefault("phase", "Active")
-    elif resource.kind == "Secret":
-        # core/v1 SetDefaults_Secret (type Opaque) and the conversion that merges the
-        # write-only stringData into data.
-        if not obj.get("type"):
-            obj["type"] = "Opaque"
-        for key, value in (obj.pop("stringData", None) or {}).items():
-            obj.setdefault("data", {})[key] = base64.b64encode(value.encode()).decode()
-    elif resource.kind == "PodDisruptionBudget":
-        obj["status"] = {
-            "disruptionsAllowed": 0,
-            "currentHealthy": 0,
-            "desiredHealthy": 0,
-            "expectedPods": 0,
-        }
-    normalize(resource, obj)
-
-
 def normalize(resource: Resource, obj: dict[str, Any]) -> None:
     """Invariants kept on every write: the namespace name label, Go zero values, time formats."""
     if resource.kind == "Namespace":
@@ -334,11 +190,3 @@ def normalize(resource: Resource, obj: dict[str, Any]) -> None:
     if resource.kind == "Lease":
         for path in _MICROTIME_FIELDS["Lease"]:
             _reformat(obj, path, "%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def copy_topology_labels(pod: dict[str, Any], node: dict[str, Any]) -> None:
-    """PodTopologyLabelsAdmission: the node's topology.kubernetes.io/* labels go onto the pod."""
-    node_labels = node["metadata"].get("labels") or {}
-    topology = {k: v for k, v in node_labels.items() if k.startswith(TOPOLOGY_PREFIX)}
-    if topology:
-        pod["metadata"].setdefault("labels", {}).update(topology)

@@ -40,6 +40,17 @@ _SUBRESOURCE_VERBS = {
     "token": ["create"],
     "scale": ["get", "patch", "update"],
 }
+# The kind a subresource takes and returns, where it is not its resource's own: the real server
+# lists its group and version too when they differ from the resource's (the storage's
+# GroupVersionKind, apiserver pkg/endpoints/installer.go). kubectl drain evicts only when
+# `pods/eviction` is listed as policy/v1 Eviction (kubectl pkg/drain/drain.go
+# CheckEvictionSupport); otherwise it falls back to deleting the pods.
+_SUBRESOURCE_KINDS = {
+    "binding": ("", "", "Binding"),
+    "eviction": ("policy", "v1", "Eviction"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
+    "scale": ("autoscaling", "v1", "Scale"),
+}
 
 
 def version_info() -> dict[str, str]:
@@ -109,7 +120,7 @@ def _resource_list(group: str, version: str) -> dict[str, Any]:
             continue
         listed.append(_entry(resource, resource.plural, _VERBS, singular=True))
         for sub in sorted(resource.subresources):
-            listed.append(_entry(resource, f"{resource.plural}/{sub}", _SUBRESOURCE_VERBS[sub]))
+            listed.append(_subresource_entry(resource, sub))
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -130,4 +141,13 @@ def _entry(
     }
     if singular and name in _SHORT_NAMES:
         entry["shortNames"] = _SHORT_NAMES[name]
+    return entry
+
+
+def _subresource_entry(resource: Resource, sub: str) -> dict[str, Any]:
+    entry = _entry(resource, f"{resource.plural}/{sub}", _SUBRESOURCE_VERBS[sub])
+    group, version, kind = _SUBRESOURCE_KINDS.get(sub, ("", "", resource.kind))
+    entry["kind"] = kind
+    if version:
+        entry = {**entry, "group": group, "version": version}
     return entry

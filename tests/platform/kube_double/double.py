@@ -15,10 +15,12 @@ from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
 from . import admission, fieldsets
-from .actions import register_service_account
 from .auth import User
+from .faults import ObjectFault, PatchHold
+from .journal import Exchange
+from .registry.serviceaccounts import register_service_account
 from .resources import RESOURCES, Resource, for_kind, lookup
-from .server import KubeApiServer, ObjectFault, PatchHold
+from .server import KubeApiServer
 from .store import Store, key_of
 
 if TYPE_CHECKING:
@@ -179,6 +181,11 @@ class KubeDouble:
         from .webhooks import MutatingWebhooks
 
         self.server.mutating = MutatingWebhooks(self.store, endpoints, on_call)
+
+    def record_requests(self) -> list[Exchange]:
+        """From now on, every request and its status, in the order they were answered."""
+        self.server.journal = []
+        return self.server.journal
 
     def disconnect_watches(self) -> None:
         """End every open watch stream now, as an apiserver restart or LB reset would."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import patches
+from .. import patches
 
 
 def scale_of(obj: dict[str, Any]) -> dict[str, Any]:

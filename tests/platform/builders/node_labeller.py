@@ -1,6 +1,4 @@
-"""Builders for an Inventory shaped like vCenter's: datacenter → folder → cluster → hosts.
-
-pyproject.toml puts this folder on pytest's pythonpath, hence the unique module name."""
+"""Builders for an Inventory shaped like vCenter's: datacenter → folder → cluster → hosts."""
 
 from hostaffinity.node_labeller.inventory import Inventory, ObjectUpdate, PropertyValue
 

@@ -16,12 +16,12 @@ import random
 from typing import Any
 
 import msgspec
-from descheduler_builders import ESXI, HOSTNAME, cluster, node, pod
 
 from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
 from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.descheduler.strategies.scope import Scope
 from hostaffinity.descheduler.triggers import node_scope, node_trigger, pod_scope, pod_trigger
+from tests.platform.builders.descheduler import ESXI, HOSTNAME, cluster, node, pod
 
 ZONE = "topology.kubernetes.io/zone"
 KEYS = (HOSTNAME, ESXI, ZONE)
