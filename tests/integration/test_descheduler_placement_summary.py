@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import msgspec
-from descheduler_builders import node, pod
 from nats.js.kv import KeyValue
 
 from hostaffinity.descheduler.placement_summary import PlacementSummary
@@ -21,6 +20,7 @@ from hostaffinity.schema import (
     WorkloadPlacement,
     workload_key,
 )
+from tests.platform.builders.descheduler import node, pod
 
 WEB = workload_key("default", "Deployment", "web")
 
