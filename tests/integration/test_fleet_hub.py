@@ -19,13 +19,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.main import main
 from hostaffinity.descheduler.fleet_exposure import FleetExposure
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM, LEASES_STREAM
-from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.process.config import fleet_inbox
 from hostaffinity.schema import (
     FLEET_BUCKET,
@@ -45,7 +43,7 @@ from hostaffinity.schema import (
 )
 from tests.platform.bus_probe import session
 from tests.platform.console import exit_code
-from tests.platform.fleet_hub import FleetHub, running_hub
+from tests.platform.fleet_hub import FleetHub, held, once_each, running_hub, sourced, view
 from tests.platform.nats_cluster import NatsCluster
 
 CONVERGE_SECONDS = 60.0
@@ -62,11 +60,6 @@ def summary(cluster: str, name: str, hosts: Iterable[str]) -> bytes:
     return msgspec.json.encode(value)
 
 
-async def view(bus: Bus) -> dict[str, bytes]:
-    """Every live key of the fleet view on this bus (the hub's, or an install's mirror)."""
-    return await live_entries(await bus.js.key_value(FLEET_BUCKET))
-
-
 async def until(check: Callable[[], object], what: str) -> None:
     async with asyncio.timeout(CONVERGE_SECONDS):
         while True:
@@ -75,40 +68,6 @@ async def until(check: Callable[[], object], what: str) -> None:
                     return
             await asyncio.sleep(0.25)
     raise AssertionError(what)
-
-
-async def held(bus: Bus, stream: str) -> list[int]:
-    """The sequences `stream` still holds (a bucket keeps the latest revision of each key)."""
-    info = await bus.js.stream_info(stream)
-    found = []
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        with contextlib.suppress(NotFoundError):
-            await bus.js.get_msg(stream, seq)
-            found.append(seq)
-    return found
-
-
-def once_each(sourced: list[int], origin: list[int]) -> None:
-    """Nothing twice (no origin sequence repeats, and they came in order) and nothing lost
-    (every revision the origin still holds is on the hub)."""
-    assert sourced == sorted(set(sourced)), f"a revision sourced twice or out of order: {sourced}"
-    assert set(origin) <= set(sourced), f"lost: {sorted(set(origin) - set(sourced))}"
-
-
-async def sourced(hub: Bus, token: str, stream: str) -> list[int]:
-    """The origin sequence of every message the hub's view holds from `stream` of install
-    `token`, in the order the hub stored them (the Nats-Stream-Source header: source, origin
-    sequence, ...)."""
-    info = await hub.js.stream_info(FLEET_STREAM)
-    prefix = f"$KV.{FLEET_BUCKET}.{token}."
-    found = []
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        with contextlib.suppress(NotFoundError):
-            msg = await hub.js.get_msg(FLEET_STREAM, seq)
-            header = (msg.headers or {}).get("Nats-Stream-Source", "")
-            if msg.subject.startswith(prefix) and header.split(" ")[0].startswith(stream):
-                found.append(int(header.split(" ")[1]))
-    return found
 
 
 @contextlib.asynccontextmanager

@@ -22,13 +22,21 @@ from pathlib import Path
 from typing import Final
 
 import msgspec
+from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.fleet_registry import HUB_AUTHORIZATION, HubFolder
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.fleet_layout import DEFAULT_LEASE_MAX_AGE_SECONDS
+from hostaffinity.runtime.bus.fleet_layout import DEFAULT_LEASE_MAX_AGE_SECONDS, FLEET_STREAM
 from hostaffinity.runtime.bus.hub_leases import HubLeases
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.process.config import NatsSettings
-from hostaffinity.schema import FLEET_LEASES_BUCKET, HUB_DOMAIN, FleetRuleLease, install_token
+from hostaffinity.schema import (
+    FLEET_BUCKET,
+    FLEET_LEASES_BUCKET,
+    HUB_DOMAIN,
+    FleetRuleLease,
+    install_token,
+)
 from tests.platform.console import exit_code
 from tests.platform.nats import free_listen_port
 from tests.platform.nats_cluster import (
@@ -203,6 +211,48 @@ class FleetHub:
         ca = install_folder / "hub-ca.crt"
         leaf.write_text(rewrite(leaf.read_text(), "HUB_CA_PATH", str(ca)))
         return NatsCluster(workdir, fleet=install_folder, fleet_install=install_token(cluster))
+
+
+# -- what a test reads of the fleet: the view, and what the hub sourced ----------------------
+
+
+async def view(bus: Bus) -> dict[str, bytes]:
+    """Every live key of the fleet view on this bus (the hub's, or an install's mirror)."""
+    return await live_entries(await bus.js.key_value(FLEET_BUCKET))
+
+
+async def held(bus: Bus, stream: str) -> list[int]:
+    """The sequences `stream` still holds (a bucket keeps the latest revision of each key)."""
+    info = await bus.js.stream_info(stream)
+    found = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        with contextlib.suppress(NotFoundError):
+            await bus.js.get_msg(stream, seq)
+            found.append(seq)
+    return found
+
+
+def once_each(sourced: list[int], origin: list[int]) -> None:
+    """Nothing twice (no origin sequence repeats, and they came in order) and nothing lost
+    (every revision the origin still holds is on the hub)."""
+    assert sourced == sorted(set(sourced)), f"a revision sourced twice or out of order: {sourced}"
+    assert set(origin) <= set(sourced), f"lost: {sorted(set(origin) - set(sourced))}"
+
+
+async def sourced(hub: Bus, token: str, stream: str) -> list[int]:
+    """The origin sequence of every message the hub's view holds from `stream` of install
+    `token`, in the order the hub stored them (the Nats-Stream-Source header: source, origin
+    sequence, ...)."""
+    info = await hub.js.stream_info(FLEET_STREAM)
+    prefix = f"$KV.{FLEET_BUCKET}.{token}."
+    found = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        with contextlib.suppress(NotFoundError):
+            msg = await hub.js.get_msg(FLEET_STREAM, seq)
+            header = (msg.headers or {}).get("Nats-Stream-Source", "")
+            if msg.subject.startswith(prefix) and header.split(" ")[0].startswith(stream):
+                found.append(int(header.split(" ")[1]))
+    return found
 
 
 async def lease_holder(install: NatsCluster, key: str) -> str | None:
