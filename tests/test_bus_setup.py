@@ -52,6 +52,10 @@ def test_every_service_has_an_identity_and_replies_only_on_its_own_inbox() -> No
     for who in IDENTITIES:
         assert who.subscribe == (f"_INBOX_{who.name}.>",)
         assert NatsSettings(identity=who.name).inbox_prefix == f"_INBOX_{who.name}"
+        # In a fleet, under the install's token, still inside what the identity may read: the
+        # hub sends an install only the answers to its own requests.
+        in_fleet = NatsSettings(identity=who.name, fleet_install="k3f9").inbox_prefix
+        assert in_fleet == f"_INBOX_{who.name}.k3f9"
         removals = [s for s in who.publish if ".DELETE." in s or ".PURGE." in s]
         if who.name == "provision":  # `hostaffinity uninstall`: our streams, nothing else
             assert removals == [f"$JS.API.STREAM.DELETE.{s}" for s in OUR_STREAMS]

@@ -1,16 +1,18 @@
-"""Installs of hostaffinity joined by a fleet hub, on loopback and one vcsim: each install's bus is
-a leaf node of the hub's, each in its own JetStream domain (tests/platform/nats_leaf.py), and runs
-a node-labeller, a drs-translator taking fleet rule leases through the hub's domain and a
-descheduler, against its own Kubernetes double.
+"""Installs of hostaffinity joined by the fleet hub, as they ship, on loopback and one vcsim.
 
-The hub's sourcing is played by `FleetViewFiller`: every install's fleet group members, as its
-pods and its topology bucket place them, put as `WorkloadPlacement`s in every install's
-`hostaffinity-fleet` bucket, every `period` seconds, as the hub would mirror them (the fleet hub's
-own machinery is built elsewhere; this is what the services read of it)."""
+The hub is tests/platform/fleet_hub.py: three hub servers from k8s/components/fleet-hub, each
+install's bus the shipped three-server bus joined as a leaf node with what `hostaffinity fleet
+join` wrote, the hub provisioned by `hostaffinity fleet provision` (the view sourcing every
+install, the leases bucket), each install's mirror by `hostaffinity bus provision`. Each install
+is a Kubernetes cluster of its own (its API double, which calls its admission webhook on pod
+creation as kube-apiserver does) running, as main() runs them and under their own bus
+identities, a node-labeller, a drs-translator (fleet rule leases on the hub), a descheduler
+(placement summary, fleet groups) and the admission webhook. Nothing plays the hub: what an
+install knows of another comes through the hub's sourcing and its own mirror.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -18,39 +20,43 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from nats.aio.client import Client
-from nats.js.kv import KeyValue
 
+from hostaffinity.admission_webhook.config import AdmissionWebhookConfig, WebhookSettings
+from hostaffinity.admission_webhook.main import service_spec as webhook_spec
+from hostaffinity.admission_webhook.service import AdmissionWebhookWork
 from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings
 from hostaffinity.descheduler.executor import ExecutorSettings
 from hostaffinity.descheduler.service import DeschedulerWork
-from hostaffinity.drs_translator.config import FleetRuleSettings
-from hostaffinity.schema import (
-    FLEET_BUCKET,
-    FLEET_LEASES_BUCKET,
-    LABEL_FLEET_GROUP,
-    DrsOwnership,
-    FleetRuleLease,
-    ReplicaPlacement,
-    WorkloadPlacement,
-    fleet_host_id,
-    fleet_key,
-    workload_key,
+from hostaffinity.drs_translator.config import DrsSettings
+from hostaffinity.runtime.process.config import (
+    ClusterSettings,
+    HealthSettings,
+    KubernetesSettings,
+    SharedSettings,
 )
-from tests.e2e.descheduler_harness import pod_object, running_descheduler
-from tests.e2e.drs_harness import records
-from tests.e2e.harness import runner_sections
-from tests.e2e.installs_harness import Install
+from hostaffinity.runtime.runner import running_service
+from hostaffinity.schema import LABEL_FLEET_GROUP, DrsOwnership, Event, WorkloadPlacement
+from tests.e2e.descheduler_harness import node_object, pod_object, running_descheduler
+from tests.e2e.drs_harness import RunningTranslator, drs_config, records, running_translator
+from tests.e2e.installs_harness import PATIENT_LEASE
+from tests.e2e.labeller_harness import Replica, labeller_config, running, stream_events, wait_ready
+from tests.integration.webhook_harness import (
+    created_pod,
+    eventually_true,
+    ready,
+    seed_configuration,
+    seed_namespace,
+    written_ca,
+)
+from tests.platform.fleet_hub import FleetHub, view
 from tests.platform.kube_double import KubeDouble
-from tests.platform.nats_leaf import HUB_DOMAIN, DomainNatsServer, hub_server, install_server
+from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import Vcsim
 
-# The hub's lease bucket keeps a key this long without a renewal: renewals every second.
+# The hub's lease bucket keeps a key this long without a renewal (`fleet provision
+# --lease-max-age`): renewals every second, a lost holder replaced within seconds.
 LEASE_MAX_AGE = 3.0
-NODE_STATUS = {
-    "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-    "conditions": [{"type": "Ready", "status": "True"}],
-}
+WEBHOOK_SERVICE = ("hostaffinity", "admission-webhook")
 
 
 def member(name: str, node: str, group: str) -> dict[str, Any]:
@@ -62,194 +68,174 @@ def member(name: str, node: str, group: str) -> dict[str, Any]:
 
 @dataclass
 class FleetInstall:
-    """One install of the fleet: the install and its descheduler."""
+    """One cluster's hostaffinity in the fleet: its name is also its cluster identity
+    (`shared.cluster.name`) and its name on the hub."""
 
-    install: Install
+    name: str
+    nodes: Sequence[str]
+    kube: KubeDouble
+    bus: NatsCluster
+    kubeconfig: Path
+    labeller: Replica | None = None
+    translator: RunningTranslator | None = None
     descheduler: DeschedulerWork | None = None
+    webhook: AdmissionWebhookWork | None = None
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
-    @property
-    def name(self) -> str:
-        return self.install.name
+    def _sections(self, identity: str) -> dict[str, Any]:
+        """Its bus as `identity`, its double, a free health port, its cluster name."""
+        return {
+            "nats": self.bus.settings(identity),
+            "health": HealthSettings(host="127.0.0.1", port=0),
+            "kubernetes": KubernetesSettings(kubeconfig=str(self.kubeconfig)),
+            "shared": SharedSettings(cluster=ClusterSettings(name=self.name)),
+        }
 
-    async def start_descheduler(self) -> None:
-        install = self.install
-        config = DeschedulerConfig(
-            **(
-                runner_sections(install.nats, install.kubeconfig, "descheduler")
-                | install.sections()
-            ),
+    def _leased(self, identity: str) -> dict[str, Any]:
+        """The sections of a Lease-gated service: a patient Lease, as every install's services
+        share this test's one event loop."""
+        return self._sections(identity) | {"lease": PATIENT_LEASE}
+
+    async def start(self, vc: Vcsim) -> None:
+        """Its Nodes, the webhook configuration as k8s/base ships it, then each service until it
+        works: the labeller has labelled, the translator made its first cycle, the descheduler
+        synced, the webhook serves with its caBundle written."""
+        for node in self.nodes:
+            self.kube.seed(node_object(node))
+        seed_namespace(self.kube)
+        seed_configuration(self.kube)
+        self.kube.call_webhooks(self._webhook_endpoints)
+        stack = self._stack
+        labeller = labeller_config(vc, self.bus, self.kubeconfig, **self._leased("node-labeller"))
+        self.labeller = await stack.enter_async_context(running(labeller, self.name))
+        await wait_ready(self.labeller, within=60)
+        fast = DrsSettings(shared_rules_refresh_seconds=0.5)
+        drs = drs_config(vc, self.bus, self.kubeconfig, drs=fast, **self._leased("drs-translator"))
+        self.translator = await stack.enter_async_context(running_translator(drs))
+        descheduler = DeschedulerConfig(
+            **self._leased("descheduler"),
             descheduler=DeschedulerSettings(
                 kubevirt=False,
+                debounce_seconds=0.2,
                 eviction=ExecutorSettings(retry_initial_seconds=0.2, retry_max_seconds=1.0),
             ),
         )
-        self.descheduler = await self._stack.enter_async_context(
-            running_descheduler(config, identity=f"descheduler-{self.name}")
+        self.descheduler = await stack.enter_async_context(
+            running_descheduler(descheduler, identity=f"descheduler-{self.name}")
         )
+        await self._start_webhook()
+
+    async def _start_webhook(self) -> None:
+        work = AdmissionWebhookWork()
+        config = AdmissionWebhookConfig(
+            **self._sections("admission-webhook"),
+            webhook=WebhookSettings(host="127.0.0.1", port=0, extra_hostnames=["127.0.0.1"]),
+        )
+        runner = await self._stack.enter_async_context(
+            running_service(webhook_spec(work), config, identity=f"webhook-{self.name}")
+        )
+        await eventually_true(lambda: ready(runner.health.port), f"{self.name}'s webhook ready")
+        assert written_ca(self.kube) is not None
+        self.webhook = work
+        self._stack.callback(setattr, self, "webhook", None)
+
+    def _webhook_endpoints(self, namespace: str, name: str) -> list[str]:
+        """The webhook Service's ready endpoints: this install's webhook while it serves."""
+        server = None if self.webhook is None else self.webhook.server
+        if (namespace, name) != WEBHOOK_SERVICE or server is None or not server.serving:
+            return []
+        return [f"https://127.0.0.1:{server.port}"]
 
     async def remove(self) -> None:
-        """This install's hostaffinity stopped (SIGTERM): descheduler, drs-translator, labeller."""
+        """Its services stopped, as SIGTERM stops them (the drs-translator lets its leases go)."""
         await self._stack.aclose()
-        self.descheduler = None
-        await self.install.stop()
+        self.labeller = self.translator = self.descheduler = None
 
-    async def fleet_records(self) -> dict[str, DrsOwnership]:
-        """Its ownership records of fleet rules, by name."""
-        assert self.install.bus is not None
-        return {
-            r.name: r
-            for r in (await records(self.install.bus)).values()
-            if r.name.startswith("hostaffinity-fleet-")
-        }
+    async def create(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """`pod` created through the API, its admission path (the webhook) included: as
+        stored."""
+        return await created_pod(self.kube, pod["metadata"]["namespace"], pod)
 
     def terminating(self) -> list[str]:
         """Its pods being evicted (a deletionTimestamp), by name."""
         return sorted(
             p["metadata"]["name"]
-            for p in self.install.kube.store.objects("pods", None)
+            for p in self.kube.store.objects("pods", None)
             if p["metadata"].get("deletionTimestamp")
         )
 
+    async def fleet_records(self) -> dict[str, DrsOwnership]:
+        """Its ownership records of fleet rules, by name."""
+        async with self.bus.connection("cli") as bus:
+            found = await records(bus)
+        return {r.name: r for r in found.values() if r.name.startswith("hostaffinity-fleet-")}
 
-class FleetViewFiller:
-    """Plays the hub: each install's members, as its pods and topology place them, in every
-    install's fleet view, until cancelled. `removed` installs are dropped from every view."""
+    async def events(self) -> list[Event]:
+        """Every event its own events stream holds, oldest first."""
+        async with self.bus.connection("cli") as bus:
+            return list(await stream_events(bus))
 
-    def __init__(self, installs: Sequence[FleetInstall], vcenter_uuid: str, period: float = 0.2):
-        self._installs = list(installs)
-        self._uuid = vcenter_uuid
-        self._period = period
-        self.removed: set[str] = set()
-        self._written: dict[str, dict[str, WorkloadPlacement]] = {}
-
-    async def run(self) -> None:
-        while True:
-            await self.fill()
-            await asyncio.sleep(self._period)
-
-    async def fill(self) -> None:
-        view: dict[str, WorkloadPlacement] = {}
-        for fleet in self._installs:
-            if fleet.name not in self.removed:
-                view.update(await self._summaries(fleet.install))
-        for fleet in self._installs:
-            if fleet.name in self.removed or fleet.install.bus is None:
+    async def members(self, group: str) -> dict[str, str]:
+        """The fleet group's members as this install's mirror of the view places them:
+        cluster -> the host name under its member ("" while not placed)."""
+        async with self.bus.connection("cli") as bus:
+            seen = await view(bus)
+        found = {}
+        for key, value in seen.items():
+            if ".workload." not in key:
                 continue
-            kv = await fleet.install.bus.js.key_value(FLEET_BUCKET)
-            await self._mirror(kv, fleet.name, view)
-
-    async def _mirror(self, kv: KeyValue, name: str, view: dict[str, WorkloadPlacement]) -> None:
-        written = self._written.setdefault(name, {})
-        for key in set(written) - set(view):
-            await kv.delete(key)
-            del written[key]
-        for key, summary in view.items():
-            if written.get(key) != summary:
-                await kv.put(key, msgspec.json.encode(summary))
-                written[key] = summary
-
-    async def _summaries(self, install: Install) -> dict[str, WorkloadPlacement]:
-        assert install.bus is not None
-        topology = await install.bus.topology()
-        found: dict[str, WorkloadPlacement] = {}
-        for pod in install.kube.store.objects("pods", None):
-            meta = pod["metadata"]
-            group = (meta.get("labels") or {}).get(LABEL_FLEET_GROUP)
-            node = pod["spec"].get("nodeName")
-            if not group or not node or meta.get("deletionTimestamp"):
-                continue
-            placed = await topology.get_node(node)
-            if placed is None:
-                continue
-            owner = meta["ownerReferences"][0]["name"]
-            replica = ReplicaPlacement(
-                pod=meta["name"],
-                node=node,
-                host_id=fleet_host_id(self._uuid, placed.host_moid, placed.host_name),
-                host_name=placed.host_name,
-                vcenter=placed.vcenter,
-                vsphere_cluster_moid=placed.cluster_moid,
-                vm_moid=placed.vm_moid,
-            )
-            key = fleet_key(install.token, workload_key(meta["namespace"], "ReplicaSet", owner))
-            found[key] = WorkloadPlacement(
-                cluster=install.cluster_identity,
-                namespace=meta["namespace"],
-                kind="ReplicaSet",
-                name=owner,
-                fleet_group=group,
-                replicas=[replica],
-            )
+            summary = msgspec.json.decode(value, type=WorkloadPlacement)
+            if summary.fleet_group == group:
+                for replica in summary.replicas:
+                    found[summary.cluster] = replica.host_name
         return found
-
-
-@dataclass
-class Hub:
-    server: DomainNatsServer
-
-    async def lease_holders(self) -> dict[str, str]:
-        """Lease key -> the cluster identity holding it, as the hub's bucket has them."""
-        nc = Client()
-        await nc.connect(self.server.url)
-        try:
-            kv = await nc.jetstream().key_value(FLEET_LEASES_BUCKET)
-            try:
-                keys = await kv.keys()
-            except Exception:  # nats-py's NoKeysError: an empty bucket
-                return {}
-            holders = {}
-            for key in keys:
-                entry = await kv.get(key)
-                lease = msgspec.json.decode(entry.value or b"", type=FleetRuleLease)
-                holders[key] = lease.holder
-            return holders
-        finally:
-            await nc.close()
 
 
 @contextlib.asynccontextmanager
 async def fleet_on(
-    vc: Vcsim, workdir: Path, plans: Sequence[tuple[str, Sequence[str], str]]
-) -> AsyncIterator[tuple[Hub, list[FleetInstall]]]:
-    """A hub and one install per (name, its nodes, its cluster name), each with its descheduler,
-    every install's fleet view mirrored from the others'; stopped (as SIGTERM would) after."""
+    vc: Vcsim,
+    workdir: Path,
+    plans: Sequence[tuple[str, Sequence[str]]],
+    *,
+    cuttable: str = "",
+    pods: dict[str, list[dict[str, Any]]] | None = None,
+) -> AsyncIterator[tuple[FleetHub, list[FleetInstall]]]:
+    """The hub and one install per (name, its nodes), joined, provisioned and started, with
+    `pods` seeded in each named install first; the install `cuttable` dials the hub through
+    `hub.links[cuttable]`. Everything stopped after the block."""
     async with contextlib.AsyncExitStack() as stack:
-        hub = hub_server(workdir)
-        await hub.start()
-        stack.push_async_callback(hub.stop)
-        admin = Client()
-        await admin.connect(hub.url)
-        stack.push_async_callback(admin.close)
-        await admin.jetstream().create_key_value(
-            bucket=FLEET_LEASES_BUCKET, history=1, ttl=LEASE_MAX_AGE
-        )
-        fleet: list[FleetInstall] = []
-        for name, nodes, cluster_name in plans:
+        hub = FleetHub(workdir / "hub")
+        fleet = []
+        for name, nodes in plans:
+            bus = hub.join(name, name, workdir / name, cuttable=name == cuttable)
             kube = KubeDouble()
-            await kube.start()
-            stack.push_async_callback(kube.stop)
-            nats = install_server(workdir, name, hub)
-            await nats.start()
-            stack.push_async_callback(nats.stop)
-            await nats.provision()
-            async with nats.connection("fleet-bucket") as setup:
-                await setup.js.create_key_value(bucket=FLEET_BUCKET, history=1)
-            install = Install(
-                name,
-                kube,
-                nats,
-                kube.write_kubeconfig(workdir / name / "kubeconfig"),
-                nodes,
-                cluster_name,
-                drs_sections={
-                    "fleet": FleetRuleSettings(hub_domain=HUB_DOMAIN, request_timeout_seconds=0.5)
-                },
-                node_status=NODE_STATUS,
-            )
-            fleet.append(FleetInstall(install))
-        for member_install in fleet:
-            stack.push_async_callback(member_install.remove)
-            await member_install.install.start(vc)
-            await member_install.start_descheduler()
-        yield Hub(hub), fleet
+            kubeconfig = kube.write_kubeconfig(workdir / name / "kubeconfig")
+            fleet.append(FleetInstall(name, nodes, kube, bus, kubeconfig))
+        await hub.start()
+        stack.push_async_callback(hub.close)
+        for install in fleet:
+            await install.kube.start()
+            stack.push_async_callback(install.kube.stop)
+            await install.bus.start()
+            stack.push_async_callback(install.bus.stop)
+            await install.bus.provision()  # its mirror of the view, as the provision Job makes it
+            for pod in (pods or {}).get(install.name, []):
+                install.kube.seed(pod)
+        await hub.provision(lease_max_age_seconds=LEASE_MAX_AGE)
+        for install in fleet:
+            stack.push_async_callback(install.remove)
+            await install.start(vc)
+        yield hub, fleet
+
+
+async def events_of_others(fleet: Sequence[FleetInstall]) -> dict[str, list[str]]:
+    """Per install, the events its stream holds that another install published (none, when the
+    leaf links keep every install's events its own)."""
+    found = {}
+    for install in fleet:
+        found[install.name] = [
+            f"{event.cluster}: {type(event).__name__}"
+            for event in await install.events()
+            if event.cluster != install.name
+        ]
+    return found

@@ -26,7 +26,7 @@ from nats.js.errors import NoStreamResponseError
 
 from hostaffinity.schema import EVENTS_STREAM, VmMoved, encode_event, event_subject
 from tests.e2e.harness import eventually
-from tests.integration.cli_runner import exit_code
+from tests.platform.console import exit_code
 from tests.platform.nats_cluster import NatsCluster
 
 ROOT = Path(__file__).resolve().parents[2]

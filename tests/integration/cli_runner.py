@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,9 +12,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from hostaffinity.cli.main import main
 from hostaffinity.schema import utc_timestamp
 from tests.e2e.harness import FAST_LEASE
+from tests.platform.console import exit_code
 from tests.platform.nats import NatsServer
 
 PROTO = Path(__file__).resolve().parents[2] / "proto" / "schemas"
@@ -63,19 +62,6 @@ class Cli:
         document = json.loads(out)
         jsonschema.Draft202012Validator(schema_of(argv)).validate(document)
         return code, document
-
-
-def exit_code(argv: Sequence[str]) -> int:
-    """main()'s exit status; the log handler it installs on the captured stderr is removed after,
-    so later tests do not log into a closed stream."""
-    handlers = list(logging.root.handlers)
-    try:
-        main(list(argv))
-    except SystemExit as exited:
-        return int(exited.code or 0)
-    finally:
-        logging.root.handlers = handlers
-    raise AssertionError("main() always exits")
 
 
 def lease(service: str, holder: str, renewed: datetime, duration_s: int = 60) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import nats.errors
 
 from hostaffinity.cli.bus_access import IDENTITY_NAMES
 from hostaffinity.cli.bus_credentials import new_user_seed
+from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
 from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, TOPOLOGY_BUCKET
 from tests.platform.bus_probe import REPLY_SECONDS, session, tls_context
@@ -31,6 +32,7 @@ from tests.platform.nats_cluster import NatsCluster, client_limit
 # allow them ("rollup not permitted"), and a durable name sent to the ephemeral create subject.
 ROLLUP_REFUSED = 10111
 EPHEMERAL_WITH_DURABLE_NAME = 10020
+STREAM_NOT_FOUND = 10059
 OUR_STREAMS = (EVENTS_STREAM, DLQ_STREAM, TOPOLOGY_STREAM, DRS_STREAM)
 SERVICES = (
     "node-labeller",
@@ -189,6 +191,41 @@ async def test_consumers_only_on_streams_an_identity_may_read(nats_cluster: Nats
                         identity,
                         stream,
                     )
+
+
+def services_reading_the_fleet_view() -> set[str]:
+    """The services whose code reads the fleet view (follows it, or opens its bucket)."""
+    root = Path(__file__).resolve().parents[2] / "services"
+    return {
+        service.name
+        for service in root.iterdir()
+        if any(
+            "follow_fleet_view(" in text or "key_value(FLEET_BUCKET)" in text
+            for text in (path.read_text() for path in (service / "src").rglob("*.py"))
+        )
+    }
+
+
+async def test_the_fleet_view_is_read_by_the_services_that_use_it_and_no_other(
+    nats_cluster: NatsCluster,
+) -> None:
+    """Every service that reads `hostaffinity-fleet` may watch it (a consumer on its stream: the
+    server answers, here that it has no such stream), the CLI too; the node-labeller, which
+    never reads it, and provisioning, which only makes it, may not."""
+    readers = {"drs-translator", "admission-webhook", "scheduler-extender", "descheduler"}
+    assert services_reading_the_fleet_view() == readers
+    subject = f"$JS.API.CONSUMER.CREATE.{FLEET_STREAM}"
+    for identity in IDENTITY_NAMES:
+        async with session(nats_cluster, identity) as bus:
+            request = {
+                "stream_name": FLEET_STREAM,
+                "config": {"deliver_subject": bus.nc.new_inbox(), "ack_policy": "none"},
+            }
+            if identity in readers | {"cli"}:
+                answer = await bus.api(subject, request)
+                assert answer["error"]["err_code"] == STREAM_NOT_FOUND, (identity, answer)
+            else:
+                assert await bus.publish_refused(subject, json.dumps(request).encode()), identity
 
 
 async def test_the_descheduler_reads_the_events_stream_only_through_ephemeral_consumers(

@@ -28,7 +28,6 @@ from hostaffinity.cli.subscriber_admission import wait_until_every_server
 from hostaffinity.cli.subscriber_commands import reload_servers
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.schema import DLQ_STREAM, EVENTS_STREAM, event_subject
-from tests.integration.cli_runner import exit_code
 from tests.platform.bus_probe import (
     LEADER_SECONDS,
     REPLY_SECONDS,
@@ -36,6 +35,7 @@ from tests.platform.bus_probe import (
     first_fetch,
     session,
 )
+from tests.platform.console import exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 

@@ -12,7 +12,7 @@ import pytest
 
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import ExtenderDecision, NodePlaced, PodEvicted, VmMoved
-from tests.integration.cli_runner import exit_code
+from tests.platform.console import exit_code
 from tests.platform.nats import NatsServer
 
 AT = "2026-11-25T10:00:00+00:00"

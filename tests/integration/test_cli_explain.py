@@ -36,7 +36,8 @@ from tests.e2e.descheduler_harness import (
     terminating,
 )
 from tests.e2e.labeller_harness import labeller_config, node_labels, running, wait_ready
-from tests.integration.cli_runner import Cli, exit_code
+from tests.integration.cli_runner import Cli
+from tests.platform.console import exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.nats_cluster import connected

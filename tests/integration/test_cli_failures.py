@@ -35,7 +35,7 @@ from hostaffinity.cli.bus_subscribers import LocalSubscribers, Subscriber
 from hostaffinity.cli.main import command_line, command_parsers
 from hostaffinity.schema import DRS_BUCKET, DrsOwnership, drs_rule_key
 from tests.e2e.descheduler_harness import node_object, pod_object
-from tests.integration.cli_runner import exit_code
+from tests.platform.console import exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.unusable_access import (

@@ -38,8 +38,9 @@ from tests.e2e.labeller_harness import (
     vm_by_name,
     wait_ready,
 )
-from tests.integration.cli_runner import Cli, exit_code
+from tests.integration.cli_runner import Cli
 from tests.platform.bus_values import node_placement
+from tests.platform.console import exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats import NatsServer
 from tests.platform.vcsim import VcsimFactory

@@ -25,7 +25,8 @@ from tests.e2e.labeller_harness import (
     running,
     wait_ready,
 )
-from tests.integration.cli_runner import exit_code, lease, schema_of
+from tests.integration.cli_runner import lease, schema_of
+from tests.platform.console import exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import VcsimFactory

@@ -29,7 +29,8 @@ from hostaffinity.schema import (
 from tests.e2e.descheduler_harness import node_object
 from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure
 from tests.e2e.harness import FAST_LEASE
-from tests.integration.cli_runner import exit_code, lease
+from tests.integration.cli_runner import lease
+from tests.platform.console import exit_code
 from tests.platform.kube_double import KubeDouble
 from tests.platform.nats_cluster import NatsCluster
 from tests.platform.vcsim import VcsimFactory

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from nats.js.errors import NotFoundError
 
 from hostaffinity.cli.main import main
 from hostaffinity.descheduler.fleet_exposure import FleetExposure
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
-from hostaffinity.runtime.bus.kv_entries import live_entries
+from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM, LEASES_STREAM
+from hostaffinity.runtime.process.config import fleet_inbox
 from hostaffinity.schema import (
     FLEET_BUCKET,
     HUB_DOMAIN,
@@ -43,9 +42,9 @@ from hostaffinity.schema import (
     workload_key,
 )
 from tests.platform.bus_probe import session
-from tests.platform.fleet_hub import FleetHub, running_hub
+from tests.platform.console import exit_code
+from tests.platform.fleet_hub import FleetHub, held, once_each, running_hub, sourced, view
 from tests.platform.nats_cluster import NatsCluster
-from tests.platform.tcp_proxy import TcpProxy
 
 CONVERGE_SECONDS = 60.0
 
@@ -61,11 +60,6 @@ def summary(cluster: str, name: str, hosts: Iterable[str]) -> bytes:
     return msgspec.json.encode(value)
 
 
-async def view(bus: Bus) -> dict[str, bytes]:
-    """Every live key of the fleet view on this bus (the hub's, or an install's mirror)."""
-    return await live_entries(await bus.js.key_value(FLEET_BUCKET))
-
-
 async def until(check: Callable[[], object], what: str) -> None:
     async with asyncio.timeout(CONVERGE_SECONDS):
         while True:
@@ -76,71 +70,25 @@ async def until(check: Callable[[], object], what: str) -> None:
     raise AssertionError(what)
 
 
-async def held(bus: Bus, stream: str) -> list[int]:
-    """The sequences `stream` still holds (a bucket keeps the latest revision of each key)."""
-    info = await bus.js.stream_info(stream)
-    found = []
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        with contextlib.suppress(NotFoundError):
-            await bus.js.get_msg(stream, seq)
-            found.append(seq)
-    return found
-
-
-def once_each(sourced: list[int], origin: list[int]) -> None:
-    """Nothing twice (no origin sequence repeats, and they came in order) and nothing lost
-    (every revision the origin still holds is on the hub)."""
-    assert sourced == sorted(set(sourced)), f"a revision sourced twice or out of order: {sourced}"
-    assert set(origin) <= set(sourced), f"lost: {sorted(set(origin) - set(sourced))}"
-
-
-async def sourced(hub: Bus, token: str, stream: str) -> list[int]:
-    """The origin sequence of every message the hub's view holds from `stream` of install
-    `token`, in the order the hub stored them (the Nats-Stream-Source header: source, origin
-    sequence, ...)."""
-    info = await hub.js.stream_info(FLEET_STREAM)
-    prefix = f"$KV.{FLEET_BUCKET}.{token}."
-    found = []
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        with contextlib.suppress(NotFoundError):
-            msg = await hub.js.get_msg(FLEET_STREAM, seq)
-            header = (msg.headers or {}).get("Nats-Stream-Source", "")
-            if msg.subject.startswith(prefix) and header.split(" ")[0].startswith(stream):
-                found.append(int(header.split(" ")[1]))
-    return found
-
-
 @contextlib.asynccontextmanager
 async def fleet(
-    tmp_path: Path, names: list[str], proxied: str = ""
-) -> AsyncIterator[tuple[FleetHub, dict[str, NatsCluster], list[TcpProxy]]]:
+    tmp_path: Path, names: list[str], cuttable: str = ""
+) -> AsyncIterator[tuple[FleetHub, dict[str, NatsCluster]]]:
     """The hub and the named installs (cluster identity = name), joined and provisioned; the
-    install `proxied` reaches the hub through proxies a test can cut."""
+    install `cuttable` reaches the hub through `hub.links[cuttable]`."""
     async with contextlib.AsyncExitStack() as stack:
         hub = FleetHub(tmp_path / "hub")
-        proxies = [TcpProxy("127.0.0.1", ports.leaf) for ports in hub.ports]
-        for proxy in proxies:
-            await proxy.start()
-            stack.push_async_callback(proxy.stop)
-        installs = {name: hub.join(name, name, tmp_path / name) for name in names}
-        if proxied:
-            folder = hub.folder.install_dir(proxied)
-            leaf = (folder / "fleet.conf").read_text()
-            for ports, proxy in zip(hub.ports, proxies, strict=True):
-                leaf = leaf.replace(f"127.0.0.1:{ports.leaf}", f"127.0.0.1:{proxy.port}")
-            installs[proxied] = NatsCluster(
-                tmp_path / f"{proxied}-proxied", fleet=folder, fleet_install=proxied
-            )
-            for server_folder in (tmp_path / f"{proxied}-proxied").glob("nats-*"):
-                (server_folder / "fleet.conf").write_text(leaf)
+        installs = {
+            name: hub.join(name, name, tmp_path / name, cuttable=name == cuttable) for name in names
+        }
         await hub.start()
-        stack.push_async_callback(hub.stop)
+        stack.push_async_callback(hub.close)
         for install in installs.values():
             await install.start()
             stack.push_async_callback(install.stop)
             await install.provision()
         await hub.provision()
-        yield hub, installs, proxies
+        yield hub, installs
 
 
 async def put(install: NatsCluster, bucket: str, key: str, value: bytes) -> int:
@@ -160,7 +108,7 @@ DB = workload_key("shop", "Deployment", "db")
 
 
 async def test_every_install_sees_every_install_through_its_own_mirror(tmp_path: Path) -> None:
-    async with fleet(tmp_path, ["alpha", "beta"]) as (hub, installs, _):
+    async with fleet(tmp_path, ["alpha", "beta"]) as (hub, installs):
         for name, install in installs.items():
             await put(install, PLACEMENTS_BUCKET, WEB, summary(name, "web", ["esx-1", "esx-2"]))
             await put(install, TOPOLOGY_BUCKET, node_key("node-0.example"), b'{"node":"x"}')
@@ -188,7 +136,7 @@ async def test_every_install_sees_every_install_through_its_own_mirror(tmp_path:
 
 
 async def test_an_install_exports_only_its_summary_and_topology(tmp_path: Path) -> None:
-    async with fleet(tmp_path, ["alpha", "beta"]) as (hub, _, _):
+    async with fleet(tmp_path, ["alpha", "beta"]) as (hub, _):
         async with hub.connection("fleet-provision") as provisioning:
             sources = (await provisioning.js.stream_info(FLEET_STREAM)).config.sources or []
         # Two sources per install: its summary and its topology, nothing else.
@@ -216,15 +164,23 @@ async def test_an_install_exports_only_its_summary_and_topology(tmp_path: Path) 
                 f"{hub_api}.STREAM.DELETE.{FLEET_STREAM}",
                 f"{hub_api}.STREAM.UPDATE.{FLEET_STREAM}",
                 f"$KV.{FLEET_BUCKET}.beta.{WEB}",
+                f"{hub_api}.STREAM.PURGE.{LEASES_STREAM}",
                 f"{hub_deliver_prefix('beta')}.S.forged",
             ):
                 await alpha.nc.publish(subject, b"{}", reply=alpha.nc.new_inbox())
                 await alpha.nc.flush()
                 assert await alpha.refused(subject.replace(hub_api, "$JS.API")), subject
+            # The leases' allowance opens the leases bucket's keys, not the view's (the hub maps
+            # a `$KV` subject of its domain to the bucket's own subject, and refuses that).
+            forged = f"{FLEET_BUCKET}.beta.forged"
+            await alpha.nc.publish(f"{hub_api}.$KV.{forged}", b"{}", reply=alpha.nc.new_inbox())
+            await alpha.nc.flush()
+            assert await alpha.refused(f"$KV.{forged}")
             for subject in (
                 f"{hub_deliver_prefix('beta')}.>",
                 f"{mirror_deliver_prefix('beta')}.>",
                 f"{beta_api}.>",
+                f"{fleet_inbox('drs-translator', 'beta')}.>",  # beta's answers about leases
             ):
                 assert await alpha.subscribe_refused(subject), subject
 
@@ -238,13 +194,12 @@ async def _has(bus: Bus, key: str) -> bool:
 
 
 async def test_a_cut_link_loses_nothing_and_counts_nothing_twice(tmp_path: Path) -> None:
-    async with fleet(tmp_path, ["alpha", "beta"], proxied="alpha") as (hub, installs, proxies):
+    async with fleet(tmp_path, ["alpha", "beta"], cuttable="alpha") as (hub, installs):
         alpha, beta = installs["alpha"], installs["beta"]
         await put(alpha, PLACEMENTS_BUCKET, WEB, summary("alpha", "web", ["esx-1", "esx-2"]))
         async with alpha.connection("cli") as bus:
             await until(lambda: _has(bus, fleet_key("alpha", WEB)), "first summary never came")
-        for proxy in proxies:
-            await proxy.refuse()
+        await hub.links["alpha"].cut()
         # Alone, alpha takes every write (its services work as without a fleet), beta goes on
         # through the hub, and alpha's mirror keeps what it had.
         for revision in range(5):
@@ -257,8 +212,7 @@ async def test_a_cut_link_loses_nothing_and_counts_nothing_twice(tmp_path: Path)
             stale = await view(bus)
         assert fleet_key("beta", WEB) not in stale
         assert fleet_key("alpha", WEB) in stale
-        for proxy in proxies:
-            await proxy.accept()
+        await hub.links["alpha"].restore()
         async with hub.connection() as hub_bus, alpha.connection("cli") as alpha_bus:
             origin = await alpha_bus.js.stream_info(f"KV_{PLACEMENTS_BUCKET}")
             last = origin.state.last_seq
@@ -284,7 +238,7 @@ async def test_a_cut_link_loses_nothing_and_counts_nothing_twice(tmp_path: Path)
 
 
 async def test_a_killed_hub_leaves_installs_alone_and_catches_up(tmp_path: Path) -> None:
-    async with fleet(tmp_path, ["alpha"]) as (hub, installs, _):
+    async with fleet(tmp_path, ["alpha"]) as (hub, installs):
         alpha = installs["alpha"]
         await put(alpha, PLACEMENTS_BUCKET, WEB, summary("alpha", "web", ["esx-1", "esx-1"]))
         async with alpha.connection("cli") as bus:
@@ -335,7 +289,7 @@ async def test_what_if_a_host_fails_names_every_cluster_s_losses(
 ) -> None:
     """Three installs on the same hosts; the CLI on one of them reads its mirror."""
     names = ["alpha", "beta", "gamma"]
-    async with fleet(tmp_path, names) as (_, installs, _):
+    async with fleet(tmp_path, names) as (_, installs):
         for offset, (name, install) in enumerate(installs.items()):
             hosts = [f"esx-{(offset + i) % 3 + 1}" for i in range(2)]
             for i, host in enumerate(hosts):
@@ -438,7 +392,7 @@ async def test_a_running_bus_joins_by_restarting_its_servers_one_at_a_time(
 
 
 async def test_an_install_that_leaves_is_gone_from_every_view(tmp_path: Path) -> None:
-    async with fleet(tmp_path, ["alpha", "beta"]) as (hub, installs, _):
+    async with fleet(tmp_path, ["alpha", "beta"]) as (hub, installs):
         for name, install in installs.items():
             await put(install, PLACEMENTS_BUCKET, WEB, summary(name, "web", ["esx-1"]))
         async with installs["alpha"].connection("cli") as alpha_bus:
@@ -457,3 +411,23 @@ async def test_an_install_that_leaves_is_gone_from_every_view(tmp_path: Path) ->
 
 async def _keys(bus: Bus, wanted: set[str]) -> bool:
     return set(await view(bus)) == wanted
+
+
+async def test_provision_makes_the_leases_bucket_with_its_max_age(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fleet provision` is what gives the fleet rule leases their bucket, and its max age
+    (without one a crashed holder would keep its rules for ever, so 0 is refused)."""
+    async with running_hub(tmp_path / "hub") as hub:
+        await hub.provision()
+        assert "fleet rule leases KV_hostaffinity-fleet-leases: max age 30 s" in (
+            capsys.readouterr().out
+        )
+        async with hub.connection("fleet-provision") as bus:
+            leases = (await bus.js.stream_info(LEASES_STREAM)).config
+            assert (leases.max_age, leases.max_msgs_per_subject, leases.num_replicas) == (30, 1, 3)
+            await hub.provision(lease_max_age_seconds=12)  # changed in place
+            assert (await bus.js.stream_info(LEASES_STREAM)).config.max_age == 12
+        argv = ["fleet", "provision", "--dir", str(hub.folder.directory), "--nats", hub.urls[0]]
+        assert exit_code([*argv, "--lease-max-age", "0"]) == 2
+        assert "must be above 0" in capsys.readouterr().err

@@ -1,5 +1,6 @@
-"""The fleet rule leases of two installs wanting the same rule, on a real hub reached through each
-install's leaf node: exactly one holds it; it lets go when it no longer wants it and the other
+"""The fleet rule leases of two installs wanting the same rule, on the hub and buses as they ship
+(tests/platform/fleet_hub.py), each install's drs-translator reaching the hub through its own
+bus's leaf link: exactly one holds it; it lets go when it no longer wants it and the other
 takes it at its next round; while the hub is away nobody holds it, the holder counting itself
 one no longer than the hub would; a holder cut off from the hub is taken over once its key
 expired; an install's next run takes its own lease back at once."""
@@ -10,15 +11,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import pytest
-from nats.aio.client import Client
 
 from hostaffinity.drs_translator.fleet_leases import FleetLeases, LeaseSubject
 from hostaffinity.runtime.bus.hub_leases import HubLeases
-from hostaffinity.schema import FLEET_LEASES_BUCKET, FleetRuleLease
+from hostaffinity.schema import FLEET_LEASES_BUCKET, HUB_DOMAIN
 from tests.e2e.harness import eventually
-from tests.platform.nats_leaf import DomainNatsServer, hub_server, install_server
+from tests.platform.fleet_hub import FleetHub, lease_holder
+from tests.platform.nats_cluster import NatsCluster
 
 MAX_AGE = 3.0
 KEY = "vc-uuid.domain-c1.hostaffinity-fleet-anti-0123456789ab"
@@ -29,16 +29,15 @@ SUBJECT = LeaseSubject(
 
 @dataclass
 class Fleet:
-    hub: DomainNatsServer
-    installs: dict[str, DomainNatsServer]
-    clients: list[Client]
+    hub: FleetHub
+    installs: dict[str, NatsCluster]
+    stack: contextlib.AsyncExitStack
     woken: list[str]
 
     async def leases(self, name: str, holder: str | None = None) -> FleetLeases:
-        nc = Client()
-        await nc.connect(self.installs[name].url)
-        self.clients.append(nc)
-        store = HubLeases(nc, "hub", FLEET_LEASES_BUCKET, timeout=0.5)
+        """A drs-translator's leases, on a connection of its own to the install's bus."""
+        bus = await self.stack.enter_async_context(self.installs[name].connection("drs-translator"))
+        store = HubLeases(bus.nc, HUB_DOMAIN, FLEET_LEASES_BUCKET, timeout=0.5)
         return FleetLeases(
             store, holder or f"cluster-{name}", name, wake=lambda: self.woken.append(name)
         )
@@ -53,40 +52,29 @@ class Fleet:
         return east, west
 
     async def holder_on_hub(self) -> str | None:
-        nc = Client()
-        await nc.connect(self.hub.url)
-        try:
-            kv = await nc.jetstream().key_value(FLEET_LEASES_BUCKET)
-            try:
-                entry = await kv.get(KEY)
-            except Exception:  # nats-py: KeyNotFoundError or KeyDeletedError
-                return None
-            return msgspec.json.decode(entry.value or b"", type=FleetRuleLease).holder
-        finally:
-            await nc.close()
+        return await lease_holder(self.installs["west"], KEY)
+
+    def linked(self) -> bool:
+        return all(install.leaf_connected() for install in self.installs.values())
 
 
 @pytest.fixture
 async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
-    hub = hub_server(tmp_path)
-    await hub.start()
-    installs = {name: install_server(tmp_path, name, hub) for name in ("east", "west")}
-    state = Fleet(hub, installs, [], [])
-    try:
-        for server in installs.values():
-            await server.start()
-        await eventually(lambda: all(s.leaf_connected() for s in installs.values()), "leaves", 10)
-        admin = Client()
-        await admin.connect(hub.url)
-        state.clients.append(admin)
-        await admin.jetstream().create_key_value(bucket=FLEET_LEASES_BUCKET, history=1, ttl=MAX_AGE)
+    hub = FleetHub(tmp_path / "hub")
+    installs = {
+        name: hub.join(name, name, tmp_path / name, cuttable=name == "east")
+        for name in ("east", "west")
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        await hub.start()
+        stack.push_async_callback(hub.close)
+        for install in installs.values():
+            await install.start()
+            stack.push_async_callback(install.stop)
+        await hub.provision(lease_max_age_seconds=MAX_AGE)
+        state = Fleet(hub, installs, stack, [])
+        await eventually(state.linked, "leaves", 20)
         yield state
-    finally:
-        for nc in state.clients:
-            with contextlib.suppress(Exception):
-                await nc.close()
-        for server in (*installs.values(), hub):
-            await server.stop()
 
 
 async def test_one_install_holds_the_lease_and_hands_it_over_when_it_no_longer_wants_it(
@@ -122,9 +110,7 @@ async def test_while_the_hub_is_away_nobody_holds_and_afterwards_exactly_one_doe
     lapsed = time.monotonic() - renewed
     assert 2 * MAX_AGE / 3 - 0.1 <= lapsed < MAX_AGE  # before the hub could free the key
     await fleet.hub.start()
-    await eventually(
-        lambda: all(s.leaf_connected() for s in fleet.installs.values()), "leaves back", 15
-    )
+    await eventually(fleet.linked, "leaves back", 20)
     deadline = time.monotonic() + 4 * MAX_AGE
     while not (east.held() or west.held()):
         assert time.monotonic() < deadline, "nobody holds the lease again"
@@ -141,7 +127,7 @@ async def test_a_holder_cut_off_from_the_hub_is_taken_over_once_its_lease_expire
 ) -> None:
     east, west = await fleet.east_first()
     cut = time.monotonic()
-    await fleet.installs["east"].stop()  # east's bus, its way to the hub, away
+    await fleet.hub.links["east"].cut()  # east's bus up, its way to the hub away
     deadline = cut + 4 * MAX_AGE
     while not west.held():
         assert time.monotonic() < deadline, "west never took the expired lease"
@@ -150,8 +136,8 @@ async def test_a_holder_cut_off_from_the_hub_is_taken_over_once_its_lease_expire
     assert time.monotonic() - cut >= MAX_AGE * 0.9  # not before the hub freed it
     assert not east.holds(KEY)
     assert await fleet.holder_on_hub() == "cluster-west"
-    await fleet.installs["east"].start()
-    await eventually(lambda: fleet.installs["east"].leaf_connected(), "east back", 15)
+    await fleet.hub.links["east"].restore()
+    await eventually(fleet.installs["east"].leaf_connected, "east back", 20)
     for _ in range(3):  # its renewal is refused: it knows it lost the lease
         await east.tick()
         await west.tick()

@@ -1,8 +1,9 @@
 """Who writes a fleet group's rule, decision by decision: one install's FleetRules against vcsim,
-its own bus joined to a real hub (its leases), another install played by a second lease holder
-and by the fleet view. The holder adds, edits by the rule's key, adopts a rule it did not make,
-removes one no longer wanted and hands one over when its members left; an install without the
-lease writes nothing and forgets a record it kept; a rule over more VMs than hosts is held."""
+its own bus joined to the hub as they ship (its leases, as its drs-translator), another install
+played by a second lease holder on its own bus and by the fleet view. The holder adds, edits by
+the rule's key, adopts a rule it did not make, removes one no longer wanted and hands one over
+when its members left; an install without the lease writes nothing and forgets a record it
+kept; a rule over more VMs than hosts is held."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.aio.client import Client
 from pyVmomi import vim
 
 from hostaffinity.affinity.fleet_groups import FleetMembers, own_members
@@ -32,6 +32,7 @@ from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import (
     DRS_BUCKET,
     FLEET_LEASES_BUCKET,
+    HUB_DOMAIN,
     LABEL_FLEET_GROUP,
     DrsRuleConflict,
     EsxiHost,
@@ -45,7 +46,7 @@ from hostaffinity.schema import (
 )
 from tests.e2e.drs_harness import cluster_of, drs_state, reconfigure
 from tests.e2e.harness import eventually
-from tests.platform.nats_leaf import hub_server, install_server
+from tests.platform.fleet_hub import FleetHub
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
 _vim: Any = vim
@@ -165,22 +166,19 @@ async def world(vcsim: VcsimFactory, tmp_path: Path) -> AsyncIterator[World]:
     vc: Vcsim = vcsim(hosts=3, vms=6)
     si = vc.connect()
     cluster = cluster_of(si)
-    hub = hub_server(tmp_path)
-    await hub.start()
-    install, other = install_server(tmp_path, "me", hub), install_server(tmp_path, "other", hub)
+    hub = FleetHub(tmp_path / "hub")
+    install, other = (hub.join(name, name, tmp_path / name) for name in ("me", "other"))
     async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(hub.stop)
+        await hub.start()
+        stack.push_async_callback(hub.close)
         for server in (install, other):
             await server.start()
             stack.push_async_callback(server.stop)
-        await eventually(lambda: install.leaf_connected() and other.leaf_connected(), "leaves")
-        admin = Client()
-        await admin.connect(hub.url)
-        stack.push_async_callback(admin.close)
-        await admin.jetstream().create_key_value(bucket=FLEET_LEASES_BUCKET, history=1, ttl=3.0)
+        await hub.provision(lease_max_age_seconds=3.0)
+        await eventually(lambda: install.leaf_connected() and other.leaf_connected(), "leaves", 20)
         await install.provision()
-        bus: Bus = await stack.enter_async_context(install.connection("me"))
-        theirs_bus: Bus = await stack.enter_async_context(other.connection("other"))
+        bus: Bus = await stack.enter_async_context(install.connection("drs-translator"))
+        theirs_bus: Bus = await stack.enter_async_context(other.connection("drs-translator"))
         session = await stack.enter_async_context(VCenterSession(vc.settings(name="vcsim")))
         drs = await bus.js.key_value(DRS_BUCKET)
         records = OwnershipRecords(drs, "vcsim", ME)
@@ -195,9 +193,9 @@ async def world(vcsim: VcsimFactory, tmp_path: Path) -> AsyncIterator[World]:
             vcenter="vcsim",
             install=ME,
         )
-        leases = FleetLeases(HubLeases(bus.nc, "hub", FLEET_LEASES_BUCKET), ME, ME, wake=_no)
+        leases = FleetLeases(HubLeases(bus.nc, HUB_DOMAIN, FLEET_LEASES_BUCKET), ME, ME, wake=_no)
         theirs = FleetLeases(
-            HubLeases(theirs_bus.nc, "hub", FLEET_LEASES_BUCKET),
+            HubLeases(theirs_bus.nc, HUB_DOMAIN, FLEET_LEASES_BUCKET),
             "cluster-other",
             "other",
             wake=_no,

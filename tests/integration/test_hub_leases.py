@@ -1,50 +1,42 @@
 """A key on the fleet hub, written from two installs' own buses through the hub's JetStream
-domain: only one may create it, a write that did not see the last one is refused, the bucket's
-max age frees a key nobody renews, and a deleted key may be created again."""
+domain, on the hub and buses as they ship (leaf links, TLS, each install's drs-translator with
+its own nkey): only one may create it, a write that did not see the last one is refused, the
+bucket's max age (set by `hostaffinity fleet provision`) frees a key nobody renews, and a
+deleted key may be created again."""
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from nats.aio.client import Client
 
 from hostaffinity.runtime.bus.hub_leases import HubLeases, LeaseTaken
+from hostaffinity.schema import FLEET_LEASES_BUCKET, HUB_DOMAIN
 from tests.e2e.harness import eventually
-from tests.platform.nats_leaf import DomainNatsServer, hub_server, install_server
+from tests.platform.fleet_hub import FleetHub
 
-BUCKET = "leases-under-test"
 TTL_SECONDS = 2.0
-
-
-async def _client(server: DomainNatsServer) -> Client:
-    nc = Client()
-    await nc.connect(server.url)
-    return nc
 
 
 @pytest.fixture
 async def two_installs(tmp_path: Path) -> AsyncIterator[tuple[HubLeases, HubLeases]]:
-    hub = hub_server(tmp_path)
-    await hub.start()
-    east, west = install_server(tmp_path, "east", hub), install_server(tmp_path, "west", hub)
-    clients: list[Client] = []
-    try:
-        for server in (east, west):
-            await server.start()
-        await eventually(lambda: east.leaf_connected() and west.leaf_connected(), "leaf nodes", 10)
-        admin = await _client(hub)
-        clients.append(admin)
-        await admin.jetstream().create_key_value(bucket=BUCKET, history=1, ttl=TTL_SECONDS)
-        for server in (east, west):
-            clients.append(await _client(server))
-        yield HubLeases(clients[1], "hub", BUCKET), HubLeases(clients[2], "hub", BUCKET)
-    finally:
-        for nc in clients:
-            await nc.close()
-        for server in (east, west, hub):
-            await server.stop()
+    hub = FleetHub(tmp_path / "hub")
+    east, west = (hub.join(name, name, tmp_path / name) for name in ("east", "west"))
+    async with contextlib.AsyncExitStack() as stack:
+        await hub.start()
+        stack.push_async_callback(hub.close)
+        for install in (east, west):
+            await install.start()
+            stack.push_async_callback(install.stop)
+        await hub.provision(lease_max_age_seconds=TTL_SECONDS)
+        await eventually(lambda: east.leaf_connected() and west.leaf_connected(), "leaves", 20)
+        leases = []
+        for install in (east, west):
+            bus = await stack.enter_async_context(install.connection("drs-translator"))
+            leases.append(HubLeases(bus.nc, HUB_DOMAIN, FLEET_LEASES_BUCKET))
+        yield leases[0], leases[1]
 
 
 async def test_only_one_install_creates_the_key_and_only_its_holder_renews_it(

@@ -5,6 +5,7 @@ environment the test sets."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -12,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+from hostaffinity.cli.main import main as cli_main
 
 ENV_PREFIX = "HOSTAFFINITY_"
 
@@ -28,6 +31,19 @@ def run_console(
     captured = capsys.readouterr()
     code = exited.value.code
     return (code if isinstance(code, int) else 0 if code is None else 1), captured.out, captured.err
+
+
+def exit_code(argv: Sequence[str]) -> int:
+    """`hostaffinity` main()'s exit status; the log handler it installs on the captured stderr
+    is removed after, so later tests do not log into a closed stream."""
+    handlers = list(logging.root.handlers)
+    try:
+        cli_main(list(argv))
+    except SystemExit as exited:
+        return int(exited.code or 0)
+    finally:
+        logging.root.handlers = handlers
+    raise AssertionError("main() always exits")
 
 
 def clear_hostaffinity_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -190,6 +190,19 @@ class ServerProcess:
         await stop_process(process)
 
 
+def leaf_connections(server: ServerProcess) -> int:
+    """How many leaf-node connections the server has up (/leafz on its loopback monitor); 0
+    while it is not running."""
+    if not server.running:
+        return 0
+    url = f"http://127.0.0.1:{server.monitor_port}/leafz"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(json.load(response).get("leafnodes", 0))
+    except OSError:
+        return 0
+
+
 def _answers_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
@@ -300,6 +313,10 @@ class NatsCluster:
 
     async def stop(self) -> None:
         await asyncio.gather(*(server.stop() for server in self.servers))
+
+    def leaf_connected(self) -> bool:
+        """Whether every server's link to the fleet hub is up (each server dials it)."""
+        return all(leaf_connections(server) > 0 for server in self.servers)
 
 
 class LocalBus:

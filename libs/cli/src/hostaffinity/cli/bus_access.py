@@ -40,13 +40,17 @@ from hostaffinity.schema import (
     EVENTS_STREAM,
     FLEET_BUCKET,
     FLEET_LEASES_BUCKET,
+    HUB_DOMAIN,
     PLACEMENTS_BUCKET,
     TOPOLOGY_BUCKET,
     dlq_subject,
     event_subject,
+    jetstream_api,
 )
 
 API: Final = "$JS.API"
+# The one identity that talks to the fleet hub itself (its fleet rules' leases).
+HUB_LEASE_HOLDER: Final = "drs-translator"
 # The fleet view's mirror is ours too, on an install that joined a fleet.
 OUR_STREAMS: Final = (
     EVENTS_STREAM,
@@ -116,9 +120,9 @@ def write_bucket(bucket: str) -> list[str]:
 
 def hold_hub_leases(bucket: str) -> list[str]:
     """Read, create, renew and delete keys of one bucket on the fleet hub, in the hub's
-    JetStream domain (any name: `*`), as hub_leases.py does: the bucket's stream info and its
+    JetStream domain and no other, as hub_leases.py does: the bucket's stream info and its
     last message by subject, and a revision-checked publish on the domain's `$KV` subjects."""
-    api = "$JS.*.API"
+    api = jetstream_api(HUB_DOMAIN)
     return [
         f"{api}.STREAM.INFO.KV_{bucket}",
         f"{api}.STREAM.MSG.GET.KV_{bucket}",
@@ -168,7 +172,7 @@ IDENTITIES: Final = (
         publish_events("vm.moved", "node.placed", "node.labelled", "node.unmatched"),
     ),
     new_identity(
-        "drs-translator",
+        HUB_LEASE_HOLDER,
         "reads the topology and the fleet view, owns the DRS ownership bucket and its fleet "
         "rules' leases on the hub, reports rule events",
         read_bucket(TOPOLOGY_BUCKET),
@@ -204,7 +208,6 @@ IDENTITIES: Final = (
         read_stream(EVENTS_STREAM),
         read_bucket(PLACEMENTS_BUCKET),
         write_bucket(PLACEMENTS_BUCKET),
-        read_bucket(FLEET_BUCKET),
         publish_events("pod.evicted", "vmi.migration.requested"),
         park_dead_letters("descheduler"),
     ),

@@ -16,6 +16,10 @@ Least privilege, per install:
   delivery subjects it may publish to, so it cannot forge another install's summary;
 - it reads only the fleet view: it may ask the hub's domain for a consumer on
   `KV_hostaffinity-fleet` (its mirror) and receives under `hostaffinity.fleet.to.<token>`;
+- its drs-translator holds fleet rules' leases: it may read and write keys of the hub's
+  `hostaffinity-fleet-leases` (nothing else of the hub's JetStream), and the answers come back
+  only on its inbox in this install (`_INBOX_drs-translator.<token>`, NatsSettings.inbox_prefix),
+  never another install's;
 - the install's side refuses, as well, what the hub should never send it or be sent
   (`deny_imports`/`deny_exports` of its remote): its event and DLQ subjects, KV writes, and
   every JetStream API of its domain but consumer creation.
@@ -30,17 +34,21 @@ from dataclasses import dataclass
 from typing import Final
 
 from hostaffinity.cli.bus_access import (
+    HUB_LEASE_HOLDER,
     Identity,
+    hold_hub_leases,
     new_identity,
     read_bucket,
     render_authorization,
     write_bucket,
 )
-from hostaffinity.runtime.bus.fleet_layout import EXPORTED_BUCKETS, FLEET_STREAM
+from hostaffinity.runtime.bus.fleet_layout import EXPORTED_BUCKETS, FLEET_STREAM, LEASES_STREAM
+from hostaffinity.runtime.process.config import fleet_inbox
 from hostaffinity.schema import (
     DLQ_SUBJECT_PREFIX,
     EVENTS_SUBJECT_PREFIX,
     FLEET_BUCKET,
+    FLEET_LEASES_BUCKET,
     HUB_DOMAIN,
     hub_deliver_prefix,
     install_domain,
@@ -83,17 +91,19 @@ class FleetMember:
             *(s for stream in exported for s in _flow_control(stream)),
             CONSUMER_CREATE_REPLIES,
             f"{mirror_deliver_prefix(self.token)}.>",
+            f"{fleet_inbox(HUB_LEASE_HOLDER, self.token)}.>",
         ]
         sent_in = [
             *_consumers_on(HUB_DOMAIN, FLEET_STREAM),
             *_flow_control(FLEET_STREAM),
             CONSUMER_CREATE_REPLIES,
             f"{hub_deliver_prefix(self.token)}.>",
+            *hold_hub_leases(FLEET_LEASES_BUCKET),
         ]
         return Identity(
             f"install-{self.name}",
             f"install {self.name} (token {self.token}): exports its placements and topology, "
-            "mirrors the fleet view",
+            "mirrors the fleet view, holds fleet rules' leases",
             tuple(sent_in),
             tuple(sent_out),
         )
@@ -103,11 +113,15 @@ HUB_IDENTITIES: Final = (
     new_identity(
         "fleet-provision",
         "creates the fleet view, sets its sources to the registered installs and deletes the "
-        "keys of installs that left",
+        "keys of installs that left; creates the fleet rule leases bucket with its max age",
         [
             f"{HUB_API}.INFO",
-            f"{HUB_API}.STREAM.CREATE.{FLEET_STREAM}",
-            f"{HUB_API}.STREAM.UPDATE.{FLEET_STREAM}",
+            *(
+                f"{HUB_API}.STREAM.{verb}.{stream}"
+                for stream in (FLEET_STREAM, LEASES_STREAM)
+                for verb in ("CREATE", "UPDATE")
+            ),
+            f"{HUB_API}.STREAM.INFO.{LEASES_STREAM}",
         ],
         read_bucket(FLEET_BUCKET),
         write_bucket(FLEET_BUCKET),

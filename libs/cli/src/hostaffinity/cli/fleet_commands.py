@@ -4,7 +4,8 @@ On the hub's side (its operator, with the hub's folder, fleet_registry.py):
 - `hub-credentials --dir D`: the hub's identities and TLS, made once;
 - `join NAME --cluster ID --hub URL --dir D`: register an install, write what it needs;
 - `leave NAME --dir D`: forget it;
-- `provision --dir D --nats URL`: create the view and set its sources to the registered installs.
+- `provision --dir D --nats URL`: create the view and set its sources to the registered
+  installs; create the fleet rule leases bucket with its max age (`--lease-max-age`).
 
 On any install (read-only, identity `cli`, from the install's own mirror of the view, so it
 answers while the hub is away, from what the mirror last had):
@@ -38,7 +39,13 @@ from hostaffinity.cli.connections import BUS_WITHIN_SECONDS, CommandFailed, open
 from hostaffinity.cli.fleet_registry import HUB_AUTHORIZATION, HubFolder
 from hostaffinity.cli.nats_options import add_nats_options, nats_settings
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM, forget_departed, provision_hub
+from hostaffinity.runtime.bus.fleet_layout import (
+    DEFAULT_LEASE_MAX_AGE_SECONDS,
+    FLEET_STREAM,
+    LEASES_STREAM,
+    forget_departed,
+    provision_hub,
+)
 from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import FLEET_BUCKET
@@ -86,7 +93,13 @@ async def provision(args: argparse.Namespace) -> int:
     async with open_bus(
         settings, args.connect_timeout, "hostaffinity-fleet", provisioned=False
     ) as bus:
-        await provision_hub(bus.js, tokens, replicas=args.replicas, history=args.history)
+        await provision_hub(
+            bus.js,
+            tokens,
+            replicas=args.replicas,
+            history=args.history,
+            lease_max_age_seconds=args.lease_max_age,
+        )
         departed = await forget_departed(bus.js, tokens)
         info = await bus.js.stream_info(FLEET_STREAM)
         print(
@@ -94,7 +107,25 @@ async def provision(args: argparse.Namespace) -> int:
             f"{len(info.config.sources or [])} sources, {info.state.messages} messages, "
             f"R{info.config.num_replicas}; {departed} keys of installs that left deleted"
         )
+        leases = await bus.js.stream_info(LEASES_STREAM)
+        print(
+            f"fleet rule leases {LEASES_STREAM}: max age {leases.config.max_age or 0:g} s, "
+            f"{leases.state.messages} held, R{leases.config.num_replicas}"
+        )
     return 0
+
+
+def _positive_seconds(text: str) -> float:
+    """A duration in seconds above 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text} s: must be above 0 (a crashed holder would keep its fleet rules for ever)"
+        )
+    return value
 
 
 # The keys `fleet exposure` needs: workloads only (the topology is a quarter of an estate's keys).
@@ -225,6 +256,14 @@ def add_fleet_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     provisioning.add_argument("--nats", action="append", required=True, help="a hub server URL")
     provisioning.add_argument("--replicas", type=int, default=HUB_REPLICAS)
     provisioning.add_argument("--history", type=int, default=1, help="revisions kept per key")
+    provisioning.add_argument(
+        "--lease-max-age",
+        type=_positive_seconds,
+        default=DEFAULT_LEASE_MAX_AGE_SECONDS,
+        metavar="SECONDS",
+        help="how long a fleet rule's lease outlives its holder's last renewal "
+        f"(default {DEFAULT_LEASE_MAX_AGE_SECONDS:g})",
+    )
     provisioning.add_argument("--connect-timeout", type=float, default=BUS_WITHIN_SECONDS)
     provisioning.set_defaults(run=provision)
     _reader(verbs, "topology", "hosts by clusters by nodes").set_defaults(run=show_topology)

@@ -23,13 +23,9 @@ class HaAuditSettings(Settings, frozen=True):
 
 class FleetRuleSettings(Settings, frozen=True):
     """Fleet groups' DRS rules (docs/fleet-groups.md): one per group and vSphere cluster over
-    every install's members, written only by the install holding its lease on the fleet hub."""
+    every install's members, written only by the install holding its lease on the fleet hub.
+    Only an install in a fleet (`nats.fleet_install`) takes leases; a dry run takes none."""
 
-    # The fleet hub's JetStream domain, as this install's bus reaches it over its leaf node
-    # connection. Empty: no hub, and this install never writes a fleet rule (its own members
-    # are still kept apart by its descheduler, extender and webhook); neither does a dry run,
-    # which takes no lease.
-    hub_domain: str = ""
     # A request to the hub not answered within this counts as the hub being away.
     request_timeout_seconds: Seconds = 2.0
 

@@ -45,6 +45,7 @@ from hostaffinity.schema import (
     DRS_BUCKET,
     EVENTS_STREAM,
     FLEET_LEASES_BUCKET,
+    HUB_DOMAIN,
     Event,
     install_token,
 )
@@ -105,11 +106,12 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             translator.wake()
 
     leases = None
-    # A dry run takes no lease: it would keep the install that writes from writing.
-    if config.fleet.hub_domain and not own.dry_run:
+    # Only an install of a fleet reaches the hub; a dry run takes no lease: it would keep the
+    # install that writes from writing.
+    if config.nats.fleet_install and not own.dry_run:
         hub = HubLeases(
             ctx.bus.nc,
-            config.fleet.hub_domain,
+            HUB_DOMAIN,
             FLEET_LEASES_BUCKET,
             timeout=config.fleet.request_timeout_seconds,
         )

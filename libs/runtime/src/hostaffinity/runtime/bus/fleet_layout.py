@@ -14,12 +14,19 @@ domains (docs.nats.io, "JetStream on Leaf Nodes" and "Cross-account subjects", n
   stale. It keeps the origin's subjects, so the KV client reads it as it reads any bucket
   (ADR-8: a mirror named as its origin needs no subject rewrite).
 
+- On the hub, `KV_hostaffinity-fleet-leases` holds who writes each fleet group's DRS rule
+  (drs-translator fleet_leases.py, reached from installs through `$JS.<hub>.API`, runtime
+  bus/hub_leases.py): a bucket whose max age frees the key of a holder that stopped renewing.
+  Without a max age a crashed holder would keep its rules for ever, so provisioning always
+  sets one.
+
 Each source and the mirror deliver under a prefix of the install's own
 (`fleet.hub_deliver_prefix`, `fleet.mirror_deliver_prefix`), which the install's hub
 credentials are limited to (`hostaffinity.cli.fleet_access`).
 
 nats-py's KeyValueConfig has no sources or mirror: both are made as their streams, in the shape
-nats-py gives a bucket (`$KV.<bucket>.>`, direct gets, history per key).
+nats-py gives a bucket (`$KV.<bucket>.>`, direct gets, history per key); so is the leases
+bucket, so that provisioning again can change its max age in place.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from nats.js.errors import NotFoundError
 from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.schema import (
     FLEET_BUCKET,
+    FLEET_LEASES_BUCKET,
     HUB_DOMAIN,
     PLACEMENTS_BUCKET,
     TOPOLOGY_BUCKET,
@@ -52,6 +60,10 @@ from hostaffinity.schema import (
 )
 
 FLEET_STREAM: Final = f"KV_{FLEET_BUCKET}"
+LEASES_STREAM: Final = f"KV_{FLEET_LEASES_BUCKET}"
+# How long the hub keeps a fleet rule's lease nobody renews: a holder renews every third of it,
+# and a crashed holder's rules are taken over within it (docs/fleet-groups.md).
+DEFAULT_LEASE_MAX_AGE_SECONDS: Final = 30.0
 # What an install exports to the hub: these buckets, and nothing else.
 EXPORTED_BUCKETS: Final = (PLACEMENTS_BUCKET, TOPOLOGY_BUCKET)
 # Consumers on the hub's fleet bucket: one mirror per install, the `fleet-cli` readers.
@@ -104,6 +116,33 @@ def hub_fleet_stream(installs: Iterable[str], *, replicas: int, history: int) ->
     )
 
 
+def hub_leases_stream(*, replicas: int, max_age_seconds: float) -> StreamConfig:
+    """The hub's fleet rule leases: one revision per key, every key gone `max_age_seconds` after
+    its last write."""
+    if max_age_seconds <= 0:
+        raise ValueError(
+            f"the lease max age must be above 0 s (got {max_age_seconds:g}): without one a "
+            "crashed holder would keep its fleet rules for ever"
+        )
+    return StreamConfig(
+        name=LEASES_STREAM,
+        subjects=[_kv_subjects(FLEET_LEASES_BUCKET)],
+        retention=RetentionPolicy.LIMITS,
+        discard=DiscardPolicy.NEW,
+        storage=StorageType.FILE,
+        max_msgs_per_subject=1,
+        max_age=max_age_seconds,
+        # JetStream refuses a duplicate window longer than the max age; lease writes carry no
+        # message id anyway.
+        duplicate_window=max_age_seconds,
+        num_replicas=replicas,
+        allow_direct=True,
+        allow_rollup_hdrs=False,
+        deny_delete=True,
+        deny_purge=True,
+    )
+
+
 def install_fleet_mirror(install: str, *, replicas: int) -> StreamConfig:
     """An install's read-only copy of the hub's fleet view."""
     return StreamConfig(
@@ -129,19 +168,32 @@ def install_fleet_mirror(install: str, *, replicas: int) -> StreamConfig:
 
 
 async def provision_hub(
-    js: JetStreamContext, installs: Iterable[str], *, replicas: int, history: int
+    js: JetStreamContext,
+    installs: Iterable[str],
+    *,
+    replicas: int,
+    history: int,
+    lease_max_age_seconds: float = DEFAULT_LEASE_MAX_AGE_SECONDS,
 ) -> StreamConfig:
     """Create the hub's fleet view, or update its sources to exactly `installs` (an install
-    that left stops being sourced; what it had sent stays until its keys are replaced)."""
+    that left stops being sourced; what it had sent stays until its keys are replaced); and
+    create or update the fleet rule leases bucket with its max age."""
+    leases = hub_leases_stream(replicas=replicas, max_age_seconds=lease_max_age_seconds)
     wanted = hub_fleet_stream(installs, replicas=replicas, history=history)
     try:
         current = (await js.stream_info(FLEET_STREAM)).config
     except NotFoundError:
         await js.add_stream(wanted)
-        return wanted
-    if current.mirror is not None:
-        raise FleetLayoutError(f"stream {FLEET_STREAM} on the hub is a mirror, not the view")
-    await js.update_stream(wanted)
+    else:
+        if current.mirror is not None:
+            raise FleetLayoutError(f"stream {FLEET_STREAM} on the hub is a mirror, not the view")
+        await js.update_stream(wanted)
+    try:
+        await js.stream_info(LEASES_STREAM)
+    except NotFoundError:
+        await js.add_stream(leases)
+    else:
+        await js.update_stream(leases)
     return wanted
 
 

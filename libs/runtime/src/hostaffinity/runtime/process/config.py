@@ -85,6 +85,12 @@ class SharedSettings(Settings, frozen=True):
         return self.unknown_placement == "fail"
 
 
+def fleet_inbox(identity: str, install: str) -> str:
+    """The inbox prefix of `identity` on the bus of the fleet install whose token is `install`
+    (inside `_INBOX_<identity>.>`, which auth.conf lets it read)."""
+    return f"_INBOX_{identity}.{install}"
+
+
 class NatsSettings(Settings, frozen=True):
     """How to reach NATS, and as whom. Production uses a cluster with one identity per service
     (an nkey seed file, from a Secret) and TLS; see k8s/base/nats/auth.conf."""
@@ -124,8 +130,14 @@ class NatsSettings(Settings, frozen=True):
 
     @property
     def inbox_prefix(self) -> str:
-        """Where replies to this identity arrive; auth.conf lets only it subscribe there."""
-        return "_INBOX" if self.identity is None else f"_INBOX_{self.identity}"
+        """Where replies to this identity arrive; auth.conf lets only it subscribe there. In a
+        fleet, under the install's token too: the hub sends an install's leaf link the
+        answers to its own requests only (cli fleet_access.py)."""
+        if self.identity is None:
+            return "_INBOX"
+        if self.fleet_install:
+            return fleet_inbox(self.identity, self.fleet_install)
+        return f"_INBOX_{self.identity}"
 
     def missing_files(self) -> list[str]:
         """The configured files (identity, CA) that do not exist, as `setting (path)`: a
