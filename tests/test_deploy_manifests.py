@@ -82,6 +82,7 @@ NATS_IDENTITIES_SECRET = "hostaffinity-nats-identities"
 NATS_TLS_SECRET = "hostaffinity-nats-tls"
 NATS_SUBSCRIBERS_SECRET = "hostaffinity-nats-subscribers"
 NATS_CONFIG = "hostaffinity-nats-config"
+FLEET_HUB_CONFIG = "hostaffinity-fleet-hub-config"
 NATS_CREDENTIALS = "/var/run/hostaffinity/nats"
 PART_OF = {"app.kubernetes.io/part-of": "hostaffinity"}
 NAMESPACE = "hostaffinity"  # the base's
@@ -1132,12 +1133,14 @@ def test_example_overlay_sets_the_monitoring_site_settings_in_one_place(tmp_path
 
 
 def without_hashes(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The objects with kustomize's content hash taken off the generated ConfigMap's name and
-    every reference to it, sorted (scripts/manifests.py keeps the name as written). Blank lines
+    """The objects with kustomize's content hash taken off the generated ConfigMaps' names and
+    every reference to them, sorted (scripts/manifests.py keeps the name as written). Blank lines
     inside strings are collapsed: kustomize's YAML round trip (kyaml) adds one after the first
     line of a folded scalar with more-indented lines, as the admission policy's CEL expressions
     are written; CEL reads them the same."""
-    text = re.sub(rf"{NATS_CONFIG}-[a-z0-9]{{10}}", NATS_CONFIG, json.dumps(documents))
+    text = json.dumps(documents)
+    for generated in (NATS_CONFIG, FLEET_HUB_CONFIG):
+        text = re.sub(rf"{generated}-[a-z0-9]{{10}}", generated, text)
     text = re.sub(r"(\\n)+", r"\\n", text)
     key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
     return sorted(json.loads(text), key=key)

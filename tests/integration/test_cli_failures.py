@@ -32,6 +32,7 @@ import pytest
 
 from hostaffinity.cli.bus_credentials import public_key, write_local_credentials
 from hostaffinity.cli.bus_subscribers import LocalSubscribers, Subscriber
+from hostaffinity.cli.fleet_registry import HubFolder
 from hostaffinity.cli.main import command_line, command_parsers
 from hostaffinity.schema import DRS_BUCKET, DrsOwnership, drs_rule_key
 from tests.e2e.descheduler_harness import node_object, pod_object
@@ -140,6 +141,17 @@ BAD_VCENTER_URL = Failure("expected a URL like http://user:pass@host:8989/sdk", 
 # In Kubernetes, the consumer is made as provisioning with the seed given (kube_double's
 # namespace has no subscriber Secrets: the commands fail before they would read one).
 SUBSCRIBER_KUBE = ("--namespace", NAMESPACE, "--nats-seed", "{local_bus}/provision.nk")
+# The fleet's commands on the hub's side work in the hub's folder `hub-credentials` makes (made
+# in the working directory for each of their rows); the readers read the install's own bus,
+# here a bus that joined no fleet.
+HUB = "hub"
+JOIN = ("fleet", "join", "east", "--cluster", "east", "--hub", "tls://hub.example.com:7422")
+NO_HUB_FOLDER = Failure(
+    "no-hub is not the hub's folder: no-hub/fleet-provision.nk",
+    "fleet hub-credentials --dir no-hub",
+)
+NO_FLEET_VIEW = Failure("this bus has no fleet view", "join the install to a fleet")
+FLEET_READERS = ("no NATS", *USAGE)
 COMMANDS = {
     "topology": Command(("topology",), READERS),
     "exposure": Command(("exposure",), READERS, {
@@ -202,6 +214,38 @@ COMMANDS = {
     ),
     "bus subscriber list": Command(
         ("bus", "subscriber", "list"), (*OUTSIDE, *KUBE, *USAGE), kube_argv=SUBSCRIBER_KUBE[:2]
+    ),
+    "fleet hub-credentials": Command(("fleet", "hub-credentials", "--dir", "new-hub"), USAGE, {
+        "bad value": (("fleet", "hub-credentials", "--dir", "a-file/hub"),
+                      Failure("cannot write the hub's credentials into a-file/hub",
+                              "pass --dir a folder this user may write")),
+    }),
+    "fleet join": Command((*JOIN, "--dir", HUB), USAGE, {
+        "missing object": ((*JOIN, "--dir", "no-hub"), NO_HUB_FOLDER),
+        "bad value": (("fleet", "join", "East_1", *JOIN[3:], "--dir", HUB),
+                      Failure("install name 'East_1'", "use lowercase letters")),
+    }),
+    "fleet leave": Command(("fleet", "leave", "east", "--dir", HUB), USAGE, {
+        "missing object": (("fleet", "leave", "east", "--dir", "no-hub"), NO_HUB_FOLDER),
+        "bad value": (("fleet", "leave", "nobody", "--dir", HUB),
+                      Failure("no install 'nobody' in the fleet", "none has joined")),
+    }),
+    "fleet provision": Command(("fleet", "provision", "--dir", HUB), ("no NATS", *USAGE), {
+        "missing object": (("fleet", "provision", "--dir", "no-hub"), NO_HUB_FOLDER),
+    }),
+    "fleet topology": Command(("fleet", "topology"), FLEET_READERS, {
+        "missing object": (("fleet", "topology"), NO_FLEET_VIEW),
+    }),
+    "fleet exposure": Command(("fleet", "exposure"), FLEET_READERS, {
+        "missing object": (("fleet", "exposure"), NO_FLEET_VIEW),
+    }),
+    "fleet what-if maintenance": Command(
+        ("fleet", "what-if", "maintenance", "esx-a"), FLEET_READERS,
+        {"missing object": (("fleet", "what-if", "maintenance", "esx-a"), NO_FLEET_VIEW)},
+    ),
+    "fleet what-if host-failure": Command(
+        ("fleet", "what-if", "host-failure", "esx-a"), FLEET_READERS,
+        {"missing object": (("fleet", "what-if", "host-failure", "esx-a"), NO_FLEET_VIEW)},
     ),
 }  # fmt: skip
 MATRIX = [
@@ -373,6 +417,8 @@ async def test_a_command_says_in_one_line_what_is_missing(
             await nats_server.restart(keep_store=False)  # every stream and bucket gone
         elif failure in VCENTER and name == "uninstall":
             await record_a_drs_rule(nats_server)
+        if name.startswith("fleet "):
+            HubFolder(workdir / HUB).ensure_credentials()
         if failure == "unknown option":
             argv = (*argv, "--no-such-option")
         line = command_line_of(name, argv, failure, where, tmp_path)

@@ -54,16 +54,36 @@ from hostaffinity.schema.names import WORKLOAD_KEY_PREFIX
 HUB_REPLICAS = 3
 
 
+def hub_folder(directory: str) -> HubFolder:
+    """The hub's folder `hub-credentials` made; refused, naming what is missing, before
+    anything is written into it."""
+    folder = HubFolder(Path(directory))
+    if missing := folder.missing_credentials():
+        raise CommandFailed(
+            f"{directory} is not the hub's folder: {', '.join(map(str, missing))} missing",
+            f"make it with `hostaffinity fleet hub-credentials --dir {directory}`, "
+            "or pass the hub's folder as --dir",
+        )
+    return folder
+
+
 async def hub_credentials(args: argparse.Namespace) -> int:
     folder = HubFolder(Path(args.dir))
-    for path in folder.ensure_credentials(args.hostname or []):
+    try:
+        made = folder.ensure_credentials(args.hostname or [])
+    except OSError as error:
+        raise CommandFailed(
+            f"cannot write the hub's credentials into {args.dir} ({error.strerror or error})",
+            "pass --dir a folder this user may write (it is made when missing)",
+        ) from None
+    for path in made:
         print(f"made {path}")
     print(f"hub authorization: {folder.directory / HUB_AUTHORIZATION}")
     return 0
 
 
 async def join(args: argparse.Namespace) -> int:
-    folder = HubFolder(Path(args.dir))
+    folder = hub_folder(args.dir)
     member = folder.join(args.name, args.cluster, args.hub)
     where = folder.install_dir(args.name)
     print(f"joined: {member.name} (install token {member.token})")
@@ -75,14 +95,14 @@ async def join(args: argparse.Namespace) -> int:
 
 
 async def leave(args: argparse.Namespace) -> int:
-    folder = HubFolder(Path(args.dir))
+    folder = hub_folder(args.dir)
     member = folder.leave(args.name)
     print(f"left: {member.name} (install token {member.token}); reload the hub, then provision")
     return 0
 
 
 async def provision(args: argparse.Namespace) -> int:
-    folder = HubFolder(Path(args.dir))
+    folder = hub_folder(args.dir)
     tokens = [member.token for member in folder.members()]
     settings = NatsSettings(
         servers=args.nats,

@@ -75,6 +75,12 @@ class HubFolder:
     def install_dir(self, name: str) -> Path:
         return self.directory / INSTALLS_DIR / name
 
+    def missing_credentials(self) -> list[Path]:
+        """What `ensure_credentials` makes that is not there: join, leave and provision need
+        it all."""
+        wanted = [self.seed_file(who.name) for who in HUB_IDENTITIES]
+        return [path for path in (*wanted, self.tls_dir / "ca.crt") if not path.exists()]
+
     def ensure_credentials(self, extra_hostnames: list[str] | None = None) -> list[Path]:
         """The hub's identities and TLS, each made only where absent; installs.conf rendered."""
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -122,7 +128,7 @@ class HubFolder:
         write what it needs to join; joining again under the same name and cluster renews its
         key (the old one stops working once the hub reloads)."""
         if not _NAME.match(name):
-            raise RegistryError(f"install name {name!r}: lowercase letters, digits and dashes")
+            raise RegistryError(f"install name {name!r}: use lowercase letters, digits and dashes")
         if not hub_urls:
             raise RegistryError("give the hub's leaf-node URL(s) the install dials (--hub)")
         token = install_token(cluster)
@@ -149,7 +155,11 @@ class HubFolder:
         members = self.members()
         leaving = [member for member in members if member.name == name]
         if not leaving:
-            raise RegistryError(f"no install {name!r} in the fleet")
+            joined = ", ".join(member.name for member in members)
+            raise RegistryError(
+                f"no install {name!r} in the fleet; "
+                + (f"its installs: {joined}" if joined else "none has joined (`fleet join`)")
+            )
         self._save([member for member in members if member.name != name])
         folder = self.install_dir(name)
         for path in folder.glob("*"):
