@@ -786,3 +786,46 @@ def test_a_short_campaign_holds_every_invariant(seed: int, tmp_path: Path) -> No
     lines = run.stdout.strip().splitlines()
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert lines[-1].endswith("all invariants held"), run.stdout
+
+
+@pytest.mark.timeout(480)
+def test_a_short_soak_samples_every_process_and_bus_and_finds_no_drift(tmp_path: Path) -> None:
+    """Two minutes of the steady workload under light faults, sampled every 20 s: every
+    replica, nats-server and vcsim has real figures, each bus its consumers and KV history, and
+    nothing grows without bound after a 40 s warm-up."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.campaign",
+            "--seed",
+            "3",
+            "--minutes",
+            "2",
+            "--workdir",
+            str(tmp_path),
+            "--soak",
+            "--sample-every",
+            "20s",
+            "--warmup",
+            "40s",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=460,
+        check=False,
+    )
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert lines[-1].startswith("soak: no drift in "), run.stdout
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("soak: ")) + 3 : -1]
+    rows = [line.removeprefix("| ").split(" | ") for line in table]
+    figures = {(row[0], row[1]): row[2:-1] for row in rows}
+    for process in ("descheduler-a", "admission-webhook-b", "b-node-labeller-a", "nats-0"):
+        assert all(float(v.lstrip("↺")) > 1 for v in figures[(process, "rss MiB")] if v != "-")
+    for process in ("b-nats", "vcsim"):
+        assert len(figures[(process, "fds")]) == 7, run.stdout  # at 0, 20, ... 120 s
+    for bus in ("bus a", "bus b"):
+        assert float(figures[(bus, "kv-entries hostaffinity-topology")][-1]) > 0, run.stdout
+        assert float(figures[(bus, "consumers KV_hostaffinity-topology")][-1]) >= 1, run.stdout
