@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
-from tests.campaign import convergence
+from tests.campaign import convergence, drift
 from tests.campaign.convergence import healings
 from tests.campaign.drift import Sample, drifts
 from tests.campaign.history import Agreement, Fault, History
@@ -134,6 +136,21 @@ def test_a_bounded_measure_does_not_drift(values: list[float], warmup_end: float
     assert drifts(series("nats-0", "rss MiB", values), warmup_end) == []
 
 
+def test_a_bucket_s_keys_are_judged_and_its_entries_only_shown() -> None:
+    """Entries rise while the keys' histories fill (at most keys x revisions per key); keys
+    that keep coming (a key per event, deleted after) do not stop."""
+    filling = series("bus a", "kv-entries hostaffinity-topology", [20, 40, 60, 80, 100, 120])
+    keys = series("bus a", "kv-keys hostaffinity-drs", [4, 20, 40, 60, 80, 100])
+
+    assert [d.measure for d in drifts(filling + keys, warmup_end=0.0)] == [
+        "kv-keys hostaffinity-drs"
+    ]
+    assert (
+        "| bus a | kv-entries hostaffinity-topology | 20 | 40 | 60 | 80 | 100 | 120 | shown |"
+        in (drift.table(filling, warmup_end=0.0, started=0.0))
+    )
+
+
 def test_a_process_started_again_is_judged_on_its_new_run_only() -> None:
     before = series("node-labeller-a", "fds", [30, 40, 50], pid=100)
     after = series("node-labeller-a", "fds", [0, 0, 0, 20, 21, 21], pid=200)[3:]
@@ -167,6 +184,9 @@ def test_the_soak_report_is_a_markdown_table_and_fails_naming_what_drifted(
 def test_a_process_s_memory_and_descriptors_are_read_from_proc() -> None:
     child = subprocess.Popen(["sleep", "30"])
     try:
+        comm = Path(f"/proc/{child.pid}/comm")
+        while comm.read_text(encoding="utf-8").strip() != "sleep":  # until it has exec'd
+            time.sleep(0.01)
         measures = process_measures(child.pid)
         assert measures["fds"] >= 3  # stdin, stdout, stderr
         assert 0 < measures["rss MiB"] < process_measures(os.getpid())["rss MiB"]

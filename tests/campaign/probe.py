@@ -16,15 +16,14 @@ milliseconds on a quiet machine.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pyVmomi import vim, vmodl
 
 from hostaffinity.cli.reading import drs_records
-from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement, label_value
+from tests.campaign.buses import InstallBuses
 from tests.campaign.checker import drs_rules_match_pods, shared_hosts
 from tests.campaign.history import Agreement, Clock, FinalState, History
 from tests.campaign.install import Install
@@ -45,25 +44,22 @@ class Prober:
     system: System
     clock: Clock
     durations: list[float] = field(default_factory=list)
-    _buses: dict[str, Bus] = field(default_factory=dict)
-    _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     def __post_init__(self) -> None:
         self._vcenter = AdminSession(self.system.admin)
         self._view = VcenterView()
+        self._buses = InstallBuses(self.system, "cli")
 
     async def run(self) -> None:
         try:
-            for install in self.system.installs:
-                connection = install.connection("cli")
-                self._buses[install.shape.name] = await self._stack.enter_async_context(connection)
+            await self._buses.open()
             while True:
                 started = self.clock.now()
                 await self.probe()
                 self.durations.append(self.clock.now() - started)
                 await asyncio.sleep(max(0.0, PROBE_EVERY_S - (self.clock.now() - started)))
         finally:
-            await self._stack.aclose()
+            await self._buses.close()
 
     async def probe(self) -> list[Agreement]:
         """One probe of every install, appended to each install's history."""
@@ -92,7 +88,7 @@ class Prober:
     ) -> tuple[bool, bool, bool, bool]:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_S):
-                bus = self._buses[install.shape.name]
+                bus = self._buses.by_install[install.shape.name]
                 topology = await (await bus.topology()).snapshot()
                 records = await drs_records(bus)
         except Exception:  # its bus away or slow: nothing of it can be said to agree

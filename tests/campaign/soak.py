@@ -11,7 +11,6 @@ then; one started again begins a new series (its pid).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Final
 from hostaffinity.cli.bus_access import OUR_STREAMS
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.layout import KV_STREAM_PREFIX
+from tests.campaign.buses import InstallBuses
 from tests.campaign.drift import Sample
 from tests.campaign.history import Clock
 from tests.campaign.system import System
@@ -39,7 +39,7 @@ def process_measures(pid: int) -> dict[str, float]:
 
 
 async def bus_measures(bus: Bus) -> dict[str, float]:
-    """Consumers per stream, and per KV bucket its most revisions of one key and its entries;
+    """Consumers per stream, and per KV bucket its keys, most revisions of one key and entries;
     a stream this install has not provisioned (the fleet's, without a fleet) is left out."""
     measures: dict[str, float] = {}
     for stream in OUR_STREAMS:
@@ -54,6 +54,7 @@ async def bus_measures(bus: Bus) -> dict[str, float]:
         if kv:
             bucket = stream.removeprefix(KV_STREAM_PREFIX)
             per_key = (info.state.subjects or {}).values()
+            measures[f"kv-keys {bucket}"] = float(len(per_key))
             measures[f"kv-revisions/key {bucket}"] = float(max(per_key, default=0))
             measures[f"kv-entries {bucket}"] = float(info.state.messages)
     return measures
@@ -66,24 +67,22 @@ class Sampler:
     system: System
     clock: Clock
     samples: list[Sample] = field(default_factory=list)
-    _buses: dict[str, Bus] = field(default_factory=dict)
-    _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+
+    def __post_init__(self) -> None:
+        self._buses = InstallBuses(self.system, "provision")
 
     async def open(self) -> None:
-        """A `provision` connection to each install's bus (the identity allowed stream info)."""
-        for install in self.system.installs:
-            connection = install.connection("provision")
-            self._buses[install.shape.name] = await self._stack.enter_async_context(connection)
+        await self._buses.open()
 
     async def close(self) -> None:
-        await self._stack.aclose()
+        await self._buses.close()
 
     async def sample(self) -> None:
         t = self.clock.now()
         for name, pid in sorted(self.pids().items()):
             for measure, value in process_measures(pid).items():
                 self.samples.append(Sample(t, name, pid, measure, value))
-        for install, bus in sorted(self._buses.items()):
+        for install, bus in sorted(self._buses.by_install.items()):
             try:
                 measures = await bus_measures(bus)
             except Exception:  # the bus away at this sampling: none from it this time

@@ -92,16 +92,10 @@ WEIGHTS: Final = {
 # The soak's steady workload: the same objects all along (every Deployment and StatefulSet
 # made at the start, none created or deleted, no admin rule added), churned by scaling, rolls,
 # vMotions, drains and nodes coming and going among the same VMs.
+GROWING: Final = ("admin-drs-rule", "deployment-create", "deployment-delete", "statefulset-create")
 STEADY_WEIGHTS: Final = {
-    "vmotion": 4,
-    "deployment-scale": 2,
+    **{kind: w for kind, w in WEIGHTS.items() if kind not in GROWING},
     "deployment-roll": 1,
-    "statefulset-scale": 1,
-    "statefulset-roll": 1,
-    "node-add": 1,
-    "node-remove": 1,
-    "drain": 1,
-    "uncordon": 2,
 }
 
 
