@@ -32,19 +32,25 @@ def main() -> None:
     )
     parser.add_argument("--workdir", type=Path, help="logs and state (default: a new temp dir)")
     parser.add_argument("--soak", action="store_true", help="a soak: steady workload, sampled")
-    parser.add_argument(
-        "--sample-every", type=duration, default=300.0, help="a soak's sampling period (5m)"
-    )
-    parser.add_argument(
-        "--warmup", type=duration, default=600.0, help="a soak's samples not judged (10m)"
-    )
+    parser.add_argument("--sample-every", type=duration, help="a soak's sampling period (5m)")
+    parser.add_argument("--warmup", type=duration, help="a soak's samples not judged (10m)")
     parser.add_argument("--no-faults", action="store_true", help="a soak without faults")
     args = parser.parse_args()
-    if (args.no_faults or "--sample-every" in sys.argv or "--warmup" in sys.argv) and not args.soak:
+    soak_only = (args.no_faults, args.sample_every is not None, args.warmup is not None)
+    if any(soak_only) and not args.soak:
         parser.error("--sample-every, --warmup and --no-faults are for a --soak")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"campaign-{args.seed}-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    soak = Soak(args.sample_every, args.warmup, not args.no_faults) if args.soak else None
+    if args.sample_every is not None and args.sample_every <= 0:
+        parser.error("--sample-every must be more than 0")
+    soak = None
+    if args.soak:
+        defaults = Soak()
+        soak = Soak(
+            args.sample_every or defaults.sample_every_s,
+            args.warmup if args.warmup is not None else defaults.warmup_s,
+            not args.no_faults,
+        )
     sys.exit(asyncio.run(campaign(args.seed, args.minutes, workdir, soak)))
 
 
