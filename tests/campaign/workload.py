@@ -533,6 +533,8 @@ class Workload:
         self.clusters = [Cluster(install, clock) for install in system.installs]
         self.admin_rules = self.history.final.admin_rules
         self._si: vim.ServiceInstance | None = None
+        self._vms: list[Any] = []
+        self._vms_of: vim.ServiceInstance | None = None
         self._admin_rules = 0
 
     def start(self) -> None:
@@ -605,7 +607,11 @@ class Workload:
 
     def _vmotion(self) -> str:
         si = self._admin()
-        vms = inventory(si, vim.VirtualMachine)
+        # The VMs (a fixed set) listed once per session: each listing is a container view that
+        # vCenter keeps until the session ends, and a soak vMotions hundreds of times.
+        if self._vms_of is not si:
+            self._vms, self._vms_of = inventory(si, vim.VirtualMachine), si
+        vms = self._vms
         vm = self.rng.choice(sorted(vms, key=lambda v: v.name))
         hosts = sorted(
             (h for h in vm.runtime.host.parent.host if h != vm.runtime.host), key=lambda h: h.name
