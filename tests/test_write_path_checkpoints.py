@@ -77,7 +77,7 @@ AWAITS: dict[WritePath, dict[Callable[..., Any], dict[str, str]]] = {
             "self._restore": "intent-recorded",
         },
         KeptAnnouncements.keep: {"self._kv.put": "announcement-kept"},
-        KeptAnnouncements.forget: {"self._kv.delete": "published"},
+        KeptAnnouncements.forget: {"self._kv.put": "published", "self._kv.delete": "published"},
     },
     LABEL_PATH: {
         Labeller._apply: {

@@ -36,6 +36,7 @@ from tests.campaign.history import (
     RECONFIGURE,
     UNPARSED,
     ExtenderFilter,
+    FinalState,
     History,
     StoredChange,
 )
@@ -131,6 +132,33 @@ def host_anti_affinity_held(history: History) -> Result:
     on one of the group's pods."""
     result = Result("host-anti-affinity-held")
     final = history.final
+    for sharing in shared_hosts(final):
+        result.checked += 1
+        app, shared, free = sharing.app, sharing.shared, sharing.free
+        if shared and free:
+            result.breach(END, f"app {app}: {shared} share a host; free: {free}")
+        elif shared and not any(
+            e.get("reason") == NO_NODE_EVENT and e["involvedObject"]["name"].startswith(f"{app}-")
+            for e in final.kube_events
+        ):
+            result.breach(END, f"app {app}: {shared} share a host and no Event says why")
+    return result
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """One host anti-affinity group's bound pods: those sharing a host (host -> pod names) and
+    the hosts with a schedulable node free of the group."""
+
+    app: str
+    shared: dict[str, list[str]]
+    free: set[str]
+
+
+def shared_hosts(final: FinalState) -> list[Sharing]:
+    """Every host anti-affinity group of the bound pods, by app (what the invariant reads, and
+    the run's probe of repairs: a violation is repaired when no group shares a host while a
+    host is free)."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for pod in final.pods:
         if pod["metadata"].get("deletionTimestamp") or not pod["spec"].get("nodeName"):
@@ -138,23 +166,15 @@ def host_anti_affinity_held(history: History) -> Result:
         for app in _host_anti_affine_apps(pod):
             groups[app].append(pod)
     hosts_with_room = {final.vm_hosts[n][0] for n in final.schedulable if n in final.vm_hosts}
+    found = []
     for app, pods in sorted(groups.items()):
-        result.checked += 1
         on_host: dict[str, list[str]] = defaultdict(list)
         for pod in pods:
             host = final.vm_hosts.get(pod["spec"]["nodeName"], ("", ""))[0]
             on_host[host].append(pod["metadata"]["name"])
         shared = {h: names for h, names in on_host.items() if len(names) > 1}
-        if shared and hosts_with_room - set(on_host):
-            result.breach(
-                END, f"app {app}: {shared} share a host; free: {hosts_with_room - set(on_host)}"
-            )
-        elif shared and not any(
-            e.get("reason") == NO_NODE_EVENT and e["involvedObject"]["name"].startswith(f"{app}-")
-            for e in final.kube_events
-        ):
-            result.breach(END, f"app {app}: {shared} share a host and no Event says why")
-    return result
+        found.append(Sharing(app, shared, hosts_with_room - set(on_host)))
+    return found
 
 
 def admission_as_the_webhook_plans(history: History) -> Result:

@@ -101,6 +101,19 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Agreement:
+    """One probe of an install during the run: whether each path agreed with vCenter then
+    (its node labels; its topology KV; its DRS rules with the planner's run on its pods; and
+    no pod violating required host anti-affinity while a host is free for it)."""
+
+    t: float
+    labels: bool
+    kv: bool
+    drs: bool
+    repaired: bool
+
+
+@dataclass(frozen=True)
 class ProcessExit:
     """A service process that ended: killed by the campaign, stepped down, or crashed."""
 
@@ -201,6 +214,8 @@ class History:
     vcsim_restarts: list[float] = field(default_factory=list)
     admissions: list[AdmissionCall] = field(default_factory=list)
     extender_filters: list[ExtenderFilter] = field(default_factory=list)
+    # The 1 s probe of labels, KV, DRS rules and repairs against vCenter (probe.py).
+    agreements: list[Agreement] = field(default_factory=list)
     final: FinalState = field(default_factory=FinalState)
     others: list[History] = field(default_factory=list)
 

@@ -1,6 +1,9 @@
 """One campaign from start to verdict: the system up, the workload and the seeded faults for the
 given minutes, every fault healed, a quiet period, the final state read, the invariants checked
-and the report printed. Returns the exit status (0: all invariants held)."""
+and the report printed, with how long each kind of fault took to heal (convergence.py). A soak
+(`Soak`) runs the steady workload under light faults and samples every process and bus as it
+goes (soak.py), failing on a measure that drifts (drift.py). Returns the exit status (0: all
+invariants held, and no drift)."""
 
 from __future__ import annotations
 
@@ -14,24 +17,38 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from hostaffinity.schema import LABEL_ESXI_HOST
+from tests.campaign import convergence, drift
 from tests.campaign.checker import END, Result, check, first_breach
 from tests.campaign.faults import Injector, PlannedFault, Targets, schedule
 from tests.campaign.history import RECONFIGURE, Clock, Fault, FinalState, History
 from tests.campaign.install import COOLDOWN_S, SHAPES
-from tests.campaign.snapshot import read_final, vcenter_truth
-from tests.campaign.system import AdminSession, System, running_system
+from tests.campaign.probe import Prober
+from tests.campaign.snapshot import read_final
+from tests.campaign.soak import Sampler
+from tests.campaign.system import System, running_system
 from tests.campaign.workload import Workload
 
 STARTUP_S: Final = 120.0
 SETTLE_S: Final = 20.0  # after agreement: a DRS resync and descheduler cycles, every fault over
 QUIET_MAX_S: Final = 120.0
-PROBE_EVERY_S: Final = 1.0
 BREACHES_SHOWN: Final = 5  # per broken invariant, besides the first one's history
 VCENTER_OPERATIONS: Final = ("vmotion", "admin-drs-rule")
+# A soak's light faults: one of every SOAK_FAULTS_KEPT of the seed's schedule (about one a
+# minute), so that processes restart now and then without the run being mostly faults.
+SOAK_FAULTS_KEPT: Final = 8
 
 
-async def campaign(seed: int, minutes: float, workdir: Path) -> int:
+@dataclasses.dataclass(frozen=True)
+class Soak:
+    """A soak's settings: how often to sample, how long the warm-up is (the drift rule judges
+    the samples after it), and whether light faults run (else none)."""
+
+    sample_every_s: float = 300.0
+    warmup_s: float = 600.0
+    faults: bool = True
+
+
+async def campaign(seed: int, minutes: float, workdir: Path, soak: Soak | None = None) -> int:
     clock = Clock()
     histories = [
         History(
@@ -48,46 +65,60 @@ async def campaign(seed: int, minutes: float, workdir: Path) -> int:
         for install in system.installs:
             install.history.install = install.token
         planned = schedule(seed, minutes, Targets.of(system))
-        print(f"campaign: seed {seed}, {minutes:g} min, work in {workdir}", flush=True)
-        workload = Workload(system, random.Random(seed + 1), clock)
+        if soak is not None:
+            planned = planned[::SOAK_FAULTS_KEPT] if soak.faults else []
+        mode = "" if soak is None else ", soak"
+        print(f"campaign: seed {seed}, {minutes:g} min{mode}, work in {workdir}", flush=True)
+        workload = Workload(system, random.Random(seed + 1), clock, steady=soak is not None)
         workload.start()
+        sampler = Sampler(system, clock)
         controllers = asyncio.create_task(workload.run_controllers())
         try:
             await _until(lambda: _all_ready(system), "every replica ready", STARTUP_S, system)
             go = clock.now()
             for each in histories:
                 each.ready_at = go
-            agreement: list[tuple[float, bool]] = []
-            prober = asyncio.create_task(_probe(system, clock, agreement))
+            prober = Prober(system, clock)
+            probing = asyncio.create_task(prober.run())
+            end = go + minutes * 60
+            sampling = asyncio.create_task(_sample(sampler, soak, go, end))
             shifted = [PlannedFault(f.at + go, f.duration, f.kind, f.target) for f in planned]
             injector = Injector(system, clock)
             faults = asyncio.create_task(injector.run(shifted, workload.vcsim_restarted))
-            while clock.now() < go + minutes * 60:
+            while clock.now() < end:
                 await workload.step()
                 await asyncio.sleep(workload.rng.uniform(0.5, 2.0))
             await faults
-            healed = clock.now()
-            vcenter = AdminSession(system.admin)
+            await sampling
 
             async def quiet() -> bool:
-                return await _all_ready(system) and await _labels_agree(system, vcenter)
+                return await _all_ready(system) and await prober.labels_and_kv_agree()
 
             await _until(quiet, "every replica ready and labels agreeing", QUIET_MAX_S, system)
             await asyncio.sleep(SETTLE_S)
-            prober.cancel()
-            await asyncio.gather(prober, return_exceptions=True)
+            probing.cancel()
+            await asyncio.gather(probing, return_exceptions=True)
         finally:
             controllers.cancel()
             await asyncio.gather(controllers, return_exceptions=True)
+            await sampler.close()
         await read_final(system)
     for each in history.installs:
         (workdir / f"final-{each.name}.json").write_text(_as_json(each.final), encoding="utf-8")
     results = check(history)
-    return report(history, planned, results, _convergence(history, agreement, healed))
+    healed = convergence.healings(history)
+    status = report(history, planned, results, healed, prober.durations)
+    if soak is not None:
+        status = max(status, soak_report(sampler.samples, soak, history.ready_at))
+    return status
 
 
 def report(
-    history: History, planned: list[PlannedFault], results: list[Result], convergence: float
+    history: History,
+    planned: list[PlannedFault],
+    results: list[Result],
+    healed: list[convergence.Healing],
+    probe_durations: list[float],
 ) -> int:
     for result in results:
         verdict = "held" if not result.breaches else f"BROKEN {len(result.breaches)}x"
@@ -115,7 +146,13 @@ def report(
             f"    evictions: {evictions}, DRS reconfigures: {drs_writes} ({unresolved} rule "
             f"keys vCenter could not be asked about), events: {len(each.events)}"
         )
-    print(f"  longest convergence after a fault: {convergence:.1f} s")
+    cost = 1000 * sum(probe_durations) / max(1, len(probe_durations))
+    print(
+        f"  convergence after each fault, from its end (probed about once a second, "
+        f"{cost:.0f} ms a probe on average):"
+    )
+    for line in convergence.table(healed):
+        print(line)
     faults = len(_all_faults(history))
     operations = sum(len(each.operations) for each in history.installs)
     events = sum(len(each.events) for each in history.installs)
@@ -162,39 +199,37 @@ def _all_faults(history: History) -> set[Fault]:
     return {fault for each in history.installs for fault in each.faults}
 
 
-def _convergence(history: History, agreement: list[tuple[float, bool]], healed: float) -> float:
-    """The longest time from a fault's end to the first probe where every label and KV value
-    of every install agreed with vCenter again."""
-    longest = 0.0
-    for fault in _all_faults(history):
-        back = next((t for t, agreed in agreement if agreed and t >= fault.end), healed)
-        longest = max(longest, back - fault.end)
-    return longest
+def soak_report(samples: list[drift.Sample], soak: Soak, started: float) -> int:
+    """The samples as a markdown table, and the drift rule's verdict: 1, naming each process
+    and measure that drifted, else 0."""
+    warmup_end = started + soak.warmup_s
+    rounds = len({s.t for s in samples})
+    print(
+        f"soak: {rounds} samplings every {soak.sample_every_s:g} s, the warm-up (*) "
+        f"{soak.warmup_s:g} s; RSS in MiB, ↺ a process started again:"
+    )
+    for line in drift.table(samples, warmup_end, started):
+        print(line)
+    found = drift.drifts(samples, warmup_end)
+    for each in found:
+        print(f"soak: DRIFT: {each.describe()}")
+    if found:
+        return 1
+    series = len({(s.subject, s.measure) for s in samples})
+    print(f"soak: no drift in {series} series over {rounds} samplings")
+    return 0
 
 
-async def _probe(system: System, clock: Clock, agreement: list[tuple[float, bool]]) -> None:
-    vcenter = AdminSession(system.admin)
-    while True:
-        agreement.append((clock.now(), await _labels_agree(system, vcenter)))
-        await asyncio.sleep(PROBE_EVERY_S)
-
-
-async def _labels_agree(system: System, vcenter: AdminSession) -> bool:
-    """Every install's nodes' labels and KV values name the host vCenter has its VM on."""
-    try:
-        truth = await asyncio.to_thread(vcenter.call, vcenter_truth)
-        for install in system.installs:
-            async with asyncio.timeout(3), install.connection("cli") as cli:
-                store = await cli.topology()
-                for node in install.double.store.objects("nodes", None):
-                    name = node["metadata"]["name"]
-                    placement = await store.get_node(name)
-                    label = (node["metadata"].get("labels") or {}).get(LABEL_ESXI_HOST)
-                    if placement is None or (placement.host_moid, label) != truth.get(name):
-                        return False
-    except Exception:  # vcsim or a bus away: not agreeing
-        return False
-    return True
+async def _sample(sampler: Sampler, soak: Soak | None, go: float, end: float) -> None:
+    """A soak's samplings, at go, go + every, ... up to the workload's end."""
+    if soak is None:
+        return
+    await sampler.open()
+    at = go
+    while at <= end:
+        await asyncio.sleep(max(0.0, at - sampler.clock.now()))
+        await sampler.sample()
+        at += soak.sample_every_s
 
 
 async def _all_ready(system: System) -> bool:

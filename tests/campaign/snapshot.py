@@ -36,13 +36,17 @@ def vcenter_truth(si: vim.ServiceInstance) -> dict[str, tuple[str, str]]:
 
 def drs_state(si: vim.ServiceInstance) -> dict[str, dict[str, dict[str, Any]]]:
     """Cluster moid → name → fields of every DRS rule and group in it."""
-    state = {}
-    for cluster in inventory(si, vim.ClusterComputeResource):
-        config = cluster.configurationEx
-        objects = {r.name: fields(r) for r in config.rule or ()}
-        objects.update({g.name: fields(g) for g in config.group or ()})
-        state[cluster._moId] = objects
-    return state
+    return {
+        cluster._moId: drs_objects(cluster.configurationEx)
+        for cluster in inventory(si, vim.ClusterComputeResource)
+    }
+
+
+def drs_objects(config: Any) -> dict[str, dict[str, Any]]:
+    """Name → fields of every DRS rule and group of a cluster's `configurationEx`."""
+    objects = {r.name: fields(r) for r in config.rule or ()}
+    objects.update({g.name: fields(g) for g in config.group or ()})
+    return objects
 
 
 async def kv_hosts(cli: Bus) -> dict[str, str | None]:

@@ -10,7 +10,9 @@ either on the host key or as an opted-in hostname term the webhook twins (one in
 PodDisruptionBudget), creates, scales and rolls StatefulSets of opted-in pods, adds and removes
 nodes, drains and uncordons; vMotions move node VMs within their cluster; an admin adds and edits
 DRS rules of their own by hand. Every operation is in the history; one that failed (vcsim was
-away) is recorded as failed and the campaign goes on.
+away) is recorded as failed and the campaign goes on. A soak's steady workload (STEADY_WEIGHTS)
+makes every Deployment and StatefulSet at the start and only churns them after, so the number of
+objects stays level over the hour.
 
 Both installs' clusters are driven so: each runs a `kube-system/coredns` with host
 anti-affinity, and each names its Deployments `web1`, `web2`, ... in `default`, so the same
@@ -86,6 +88,14 @@ WEIGHTS: Final = {
     "node-remove": 1,
     "drain": 1,
     "uncordon": 2,
+}
+# The soak's steady workload: the same objects all along (every Deployment and StatefulSet
+# made at the start, none created or deleted, no admin rule added), churned by scaling, rolls,
+# vMotions, drains and nodes coming and going among the same VMs.
+GROWING: Final = ("admin-drs-rule", "deployment-create", "deployment-delete", "statefulset-create")
+STEADY_WEIGHTS: Final = {
+    **{kind: w for kind, w in WEIGHTS.items() if kind not in GROWING},
+    "deployment-roll": 1,
 }
 
 
@@ -355,8 +365,9 @@ class Cluster:
         self._statefulsets = 0
         self._cordoned: set[str] = set()
 
-    def start(self, rng: random.Random) -> None:
-        """Nodes for all but SPARE_VMS of its VMs, coredns, and two Deployments."""
+    def start(self, rng: random.Random, *, steady: bool = False) -> None:
+        """Nodes for all but SPARE_VMS of its VMs, coredns, and two Deployments; steady (the
+        soak's), as many Deployments and StatefulSets as it will ever have."""
         for name in sorted(self.vms)[: len(self.vms) - SPARE_VMS]:
             self.kube.seed(node_object(name))
         self.controllers.replicasets.append(
@@ -368,8 +379,10 @@ class Cluster:
                 namespace=COREDNS_NAMESPACE,
             )
         )
-        for _ in range(2):
+        for _ in range(MAX_DEPLOYMENTS if steady else 2):
             self.create_deployment(rng)
+        for _ in range(MAX_STATEFULSETS if steady and self.webhook else 0):
+            self.create_statefulset(rng)
 
     def create_deployment(self, rng: random.Random) -> str:
         if len(self._webs()) >= MAX_DEPLOYMENTS:
@@ -406,6 +419,15 @@ class Cluster:
         for pod in live[rs.replicas :]:
             self.controllers.terminate(pod)
         return f"{rs.name} x{rs.replicas}"
+
+    def roll_deployment(self, rng: random.Random) -> str:
+        """A new template with the Recreate strategy: every pod goes, the ReplicaSet's
+        controller makes new ones (new names, the same number)."""
+        rs = rng.choice(self._webs())
+        for pod in self._pods_of(rs.name):
+            if not terminating(pod):
+                self.controllers.terminate(pod)
+        return rs.name
 
     def delete_deployment(self, rng: random.Random) -> str:
         webs = self._webs()
@@ -499,19 +521,25 @@ class Workload:
     """Seeded random operations on the system; `step()` does one: in vCenter (recorded in the
     first install's history) or in one install's cluster (recorded in its own)."""
 
-    def __init__(self, system: System, rng: random.Random, clock: Clock) -> None:
+    def __init__(
+        self, system: System, rng: random.Random, clock: Clock, *, steady: bool = False
+    ) -> None:
         self.system = system
         self.rng = rng
+        self.steady = steady
+        self.weights = STEADY_WEIGHTS if steady else WEIGHTS
         self.clock = clock
         self.history = system.first.history
         self.clusters = [Cluster(install, clock) for install in system.installs]
         self.admin_rules = self.history.final.admin_rules
         self._si: vim.ServiceInstance | None = None
+        self._vms: list[Any] = []
+        self._vms_of: vim.ServiceInstance | None = None
         self._admin_rules = 0
 
     def start(self) -> None:
         for cluster in self.clusters:
-            cluster.start(self.rng)
+            cluster.start(self.rng, steady=self.steady)
 
     async def run_controllers(self) -> None:
         """Every cluster's controllers, until cancelled."""
@@ -529,7 +557,7 @@ class Workload:
             "vmotion": self._vmotion,
             "admin-drs-rule": self._admin_rule,
         }
-        kind = self.rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        kind = self.rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
         started = self.clock.now()
         history = self.history
         try:
@@ -558,6 +586,7 @@ class Workload:
         operations: dict[str, Callable[[random.Random], str]] = {
             "deployment-create": cluster.create_deployment,
             "deployment-scale": cluster.scale_deployment,
+            "deployment-roll": cluster.roll_deployment,
             "deployment-delete": cluster.delete_deployment,
             "statefulset-create": cluster.create_statefulset,
             "statefulset-scale": cluster.scale_statefulset,
@@ -578,7 +607,11 @@ class Workload:
 
     def _vmotion(self) -> str:
         si = self._admin()
-        vms = inventory(si, vim.VirtualMachine)
+        # The VMs (a fixed set) listed once per session: each listing is a container view that
+        # vCenter keeps until the session ends, and a soak vMotions hundreds of times.
+        if self._vms_of is not si:
+            self._vms, self._vms_of = inventory(si, vim.VirtualMachine), si
+        vms = self._vms
         vm = self.rng.choice(sorted(vms, key=lambda v: v.name))
         hosts = sorted(
             (h for h in vm.runtime.host.parent.host if h != vm.runtime.host), key=lambda h: h.name

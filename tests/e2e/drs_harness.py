@@ -25,6 +25,7 @@ from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     DrsName,
     DrsOwnership,
+    DrsRulesApplied,
     install_token,
     parse_drs_name,
 )
@@ -209,8 +210,17 @@ async def drs_keys(bus: Bus, prefix: str) -> list[str]:
 
 
 async def kept_announcements(bus: Bus) -> list[str]:
-    """The `drs.rules.applied` events the translator still keeps (not acknowledged yet)."""
-    return await drs_keys(bus, DRS_OUTBOX_KEY_PREFIX)
+    """The ids of the `drs.rules.applied` events the translator still keeps (not acknowledged
+    yet), every vCenter's list read."""
+    kv = await bus.js.key_value(DRS_BUCKET)
+    kept = []
+    for key in await drs_keys(bus, DRS_OUTBOX_KEY_PREFIX):
+        entry = await kv.get(key)
+        kept += [
+            event.id
+            for event in msgspec.json.decode(entry.value or b"[]", type=list[DrsRulesApplied])
+        ]
+    return kept
 
 
 async def records(bus: Bus) -> dict[str, DrsOwnership]:

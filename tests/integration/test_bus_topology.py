@@ -9,6 +9,7 @@ import pytest
 
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import (
+    ONE_SHOT_INACTIVE_SECONDS,
     Bootstrapped,
     HostChange,
     NodeChange,
@@ -291,3 +292,26 @@ async def test_layout_is_idempotent_and_updates_changed_settings_in_place(bus: B
     raw = await bus.js.key_value(TOPOLOGY_BUCKET)
     assert (await raw.status()).history == 9
     assert await again.get_node("worker-4") == stored
+
+
+async def test_one_shot_reads_leave_no_consumer_behind_for_long(bus: Bus) -> None:
+    """A snapshot reads through an ordered consumer; nats-py leaves a stopped watch's consumer
+    on the server for its inactive threshold (5 minutes by default), so a read a second (a
+    `hostaffinity status` in a watch loop, the fault campaign's probe) reached the topology
+    stream's cap of 256 consumers in four minutes, and then no service could watch the
+    bucket. A one-shot read's consumer goes within seconds of the read."""
+    store = await bus.provision()
+    await store.put_host(ESXI_HOST)
+    stream = f"KV_{TOPOLOGY_BUCKET}"
+
+    for _ in range(5):
+        assert (await store.snapshot()).hosts
+
+    async def consumers() -> int:
+        return (await bus.js.stream_info(stream)).state.consumer_count
+
+    async with asyncio.timeout(ONE_SHOT_INACTIVE_SECONDS + 10):
+        left = await consumers()
+        while left:  # the server expires them on its own timer: nothing to wait on but it
+            await asyncio.sleep(0.5)
+            left = await consumers()

@@ -152,6 +152,11 @@ class ServerProcess:
     def running(self) -> bool:
         return self._process is not None and self._process.returncode is None
 
+    @property
+    def pid(self) -> int | None:
+        """The running server's process id (what the campaign's soak samples), else None."""
+        return self._process.pid if self.running and self._process is not None else None
+
     async def start(self, *, wait: bool = True) -> None:
         refuse_in_fast_tests("a nats-server")
         self._process = await asyncio.create_subprocess_exec(

@@ -43,8 +43,11 @@ HOST_KEY_PREFIX = "host."
 # node-labeller's durable outbox); readers of placements never see them (`node.>`, `host.>`).
 NODE_OUTBOX_KEY_PREFIX = "outbox.node."
 DRS_RULE_KEY_PREFIX = "rule."
-# `drs.rules.applied` events kept until NATS acknowledged them (the translator's durable outbox).
-DRS_OUTBOX_KEY_PREFIX = "outbox."
+# `drs.rules.applied` events kept until NATS acknowledged them (the translator's durable outbox):
+# one key per vCenter holding them all, so the bucket's keys stay bounded (a deleted key leaves a
+# marker for good). 0.1.0 kept one key per event under `outbox.<vcenter>.`: read once, then gone.
+DRS_OUTBOX_KEY_PREFIX = "outbox.drs."
+LEGACY_DRS_OUTBOX_KEY_PREFIX = "outbox."
 # vSphere HA settings of each cluster holding rules of ours (ClusterHaSettings): the HA audit.
 DRS_HA_KEY_PREFIX = "ha."
 # What needs attention in each vSphere cluster (DrsClusterReport): status, explain, alerts.
@@ -102,9 +105,15 @@ def drs_rule_key(vcenter: str, cluster_moid: str, name: str) -> str:
     return DRS_RULE_KEY_PREFIX + ".".join(parts)
 
 
-def drs_outbox_key(vcenter: str, event_id: str) -> str:
-    """KV key of a `drs.rules.applied` event the drs-translator keeps until it is published."""
-    return f"{DRS_OUTBOX_KEY_PREFIX}{_key_safe(vcenter)}.{_key_safe(event_id)}"
+def drs_outbox_key(vcenter: str) -> str:
+    """KV key of the `drs.rules.applied` events of a vCenter the drs-translator keeps until they
+    are published (one list per vCenter)."""
+    return f"{DRS_OUTBOX_KEY_PREFIX}{_key_safe(vcenter)}"
+
+
+def legacy_drs_outbox_prefix(vcenter: str) -> str:
+    """Prefix of the per-event keys 0.1.0 kept a vCenter's announcements under."""
+    return f"{LEGACY_DRS_OUTBOX_KEY_PREFIX}{_key_safe(vcenter)}."
 
 
 def drs_ha_key(vcenter: str, cluster_moid: str) -> str:

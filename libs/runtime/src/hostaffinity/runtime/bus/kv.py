@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Final, Self, TypeVar
 
 import msgspec
 from nats.errors import Error as NatsError
@@ -117,8 +117,10 @@ class _BucketWatch:
         self._read_up_to = 0
 
     @classmethod
-    async def start(cls, kv: KeyValue) -> Self:
-        watcher = await _watch_all(kv)
+    async def start(cls, kv: KeyValue, *, inactive_threshold: float | None = None) -> Self:
+        """`inactive_threshold`: how long the server keeps the consumer once nothing reads it
+        (nats-py's default when None)."""
+        watcher = await _watch_all(kv, inactive_threshold)
         try:
             initial_end = await last_revision(kv)
         except BaseException:
@@ -159,7 +161,8 @@ async def current_entries(kv: KeyValue, prefix: str = "") -> list[KeyValue.Entry
     end-of-values marker can come before the values (see _BucketWatch), and a read that trusted
     it found an empty bucket."""
     entries: list[KeyValue.Entry] = []
-    watch = await _BucketWatch.start(kv)
+    # A read a second would otherwise keep 300 consumers on the server, past the stream's cap.
+    watch = await _BucketWatch.start(kv, inactive_threshold=ONE_SHOT_INACTIVE_SECONDS)
     try:
         while not isinstance(entry := await watch.next(), Bootstrapped):
             if entry.key.startswith(prefix) and entry.operation not in (KV_DEL, KV_PURGE):
@@ -183,12 +186,12 @@ async def decoded_values(
     return values
 
 
-async def _watch_all(kv: KeyValue) -> KeyValue.KeyWatcher:
+async def _watch_all(kv: KeyValue, inactive_threshold: float | None) -> KeyValue.KeyWatcher:
     """`kv.watchall()`, never abandoned half-made: nats-py unsubscribes a watch whose start
     failed only on an Exception, so a start cancelled while it awaited its consumer_info would
     leave the subscription, its consumer and its message task running for the life of the
     connection (one per cancelled start: a reconnect or a lost Lease cancels starts)."""
-    starting = asyncio.ensure_future(kv.watchall())
+    starting = asyncio.ensure_future(kv.watchall(inactive_threshold=inactive_threshold))
     try:
         return await asyncio.shield(starting)
     except asyncio.CancelledError:
@@ -197,6 +200,9 @@ async def _watch_all(kv: KeyValue) -> KeyValue.KeyWatcher:
         raise
 
 
+# How long the server keeps a one-shot read's consumer once the read stopped it (nats-py's
+# default for a watch is 5 minutes).
+ONE_SHOT_INACTIVE_SECONDS: Final = 5.0
 # Loop turns for a watch's message task to get past nats-py's wait for the watch's set-up.
 _SETUP_TURNS = 3
 
