@@ -43,7 +43,7 @@ KINDS: dict[str, str] = {
     "tests/test_admission_policy_cel.py": "unit",
     "tests/test_asyncio_leak_guard.py": "unit",
     "tests/test_bus_setup.py": "unit",
-    "tests/test_campaign.py": "e2e",  # two short campaigns of the whole system (~4 min)
+    "tests/test_campaign.py": "e2e",  # four short campaigns of the whole system (~8 min)
     "tests/test_deploy_manifests.py": "integration",  # kustomize over every variant (~40 s)
     "tests/test_docs.py": "unit",
     "tests/test_docs_install.py": "integration",  # kubectl, the double, a TLS vcsim

@@ -19,8 +19,10 @@ from tests.campaign.checker import END, Result, check, first_breach
 from tests.campaign.faults import Injector, PlannedFault, Targets, schedule
 from tests.campaign.history import RECONFIGURE, Clock, Fault, FinalState, History
 from tests.campaign.install import COOLDOWN_S, SHAPES
+from tests.campaign.processes import THIS_RELEASE
 from tests.campaign.snapshot import read_final, vcenter_truth
 from tests.campaign.system import AdminSession, System, running_system
+from tests.campaign.upgrade import previous_release, read_events_with_both
 from tests.campaign.workload import Workload
 
 STARTUP_S: Final = 120.0
@@ -31,8 +33,11 @@ BREACHES_SHOWN: Final = 5  # per broken invariant, besides the first one's histo
 VCENTER_OPERATIONS: Final = ("vmotion", "admin-drs-rule")
 
 
-async def campaign(seed: int, minutes: float, workdir: Path) -> int:
+async def campaign(seed: int, minutes: float, workdir: Path, *, upgrade: bool = False) -> int:
+    """With `upgrade`, the first install starts on the previous release and the upgrade fault
+    rolls it onto this tree's (tests/campaign/upgrade.py)."""
     clock = Clock()
+    first_release = await asyncio.to_thread(previous_release) if upgrade else THIS_RELEASE
     histories = [
         History(
             seed=seed,
@@ -44,11 +49,15 @@ async def campaign(seed: int, minutes: float, workdir: Path) -> int:
     ]
     history = histories[0]
     history.others = histories[1:]
-    async with running_system(workdir, histories, clock) as system:
+    async with running_system(workdir, histories, clock, first_release) as system:
         for install in system.installs:
             install.history.install = install.token
-        planned = schedule(seed, minutes, Targets.of(system))
-        print(f"campaign: seed {seed}, {minutes:g} min, work in {workdir}", flush=True)
+        planned = schedule(seed, minutes, Targets.of(system), upgrade=upgrade)
+        print(
+            f"campaign: seed {seed}, {minutes:g} min, work in {workdir}, the first install on "
+            f"{first_release.version}",
+            flush=True,
+        )
         workload = Workload(system, random.Random(seed + 1), clock)
         workload.start()
         controllers = asyncio.create_task(workload.run_controllers())
@@ -80,6 +89,8 @@ async def campaign(seed: int, minutes: float, workdir: Path) -> int:
             controllers.cancel()
             await asyncio.gather(controllers, return_exceptions=True)
         await read_final(system)
+        if upgrade:
+            await read_events_with_both(system.first, first_release)
     for each in history.installs:
         (workdir / f"final-{each.name}.json").write_text(_as_json(each.final), encoding="utf-8")
     results = check(history)
