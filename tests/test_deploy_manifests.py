@@ -744,7 +744,7 @@ def test_bus_jobs_as_shipped() -> None:
         assert annotations["argocd.argoproj.io/sync-options"] == "Force=true,Replace=true"
         assert annotations["kustomize.toolkit.fluxcd.io/force"] == "enabled"
         (container,) = spec["template"]["spec"]["containers"]
-        assert container["image"] == "ghcr.io/hostaffinity/node-labeller:0.1.0"
+        assert container["image"] == "ghcr.io/hostaffinity/node-labeller:0.2.0"
     (container,) = secrets["spec"]["template"]["spec"]["containers"]
     assert container["command"] == [
         "hostaffinity", "bus", "secrets", "--namespace", "$(POD_NAMESPACE)"

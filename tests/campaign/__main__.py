@@ -1,7 +1,9 @@
-"""`uv run --frozen python -m tests.campaign --seed S --minutes M [--workdir DIR]`: one fault
-campaign over the whole system; exits 1 naming the first broken invariant. With `--soak`, the
-steady workload under light faults (or none: `--no-faults`), every process and bus sampled
-every `--sample-every` (5m), exiting 1 also on a measure that drifts after `--warmup` (10m)."""
+"""`uv run --frozen python -m tests.campaign --seed S --minutes M [--upgrade] [--workdir DIR]`:
+one fault campaign over the whole system; exits 1 naming the first broken invariant. With
+`--upgrade` the first install starts on the previous release and is rolled onto this tree's.
+With `--soak`, the steady workload under light faults (or none: `--no-faults`), every process
+and bus sampled every `--sample-every` (5m), exiting 1 also on a measure that drifts after
+`--warmup` (10m)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,11 @@ def main() -> None:
     parser.add_argument(
         "--minutes", type=float, default=1.0, help="workload and faults last this long"
     )
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="start the first install on the previous release and roll it onto this tree's",
+    )
     parser.add_argument("--workdir", type=Path, help="logs and state (default: a new temp dir)")
     parser.add_argument("--soak", action="store_true", help="a soak: steady workload, sampled")
     parser.add_argument("--sample-every", type=duration, help="a soak's sampling period (5m)")
@@ -39,6 +46,8 @@ def main() -> None:
     soak_only = (args.no_faults, args.sample_every is not None, args.warmup is not None)
     if any(soak_only) and not args.soak:
         parser.error("--sample-every, --warmup and --no-faults are for a --soak")
+    if args.soak and args.upgrade:
+        parser.error("--upgrade is a fault of a campaign, not of a --soak's steady run")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"campaign-{args.seed}-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if args.sample_every is not None and args.sample_every <= 0:
@@ -51,7 +60,7 @@ def main() -> None:
             args.warmup if args.warmup is not None else defaults.warmup_s,
             not args.no_faults,
         )
-    sys.exit(asyncio.run(campaign(args.seed, args.minutes, workdir, soak)))
+    sys.exit(asyncio.run(campaign(args.seed, args.minutes, workdir, soak, upgrade=args.upgrade)))
 
 
 if __name__ == "__main__":

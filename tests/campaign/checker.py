@@ -13,7 +13,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import jsonpatch
 
@@ -457,17 +457,21 @@ def installs_keep_to_their_own(history: History) -> Result:
     """Whatever one install does, the others' DRS objects are theirs: no DRS reconfigure sent by
     an install's process adds, edits or removes a rule or group not named for that install
     (another install's, or an administrator's, even for a moment), and every name of
-    hostaffinity's form in vCenter at the end is named for one of the installs. (A campaign
-    starts with no name of a release before 0.2.0, whose rename in place would touch one.)"""
+    hostaffinity's form in vCenter at the end is named for one of the installs. The exception:
+    an install's process of the previous release writes the legacy names that release makes,
+    and the install's new processes rename those in place (the upgrade fault)."""
     result = Result("installs-keep-to-their-own")
     installs = {each.install: each.name for each in history.installs}
     for each in history.installs:
+        legacy = _legacy_made(each)
         for write in each.vcenter_writes:
             for touch in write.touched:
                 result.checked += 1
                 if touch.op == UNPARSED:
                     result.breach(write.t, f"{write.actor} sent a reconfigure: {touch.name}")
-                elif not _named_for(each.install, touch.name):
+                elif not _named_for(each.install, touch.name) and not _its_legacy(
+                    each, write.actor, touch.name, legacy
+                ):
                     result.breach(
                         write.t,
                         f"{write.actor} (install {each.name}) sent {touch.op} of "
@@ -481,6 +485,51 @@ def installs_keep_to_their_own(history: History) -> Result:
             result.checked += 1
             if parsed.install not in installs:
                 result.breach(END, f"{cluster}: {name} is named for no install of the campaign")
+    return result
+
+
+# The DRS objects that hold VMs apart or together (the groups only name their members).
+RULE_KINDS: Final = ("vm-anti-affinity", "vm-affinity", "vm-host")
+
+
+def legacy_rules_renamed_without_a_gap(history: History) -> Result:
+    """Every DRS rule the install's previous release made (a legacy name) is, once this tree's
+    processes take over, renamed in place by an edit: never removed and added again, so its VMs
+    are held apart by a rule at every moment of the upgrade. A leftover legacy name at the end
+    is caught by installs-keep-to-their-own (named for no install)."""
+    result = Result("legacy-rules-renamed-without-a-gap")
+    legacy = _legacy_made(history)
+    for write in history.vcenter_writes:
+        if _by_previous_release(history, write.actor):
+            continue
+        for touch in write.touched:
+            parsed = parse_drs_name(touch.name)
+            if touch.name not in legacy or parsed is None or parsed.kind not in RULE_KINDS:
+                continue
+            result.checked += 1
+            if touch.op == "remove":
+                result.breach(
+                    write.t,
+                    f"{write.actor} removed the previous release's rule {touch.name!r} in "
+                    f"{write.cluster} instead of renaming it: its VMs were left without a rule",
+                )
+    return result
+
+
+def events_read_by_both_releases(history: History) -> Result:
+    """After an upgrade, the previous release's CLI and this tree's each read every event of the
+    stream, whichever release wrote it (the old schema's readers skip no new event, and the new
+    ones none of the old)."""
+    result = Result("events-read-by-both-releases")
+    stored = {event.id for _, event in history.events}
+    for release, read in sorted(history.events_read.items()):
+        result.checked += 1
+        if read.error:
+            result.breach(END, f"the {release} CLI could not read the events: {read.error}")
+        elif missing := stored - read.ids:
+            result.breach(
+                END, f"the {release} CLI did not read {len(missing)} events: {sorted(missing)[:5]}"
+            )
     return result
 
 
@@ -499,6 +548,8 @@ INVARIANTS: tuple[Callable[[History], Result], ...] = (
     services_ready,
     no_crash,
     installs_keep_to_their_own,
+    legacy_rules_renamed_without_a_gap,
+    events_read_by_both_releases,
 )
 # What each other install is checked on: all but the admission webhook's and the extender's
 # (the lean install runs neither), the admin's rules (the same for all: checked once) and the
@@ -513,6 +564,9 @@ PER_INSTALL: tuple[Callable[[History], Result], ...] = tuple(
         twinless_pods_reported,
         extender_agrees_with_engine,
         installs_keep_to_their_own,
+        # The upgrade fault upgrades the first install alone.
+        legacy_rules_renamed_without_a_gap,
+        events_read_by_both_releases,
     )
 )
 
@@ -547,6 +601,31 @@ def _named_for(install: str, name: str) -> bool:
     """Whether a DRS rule or group is named for the install (its token in the name)."""
     parsed = parse_drs_name(name)
     return parsed is not None and parsed.install == install
+
+
+def _by_previous_release(history: History, actor: str) -> bool:
+    """Whether the process that sent a write ran the previous release."""
+    instance = history.instances.get(actor)
+    return instance is not None and instance.previous_release
+
+
+def _its_legacy(history: History, actor: str, name: str, legacy: set[str]) -> bool:
+    """A legacy name written by the install's previous release, or one it made (renamed)."""
+    parsed = parse_drs_name(name)
+    if parsed is None or parsed.install is not None:
+        return False
+    return name in legacy or _by_previous_release(history, actor)
+
+
+def _legacy_made(history: History) -> set[str]:
+    """The legacy-named (no install) DRS objects the install's previous release added."""
+    return {
+        touch.name
+        for write in history.vcenter_writes
+        if _by_previous_release(history, write.actor)
+        for touch in write.touched
+        if touch.op == "add" and (parsed := parse_drs_name(touch.name)) and parsed.install is None
+    }
 
 
 def _whose(name: str, installs: dict[str, str]) -> str:

@@ -18,6 +18,7 @@ from typing import Final
 from tests.campaign.history import Clock, Fault
 from tests.campaign.processes import Replica
 from tests.campaign.system import System
+from tests.campaign.upgrade import UPGRADE, rolling_upgrade
 
 REPLICA_KINDS: Final = ("kill-replica", "partition-nats", "partition-api", "refuse-api")
 API_KINDS: Final = ("api-held", "api-slow", "api-500", "api-429")
@@ -56,12 +57,19 @@ class PlannedFault:
         return f"{self.at:6.1f}s +{self.duration:.1f}s {self.kind} {self.target}".rstrip()
 
 
-def schedule(seed: int, minutes: float, targets: Targets) -> list[PlannedFault]:
-    """Faults over the first 80% of the run, at most one at a time per resource."""
+def schedule(
+    seed: int, minutes: float, targets: Targets, *, upgrade: bool = False
+) -> list[PlannedFault]:
+    """Faults over the first 80% of the run, at most one at a time per resource; with `upgrade`,
+    the first install's rolling upgrade too, in the first 30% (its own draw: the other faults of
+    a seed stay as they were)."""
     rng = random.Random(seed)
     span = minutes * 60 * 0.8
-    busy: dict[str, float] = {}
     planned: list[PlannedFault] = []
+    if upgrade:
+        at = round(random.Random(f"{UPGRADE} {seed}").uniform(3.0, max(3.0, span * 0.3)), 1)
+        planned.append(PlannedFault(at, 0.0, UPGRADE, ""))
+    busy: dict[str, float] = {}
     servers = [(server, f"bus {i}") for i, bus in enumerate(targets.buses) for server in bus]
     for _ in range(max(3, round(minutes * FAULTS_PER_MINUTE))):
         at = round(rng.uniform(3.0, span), 1)
@@ -100,6 +108,9 @@ class Injector:
                 group.create_task(self._one(fault, vcsim_restarted))
 
     async def _one(self, fault: PlannedFault, vcsim_restarted: Callable[[], None]) -> None:
+        if fault.kind == UPGRADE:
+            await rolling_upgrade(self.system.first, self.clock)
+            return
         start = self.clock.now()
         target = fault.target
         system = self.system

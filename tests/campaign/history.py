@@ -127,13 +127,23 @@ class ProcessExit:
 
 
 @dataclass(frozen=True)
+class EventsRead:
+    """What one release's CLI read of the event stream: the event ids, or its error."""
+
+    ids: frozenset[str] = frozenset()
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Instance:
-    """One process of a replica: its Lease identity and the service (Lease) it competes for."""
+    """One process of a replica: its Lease identity, the service (Lease) it competes for and
+    whether it ran the previous release."""
 
     identity: str
     replica: str
     service: str
     started: float
+    previous_release: bool = False  # the release this tree upgrades from (the upgrade fault)
 
 
 @dataclass(frozen=True)
@@ -210,6 +220,9 @@ class History:
     instances: dict[str, Instance] = field(default_factory=dict)
     # The event stream as `cli` read it, oldest first: (stream sequence, decoded event).
     events: list[tuple[int, Any]] = field(default_factory=list)
+    # With the upgrade fault: the event ids each release's `hostaffinity events` read from the
+    # stream after the final state was read (or why it could not), by release.
+    events_read: dict[str, EventsRead] = field(default_factory=dict)
     # When vcsim last came back from a restart (its DRS state starts empty then).
     vcsim_restarts: list[float] = field(default_factory=list)
     admissions: list[AdmissionCall] = field(default_factory=list)

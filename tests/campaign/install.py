@@ -34,7 +34,7 @@ from hostaffinity.runtime.process.config import (
 from hostaffinity.runtime.vcenter.session import VCenterSettings
 from hostaffinity.schema import install_token
 from tests.campaign.history import AdmissionCall, Clock, History
-from tests.campaign.processes import Replica, settings_env
+from tests.campaign.processes import THIS_RELEASE, Release, Replica, settings_env
 from tests.campaign.recording import AttributedProxy, Connections, RecordingDouble, VcenterProxy
 from tests.e2e.harness import FAST_LEASE
 from tests.platform.kube_double.webhooks import WebhookCall
@@ -111,8 +111,10 @@ class Install:
         clock: Clock,
         vcsim_port: int,
         rule_names: Callable[[str], Awaitable[dict[int, str] | None]],
+        release: Release = THIS_RELEASE,
     ) -> None:
         self.shape = shape
+        self.release = release  # what its replicas start on (the upgrade fault moves them)
         self.workdir = workdir
         self.history = history
         self.clock = clock
@@ -272,6 +274,7 @@ class Install:
             api_proxy=api,
             nats_proxies=nats,
             other_proxies=others,
+            release=self.release,
         )
         self.replicas[name] = replica
 

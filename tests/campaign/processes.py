@@ -14,6 +14,7 @@ import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import aiohttp
 import msgspec
@@ -28,12 +29,29 @@ from tests.platform.console import SCRIPTS
 LOST_LEASE = ("lost the Lease", "after the Lease was lost; ending the process")
 
 
+@dataclass(frozen=True)
+class Release:
+    """Which release a replica runs: its version and the bin/ holding its console scripts."""
+
+    version: str
+    bin: Path
+
+
+THIS_RELEASE: Final = Release("this tree", SCRIPTS)
+
+
+# A Pod's default terminationGracePeriodSeconds: a replica stopped gracefully gets this long.
+GRACE_S: Final = 30.0
+
+
 def settings_env(section: str, settings: Settings) -> dict[str, str]:
-    """`HOSTAFFINITY_<SECTION>__<FIELD>` for every set field: text as is, the rest as JSON (what
-    the runner's loader reads back)."""
+    """`HOSTAFFINITY_<SECTION>__<FIELD>` for every field set away from its default: text as is,
+    the rest as JSON (what the runner's loader reads back). A default left out keeps the
+    environment one an older release reads too (it rejects a field it does not know)."""
     env = {}
+    defaults = {f.name: f.default for f in msgspec.structs.fields(settings)}
     for name, value in msgspec.structs.asdict(settings).items():
-        if value is None:
+        if value is None or value == defaults[name]:
             continue
         key = f"HOSTAFFINITY_{section.upper()}__{name.upper()}"
         env[key] = value if isinstance(value, str) else json.dumps(msgspec.to_builtins(value))
@@ -55,6 +73,7 @@ class Replica:
     nats_proxies: list[AttributedProxy]
     other_proxies: list[AttributedProxy] = field(default_factory=list)
     restart_after_s: float = 1.0
+    release: Release = field(default_factory=lambda: THIS_RELEASE)
     identity: str = ""
     process: asyncio.subprocess.Process | None = None
     paused: bool = False
@@ -77,7 +96,7 @@ class Replica:
         log = self.log_dir / f"{self.name}-{self._starts}.log"
         with log.open("wb") as out:
             self.process = await asyncio.create_subprocess_exec(
-                str(SCRIPTS / f"hostaffinity-{self.service}"),
+                str(self.release.bin / f"hostaffinity-{self.service}"),
                 env=os.environ | self.env,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
@@ -86,7 +105,11 @@ class Replica:
         # The runner's default Lease identity, which the proxies attribute requests to.
         self.identity = f"{socket.gethostname()}-{self.process.pid}"
         self.history.instances[self.identity] = Instance(
-            self.identity, self.name, self.service, self.clock.now()
+            self.identity,
+            self.name,
+            self.service,
+            self.clock.now(),
+            previous_release=self.release is not THIS_RELEASE,
         )
         self._watcher = asyncio.create_task(self._watch(self.process, self.identity, log))
 
@@ -100,6 +123,23 @@ class Replica:
                 self.resume()
             self.process.kill()
             await self.process.wait()
+
+    async def replace(self, release: Release) -> None:
+        """A rolling update's step: stop gracefully (SIGTERM, as the kubelet does, SIGKILL
+        after the grace period) and start again on `release`."""
+        self.down = True
+        if self.running:
+            assert self.process is not None
+            self._killing = True
+            self.resume()
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.process.wait()), GRACE_S)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        self.release = release
+        await self.revive()
 
     async def revive(self) -> None:
         self.down = False

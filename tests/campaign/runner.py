@@ -23,9 +23,11 @@ from tests.campaign.faults import Injector, PlannedFault, Targets, schedule
 from tests.campaign.history import RECONFIGURE, Clock, Fault, FinalState, History
 from tests.campaign.install import COOLDOWN_S, SHAPES
 from tests.campaign.probe import Prober
+from tests.campaign.processes import THIS_RELEASE
 from tests.campaign.snapshot import read_final
 from tests.campaign.soak import Sampler
 from tests.campaign.system import System, running_system
+from tests.campaign.upgrade import previous_release, read_events_with_both
 from tests.campaign.workload import Workload
 
 STARTUP_S: Final = 120.0
@@ -48,8 +50,13 @@ class Soak:
     faults: bool = True
 
 
-async def campaign(seed: int, minutes: float, workdir: Path, soak: Soak | None = None) -> int:
+async def campaign(
+    seed: int, minutes: float, workdir: Path, soak: Soak | None = None, *, upgrade: bool = False
+) -> int:
+    """With `upgrade`, the first install starts on the previous release and the upgrade fault
+    rolls it onto this tree's (tests/campaign/upgrade.py)."""
     clock = Clock()
+    first_release = await asyncio.to_thread(previous_release) if upgrade else THIS_RELEASE
     histories = [
         History(
             seed=seed,
@@ -61,14 +68,18 @@ async def campaign(seed: int, minutes: float, workdir: Path, soak: Soak | None =
     ]
     history = histories[0]
     history.others = histories[1:]
-    async with running_system(workdir, histories, clock) as system:
+    async with running_system(workdir, histories, clock, first_release) as system:
         for install in system.installs:
             install.history.install = install.token
-        planned = schedule(seed, minutes, Targets.of(system))
+        planned = schedule(seed, minutes, Targets.of(system), upgrade=upgrade)
         if soak is not None:
             planned = planned[::SOAK_FAULTS_KEPT] if soak.faults else []
         mode = "" if soak is None else ", soak"
-        print(f"campaign: seed {seed}, {minutes:g} min{mode}, work in {workdir}", flush=True)
+        print(
+            f"campaign: seed {seed}, {minutes:g} min{mode}, work in {workdir}, the first install "
+            f"on {first_release.version}",
+            flush=True,
+        )
         workload = Workload(system, random.Random(seed + 1), clock, steady=soak is not None)
         workload.start()
         sampler = Sampler(system, clock)
@@ -103,6 +114,8 @@ async def campaign(seed: int, minutes: float, workdir: Path, soak: Soak | None =
             await asyncio.gather(controllers, return_exceptions=True)
             await sampler.close()
         await read_final(system)
+        if upgrade:
+            await read_events_with_both(system.first, first_release)
     for each in history.installs:
         (workdir / f"final-{each.name}.json").write_text(_as_json(each.final), encoding="utf-8")
     results = check(history)

@@ -18,7 +18,7 @@ from pyVmomi import vim
 
 from tests.campaign.history import Clock, History
 from tests.campaign.install import LEADER_ELECTED, SHAPES, Install, Shape
-from tests.campaign.processes import Replica
+from tests.campaign.processes import THIS_RELEASE, Release, Replica
 from tests.platform.nats import free_listen_port
 from tests.platform.nats_cluster import ServerProcess
 from tests.platform.vcsim import PASSWORD, USERNAME, Vcsim, build_vcsim, start_vcsim
@@ -54,7 +54,13 @@ class AdminSession:
 class System:
     """Everything a campaign runs: vcsim and the installs (the first is the full one)."""
 
-    def __init__(self, workdir: Path, histories: list[History], clock: Clock) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        histories: list[History],
+        clock: Clock,
+        first_release: Release = THIS_RELEASE,
+    ) -> None:
         self.workdir = workdir
         self.clock = clock
         self.vcsim_port = free_listen_port()
@@ -63,7 +69,15 @@ class System:
         self._rules = AdminSession(self.admin)
         self.installs = [
             Install(
-                shape, _folder(workdir, shape), history, clock, self.vcsim_port, self._rule_names
+                shape,
+                _folder(workdir, shape),
+                history,
+                clock,
+                self.vcsim_port,
+                self._rule_names,
+                # The upgrade fault's install starts on the previous release; the other stays
+                # on this tree's.
+                first_release if shape.full else THIS_RELEASE,
             )
             for shape, history in zip(SHAPES, histories, strict=True)
         ]
@@ -166,9 +180,9 @@ def _scratch() -> str | None:
 
 @contextlib.asynccontextmanager
 async def running_system(
-    workdir: Path, histories: list[History], clock: Clock
+    workdir: Path, histories: list[History], clock: Clock, first_release: Release = THIS_RELEASE
 ) -> AsyncIterator[System]:
-    system = System(workdir, histories, clock)
+    system = System(workdir, histories, clock, first_release)
     try:
         await system.start()
         yield system

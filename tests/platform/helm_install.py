@@ -10,7 +10,7 @@ Helm's); then the `pre-<install|upgrade>` hooks by weight, then the release's ob
 server-side with the field manager `helm`, as Helm v4 applies them. What Helm does beyond that
 (waiting for hooks to finish, recording the release's manifest) is not needed to check a page.
 
-    python -m tests.platform.helm_install install hostaffinity dist/hostaffinity-0.1.0.tgz \
+    python -m tests.platform.helm_install install hostaffinity dist/hostaffinity-0.2.0.tgz \
         -n hostaffinity -f my-values.yaml [--set-file vcenter.secret.caCrt=vmca-root.crt]
 """
 

@@ -34,7 +34,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         run_service(SPEC, ["--version"])
     assert exited.value.code == 0
-    assert capsys.readouterr().out == "hostaffinity-runtime 0.1.0\n"
+    assert capsys.readouterr().out == "hostaffinity-runtime 0.2.0\n"
 
 
 def test_check_config_prints_the_layered_config(
