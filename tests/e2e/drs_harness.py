@@ -39,7 +39,7 @@ _vim: Any = vim
 
 
 def drs_config(
-    vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
+    vc: Vcsim, nats: BusPlatform, kubeconfig: Path, /, **overrides: Any
 ) -> DrsTranslatorConfig:
     """A translator config for these parts, the vCenter named `vcsim` as the labeller's;
     keywords override fields (`vcenters`, `drs`)."""

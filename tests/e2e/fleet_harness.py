@@ -209,13 +209,13 @@ async def fleet_on(
         for name, nodes in plans:
             bus = hub.join(name, name, workdir / name, cuttable=name == cuttable)
             kube = KubeDouble()
+            await kube.start()  # the kubeconfig names the port it listens on
+            stack.push_async_callback(kube.stop)
             kubeconfig = kube.write_kubeconfig(workdir / name / "kubeconfig")
             fleet.append(FleetInstall(name, nodes, kube, bus, kubeconfig))
         await hub.start()
         stack.push_async_callback(hub.close)
         for install in fleet:
-            await install.kube.start()
-            stack.push_async_callback(install.kube.stop)
             await install.bus.start()
             stack.push_async_callback(install.bus.stop)
             await install.bus.provision()  # its mirror of the view, as the provision Job makes it

@@ -29,7 +29,7 @@ from tests.platform.vcsim import Vcsim, VcsimFactory, updates_followed
 
 
 def labeller_config(
-    vc: Vcsim, nats: BusPlatform, kubeconfig: Path, **overrides: Any
+    vc: Vcsim, nats: BusPlatform, kubeconfig: Path, /, **overrides: Any
 ) -> NodeLabellerConfig:
     """A labeller config for these parts, the vCenter named `vcsim`; keywords override fields
     (`vcenters` too)."""

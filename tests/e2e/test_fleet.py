@@ -166,9 +166,9 @@ async def all_placed(fleet: Sequence[FleetInstall], si: vim.ServiceInstance) -> 
 
 async def evictions(fleet: Sequence[FleetInstall]) -> list[tuple[str, str]]:
     """Every eviction made in the fleet (`pod.evicted` with result `evicted`, not the intent
-    `requested` stored before it), as (install, pod)."""
+    `requested` stored before it), as (install, pod name): every pod here is in `default`."""
     return [
-        (install.name, event.pod)
+        (install.name, event.pod.removeprefix("default/"))
         for install in fleet
         for event in await install.events()
         if isinstance(event, PodEvicted) and event.result == "evicted"

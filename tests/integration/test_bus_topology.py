@@ -18,6 +18,7 @@ from hostaffinity.runtime.bus.kv import (
     TopologyWatch,
     Undecodable,
 )
+from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.bus.layout import BusLayout
 from hostaffinity.schema import (
     DLQ_STREAM,
@@ -295,17 +296,20 @@ async def test_layout_is_idempotent_and_updates_changed_settings_in_place(bus: B
 
 
 async def test_one_shot_reads_leave_no_consumer_behind_for_long(bus: Bus) -> None:
-    """A snapshot reads through an ordered consumer; nats-py leaves a stopped watch's consumer
-    on the server for its inactive threshold (5 minutes by default), so a read a second (a
+    """A snapshot (and `live_entries`) reads through an ordered consumer; nats-py leaves a
+    stopped watch's consumer on the server for its inactive threshold (5 minutes by default),
+    so a read a second (a
     `hostaffinity status` in a watch loop, the fault campaign's probe) reached the topology
     stream's cap of 256 consumers in four minutes, and then no service could watch the
     bucket. A one-shot read's consumer goes within seconds of the read."""
     store = await bus.provision()
     await store.put_host(ESXI_HOST)
     stream = f"KV_{TOPOLOGY_BUCKET}"
+    kv = await bus.js.key_value(TOPOLOGY_BUCKET)
 
     for _ in range(5):
         assert (await store.snapshot()).hosts
+        assert await live_entries(kv)  # the fleet reads' and the CLI's way
 
     async def consumers() -> int:
         return (await bus.js.stream_info(stream)).state.consumer_count

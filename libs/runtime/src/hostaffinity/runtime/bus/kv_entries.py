@@ -3,11 +3,15 @@ that replays the latest revision of each key): deleted keys are left out."""
 
 from nats.js.kv import KeyValue
 
+from hostaffinity.runtime.bus.kv import ONE_SHOT_INACTIVE_SECONDS
+
 
 async def live_entries(kv: KeyValue, keys: str = ">") -> dict[str, bytes]:
     """Every live key `keys` matches, with its latest value."""
     entries: dict[str, bytes] = {}
-    watcher = await kv.watch(keys)
+    # Its consumer goes soon after the read: nats-py's default keeps it 5 minutes, and reads in a
+    # loop (a test's poll, `fleet exposure` in a watch) would fill the stream's consumer cap.
+    watcher = await kv.watch(keys, inactive_threshold=ONE_SHOT_INACTIVE_SECONDS)
     try:
         async for entry in watcher:
             if entry is None:
