@@ -4,8 +4,8 @@ The eviction policy itself is an upstream DeschedulerPolicy file (`descheduler.p
 without one the built-in policy (policy.DEFAULT_POLICY) runs.
 """
 
+from hostaffinity.descheduler.core.kubevirt import MigrationLimits
 from hostaffinity.descheduler.executor import ExecutorSettings
-from hostaffinity.descheduler.kubevirt import MigrationLimits
 from hostaffinity.runtime.process.config import Delay, LeaderElectedSettings, Seconds, Settings
 
 

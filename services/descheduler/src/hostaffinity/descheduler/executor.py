@@ -26,7 +26,7 @@ from typing import Annotated, Any, Final
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.eviction_planner import (
     HOSTNAME_LABEL,
     Action,
     EvictionPlanner,
@@ -34,7 +34,7 @@ from hostaffinity.descheduler.eviction_planner import (
     Plan,
     VmiStays,
 )
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.runtime.kube.client import TRANSPORT_ERRORS, KubeClient, ResourceRef
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.checkpoints import WritePath

@@ -15,11 +15,16 @@ import msgspec
 
 from hostaffinity.affinity.index import PodRecord
 from hostaffinity.affinity.nodeaffinity import preferred_node_terms, required_node_affinity
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, TargetCheck, Violation
-from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import (
+    PodScope,
+    ScopedArgs,
+    TargetCheck,
+    Violation,
+)
+from hostaffinity.descheduler.core.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.core.strategies.scope import Scope, touched_pods
 
 REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED: Final = "preferredDuringSchedulingIgnoredDuringExecution"

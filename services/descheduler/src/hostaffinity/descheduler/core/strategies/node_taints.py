@@ -19,10 +19,15 @@ from hostaffinity.affinity.taints import (
     describe_taint,
     tolerated,
 )
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, TargetCheck, Violation
-from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import (
+    PodScope,
+    ScopedArgs,
+    TargetCheck,
+    Violation,
+)
+from hostaffinity.descheduler.core.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.core.strategies.scope import Scope, touched_pods
 
 
 class NodeTaintsArgs(ScopedArgs, frozen=True):

@@ -11,10 +11,10 @@ from typing import ClassVar
 
 from hostaffinity.affinity.explain import INTER_POD_AFFINITY, REASON_AFFINITY
 from hostaffinity.affinity.index import PodRecord
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import PodScope, ScopedArgs, Violation
-from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.descheduler.strategies.scope import Scope, departed_labels, touched_pods
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import PodScope, ScopedArgs, Violation
+from hostaffinity.descheduler.core.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.core.strategies.scope import Scope, departed_labels, touched_pods
 
 
 class InterPodAffinityArgs(ScopedArgs, frozen=True):

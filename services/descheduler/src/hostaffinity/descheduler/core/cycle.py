@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from hostaffinity.descheduler.eviction_planner import EvictionPlanner, Plan
-from hostaffinity.descheduler.policy import Policy
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.scope import Scope, narrowed
+from hostaffinity.descheduler.core.eviction_planner import EvictionPlanner, Plan
+from hostaffinity.descheduler.core.policy import Policy
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.scope import Scope, narrowed
 
 _log = logging.getLogger(__name__)
 

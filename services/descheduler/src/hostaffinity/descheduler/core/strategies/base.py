@@ -16,10 +16,10 @@ import msgspec
 
 from hostaffinity.affinity.model import LabelSelector
 from hostaffinity.affinity.selectors import Selector, compile_label_selector
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.changes import Change
-from hostaffinity.descheduler.strategies.scope import Scope
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.changes import Change
+from hostaffinity.descheduler.core.strategies.scope import Scope
 
 PREFER_NO_EVICTION: Final = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
 

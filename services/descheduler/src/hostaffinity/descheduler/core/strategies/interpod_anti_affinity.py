@@ -16,8 +16,8 @@ from typing import ClassVar, Final
 
 from hostaffinity.affinity.index import PodRecord, TermKind
 from hostaffinity.affinity.interpod import AffinityTerm, incoming_scope
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import (
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import (
     PodScope,
     ScopedArgs,
     TargetCheck,
@@ -25,8 +25,8 @@ from hostaffinity.descheduler.strategies.base import (
     describe_order,
     eviction_order,
 )
-from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
+from hostaffinity.descheduler.core.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.core.strategies.scope import Scope, touched_pods
 
 # No namespace is named "": the index reads its labels as none, which is how a term's
 # namespaceSelector is read for the pods it may select (interpod.incoming_scope).

@@ -12,16 +12,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from hostaffinity.descheduler.eviction_planner import NODE_FIT_TRIGGERS
-from hostaffinity.descheduler.kubevirt import (
+from hostaffinity.descheduler.core.eviction_planner import NODE_FIT_TRIGGERS
+from hostaffinity.descheduler.core.kubevirt import (
     KubeVirt,
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
 )
-from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
-from hostaffinity.descheduler.strategies import registered_triggers
-from hostaffinity.descheduler.strategies.changes import Change
-from hostaffinity.descheduler.strategies.scope import Scope
+from hostaffinity.descheduler.core.model import DeschedulerNode, DeschedulerPod
+from hostaffinity.descheduler.core.strategies import registered_triggers
+from hostaffinity.descheduler.core.strategies.changes import Change
+from hostaffinity.descheduler.core.strategies.scope import Scope
 from hostaffinity.runtime.process.cancellation import wait_set
 
 # What the registered plugins and node fit declared; nothing else starts a cycle.

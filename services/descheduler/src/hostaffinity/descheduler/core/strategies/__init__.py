@@ -13,21 +13,24 @@ from typing import Any, Final
 
 import msgspec
 
-from hostaffinity.descheduler.strategies.base import Args, Plugin, Strategy
-from hostaffinity.descheduler.strategies.changes import Change
-from hostaffinity.descheduler.strategies.duplicates import Duplicates, DuplicatesArgs
-from hostaffinity.descheduler.strategies.fleet_groups import FleetGroups, FleetGroupsArgs
-from hostaffinity.descheduler.strategies.interpod_affinity import (
+from hostaffinity.descheduler.core.strategies.base import Args, Plugin, Strategy
+from hostaffinity.descheduler.core.strategies.changes import Change
+from hostaffinity.descheduler.core.strategies.duplicates import Duplicates, DuplicatesArgs
+from hostaffinity.descheduler.core.strategies.fleet_groups import FleetGroups, FleetGroupsArgs
+from hostaffinity.descheduler.core.strategies.interpod_affinity import (
     InterPodAffinity,
     InterPodAffinityArgs,
 )
-from hostaffinity.descheduler.strategies.interpod_anti_affinity import (
+from hostaffinity.descheduler.core.strategies.interpod_anti_affinity import (
     InterPodAntiAffinity,
     InterPodAntiAffinityArgs,
 )
-from hostaffinity.descheduler.strategies.node_affinity import NodeAffinity, NodeAffinityArgs
-from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
-from hostaffinity.descheduler.strategies.topology_spread import TopologySpread, TopologySpreadArgs
+from hostaffinity.descheduler.core.strategies.node_affinity import NodeAffinity, NodeAffinityArgs
+from hostaffinity.descheduler.core.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.descheduler.core.strategies.topology_spread import (
+    TopologySpread,
+    TopologySpreadArgs,
+)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from hostaffinity.affinity.index import PodRecord
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
 
 # Beyond this share of the nodes (or of the pods) a full cycle costs about as much: judge all;
 # in a small cluster, beyond these counts.

@@ -28,7 +28,7 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.descheduler.kubevirt import (
+from hostaffinity.descheduler.core.kubevirt import (
     MigrationLimits,
     MoveKind,
     how_to_move,
@@ -36,11 +36,11 @@ from hostaffinity.descheduler.kubevirt import (
     migration_limits,
     pins_targets,
 )
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.protections import Protections, node_selected
-from hostaffinity.descheduler.state import ClusterState, Scratch
-from hostaffinity.descheduler.strategies.base import Violation
-from hostaffinity.descheduler.strategies.changes import Change
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.protections import Protections, node_selected
+from hostaffinity.descheduler.core.state import ClusterState, Scratch
+from hostaffinity.descheduler.core.strategies.base import Violation
+from hostaffinity.descheduler.core.strategies.changes import Change
 
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 # Node fit's own triggers: changes that may give a pod somewhere to go, whatever the strategy.

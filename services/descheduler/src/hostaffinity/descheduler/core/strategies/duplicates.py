@@ -27,17 +27,17 @@ from typing import ClassVar, Final, Literal
 import msgspec
 
 from hostaffinity.affinity.interpod import HOSTNAME_KEY
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import (
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import (
     PodScope,
     ScopedArgs,
     TargetCheck,
     Violation,
     eviction_order,
 )
-from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.descheduler.strategies.crowded import CrowdedWorkloads
-from hostaffinity.descheduler.strategies.scope import Scope
+from hostaffinity.descheduler.core.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.core.strategies.crowded import CrowdedWorkloads
+from hostaffinity.descheduler.core.strategies.scope import Scope
 from hostaffinity.schema.names import LABEL_ESXI_HOST, LABEL_RACK, LABEL_ZONE
 
 DOMAIN_KEYS: Final = {

@@ -24,15 +24,15 @@ from typing import ClassVar
 
 from hostaffinity.affinity.fleet_groups import FleetMember, fleet_group, own_members, stayer
 from hostaffinity.affinity.index import PodRecord
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import (
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import (
     PodScope,
     ScopedArgs,
     TargetCheck,
     Violation,
 )
-from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.descheduler.strategies.scope import Scope
+from hostaffinity.descheduler.core.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.core.strategies.scope import Scope
 from hostaffinity.schema import LABEL_ESXI_HOST
 
 

@@ -47,17 +47,17 @@ from hostaffinity.affinity.topology_spread import (
     SpreadConstraint,
     domain_values,
 )
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import (
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import (
     PodScope,
     ScopedArgs,
     TargetCheck,
     Violation,
     eviction_order,
 )
-from hostaffinity.descheduler.strategies.changes import SCOPE_CHANGES, Change
-from hostaffinity.descheduler.strategies.scope import Scope
+from hostaffinity.descheduler.core.strategies.changes import SCOPE_CHANGES, Change
+from hostaffinity.descheduler.core.strategies.scope import Scope
 from hostaffinity.schema.names import LABEL_KUBEVIRT_VMI_UID
 
 ACTIONS: Final = (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)

@@ -21,7 +21,7 @@ interval's, after a watch restart) groups every workload again.
 
 from __future__ import annotations
 
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.core.state import ClusterState
 
 
 class CrowdedWorkloads:

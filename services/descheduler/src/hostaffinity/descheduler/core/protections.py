@@ -20,9 +20,9 @@ import msgspec
 
 from hostaffinity.affinity.model import LabelSelector
 from hostaffinity.affinity.selectors import compile_label_selector
-from hostaffinity.descheduler.model import DeschedulerPod, parse_time
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import PREFER_NO_EVICTION
+from hostaffinity.descheduler.core.model import DeschedulerPod, parse_time
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import PREFER_NO_EVICTION
 
 EVICT_ANNOTATION: Final = "descheduler.alpha.kubernetes.io/evict"
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"

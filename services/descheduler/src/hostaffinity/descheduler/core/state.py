@@ -27,7 +27,7 @@ from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex, PlannedMoves
 from hostaffinity.affinity.model import Namespace
 from hostaffinity.affinity.sharing import Interner
-from hostaffinity.descheduler.kubevirt import (
+from hostaffinity.descheduler.core.kubevirt import (
     KubeVirt,
     VirtualMachine,
     VirtualMachineInstance,
@@ -36,7 +36,7 @@ from hostaffinity.descheduler.kubevirt import (
     vm_owner,
     with_vmi_rules,
 )
-from hostaffinity.descheduler.model import (
+from hostaffinity.descheduler.core.model import (
     DeschedulerNode,
     DeschedulerPod,
     PodDisruptionBudget,

@@ -18,10 +18,10 @@ from typing import Any, Final
 import msgspec
 import yaml
 
-from hostaffinity.descheduler.eviction_planner import EvictionLimits
-from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
-from hostaffinity.descheduler.strategies import REGISTRY, StrategyArgsError, build_strategy
-from hostaffinity.descheduler.strategies.base import Strategy
+from hostaffinity.descheduler.core.eviction_planner import EvictionLimits
+from hostaffinity.descheduler.core.protections import DefaultEvictorArgs, Protections
+from hostaffinity.descheduler.core.strategies import REGISTRY, StrategyArgsError, build_strategy
+from hostaffinity.descheduler.core.strategies.base import Strategy
 
 API_VERSION: Final = "descheduler/v1alpha2"
 KIND: Final = "DeschedulerPolicy"
