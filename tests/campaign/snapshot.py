@@ -14,7 +14,7 @@ from pyVmomi import vim
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import decode_namespace, decode_pod
 from hostaffinity.cli.reading import drs_records
-from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
+from hostaffinity.drs_translator.core.planner import Plan, PlannerSettings, plan
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.schema import DrsOwnership, EsxiHost, NodePlacement, label_value

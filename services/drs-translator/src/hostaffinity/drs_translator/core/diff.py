@@ -14,7 +14,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from hostaffinity.drs_translator.rules import DrsObject, from_record, name_owner
+from hostaffinity.drs_translator.core.rules import DrsObject, from_record, name_owner
 from hostaffinity.schema import DrsOwnership
 
 Operation = Literal["add", "edit", "remove"]

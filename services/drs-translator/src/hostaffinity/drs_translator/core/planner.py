@@ -51,8 +51,8 @@ from hostaffinity.affinity.nodeaffinity import (
 )
 from hostaffinity.affinity.selectors import IN, Selector
 from hostaffinity.affinity.topology_spread import SpreadConstraint, compile_spread_constraints
-from hostaffinity.drs_translator.cliques import Clique, cover_with_cliques, edge
-from hostaffinity.drs_translator.rules import ConflictReason, DrsObject, object_name
+from hostaffinity.drs_translator.core.cliques import Clique, cover_with_cliques, edge
+from hostaffinity.drs_translator.core.rules import ConflictReason, DrsObject, object_name
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 CONNECTED: Final = "connected"
