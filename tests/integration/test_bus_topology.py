@@ -14,9 +14,7 @@ from hostaffinity.runtime.bus.kv import (
     HostChange,
     NodeChange,
     TopologyChange,
-    TopologySnapshot,
     TopologyWatch,
-    Undecodable,
 )
 from hostaffinity.runtime.bus.layout import BusLayout
 from hostaffinity.schema import (
@@ -25,6 +23,8 @@ from hostaffinity.schema import (
     TOPOLOGY_BUCKET,
     DeadLetter,
     NodePlacement,
+    TopologySnapshot,
+    Undecodable,
     dlq_subject,
     node_key,
 )

@@ -14,8 +14,7 @@ from hostaffinity.node_labeller.reconcile import (
     reconcile_node,
     stale_keys,
 )
-from hostaffinity.runtime.bus.kv import TopologySnapshot, Undecodable
-from hostaffinity.schema import NodePlacement
+from hostaffinity.schema import NodePlacement, TopologySnapshot, Undecodable
 from tests.platform.builders.node_labeller import inventory_with
 
 SETTINGS = PlannerSettings(fallback="vm-name")

@@ -10,8 +10,8 @@ from hostaffinity.node_labeller.matching import swap_uuid_byte_order
 from hostaffinity.node_labeller.nodes import Node, NodeMeta, NodeSpec, NodeStatus, NodeSystemInfo
 from hostaffinity.node_labeller.reconcile import PlannerSettings, reconcile_node
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
-from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.runtime.process.workqueue import SWEEP_WINDOW
+from hostaffinity.schema import TopologySnapshot
 from tests.platform.builders.node_labeller import inventory_updates, vm_enter
 
 VCENTER = "vc-1"

@@ -46,7 +46,7 @@ from hostaffinity.node_labeller.reconcile import (
     stale_keys,
 )
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
-from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
+from hostaffinity.runtime.bus.kv import TopologyStore
 from hostaffinity.runtime.bus.outbox_metrics import OutboxInstruments
 from hostaffinity.runtime.kube.client import NODES, KubeClient
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
@@ -60,6 +60,7 @@ from hostaffinity.schema import (
     NodePlaced,
     NodePlacement,
     NodeUnmatched,
+    TopologySnapshot,
     VmMoved,
     host_id,
     host_key,

@@ -23,7 +23,6 @@ from hostaffinity.node_labeller.failure_domains import (
 from hostaffinity.node_labeller.inventory import HostFacts, Inventory, VmFacts
 from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
 from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     ANNOTATION_FAILURE_DOMAIN_LABELS,
@@ -41,6 +40,7 @@ from hostaffinity.schema import (
     NodePlaced,
     NodePlacement,
     NodeUnmatched,
+    TopologySnapshot,
     VmMoved,
     event_id,
     host_key,
