@@ -17,7 +17,7 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.node_labeller.config import LabellerSettings
-from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES
+from hostaffinity.node_labeller.core.inventory import WATCHED_PROPERTIES
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher, vcenter_sessions
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import TopologyStore

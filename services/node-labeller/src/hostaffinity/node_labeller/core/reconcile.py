@@ -13,16 +13,16 @@ from types import MappingProxyType
 
 import msgspec
 
-from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
-from hostaffinity.node_labeller.failure_domains import (
+from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.core.failure_domains import (
     FailureDomains,
     TagIndex,
     host_failure_domains,
     plan_shared_labels,
 )
-from hostaffinity.node_labeller.inventory import HostFacts, Inventory, VmFacts
-from hostaffinity.node_labeller.matching import Fallback, Matched, Unmatched, match_node
-from hostaffinity.node_labeller.nodes import Node
+from hostaffinity.node_labeller.core.inventory import HostFacts, Inventory, VmFacts
+from hostaffinity.node_labeller.core.matching import Fallback, Matched, Unmatched, match_node
+from hostaffinity.node_labeller.core.nodes import Node
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     ANNOTATION_FAILURE_DOMAIN_LABELS,

@@ -9,8 +9,8 @@ look at every node of the cluster.
 from collections import defaultdict
 from collections.abc import Iterable
 
-from hostaffinity.node_labeller.matching import Fallback, MatchKey, node_match_keys
-from hostaffinity.node_labeller.nodes import Node
+from hostaffinity.node_labeller.core.matching import Fallback, MatchKey, node_match_keys
+from hostaffinity.node_labeller.core.nodes import Node
 
 
 class NodeIndex:

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from hostaffinity.node_labeller.inventory import Inventory, VmFacts
-from hostaffinity.node_labeller.nodes import Node
+from hostaffinity.node_labeller.core.inventory import Inventory, VmFacts
+from hostaffinity.node_labeller.core.nodes import Node
 
 PROVIDER_PREFIX = "vsphere://"
 Fallback = Literal["vm-name", "guest-hostname", "none"]
