@@ -17,7 +17,7 @@ from typing import Final
 from hostaffinity.affinity.explain import Rejection, fit_error_message
 from hostaffinity.affinity.fleet_groups import fleet_group, own_members
 from hostaffinity.affinity.model import Pod
-from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.schema import LABEL_ESXI_HOST
 
 PLUGIN: Final = "HostaffinityFleetGroup"

@@ -30,13 +30,13 @@ from hostaffinity.affinity.scoring import (
     SparseScores,
     combine,
 )
-from hostaffinity.scheduler_extender.cache import ExtenderCache, owner_of
-from hostaffinity.scheduler_extender.extender_v1 import (
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache, owner_of
+from hostaffinity.scheduler_extender.core.extender_v1 import (
     AskedNodes,
     ExtenderFilterResult,
     HostPriority,
 )
-from hostaffinity.scheduler_extender.fleet_filter import fleet_member, without_fleet_hosts
+from hostaffinity.scheduler_extender.core.fleet_filter import fleet_member, without_fleet_hosts
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 FEASIBLE: Final = "feasible"

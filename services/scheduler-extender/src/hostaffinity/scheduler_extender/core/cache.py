@@ -25,7 +25,7 @@ from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Node, Pod
-from hostaffinity.scheduler_extender.inflight import InFlight, InFlightPod
+from hostaffinity.scheduler_extender.core.inflight import InFlight, InFlightPod
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 
 SOURCES: Final = ("pods", "nodes", "namespaces", "placements")
