@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from pyVmomi import SoapAdapter, vim
 
-from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, plan_pod
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,

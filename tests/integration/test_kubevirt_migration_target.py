@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hostaffinity.admission_webhook.mutation import MutationSettings
+from hostaffinity.admission_webhook.core.mutation import MutationSettings
 from hostaffinity.affinity.engine import AffinityEngine, FilterMode
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Node, Pod

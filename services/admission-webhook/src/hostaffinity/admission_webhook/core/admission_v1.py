@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from hostaffinity.admission_webhook.mutation import Mutation, MutationSettings, plan_pod
+from hostaffinity.admission_webhook.core.mutation import Mutation, MutationSettings, plan_pod
 
 
 class GroupVersionKind(msgspec.Struct, frozen=True):

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from hostaffinity.admission_webhook.mutation import MutationSettings, opted_in
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, opted_in
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.headroom import host_headroom
 from hostaffinity.affinity.index import ClusterIndex

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final, cast
 
-from hostaffinity.admission_webhook.mutation import PREFERRED, Mutation, Operation
+from hostaffinity.admission_webhook.core.mutation import PREFERRED, Mutation, Operation
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.schema import LABEL_ESXI_HOST, LABEL_FLEET_GROUP
 
