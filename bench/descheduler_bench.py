@@ -86,6 +86,7 @@ from hostaffinity.affinity.model import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
+from hostaffinity.descheduler.config import ExecutorSettings
 from hostaffinity.descheduler.core.cycle import decide
 from hostaffinity.descheduler.core.eviction_planner import (
     Action,
@@ -109,7 +110,7 @@ from hostaffinity.descheduler.core.model import (
 from hostaffinity.descheduler.core.policy import DEFAULT_POLICY, load_policy, parse_policy
 from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.core.triggers import node_scope
-from hostaffinity.descheduler.executor import EVICTED, Executor, ExecutorSettings
+from hostaffinity.descheduler.executor import EVICTED, Executor
 from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 

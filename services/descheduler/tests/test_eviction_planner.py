@@ -7,6 +7,7 @@ import json
 import pytest
 
 from hostaffinity.affinity.model import LabelSelector
+from hostaffinity.descheduler.config import MigrationLimits
 from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
@@ -14,7 +15,6 @@ from hostaffinity.descheduler.core.eviction_planner import (
     PlannerSettings,
 )
 from hostaffinity.descheduler.core.kubevirt import (
-    MigrationLimits,
     decode_kubevirt,
     placement_awaiting_restart,
 )

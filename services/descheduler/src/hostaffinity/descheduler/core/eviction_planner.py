@@ -28,8 +28,8 @@ from typing import Final
 
 import msgspec
 
+from hostaffinity.descheduler.config import MigrationLimits
 from hostaffinity.descheduler.core.kubevirt import (
-    MigrationLimits,
     MoveKind,
     how_to_move,
     launcher_vmi,

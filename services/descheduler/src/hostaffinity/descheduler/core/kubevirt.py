@@ -24,7 +24,7 @@ so.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -37,6 +37,11 @@ from hostaffinity.affinity.vm_placement import (
     VmStatus,
     awaiting_restart,
 )
+from hostaffinity.descheduler.config import (
+    PARALLEL_MIGRATIONS_PER_CLUSTER,
+    PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
+    MigrationLimits,
+)
 
 VIRT_LAUNCHER_LABEL: Final = "kubevirt.io"
 VIRT_LAUNCHER_VALUE: Final = "virt-launcher"
@@ -44,8 +49,6 @@ VMI_KIND: Final = "VirtualMachineInstance"
 LIVE_MIGRATE: Final = "LiveMigrate"
 LIVE_MIGRATE_IF_POSSIBLE: Final = "LiveMigrateIfPossible"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
-PARALLEL_MIGRATIONS_PER_CLUSTER: Final = 5
-PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: Final = 2
 # The upstream descheduler's annotation, read on the VMI as the owner's consent to a restart.
 RESTART_CONSENT: Final = "descheduler.alpha.kubernetes.io/evict"
 P = TypeVar("P", bound=Pod)
@@ -212,14 +215,6 @@ def _live_migration(vmi: VirtualMachineInstance, default_strategy: str) -> tuple
     if strategy == LIVE_MIGRATE_IF_POSSIBLE:
         return MoveKind.STAY, f"evictionStrategy LiveMigrateIfPossible and not migratable: {why}"
     return MoveKind.STAY, f"evictionStrategy {strategy}: evicting would stop the VM"
-
-
-class MigrationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """KubeVirt's parallel migration limits, which the descheduler keeps to as well."""
-
-    # 0 stops the descheduler from asking for migrations at all.
-    per_cluster: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_MIGRATIONS_PER_CLUSTER
-    outbound_per_node: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE
 
 
 class MigrationConfiguration(_ApiStruct, frozen=True):
