@@ -36,9 +36,9 @@ from figures import percentile
 from node_labeller_bench import kube_double, running_labeller, time_moves
 
 from hostaffinity.cli.bus_credentials import SERVER_ENV_FILE, write_local_credentials
-from hostaffinity.node_labeller.inventory import ObjectUpdate
-from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import NodeActions, PlannerSettings, reconcile_node
+from hostaffinity.node_labeller.core.inventory import ObjectUpdate
+from hostaffinity.node_labeller.core.nodes import Node, NodeMeta
+from hostaffinity.node_labeller.core.reconcile import NodeActions, PlannerSettings, reconcile_node
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import NodeChange, TopologyStore
 from hostaffinity.runtime.process.config import NatsSettings

@@ -86,16 +86,16 @@ from hostaffinity.affinity.model import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
-from hostaffinity.descheduler.cycle import decide
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.config import ExecutorSettings
+from hostaffinity.descheduler.core.cycle import decide
+from hostaffinity.descheduler.core.eviction_planner import (
     Action,
     EvictionPlanner,
     Plan,
     PlannerSettings,
     VmiStays,
 )
-from hostaffinity.descheduler.executor import EVICTED, Executor, ExecutorSettings
-from hostaffinity.descheduler.model import (
+from hostaffinity.descheduler.core.model import (
     Container,
     DeschedulerNode,
     DeschedulerPod,
@@ -107,9 +107,10 @@ from hostaffinity.descheduler.model import (
     decode_node,
     decode_pod,
 )
-from hostaffinity.descheduler.policy import DEFAULT_POLICY, load_policy, parse_policy
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.triggers import node_scope
+from hostaffinity.descheduler.core.policy import DEFAULT_POLICY, load_policy, parse_policy
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.triggers import node_scope
+from hostaffinity.descheduler.executor import EVICTED, Executor
 from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.schema.names import LABEL_ESXI_HOST
 

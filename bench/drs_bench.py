@@ -31,8 +31,8 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
+from hostaffinity.drs_translator.core.planner import Plan, PlannerSettings, plan
 from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.client import Bus

@@ -27,7 +27,7 @@ from figures import peak_rss_mib, percentile
 
 from hostaffinity.affinity.index import ClusterIndex, freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Pod
-from hostaffinity.drs_translator.planner import (
+from hostaffinity.drs_translator.core.planner import (
     Plan,
     PlannerSettings,
     Planning,

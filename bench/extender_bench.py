@@ -56,7 +56,7 @@ from hostaffinity.affinity.model import Pod
 from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.scheduler_extender.binder import Binder
-from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
+from hostaffinity.scheduler_extender.core.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST

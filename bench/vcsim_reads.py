@@ -13,7 +13,7 @@ from typing import Any
 
 from pyVmomi import vim, vmodl
 
-from hostaffinity.node_labeller.inventory import watched_properties
+from hostaffinity.node_labeller.core.inventory import watched_properties
 from hostaffinity.node_labeller.vcenter_watch import feed_properties, inventory_filter_spec
 from tests.platform.vcsim import updates_followed
 

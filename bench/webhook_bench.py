@@ -31,14 +31,14 @@ from typing import Any
 import aiohttp
 from figures import peak_rss_mib, percentile
 
-from hostaffinity.admission_webhook.admission_v1 import (
+from hostaffinity.admission_webhook.core.admission_v1 import (
     decode_review,
     encode_answer,
     mutation_for,
 )
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, Outcome
 from hostaffinity.admission_webhook.http import AdmissionWebhook
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
-from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome
 from hostaffinity.runtime.http.certificates import issue, server_context
 from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 

@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from hostaffinity.admission_webhook.mutation import MutationSettings
+from hostaffinity.admission_webhook.core.mutation import MutationSettings
 from hostaffinity.schema.names import POD_PHYSICAL_ANTI_AFFINITY, POD_SPREAD_ACROSS_HOSTS
 from tests.admission_policy_cel import (
     ENV,

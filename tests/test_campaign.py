@@ -17,8 +17,7 @@ import msgspec
 import pytest
 from pyVmomi import SoapAdapter, vim
 
-from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
-from hostaffinity.runtime.bus.kv import TopologySnapshot
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, plan_pod
 from hostaffinity.schema import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,
@@ -27,6 +26,7 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     NodeLabelled,
     PodEvicted,
+    TopologySnapshot,
 )
 from tests.campaign.checker import Result, check, first_breach
 from tests.campaign.drs_writes import parse_reconfigure, touches

@@ -23,7 +23,7 @@ import yaml
 from hostaffinity.admission_webhook.config import AdmissionWebhookConfig
 from hostaffinity.cli.fleet_registry import HubFolder
 from hostaffinity.descheduler.config import DeschedulerConfig
-from hostaffinity.descheduler.policy import load_policy
+from hostaffinity.descheduler.core.policy import load_policy
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.runtime.http.certificates import issue, service_hostnames

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from hostaffinity.descheduler.config import DeschedulerConfig
-from hostaffinity.descheduler.policy import Policy, load_policy, parse_policy
-from hostaffinity.descheduler.strategies import REGISTRY
+from hostaffinity.descheduler.core.policy import Policy, load_policy, parse_policy
+from hostaffinity.descheduler.core.strategies import REGISTRY
 from hostaffinity.runtime.process.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

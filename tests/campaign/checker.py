@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import jsonpatch
 
-from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, plan_pod
 from hostaffinity.admission_webhook.twinless import REASON as ADMITTED_WITHOUT_TWINS
 from hostaffinity.affinity.engine import AffinityEngine, FilterMode
 from hostaffinity.affinity.index import ClusterIndex

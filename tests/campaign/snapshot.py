@@ -14,10 +14,9 @@ from pyVmomi import vim
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import decode_namespace, decode_pod
 from hostaffinity.cli.reading import drs_records
-from hostaffinity.drs_translator.planner import Plan, PlannerSettings, plan
+from hostaffinity.drs_translator.core.planner import Plan, PlannerSettings, plan
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.kv import TopologySnapshot
-from hostaffinity.schema import DrsOwnership, EsxiHost, NodePlacement, label_value
+from hostaffinity.schema import DrsOwnership, EsxiHost, NodePlacement, TopologySnapshot, label_value
 from tests.campaign.history import FinalState
 from tests.campaign.install import VCENTER_NAME, Install
 from tests.campaign.system import System

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings
-from hostaffinity.descheduler.executor import ExecutorSettings
+from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings, ExecutorSettings
 from hostaffinity.descheduler.main import service_spec
 from hostaffinity.descheduler.service import DeschedulerWork
 from hostaffinity.runtime.runner import running_service

@@ -13,7 +13,7 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
-from hostaffinity.drs_translator.diff import Change
+from hostaffinity.drs_translator.core.diff import Change
 from hostaffinity.drs_translator.main import service_spec
 from hostaffinity.drs_translator.service import DrsTranslatorWork
 from hostaffinity.drs_translator.translator import DrsTranslator

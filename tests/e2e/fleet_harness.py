@@ -24,8 +24,7 @@ import msgspec
 from hostaffinity.admission_webhook.config import AdmissionWebhookConfig, WebhookSettings
 from hostaffinity.admission_webhook.main import service_spec as webhook_spec
 from hostaffinity.admission_webhook.service import AdmissionWebhookWork
-from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings
-from hostaffinity.descheduler.executor import ExecutorSettings
+from hostaffinity.descheduler.config import DeschedulerConfig, DeschedulerSettings, ExecutorSettings
 from hostaffinity.descheduler.service import DeschedulerWork
 from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.runtime.process.config import (

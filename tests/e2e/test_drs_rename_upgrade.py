@@ -16,10 +16,10 @@ from nats.js.kv import KeyValue
 
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
-from hostaffinity.drs_translator.diff import Change
+from hostaffinity.drs_translator.core.diff import Change
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.vcenter.session import VCenterSession

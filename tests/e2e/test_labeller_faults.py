@@ -17,12 +17,12 @@ import pytest
 from pyVmomi import vim
 
 from hostaffinity.node_labeller.config import LabellerSettings
-from hostaffinity.node_labeller.inventory import WATCHED_PROPERTIES
+from hostaffinity.node_labeller.core.inventory import WATCHED_PROPERTIES
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher, vcenter_sessions
 from hostaffinity.runtime.bus.client import Bus
-from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
+from hostaffinity.runtime.bus.kv import TopologyStore
 from hostaffinity.runtime.process.config import KubernetesSettings, LeaseSettings
-from hostaffinity.schema import LABEL_ESXI_HOST, VmMoved
+from hostaffinity.schema import LABEL_ESXI_HOST, TopologySnapshot, VmMoved
 from tests.e2e.labeller_harness import (
     HOSTS,
     NODES,

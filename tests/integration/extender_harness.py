@@ -14,8 +14,8 @@ import aiohttp
 
 from hostaffinity.runtime.process.config import HealthSettings, KubernetesSettings
 from hostaffinity.runtime.runner import running_service
-from hostaffinity.scheduler_extender.cache import ExtenderCache
 from hostaffinity.scheduler_extender.config import ExtenderSettings, SchedulerExtenderConfig
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.main import service_spec

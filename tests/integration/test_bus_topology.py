@@ -14,9 +14,7 @@ from hostaffinity.runtime.bus.kv import (
     HostChange,
     NodeChange,
     TopologyChange,
-    TopologySnapshot,
     TopologyWatch,
-    Undecodable,
 )
 from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.runtime.bus.layout import BusLayout
@@ -26,6 +24,8 @@ from hostaffinity.schema import (
     TOPOLOGY_BUCKET,
     DeadLetter,
     NodePlacement,
+    TopologySnapshot,
+    Undecodable,
     dlq_subject,
     node_key,
 )

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from hostaffinity.descheduler.cooldowns import inherit_cooldowns
-from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings
-from hostaffinity.descheduler.policy import EvictionLimits
+from hostaffinity.descheduler.core.eviction_planner import EvictionPlanner, PlannerSettings
+from hostaffinity.descheduler.core.policy import EvictionLimits
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id, utc_timestamp
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.config import ExecutorSettings
+from hostaffinity.descheduler.core.eviction_planner import (
     Action,
     EvictionLimits,
     EvictionPlanner,
@@ -20,9 +21,9 @@ from hostaffinity.descheduler.eviction_planner import (
     PlannerSettings,
     VmiStays,
 )
-from hostaffinity.descheduler.executor import Executor, ExecutorSettings, migration_name
-from hostaffinity.descheduler.model import decode_pod
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.core.model import decode_pod
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.executor import Executor, migration_name
 from hostaffinity.runtime.kube.client import KubeClient, api_client
 from hostaffinity.runtime.process.config import KubernetesSettings
 from tests.e2e.descheduler_harness import eventually

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import msgspec
 from nats.js.kv import KeyValue
 
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.placement_summary import PlacementSummary
-from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.schema import (

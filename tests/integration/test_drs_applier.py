@@ -8,10 +8,10 @@ from pyVmomi import vim
 
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
+from hostaffinity.drs_translator.core.planner import ClusterPlan
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.vcenter.session import VCenterSession

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pyVmomi import vim
 
-from hostaffinity.drs_translator.diff import Change
-from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.core.diff import Change
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules, ReconfigureRefused
 from hostaffinity.runtime.vcenter.session import VCenterSession
 from tests.platform.vcsim import Vcsim, VcsimFactory

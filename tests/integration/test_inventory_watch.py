@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 from pyVmomi import vim
 
-from hostaffinity.node_labeller.inventory import (
+from hostaffinity.node_labeller.core.inventory import (
     HOST,
     VM,
     WATCHED_PROPERTIES,

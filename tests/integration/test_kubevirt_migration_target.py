@@ -25,22 +25,22 @@ from typing import Any
 import msgspec
 import pytest
 
-from hostaffinity.admission_webhook.mutation import MutationSettings
+from hostaffinity.admission_webhook.core.mutation import MutationSettings
 from hostaffinity.affinity.engine import AffinityEngine, FilterMode
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Node, Pod
-from hostaffinity.descheduler.cycle import decide
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.cycle import decide
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     Outcome,
     PlannerSettings,
 )
-from hostaffinity.descheduler.model import decode_node, decode_pod
-from hostaffinity.descheduler.policy import Policy, Profile
-from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.descheduler.core.model import decode_node, decode_pod
+from hostaffinity.descheduler.core.policy import Policy, Profile
+from hostaffinity.descheduler.core.protections import DefaultEvictorArgs, Protections
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_SPREAD_ACROSS_HOSTS
 from tests.admission_policy_cel import Policy as AdmissionPolicy
 from tests.integration.webhook_harness import (

@@ -23,9 +23,9 @@ from nats.js.kv import KeyValue
 
 from hostaffinity.cli.event_log import events_of
 from hostaffinity.descheduler.cooldowns import inherit_cooldowns
-from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings
+from hostaffinity.descheduler.core.eviction_planner import EvictionPlanner, PlannerSettings
+from hostaffinity.descheduler.core.policy import EvictionLimits
 from hostaffinity.descheduler.executor import EVICTED
-from hostaffinity.descheduler.policy import EvictionLimits
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import topology_change
 from hostaffinity.schema import (

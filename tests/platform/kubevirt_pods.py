@@ -17,7 +17,7 @@ from typing import Any
 import jsonpatch
 import msgspec
 
-from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, plan_pod
 from hostaffinity.affinity.interpod import apply_label_keys
 from hostaffinity.affinity.model import Pod
 from hostaffinity.schema.names import POD_PHYSICAL_ANTI_AFFINITY

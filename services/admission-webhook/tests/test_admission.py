@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from hostaffinity.admission_webhook.admission_v1 import decode_review
-from hostaffinity.admission_webhook.mutation import MutationSettings, Outcome, plan_pod
+from hostaffinity.admission_webhook.core.admission_v1 import decode_review
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, Outcome, plan_pod
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,

@@ -23,7 +23,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostaffinity.admission_webhook.mutation import MutationSettings, plan_pod
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, plan_pod
 from hostaffinity.affinity.engine import FilterMode
 from hostaffinity.affinity.interpod import apply_label_keys
 from hostaffinity.affinity.model import Node, Pod

@@ -10,8 +10,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from hostaffinity.admission_webhook.fleet_affinity import with_fleet_terms
-from hostaffinity.admission_webhook.mutation import (
+from hostaffinity.admission_webhook.core.fleet_affinity import with_fleet_terms
+from hostaffinity.admission_webhook.core.mutation import (
     PREFERRED,
     REQUIRED,
     Mutation,

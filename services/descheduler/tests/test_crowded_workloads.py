@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.crowded import CrowdedWorkloads
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.crowded import CrowdedWorkloads
 from tests.platform.builders.descheduler import ESXI, cluster, node, pod
 
 A, B, C = (f"default/ReplicaSet/{name}" for name in ("a", "b", "c"))

@@ -7,19 +7,22 @@ from typing import ClassVar
 
 import pytest
 
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     Plan,
     PlannerSettings,
 )
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies import build_strategy
-from hostaffinity.descheduler.strategies.base import Strategy, Violation
-from hostaffinity.descheduler.strategies.changes import Change
-from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
-from hostaffinity.descheduler.strategies.scope import Scope
-from hostaffinity.descheduler.strategies.topology_spread import TopologySpread, TopologySpreadArgs
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies import build_strategy
+from hostaffinity.descheduler.core.strategies.base import Strategy, Violation
+from hostaffinity.descheduler.core.strategies.changes import Change
+from hostaffinity.descheduler.core.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.descheduler.core.strategies.scope import Scope
+from hostaffinity.descheduler.core.strategies.topology_spread import (
+    TopologySpread,
+    TopologySpreadArgs,
+)
 from tests.platform.builders.descheduler import (
     HOSTNAME,
     cluster,

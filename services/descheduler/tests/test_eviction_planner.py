@@ -7,27 +7,27 @@ import json
 import pytest
 
 from hostaffinity.affinity.model import LabelSelector
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.config import MigrationLimits
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     Outcome,
     PlannerSettings,
 )
-from hostaffinity.descheduler.kubevirt import (
-    MigrationLimits,
+from hostaffinity.descheduler.core.kubevirt import (
     decode_kubevirt,
     placement_awaiting_restart,
 )
-from hostaffinity.descheduler.protections import (
+from hostaffinity.descheduler.core.protections import (
     DefaultEvictorArgs,
     PriorityThreshold,
     parse_duration,
 )
-from hostaffinity.descheduler.strategies.interpod_anti_affinity import (
+from hostaffinity.descheduler.core.strategies.interpod_anti_affinity import (
     InterPodAntiAffinity,
     InterPodAntiAffinityArgs,
 )
-from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.descheduler.core.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from tests.platform.builders.descheduler import (
     ESXI,
     anti_affinity,
@@ -350,7 +350,7 @@ def test_a_migration_is_pinned_to_its_target_where_kubevirt_takes_added_node_sel
 
 
 def test_migrations_in_flight_count_against_the_limits() -> None:
-    from hostaffinity.descheduler.kubevirt import decode_migration
+    from hostaffinity.descheduler.core.kubevirt import decode_migration
 
     state = cluster(
         [node("n1", taints=[NOSCHED]), node("n2")],
@@ -397,7 +397,7 @@ def test_durations() -> None:
 def test_seed_002_a_rule_added_to_a_running_vm_moves_it_live() -> None:
     """The VM's new anti-affinity reached the VMI spec, not its virt-launcher pod (immutable);
     the descheduler reads the VMI's rules and migrates it instead of waiting for a restart."""
-    from hostaffinity.descheduler.kubevirt import decode_vmi
+    from hostaffinity.descheduler.core.kubevirt import decode_vmi
 
     apart = anti_affinity({"app": "fedora"})
     state = cluster(

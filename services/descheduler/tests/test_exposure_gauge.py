@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
+from hostaffinity.descheduler.core.kubevirt import VirtualMachineInstance
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.exposure_gauge import ExposureGauge
-from hostaffinity.descheduler.kubevirt import VirtualMachineInstance
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.process.telemetry import setup_telemetry
 from tests.platform.builders.descheduler import cluster, launcher, node, pod, vmi
 

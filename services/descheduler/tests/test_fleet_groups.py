@@ -11,14 +11,14 @@ import msgspec
 import pytest
 
 from hostaffinity.affinity.fleet_groups import FleetMembers, stayer
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     PlannerSettings,
 )
-from hostaffinity.descheduler.model import DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.fleet_groups import FleetGroups, FleetGroupsArgs
+from hostaffinity.descheduler.core.model import DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.fleet_groups import FleetGroups, FleetGroupsArgs
 from hostaffinity.schema import LABEL_FLEET_GROUP, ReplicaPlacement, WorkloadPlacement
 from tests.platform.builders.descheduler import cluster, decide_once, evicted, node, pod
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from hostaffinity.descheduler.policy import PolicyError, load_policy, parse_policy
-from hostaffinity.descheduler.protections import DAEMONSET, LOCAL_STORAGE, WITH_PVC
-from hostaffinity.descheduler.strategies import StrategyArgsError, build_strategy
-from hostaffinity.descheduler.strategies.node_affinity import REQUIRED, NodeAffinity
+from hostaffinity.descheduler.core.policy import PolicyError, load_policy, parse_policy
+from hostaffinity.descheduler.core.protections import DAEMONSET, LOCAL_STORAGE, WITH_PVC
+from hostaffinity.descheduler.core.strategies import StrategyArgsError, build_strategy
+from hostaffinity.descheduler.core.strategies.node_affinity import REQUIRED, NodeAffinity
 from tests.recorded_fixtures import fixture_dir
 
 

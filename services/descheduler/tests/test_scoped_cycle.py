@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from hostaffinity.descheduler.cycle import decide, next_scope
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.cycle import decide, next_scope
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     PlannerSettings,
 )
-from hostaffinity.descheduler.policy import Policy, Profile
-from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies import build_strategy
-from hostaffinity.descheduler.strategies.base import Strategy, Violation
-from hostaffinity.descheduler.strategies.scope import Scope, touched_pods
-from hostaffinity.descheduler.triggers import node_scope
+from hostaffinity.descheduler.core.policy import Policy, Profile
+from hostaffinity.descheduler.core.protections import DefaultEvictorArgs, Protections
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies import build_strategy
+from hostaffinity.descheduler.core.strategies.base import Strategy, Violation
+from hostaffinity.descheduler.core.strategies.scope import Scope, touched_pods
+from hostaffinity.descheduler.core.triggers import node_scope
 from tests.platform.builders.descheduler import (
     ESXI,
     NOW,

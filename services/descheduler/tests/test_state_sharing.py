@@ -6,8 +6,8 @@ import json
 
 import msgspec
 
-from hostaffinity.descheduler.model import DeschedulerPod, decode_pod
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.core.model import DeschedulerPod, decode_pod
+from hostaffinity.descheduler.core.state import ClusterState
 from tests.platform.builders.descheduler import node, pod, pod_json
 
 MEMORY = 128 * 2**20 * 1000  # 128Mi in thousandths

@@ -9,28 +9,28 @@ from __future__ import annotations
 
 import pytest
 
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     Outcome,
     PlannerSettings,
 )
-from hostaffinity.descheduler.strategies.duplicates import Duplicates, DuplicatesArgs
-from hostaffinity.descheduler.strategies.interpod_affinity import (
+from hostaffinity.descheduler.core.strategies.duplicates import Duplicates, DuplicatesArgs
+from hostaffinity.descheduler.core.strategies.interpod_affinity import (
     InterPodAffinity,
     InterPodAffinityArgs,
 )
-from hostaffinity.descheduler.strategies.interpod_anti_affinity import (
+from hostaffinity.descheduler.core.strategies.interpod_anti_affinity import (
     InterPodAntiAffinity,
     InterPodAntiAffinityArgs,
 )
-from hostaffinity.descheduler.strategies.node_affinity import (
+from hostaffinity.descheduler.core.strategies.node_affinity import (
     PREFERRED,
     REQUIRED,
     NodeAffinity,
     NodeAffinityArgs,
 )
-from hostaffinity.descheduler.strategies.node_taints import NodeTaints, NodeTaintsArgs
+from hostaffinity.descheduler.core.strategies.node_taints import NodeTaints, NodeTaintsArgs
 from hostaffinity.schema import LABEL_ZONE
 from tests.platform.builders.descheduler import (
     ESXI,
@@ -273,7 +273,7 @@ def test_preferred_terms_only_by_setting_and_only_towards_a_free_domain() -> Non
 
 def test_max_pods_total_limit() -> None:
     """Upstream "Maximum pods to evict (maxNoOfPodsToEvictTotal)": total 1 -> 1 evicted."""
-    from hostaffinity.descheduler.eviction_planner import EvictionLimits
+    from hostaffinity.descheduler.core.eviction_planner import EvictionLimits
 
     pods = [pod(f"p{i}", "n1", WEB, affinity=ANTI, created_minutes_ago=i) for i in range(4)]
     state = cluster([node(f"n{i}") for i in range(1, 6)], pods)

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     PlannerSettings,
 )
-from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
-from hostaffinity.descheduler.policy import PolicyError, load_policy
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies import StrategyArgsError, build_strategy
-from hostaffinity.descheduler.strategies.topology_spread import (
+from hostaffinity.descheduler.core.model import DeschedulerNode, DeschedulerPod
+from hostaffinity.descheduler.core.policy import PolicyError, load_policy
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies import StrategyArgsError, build_strategy
+from hostaffinity.descheduler.core.strategies.topology_spread import (
     TopologySpread,
     TopologySpreadArgs,
     balance_domains,

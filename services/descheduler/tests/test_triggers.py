@@ -9,10 +9,10 @@ from operator import or_
 
 import pytest
 
-from hostaffinity.descheduler import triggers
-from hostaffinity.descheduler.strategies.changes import Change
-from hostaffinity.descheduler.strategies.scope import Scope
-from hostaffinity.descheduler.triggers import CycleTrigger, node_trigger, pod_trigger
+from hostaffinity.descheduler.core import triggers
+from hostaffinity.descheduler.core.strategies.changes import Change
+from hostaffinity.descheduler.core.strategies.scope import Scope
+from hostaffinity.descheduler.core.triggers import CycleTrigger, node_trigger, pod_trigger
 from tests.platform.builders.descheduler import anti_affinity, node, pod
 
 NOSCHED = {"key": "k", "effect": "NoSchedule"}
@@ -108,8 +108,8 @@ async def test_a_flood_of_triggers_keeps_a_few_reasons_and_counts_the_rest() -> 
 
 
 def test_vmi_and_migration_changes() -> None:
-    from hostaffinity.descheduler.kubevirt import decode_migration, decode_vmi
-    from hostaffinity.descheduler.triggers import migration_trigger, vmi_trigger
+    from hostaffinity.descheduler.core.kubevirt import decode_migration, decode_vmi
+    from hostaffinity.descheduler.core.triggers import migration_trigger, vmi_trigger
     from tests.platform.builders.descheduler import vmi, vmi_json
 
     edited = vmi_json("vm-a", "n1")
@@ -211,8 +211,8 @@ async def test_a_stop_that_comes_with_a_poke_ends_the_wait() -> None:
 
 def test_a_change_of_kubevirts_migration_limits_starts_a_cycle() -> None:
     """Raised from 0, the VMs it held back go; another change of the CR starts nothing."""
-    from hostaffinity.descheduler.kubevirt import KubeVirt, decode_kubevirt
-    from hostaffinity.descheduler.triggers import kubevirt_trigger
+    from hostaffinity.descheduler.core.kubevirt import KubeVirt, decode_kubevirt
+    from hostaffinity.descheduler.core.triggers import kubevirt_trigger
     from tests.platform.builders.descheduler import kubevirt_json
 
     def cr(version: str, per_cluster: int | None) -> KubeVirt:

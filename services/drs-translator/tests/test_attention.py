@@ -3,9 +3,9 @@ and the rules of other installs on the same hosts."""
 
 import pytest
 
-from hostaffinity.drs_translator.attention import other_install_rules, unprotected_groups
-from hostaffinity.drs_translator.planner import ClusterPlan, Conflict
-from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.core.attention import other_install_rules, unprotected_groups
+from hostaffinity.drs_translator.core.planner import ClusterPlan, Conflict
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.schema import DrsName, DrsObjectKind
 from tests.platform.builders.drs import INSTALL
 

@@ -4,8 +4,8 @@ removed; another install's are listed and never touched."""
 from collections.abc import Mapping, Set
 from dataclasses import replace
 
-from hostaffinity.drs_translator.diff import ClusterDiff, diff_cluster
-from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.core.diff import ClusterDiff, diff_cluster
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.schema import DrsName, DrsOwnership, DrsRecordState, fleet_rule_name
 
 C = "domain-c1"

@@ -9,7 +9,7 @@ import pytest
 from hostaffinity.affinity.fleet_groups import FleetMembers, own_members
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod
-from hostaffinity.drs_translator.fleet_planner import FleetRulePlan, plan_fleet_rules
+from hostaffinity.drs_translator.core.fleet_planner import FleetRulePlan, plan_fleet_rules
 from hostaffinity.schema import (
     LABEL_FLEET_GROUP,
     EsxiHost,

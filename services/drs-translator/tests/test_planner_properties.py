@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hostaffinity.affinity.interpod import compile_pod_terms
 from hostaffinity.affinity.model import Pod
-from hostaffinity.drs_translator.cliques import edge
+from hostaffinity.drs_translator.core.cliques import edge
 from tests.platform.builders.drs import PLACEMENTS_6_3, pod, run_plan
 
 APPS = ("a", "b", "c")

@@ -9,12 +9,12 @@ import msgspec
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
-from hostaffinity.drs_translator.diff import Change
+from hostaffinity.drs_translator.core.diff import Change
+from hostaffinity.drs_translator.core.planner import PlannerSettings
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.reports import ClusterReports
-from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
 from hostaffinity.schema import host_id

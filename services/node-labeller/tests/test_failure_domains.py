@@ -3,16 +3,16 @@
 import msgspec
 import pytest
 
-from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
-from hostaffinity.node_labeller.failure_domains import (
+from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.core.failure_domains import (
     Conflict,
     FailureDomains,
     TagIndex,
     host_failure_domains,
     plan_shared_labels,
 )
-from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import PlannerSettings, Tags, reconcile_node
+from hostaffinity.node_labeller.core.nodes import Node, NodeMeta
+from hostaffinity.node_labeller.core.reconcile import PlannerSettings, Tags, reconcile_node
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,
     LABEL_RACK,

@@ -3,8 +3,8 @@ maintenance in its `host.<moid>` record while the task is queued or running, not
 
 import pytest
 
-from hostaffinity.node_labeller.inventory import ENTER_MAINTENANCE, TASK, ObjectUpdate
-from hostaffinity.node_labeller.reconcile import reconcile_host
+from hostaffinity.node_labeller.core.inventory import ENTER_MAINTENANCE, TASK, ObjectUpdate
+from hostaffinity.node_labeller.core.reconcile import reconcile_host
 from tests.platform.builders.node_labeller import enter, inventory_with
 
 

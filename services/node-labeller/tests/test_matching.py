@@ -2,8 +2,8 @@
 
 import pytest
 
-from hostaffinity.node_labeller.inventory import VmFacts
-from hostaffinity.node_labeller.matching import (
+from hostaffinity.node_labeller.core.inventory import VmFacts
+from hostaffinity.node_labeller.core.matching import (
     Fallback,
     Matched,
     Unmatched,
@@ -12,7 +12,13 @@ from hostaffinity.node_labeller.matching import (
     swap_uuid_byte_order,
     vm_match_keys,
 )
-from hostaffinity.node_labeller.nodes import Node, NodeMeta, NodeSpec, NodeStatus, NodeSystemInfo
+from hostaffinity.node_labeller.core.nodes import (
+    Node,
+    NodeMeta,
+    NodeSpec,
+    NodeStatus,
+    NodeSystemInfo,
+)
 from tests.platform.builders.node_labeller import inventory_with
 
 UUID_A = "4237f1ba-2b1c-8a21-9d3e-0123456789ab"

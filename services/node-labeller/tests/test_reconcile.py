@@ -1,8 +1,8 @@
 """reconcile_node: labels follow the VM, only our keys are touched, events match the change."""
 
-from hostaffinity.node_labeller.inventory import Inventory
-from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import NodeActions, PlannerSettings, reconcile_node
+from hostaffinity.node_labeller.core.inventory import Inventory
+from hostaffinity.node_labeller.core.nodes import Node, NodeMeta
+from hostaffinity.node_labeller.core.reconcile import NodeActions, PlannerSettings, reconcile_node
 from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     LABEL_ESXI_HOST,

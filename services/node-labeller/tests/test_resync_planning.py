@@ -3,10 +3,9 @@ marked key is rewritten (or deleted) without announcing a change that did not ha
 
 import msgspec
 
-from hostaffinity.node_labeller.inventory import Inventory
-from hostaffinity.node_labeller.labeller import HostIds
-from hostaffinity.node_labeller.nodes import Node, NodeMeta
-from hostaffinity.node_labeller.reconcile import (
+from hostaffinity.node_labeller.core.inventory import Inventory
+from hostaffinity.node_labeller.core.nodes import Node, NodeMeta
+from hostaffinity.node_labeller.core.reconcile import (
     HostActions,
     PlannerSettings,
     forget_node,
@@ -14,8 +13,8 @@ from hostaffinity.node_labeller.reconcile import (
     reconcile_node,
     stale_keys,
 )
-from hostaffinity.runtime.bus.kv import TopologySnapshot, Undecodable
-from hostaffinity.schema import NodePlacement
+from hostaffinity.node_labeller.labeller import HostIds
+from hostaffinity.schema import NodePlacement, TopologySnapshot, Undecodable
 from tests.platform.builders.node_labeller import inventory_with
 
 SETTINGS = PlannerSettings(fallback="vm-name")

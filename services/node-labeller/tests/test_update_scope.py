@@ -4,14 +4,20 @@ Nodes the cluster has (a vMotion at 5,000 nodes must not plan every node not pla
 import asyncio
 from typing import Any
 
-from hostaffinity.node_labeller.inventory import ObjectUpdate
+from hostaffinity.node_labeller.core.inventory import ObjectUpdate
+from hostaffinity.node_labeller.core.matching import swap_uuid_byte_order
+from hostaffinity.node_labeller.core.nodes import (
+    Node,
+    NodeMeta,
+    NodeSpec,
+    NodeStatus,
+    NodeSystemInfo,
+)
+from hostaffinity.node_labeller.core.reconcile import PlannerSettings, reconcile_node
 from hostaffinity.node_labeller.labeller import Labeller
-from hostaffinity.node_labeller.matching import swap_uuid_byte_order
-from hostaffinity.node_labeller.nodes import Node, NodeMeta, NodeSpec, NodeStatus, NodeSystemInfo
-from hostaffinity.node_labeller.reconcile import PlannerSettings, reconcile_node
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
-from hostaffinity.runtime.bus.kv import TopologySnapshot
 from hostaffinity.runtime.process.workqueue import SWEEP_WINDOW
+from hostaffinity.schema import TopologySnapshot
 from tests.platform.builders.node_labeller import inventory_updates, vm_enter
 
 VCENTER = "vc-1"

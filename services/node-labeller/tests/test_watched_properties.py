@@ -1,6 +1,6 @@
 """What the watcher asks vCenter for: a VM's guest hostname only where nodes are matched by it."""
 
-from hostaffinity.node_labeller.inventory import (
+from hostaffinity.node_labeller.core.inventory import (
     GUEST_HOSTNAME,
     VM,
     WATCHED_PROPERTIES,

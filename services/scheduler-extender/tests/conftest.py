@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hostaffinity.affinity.model import Namespace, Node, ObjectMeta, Pod
-from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
+from hostaffinity.scheduler_extender.core.cache import SOURCES, ExtenderCache
 
 
 def _build(

@@ -21,9 +21,9 @@ from hostaffinity.affinity.model import (
     PodSpec,
     WeightedPodAffinityTerm,
 )
-from hostaffinity.scheduler_extender import answers
-from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.extender_v1 import AskedNodes
+from hostaffinity.scheduler_extender.core import answers
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.extender_v1 import AskedNodes
 from hostaffinity.schema import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
 
 CacheFactory = Callable[..., ExtenderCache]  # the `make_cache` fixture (conftest.py)

@@ -11,10 +11,10 @@ import pytest
 
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.model import ObjectMeta, Pod, PodSpec
-from hostaffinity.scheduler_extender import answers
-from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.extender_v1 import AskedNodes
-from hostaffinity.scheduler_extender.fleet_filter import REASON
+from hostaffinity.scheduler_extender.core import answers
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.extender_v1 import AskedNodes
+from hostaffinity.scheduler_extender.core.fleet_filter import REASON
 from hostaffinity.schema import LABEL_FLEET_GROUP, ReplicaPlacement, WorkloadPlacement
 
 CacheFactory = Callable[..., ExtenderCache]

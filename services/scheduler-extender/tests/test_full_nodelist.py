@@ -16,7 +16,7 @@ from hostaffinity.affinity.model import decode_pod
 from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.scheduler_extender.binder import Binder
-from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 from hostaffinity.schema import LABEL_ESXI_HOST

@@ -24,11 +24,11 @@ from hostaffinity.affinity.model import (
     PodSpec,
 )
 from hostaffinity.affinity.selectors import NOTHING, compile_label_selector
-from hostaffinity.scheduler_extender import answers
-from hostaffinity.scheduler_extender.cache import ExtenderCache
-from hostaffinity.scheduler_extender.extender_v1 import AskedNodes
+from hostaffinity.scheduler_extender.core import answers
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.extender_v1 import AskedNodes
+from hostaffinity.scheduler_extender.core.inflight import InFlight
 from hostaffinity.scheduler_extender.feeds import decode_observed_pod
-from hostaffinity.scheduler_extender.inflight import InFlight
 from hostaffinity.schema import LABEL_ESXI_HOST
 
 HOSTS: dict[str, str | None] = {"node1": "host1", "node2": "host1", "node3": "host2", "node4": None}

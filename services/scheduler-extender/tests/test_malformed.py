@@ -25,7 +25,7 @@ from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.runtime.process.telemetry import setup_telemetry
 from hostaffinity.scheduler_extender.binder import Binder
-from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import jsonpatch
 
-from hostaffinity.admission_webhook.admission_v1 import (
+from hostaffinity.admission_webhook.core.admission_v1 import (
     decode_review,
     encode_answer,
     mutation_for,
 )
-from hostaffinity.admission_webhook.mutation import MutationSettings
+from hostaffinity.admission_webhook.core.mutation import MutationSettings
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     POD_PHYSICAL_ANTI_AFFINITY,

@@ -12,24 +12,29 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hostaffinity.affinity.model import Namespace, ObjectMeta
-from hostaffinity.descheduler.cycle import decide
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.core.cycle import decide
+from hostaffinity.descheduler.core.eviction_planner import (
     EvictionLimits,
     EvictionPlanner,
     Plan,
     PlannerSettings,
 )
-from hostaffinity.descheduler.kubevirt import (
+from hostaffinity.descheduler.core.kubevirt import (
     VirtualMachine,
     VirtualMachineInstance,
     decode_vm,
     decode_vmi,
 )
-from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod, decode_node, decode_pod
-from hostaffinity.descheduler.policy import Policy, Profile
-from hostaffinity.descheduler.protections import DefaultEvictorArgs, Protections
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.base import Strategy
+from hostaffinity.descheduler.core.model import (
+    DeschedulerNode,
+    DeschedulerPod,
+    decode_node,
+    decode_pod,
+)
+from hostaffinity.descheduler.core.policy import Policy, Profile
+from hostaffinity.descheduler.core.protections import DefaultEvictorArgs, Protections
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.base import Strategy
 
 HOSTNAME = "kubernetes.io/hostname"
 ESXI = "hostaffinity.io/esxi-host"

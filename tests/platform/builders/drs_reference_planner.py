@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
 from hostaffinity.affinity.model import Pod
-from hostaffinity.drs_translator.cliques import edge
-from hostaffinity.drs_translator.planner import (
+from hostaffinity.drs_translator.core.cliques import edge
+from hostaffinity.drs_translator.core.planner import (
     ClusterHosts,
     Plan,
     PlannerSettings,

@@ -1,6 +1,6 @@
 """Builders for an Inventory shaped like vCenter's: datacenter → folder → cluster → hosts."""
 
-from hostaffinity.node_labeller.inventory import Inventory, ObjectUpdate, PropertyValue
+from hostaffinity.node_labeller.core.inventory import Inventory, ObjectUpdate, PropertyValue
 
 
 def enter(obj_type: str, moid: str, **props: PropertyValue) -> ObjectUpdate:

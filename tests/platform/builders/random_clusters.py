@@ -17,10 +17,10 @@ from typing import Any
 
 import msgspec
 
-from hostaffinity.descheduler.model import DeschedulerNode, DeschedulerPod
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.scope import Scope
-from hostaffinity.descheduler.triggers import node_scope, node_trigger, pod_scope, pod_trigger
+from hostaffinity.descheduler.core.model import DeschedulerNode, DeschedulerPod
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.scope import Scope
+from hostaffinity.descheduler.core.triggers import node_scope, node_trigger, pod_scope, pod_trigger
 from tests.platform.builders.descheduler import ESXI, HOSTNAME, cluster, node, pod
 
 ZONE = "topology.kubernetes.io/zone"

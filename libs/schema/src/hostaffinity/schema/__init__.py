@@ -97,7 +97,13 @@ from hostaffinity.schema.names import (
     workload_key,
 )
 from hostaffinity.schema.timestamps import utc_timestamp
-from hostaffinity.schema.topology import DeadLetter, EsxiHost, NodePlacement
+from hostaffinity.schema.topology import (
+    DeadLetter,
+    EsxiHost,
+    NodePlacement,
+    TopologySnapshot,
+    Undecodable,
+)
 from hostaffinity.schema.version import SCHEMA_VERSION
 
 __all__ = [
@@ -156,6 +162,8 @@ __all__ = [
     "ReplicaPlacement",
     "SharedHostsWarning",
     "TopologyEvent",
+    "TopologySnapshot",
+    "Undecodable",
     "UnprotectedGroup",
     "VmMoved",
     "VmiMigrationRequested",

@@ -71,3 +71,17 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     received_at: str
     # The original's size in bytes; `payload` holds only its first bytes when this is larger.
     payload_size: int = 0
+
+
+class Undecodable(msgspec.Struct, frozen=True):
+    """A value under a topology key that is not the schema's type (garbage, wrong types)."""
+
+    reason: str
+
+
+class TopologySnapshot(msgspec.Struct, frozen=True):
+    """The latest value of every live key of the topology bucket: what a resync compares with what
+    it last wrote. Here rather than beside the bucket's reader so that a pure core can take one."""
+
+    nodes: dict[str, NodePlacement | Undecodable]
+    hosts: dict[str, EsxiHost | Undecodable]

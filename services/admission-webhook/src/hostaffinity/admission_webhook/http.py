@@ -17,16 +17,16 @@ from typing import Any
 
 from aiohttp import web
 
-from hostaffinity.admission_webhook.admission_v1 import (
+from hostaffinity.admission_webhook.core.admission_v1 import (
     AdmissionReview,
     created_pod,
     decode_review,
     encode_answer,
     mutation_for,
 )
-from hostaffinity.admission_webhook.fleet_affinity import with_fleet_terms
+from hostaffinity.admission_webhook.core.fleet_affinity import with_fleet_terms
+from hostaffinity.admission_webhook.core.mutation import Mutation, MutationSettings, Outcome
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
-from hostaffinity.admission_webhook.mutation import Mutation, MutationSettings, Outcome
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.schema import UNDECODABLE, Event, PodMutated, event_id, utc_timestamp
 

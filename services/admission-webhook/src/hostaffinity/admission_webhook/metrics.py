@@ -16,7 +16,7 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from hostaffinity.admission_webhook.mutation import Outcome
+from hostaffinity.admission_webhook.core.mutation import Outcome
 from hostaffinity.runtime.process.telemetry import seconds_histogram
 
 # The API server waits timeoutSeconds (2 s as shipped); a review should take well under 1 ms.

@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from hostaffinity.admission_webhook.config import AdmissionWebhookConfig, WebhookSettings
-from hostaffinity.admission_webhook.headroom import HostHeadroomAdvisor
+from hostaffinity.admission_webhook.core.headroom import HostHeadroomAdvisor
+from hostaffinity.admission_webhook.core.mutation import MutationSettings
 from hostaffinity.admission_webhook.http import SOURCE, AdmissionWebhook
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
-from hostaffinity.admission_webhook.mutation import MutationSettings
 from hostaffinity.admission_webhook.registration import RegistrationError, WebhookRegistration
 from hostaffinity.admission_webhook.twinless import (
     PodAdmission,

@@ -22,7 +22,7 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.admission_webhook.mutation import MutationSettings, opted_in, plan_pod
+from hostaffinity.admission_webhook.core.mutation import MutationSettings, opted_in, plan_pod
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 from hostaffinity.runtime.kube.informer import InformerEvent
 from hostaffinity.schema import POD_SPREAD_ACROSS_HOSTS

@@ -1,12 +1,44 @@
 """The descheduler's config record (YAML + HOSTAFFINITY_* environment), strict on unknown keys.
 
 The eviction policy itself is an upstream DeschedulerPolicy file (`descheduler.policy_file`);
-without one the built-in policy (policy.DEFAULT_POLICY) runs.
+without one the built-in policy (policy.DEFAULT_POLICY) runs. A leaf: it imports no module of
+the descheduler, whose core and shell both take their settings from it.
 """
 
-from hostaffinity.descheduler.executor import ExecutorSettings
-from hostaffinity.descheduler.kubevirt import MigrationLimits
-from hostaffinity.runtime.process.config import Delay, LeaderElectedSettings, Seconds, Settings
+from typing import Annotated, Final
+
+import msgspec
+
+from hostaffinity.runtime.process.config import (
+    Count,
+    Delay,
+    LeaderElectedSettings,
+    Seconds,
+    Settings,
+)
+
+# KubeVirt's own limits where its CR names none (pkg/virt-config/virt-config.go, 5 and 2).
+PARALLEL_MIGRATIONS_PER_CLUSTER: Final = 5
+PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: Final = 2
+
+
+class MigrationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """KubeVirt's parallel migration limits, which the descheduler keeps to as well."""
+
+    # 0 stops the descheduler from asking for migrations at all.
+    per_cluster: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_MIGRATIONS_PER_CLUSTER
+    outbound_per_node: Annotated[int, msgspec.Meta(ge=0)] = PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE
+
+
+class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How evictions are sent."""
+
+    parallelism: Count = 16
+    retry_initial_seconds: Seconds = 2.0
+    retry_max_seconds: Seconds = 60.0
+    # After this many 429s the pod is treated as any other: the cooldown applies to it again.
+    max_attempts: Count = 30
+    grace_period_seconds: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class DeschedulerSettings(Settings, frozen=True):

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from nats.js import JetStreamContext
 
-from hostaffinity.descheduler.eviction_planner import EvictionPlanner
+from hostaffinity.descheduler.core.eviction_planner import EvictionPlanner
 from hostaffinity.descheduler.executor import EVICTED, MIGRATED
 from hostaffinity.descheduler.intents import REQUESTED, Announcement
 from hostaffinity.runtime.bus.replay import replay

@@ -21,12 +21,12 @@ import json
 import logging
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
-import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from hostaffinity.descheduler.eviction_planner import (
+from hostaffinity.descheduler.config import ExecutorSettings
+from hostaffinity.descheduler.core.eviction_planner import (
     HOSTNAME_LABEL,
     Action,
     EvictionPlanner,
@@ -34,11 +34,10 @@ from hostaffinity.descheduler.eviction_planner import (
     Plan,
     VmiStays,
 )
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.runtime.kube.client import TRANSPORT_ERRORS, KubeClient, ResourceRef
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.checkpoints import WritePath
-from hostaffinity.runtime.process.config import Count, Seconds
 
 _log = logging.getLogger(__name__)
 EVICTED: Final = "evicted"
@@ -63,17 +62,6 @@ MIGRATION_PATH: Final = WritePath("migration", STEPS)
 
 def write_path(action: Action) -> WritePath:
     return MIGRATION_PATH if action.outcome is Outcome.MIGRATE else EVICTION_PATH
-
-
-class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """How evictions are sent."""
-
-    parallelism: Count = 16
-    retry_initial_seconds: Seconds = 2.0
-    retry_max_seconds: Seconds = 60.0
-    # After this many 429s the pod is treated as any other: the cooldown applies to it again.
-    max_attempts: Count = 30
-    grace_period_seconds: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 Report = Callable[[Action, str], Awaitable[None]]

@@ -23,9 +23,9 @@ from opentelemetry.metrics import Observation
 
 from hostaffinity.affinity.exposure import exposed_per_namespace
 from hostaffinity.affinity.workloads import WorkloadRef
-from hostaffinity.descheduler.kubevirt import vm_owner
+from hostaffinity.descheduler.core.kubevirt import vm_owner
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.metrics import newest_gauge
-from hostaffinity.descheduler.state import ClusterState
 
 REFRESH_SECONDS: Final = 30.0
 NAME: Final = "hostaffinity_workloads_exposed"

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from hostaffinity.affinity.model import decode_namespace
-from hostaffinity.descheduler.kubevirt import (
+from hostaffinity.descheduler.core.kubevirt import (
     VirtualMachine,
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
@@ -27,14 +27,14 @@ from hostaffinity.descheduler.kubevirt import (
     decode_vm,
     decode_vmi,
 )
-from hostaffinity.descheduler.model import (
+from hostaffinity.descheduler.core.model import (
     decode_node,
     decode_pdb,
     decode_pod,
 )
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.scope import Scope
-from hostaffinity.descheduler.triggers import (
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.scope import Scope
+from hostaffinity.descheduler.core.triggers import (
     CycleTrigger,
     kubevirt_trigger,
     migration_trigger,

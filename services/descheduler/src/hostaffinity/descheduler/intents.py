@@ -24,9 +24,9 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.descheduler.eviction_planner import EvictionPlanner
+from hostaffinity.descheduler.core.eviction_planner import EvictionPlanner
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.executor import EVICTED, MIGRATED
-from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
 

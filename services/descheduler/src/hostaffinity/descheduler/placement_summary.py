@@ -34,7 +34,7 @@ from nats.js.kv import KeyValue
 
 from hostaffinity.affinity.index import ClusterIndex, PodRecord
 from hostaffinity.affinity.workloads import DAEMON_SET
-from hostaffinity.descheduler.state import ClusterState
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.runtime.bus.kv_entries import live_entries
 from hostaffinity.schema import (
     LABEL_FLEET_GROUP,

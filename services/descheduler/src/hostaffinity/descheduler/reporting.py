@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from hostaffinity.descheduler.eviction_planner import Action, Outcome, Skip, VmiStays
+from hostaffinity.descheduler.core.eviction_planner import Action, Outcome, Skip, VmiStays
+from hostaffinity.descheduler.core.kubevirt import VirtualMachineInstanceMigration
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.executor import (
     BLOCKED,
     DRY_RUN,
@@ -22,9 +24,7 @@ from hostaffinity.descheduler.executor import (
     write_path,
 )
 from hostaffinity.descheduler.intents import REQUESTED, Announcement, Intents
-from hostaffinity.descheduler.kubevirt import VirtualMachineInstanceMigration
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
-from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from opentelemetry.metrics import Observation
 
-from hostaffinity.descheduler.kubevirt import (
+from hostaffinity.descheduler.core.kubevirt import (
     VirtualMachine,
     VirtualMachineInstance,
     placement_awaiting_restart,
 )
+from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.metrics import newest_gauge
-from hostaffinity.descheduler.state import ClusterState
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
 
 REASON = "PlacementAwaitsRestart"

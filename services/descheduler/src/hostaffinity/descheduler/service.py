@@ -21,8 +21,18 @@ from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.descheduler.config import DeschedulerConfig
 from hostaffinity.descheduler.cooldowns import ReadBack, inherit_cooldowns
-from hostaffinity.descheduler.cycle import CycleReport, decide, next_scope
-from hostaffinity.descheduler.eviction_planner import EvictionPlanner, PlannerSettings, Skip
+from hostaffinity.descheduler.core.cycle import CycleReport, decide, next_scope
+from hostaffinity.descheduler.core.eviction_planner import EvictionPlanner, PlannerSettings, Skip
+from hostaffinity.descheduler.core.policy import (
+    DEFAULT_POLICY,
+    Policy,
+    PolicyError,
+    load_policy,
+    parse_policy,
+)
+from hostaffinity.descheduler.core.state import ClusterState
+from hostaffinity.descheduler.core.strategies.scope import Scope
+from hostaffinity.descheduler.core.triggers import CycleTrigger
 from hostaffinity.descheduler.executor import Executor
 from hostaffinity.descheduler.exposure_gauge import ExposureGauge
 from hostaffinity.descheduler.feeds import Feeds
@@ -30,18 +40,8 @@ from hostaffinity.descheduler.fleet_exposure import FleetExposure
 from hostaffinity.descheduler.intents import Intents, finish
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.placement_summary import PlacementSummary
-from hostaffinity.descheduler.policy import (
-    DEFAULT_POLICY,
-    Policy,
-    PolicyError,
-    load_policy,
-    parse_policy,
-)
 from hostaffinity.descheduler.reporting import SOURCE, Reporter
 from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
-from hostaffinity.descheduler.state import ClusterState
-from hostaffinity.descheduler.strategies.scope import Scope
-from hostaffinity.descheduler.triggers import CycleTrigger
 from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.layout import PLACEMENTS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.outbox import Outbox

@@ -37,12 +37,12 @@ import msgspec
 from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
-from hostaffinity.drs_translator.attention import other_install_rules
-from hostaffinity.drs_translator.diff import Change, ClusterDiff, diff_cluster
+from hostaffinity.drs_translator.core.attention import other_install_rules
+from hostaffinity.drs_translator.core.diff import Change, ClusterDiff, diff_cluster
+from hostaffinity.drs_translator.core.planner import ClusterPlan
+from hostaffinity.drs_translator.core.rules import ConflictReason, DrsObject, from_record
 from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.planner import ClusterPlan
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.rules import ConflictReason, DrsObject, from_record
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules, ReconfigureRefused
 from hostaffinity.schema import (
     DrsOwnership,

@@ -29,11 +29,11 @@ from dataclasses import replace
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import PodRecord
 from hostaffinity.drs_translator.applier import DrsApplier
-from hostaffinity.drs_translator.diff import Change
+from hostaffinity.drs_translator.core.diff import Change
+from hostaffinity.drs_translator.core.fleet_planner import FleetRulePlan, plan_fleet_rules
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.fleet_leases import FleetLeases, LeaseSubject
-from hostaffinity.drs_translator.fleet_planner import FleetRulePlan, plan_fleet_rules
 from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.rules import DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.schema import (
     EsxiHost,

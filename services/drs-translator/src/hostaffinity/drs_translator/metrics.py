@@ -17,8 +17,8 @@ from typing import Final, get_args
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from hostaffinity.drs_translator.diff import DriftChange
-from hostaffinity.drs_translator.rules import ConflictReason
+from hostaffinity.drs_translator.core.diff import DriftChange
+from hostaffinity.drs_translator.core.rules import ConflictReason
 from hostaffinity.runtime.process.telemetry import seconds_histogram
 from hostaffinity.schema import DrsClusterReport
 from hostaffinity.schema.drs import SharedHostsRisk

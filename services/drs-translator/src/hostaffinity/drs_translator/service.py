@@ -22,11 +22,11 @@ from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
+from hostaffinity.drs_translator.core.planner import PlannerSettings
 from hostaffinity.drs_translator.fleet_leases import FleetLeases
 from hostaffinity.drs_translator.fleet_rules import FleetRules
 from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder
 from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.planner import PlannerSettings
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.drs_translator.translator import DrsTranslator, Pacing, VCenterTarget

@@ -21,10 +21,8 @@ from hostaffinity.affinity.fleet_groups import own_members
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Pod
 from hostaffinity.drs_translator.applier import DrsApplier
-from hostaffinity.drs_translator.attention import other_install_rules, unprotected_groups
-from hostaffinity.drs_translator.fleet_rules import FleetRules
-from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.planner import (
+from hostaffinity.drs_translator.core.attention import other_install_rules, unprotected_groups
+from hostaffinity.drs_translator.core.planner import (
     ClusterPlan,
     Conflict,
     Plan,
@@ -33,6 +31,8 @@ from hostaffinity.drs_translator.planner import (
     Untranslatable,
     asks_for_placement,
 )
+from hostaffinity.drs_translator.fleet_rules import FleetRules
+from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange, TopologyChange

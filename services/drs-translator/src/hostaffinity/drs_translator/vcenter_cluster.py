@@ -22,8 +22,8 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 from pyVmomi import vim, vmodl
 
-from hostaffinity.drs_translator.diff import Change
-from hostaffinity.drs_translator.rules import DrsObject
+from hostaffinity.drs_translator.core.diff import Change
+from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DrsObjectKind
 

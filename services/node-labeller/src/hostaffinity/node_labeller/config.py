@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import ClassVar, Literal
 
-from hostaffinity.node_labeller.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
 from hostaffinity.runtime.process.config import Count, Seconds, Settings
 from hostaffinity.runtime.vcenter.session import (
     ONE_VCENTER_KEYS,

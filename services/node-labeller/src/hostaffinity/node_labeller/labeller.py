@@ -30,12 +30,11 @@ import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry.metrics import Observation
 
-from hostaffinity.node_labeller.inventory import HOST, VM, Inventory
-from hostaffinity.node_labeller.matching import MatchKey, vm_match_keys
-from hostaffinity.node_labeller.metrics import LabellerMetrics
-from hostaffinity.node_labeller.node_index import NodeIndex
-from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.node_labeller.reconcile import (
+from hostaffinity.node_labeller.core.inventory import HOST, VM, Inventory
+from hostaffinity.node_labeller.core.matching import MatchKey, vm_match_keys
+from hostaffinity.node_labeller.core.node_index import NodeIndex
+from hostaffinity.node_labeller.core.nodes import Node
+from hostaffinity.node_labeller.core.reconcile import (
     NO_TAGS,
     NodeActions,
     PlannerSettings,
@@ -45,8 +44,9 @@ from hostaffinity.node_labeller.reconcile import (
     reconcile_node,
     stale_keys,
 )
+from hostaffinity.node_labeller.metrics import LabellerMetrics
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
-from hostaffinity.runtime.bus.kv import TopologySnapshot, TopologyStore
+from hostaffinity.runtime.bus.kv import TopologyStore
 from hostaffinity.runtime.bus.outbox_metrics import OutboxInstruments
 from hostaffinity.runtime.kube.client import NODES, KubeClient
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
@@ -60,6 +60,7 @@ from hostaffinity.schema import (
     NodePlaced,
     NodePlacement,
     NodeUnmatched,
+    TopologySnapshot,
     VmMoved,
     host_id,
     host_key,

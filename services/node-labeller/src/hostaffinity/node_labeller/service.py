@@ -20,10 +20,10 @@ from typing import TypeVar
 from nats.errors import Error as NatsError
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
-from hostaffinity.node_labeller.inventory import watched_properties
+from hostaffinity.node_labeller.core.inventory import watched_properties
+from hostaffinity.node_labeller.core.nodes import Node
+from hostaffinity.node_labeller.core.reconcile import PlannerSettings
 from hostaffinity.node_labeller.labeller import Labeller, Retry
-from hostaffinity.node_labeller.nodes import Node
-from hostaffinity.node_labeller.reconcile import PlannerSettings
 from hostaffinity.node_labeller.tag_refresh import refresh_tags_forever
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 
 from pyVmomi import VmomiSupport, vim, vmodl
 
-from hostaffinity.node_labeller.inventory import TASK, VM, ObjectUpdate, PropertyValue
+from hostaffinity.node_labeller.core.inventory import TASK, VM, ObjectUpdate, PropertyValue
 from hostaffinity.node_labeller.metrics import WatchMetrics
 from hostaffinity.runtime.vcenter.session import VCenterSession, VCenterSettings
 from hostaffinity.schema import utc_timestamp

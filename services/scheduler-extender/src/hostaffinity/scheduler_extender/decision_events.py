@@ -7,7 +7,7 @@ together or not at all.
 
 from __future__ import annotations
 
-from hostaffinity.scheduler_extender.answers import Verdict
+from hostaffinity.scheduler_extender.core.answers import Verdict
 from hostaffinity.schema import ExtenderDecision, event_id, utc_timestamp
 
 SOURCE = "scheduler-extender"

@@ -24,7 +24,7 @@ from hostaffinity.runtime.bus.kv import Bootstrapped, NodeChange, TopologyChange
 from hostaffinity.runtime.bus.topology_feed import Link, follow_topology
 from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient
 from hostaffinity.runtime.kube.informer import Informer, InformerSettings, upsert_or_remove
-from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 
 
 class _Condition(msgspec.Struct):

@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from hostaffinity.runtime.bus.sampled import SampledPublisher
-from hostaffinity.scheduler_extender import answers, extender_v1
-from hostaffinity.scheduler_extender.answers import Verdict
 from hostaffinity.scheduler_extender.binder import Binder, BindError
-from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core import answers, extender_v1
+from hostaffinity.scheduler_extender.core.answers import Verdict
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.extender_v1 import MalformedRequest
 from hostaffinity.scheduler_extender.decision_events import decision_event
-from hostaffinity.scheduler_extender.extender_v1 import MalformedRequest
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

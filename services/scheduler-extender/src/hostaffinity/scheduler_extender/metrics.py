@@ -24,7 +24,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.runtime.process.telemetry import seconds_histogram
-from hostaffinity.scheduler_extender.cache import ExtenderCache
+from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 
 # kube-scheduler waits httpTimeout (5 s by default); answers should take well under 10 ms.
 LATENCY_BUCKETS_SECONDS: Final = (

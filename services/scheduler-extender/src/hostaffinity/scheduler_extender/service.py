@@ -21,8 +21,8 @@ from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.scheduler_extender.binder import Binder
-from hostaffinity.scheduler_extender.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
+from hostaffinity.scheduler_extender.core.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.decision_events import SOURCE
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls

@@ -26,6 +26,8 @@ from hostaffinity.schema import (
     Event,
     NodePlacement,
     TopologyEvent,
+    TopologySnapshot,
+    Undecodable,
     host_key,
     node_key,
     node_outbox_key,
@@ -63,19 +65,6 @@ class Bootstrapped(msgspec.Struct, frozen=True):
 
 
 TopologyChange = NodeChange | HostChange | Bootstrapped
-
-
-class Undecodable(msgspec.Struct, frozen=True):
-    """A value under a topology key that is not the schema's type (garbage, wrong types)."""
-
-    reason: str
-
-
-class TopologySnapshot(msgspec.Struct, frozen=True):
-    """The latest value of every live key: what a resync compares with what it last wrote."""
-
-    nodes: dict[str, NodePlacement | Undecodable]
-    hosts: dict[str, EsxiHost | Undecodable]
 
 
 def topology_change(entry: KeyValue.Entry) -> NodeChange | HostChange | None:
