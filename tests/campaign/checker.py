@@ -230,8 +230,8 @@ def extender_agrees_with_engine(history: History) -> Result:
     - every node the extender passed, the engine passes;
     - every node the engine passes, the extender passed, but for its one-host hold: a concerned
       pod is held on one ESXi host, so that pods scheduled after it see it before it is bound
-      (scheduler_extender/answers.py, `reserved_host`); then the passed nodes are every node the
-      engine passes on that one host, and only the other hosts' nodes are refused.
+      (scheduler_extender/core/answers.py, `reserved_host`); then the passed nodes are every
+      node the engine passes on that one host, and only the other hosts' nodes are refused.
     A refusal on a host something moved on recently is excused, as a pass is: the extender's
     in-flight pods (passed, not yet bound) are not in the scheduler's snapshot."""
     result = Result("extender-agrees-with-engine")
