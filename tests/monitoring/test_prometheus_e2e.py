@@ -91,7 +91,7 @@ _vim: Any = vim
 # Served by a descheduler whose install joined a fleet hub only (the services here run alone):
 # tests/integration/test_fleet_hub.py reads them from the gauges on a fleet install.
 FLEET_ONLY = frozenset(
-    {"hostaffinity_fleet_exposed_replicas", "hostaffinity_fleet_view_seconds_since_contact"}
+    {"hostaffinity_fleet_exposed_replicas", "hostaffinity_fleet_view_since_contact_seconds"}
 )
 
 

@@ -3,7 +3,7 @@
 - `hostaffinity_fleet_exposed_replicas{kind}`: this cluster's replicas that share an ESXi host
   with another replica of the same workload (`kind="workload"`) or of the same fleet group, in
   any cluster (`kind="fleet-group"`): one host failure takes both;
-- `hostaffinity_fleet_view_seconds_since_contact`: how long ago the install's mirror of the
+- `hostaffinity_fleet_view_since_contact_seconds`: how long ago the install's mirror of the
   fleet view last heard from the hub (the view is that stale; JetStream's mirror `active`).
 
 Read from the install's own mirror (`hostaffinity-fleet`), kept current by one watch; the
@@ -139,7 +139,7 @@ def _register() -> None:
         "their workload or fleet group, in any cluster of the fleet",
     )
     meter.create_observable_gauge(
-        "hostaffinity_fleet_view_seconds_since_contact",
+        "hostaffinity_fleet_view_since_contact",  # served with its unit: _seconds
         callbacks=[_observe_contact],
         unit="s",
         description="Seconds since this install's mirror of the fleet view last heard from the hub",
