@@ -194,6 +194,13 @@ async def test_each_install_reports_what_the_other_s_rules_do_to_the_shared_host
 
         await eventually_async(blocked_by_east, "west's report: east's rule blocks the host")
         assert west.bus is not None
-        held = [e for e in await stream_events(west.bus) if isinstance(e, DrsRuleHeld)]
-        assert [e.name for e in held if not e.restored] == [west_rule]
-        assert east_rule in held[-1].message
+        bus = west.bus
+
+        async def held_events() -> list[DrsRuleHeld]:
+            return [e for e in await stream_events(bus) if isinstance(e, DrsRuleHeld)]
+
+        async def announced() -> bool:  # published from the outbox after the hold is written
+            return [e.name for e in await held_events() if not e.restored] == [west_rule]
+
+        await eventually_async(announced, "west's drs.rule.held published")
+        assert east_rule in (await held_events())[-1].message

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from nats.errors import NoRespondersError
+from nats.js.errors import NoStreamResponseError
 
 from hostaffinity.cli.main import main
 from hostaffinity.descheduler.fleet_exposure import FleetExposure
@@ -92,10 +94,17 @@ async def fleet(
 
 
 async def put(install: NatsCluster, bucket: str, key: str, value: bytes) -> int:
+    """Written as the service that owns the bucket writes it; asked again while the stream has
+    no leader to answer (a three-server bus just started, on a loaded machine), as the
+    services' writes are."""
     identity = "descheduler" if bucket == PLACEMENTS_BUCKET else "node-labeller"
-    async with install.connection(identity) as bus:
+    async with install.connection(identity) as bus, asyncio.timeout(CONVERGE_SECONDS):
         kv = await bus.js.key_value(bucket)
-        return await kv.put(key, value)
+        while True:
+            try:
+                return await kv.put(key, value)
+            except (NoStreamResponseError, NoRespondersError):
+                await asyncio.sleep(0.2)
 
 
 async def delete(install: NatsCluster, key: str) -> None:
