@@ -11,6 +11,7 @@ share it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -42,16 +43,28 @@ def _git(*args: str) -> str:
 
 
 def previous_commit(candidates: tuple[str, ...] = PREVIOUS_RELEASE) -> str:
-    """The full commit id of the first candidate (tag, then commit) this clone holds."""
+    """The full commit id of the first candidate (tag, then commit) this clone holds. A shallow
+    clone (many CI systems clone at depth 1) first fetches its own history from its origin."""
+    found = _first_held(candidates)
+    if found is None and _git("rev-parse", "--is-shallow-repository") == "true":
+        with contextlib.suppress(subprocess.CalledProcessError):
+            _git("fetch", "--quiet", "--unshallow", "--tags")
+        found = _first_held(candidates)
+    if found is None:
+        raise PreviousReleaseMissing(
+            f"the previous release ({' or '.join(candidates)}) is not in this clone's history: "
+            "fetch the tags, or clone with full history (git fetch --unshallow --tags)"
+        )
+    return found
+
+
+def _first_held(candidates: tuple[str, ...]) -> str | None:
     for candidate in candidates:
         try:
             return _git("rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
         except subprocess.CalledProcessError:
             continue
-    raise PreviousReleaseMissing(
-        f"the previous release ({' or '.join(candidates)}) is not in this clone's history: "
-        "fetch the tags, or clone with full history (git fetch --unshallow --tags)"
-    )
+    return None
 
 
 def previous_release_venv(commit: str | None = None) -> Path:
