@@ -158,7 +158,7 @@ async def test_evicted_blocked_and_gone_then_the_blocked_one_decided_again(
     assert planner.retrying[blocked].attempts == 1
     await eventually(lambda: len(recorder.pokes) == 1, "a cycle asked for after the backoff")
     assert blocked in recorder.pokes[0]
-    assert planner.in_progress == set()
+    assert planner.in_progress == {}
     assert planner.cooling("default/ReplicaSet/web-rs")
 
     # The disruption controller's view once the first eviction's replacement is Ready.

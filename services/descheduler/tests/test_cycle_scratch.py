@@ -131,7 +131,7 @@ def test_a_reader_of_pod_changes_hears_of_planned_moves_and_of_their_undoing() -
 def test_the_spread_strategy_rejudges_a_group_it_judged_on_planned_moves() -> None:
     """Cycle 1: the taint strategy plans web-x off n0 onto n2, which balances the spread over
     n1 and n2 (n0's taint keeps it out of the constraint), so the spread is settled on that
-    plan. Cycle 2: web-x's eviction is under way, so it stays on n0 in the plan; the spread,
+    plan. Cycle 2: a PodDisruptionBudget refused web-x's eviction, so it stays on n0; the spread,
     told that web-x is back on n0, balances n1=2/n2=0 as a fresh strategy does."""
     honor = spread(HOSTNAME, nodeTaintsPolicy="Honor")
     pods = [
@@ -145,7 +145,7 @@ def test_the_spread_strategy_rejudges_a_group_it_judged_on_planned_moves() -> No
     first = decide_once(state, TAINTS, kept, planner=planner)
     assert [(a.pod, a.target) for a in first.actions] == [("default/web-x", "n2")]
 
-    planner.in_progress.add("default/web-x")
+    planner.retry_later("default/web-x", delay=30, attempts=1)
     second = decide_once(state, TAINTS, kept, planner=planner)
     fresh = decide_once(state, TAINTS, TopologySpread(TopologySpreadArgs()), planner=planner)
     assert evicted(second) == evicted(fresh)

@@ -189,9 +189,38 @@ def test_cooldown_stops_a_second_eviction_of_the_same_workload() -> None:
 
 def test_a_pod_with_an_eviction_under_way_is_not_chosen_again() -> None:
     planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
-    planner.in_progress.add("default/p1")
+    planner.in_progress["default/p1"] = "default/p1"
     state = tainted_cluster(pod("p1", "n1"))
     assert evicted(decide_once(state, TAINTS, planner=planner)) == []
+
+
+def test_a_pair_whose_eviction_is_under_way_loses_no_second_pod() -> None:
+    """Two replicas sharing a host, each in violation from its own side: one cycle evicts one.
+    A cycle that runs while that eviction is still under way (its cooldown not started, the pod
+    not yet terminating) must not take the other replica: the one eviction repairs the pair.
+    Seen in the hour's soak: the pair became movable at an uncordon, and two cycles 0.1 s apart
+    evicted both."""
+    web = {"app": "web"}
+    term = anti_affinity(web, ESXI)
+    replicas = [
+        pod(name, "n1", web, affinity=term, owner=("ReplicaSet", "web")) for name in ("a", "b")
+    ]
+    state = cluster([node("n1"), node("n2")], replicas, placements={"n1": "h1", "n2": "h2"})
+    planner = EvictionPlanner(PlannerSettings(), EvictionLimits())
+    rule = InterPodAntiAffinity(InterPodAntiAffinityArgs())
+
+    [first] = decide_once(state, rule, planner=planner).actions
+    planner.begin(first)
+    again = decide_once(state, rule, planner=planner)
+    assert evicted(again) == []
+    reasons = dict(again.skipped[0].reasons)
+    assert reasons[first.pod] == "an eviction of this pod is already under way"
+    [other] = set(reasons) - {first.pod}
+    assert reasons[other] == f"workload {first.workload} has an eviction under way"
+
+    planner.end(first.pod)  # the eviction went through: the cooldown holds the pair from here
+    planner.record_evicted(first.workload)
+    assert evicted(decide_once(state, rule, planner=planner)) == []
 
 
 # -- KubeVirt ---------------------------------------------------------------------------------

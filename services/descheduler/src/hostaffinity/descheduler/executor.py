@@ -109,7 +109,7 @@ class Executor:
             if plan.dry_run:
                 await self._report(action, DRY_RUN)
                 continue
-            self._planner.in_progress.add(action.pod)
+            self._planner.begin(action)
             self._queue.put_nowait(action)
 
     async def run(self) -> None:
@@ -132,7 +132,7 @@ class Executor:
                 _log.exception("eviction of %s failed unexpectedly", action.pod)
                 self._planner.give_up(action.pod)
             finally:
-                self._planner.in_progress.discard(action.pod)
+                self._planner.end(action.pod)
                 self._busy -= 1
 
     async def _carry_out(self, action: Action) -> None:

@@ -165,8 +165,17 @@ class EvictionPlanner:
         self.limits = limits
         self._clock = clock
         self._cooldown: dict[str, float] = {}
-        self.in_progress: set[str] = set()
+        # pod -> its workload, for every eviction or migration queued or under way
+        self.in_progress: dict[str, str] = {}
         self.retrying: dict[str, Retry] = {}
+
+    def begin(self, action: Action) -> None:
+        """The action is handed to the executor: its pod and workload are being moved."""
+        self.in_progress[action.pod] = action.workload
+
+    def end(self, pod: str) -> None:
+        """The executor is done with `pod`, whatever came of it."""
+        self.in_progress.pop(pod, None)
 
     def record_evicted(self, workload: str, *, seconds_ago: float = 0.0) -> None:
         """An eviction or migration of this workload went through (`seconds_ago`: one an earlier
@@ -216,6 +225,12 @@ class PlanDraft:
         self.plan = Plan(dry_run=planner.settings.dry_run)
         self._chosen: set[str] = set()
         self._cooling: dict[str, bool] = {}
+        # Workloads losing a pod to an eviction an earlier cycle decided, still under way: its
+        # cooldown starts only once it went through, and this cycle's state does not show the
+        # move yet (a pair sharing a host still looks broken, from the other pod's side). Their
+        # violations wait for the cycle after. The moves of this cycle's own plan are in the
+        # scratch instead, so one cycle may still move several pods of a workload (a spread).
+        self._moving: set[str] = set(planner.in_progress.values())
         self._per_node: dict[str, int] = {}
         self._per_namespace: dict[str, int] = {}
         self._migrations_out: dict[str, int] = {}
@@ -285,6 +300,8 @@ class PlanDraft:
         if refusal is not None:
             return refusal
         workload = self.state.workload_of(pod)
+        if workload in self._moving:
+            return f"workload {workload} has an eviction under way"
         cooling = self._cooling.get(workload)
         if cooling is None:
             cooling = self._cooling[workload] = planner.cooling(workload)
