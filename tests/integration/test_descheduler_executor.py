@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from hostaffinity.descheduler.core.model import decode_pod
 from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.executor import Executor, migration_name
 from hostaffinity.runtime.kube.client import KubeClient, api_client
+from hostaffinity.runtime.kube.leader import LeaseLapsed, no_fence
 from hostaffinity.runtime.process.config import KubernetesSettings
 from tests.e2e.descheduler_harness import eventually
 from tests.platform.builders.descheduler import cluster, launcher, node, pod, pod_json
@@ -85,6 +86,7 @@ async def run(
     recorder: Recorder,
     until: int,
     planner: EvictionPlanner | None = None,
+    ensure_leading: Callable[[], None] = no_fence,
 ) -> EvictionPlanner:
     planner = planner or EvictionPlanner(PlannerSettings(), EvictionLimits())
     settings = ExecutorSettings(retry_initial_seconds=0.05, retry_max_seconds=0.2)
@@ -97,6 +99,7 @@ async def run(
         recorder.report,
         recorder.stay,
         recorder.poke,
+        ensure_leading=ensure_leading,
     )
     task = asyncio.create_task(executor.run())
     try:
@@ -111,6 +114,30 @@ async def run(
 
 def seed_pod(kube_double: KubeDouble, name: str, node_name: str = "n1") -> None:
     kube_double.seed(pod_json(name, node_name, {"app": "web"}))
+
+
+async def test_no_eviction_leaves_a_replica_that_stopped_leading(
+    kube_double: KubeDouble, kube: KubeClient
+) -> None:
+    """A plan decided while leading, carried out after the Lease lapsed (a process held off the
+    CPU, as the hour's soak saw): the intent is stored, the Eviction is never sent, and nothing
+    is reported (the next leader withdraws the intent)."""
+    seed_pod(kube_double, "web-0")
+    state = cluster([node("n1"), node("n2")], [pod("web-0", "n1", {"app": "web"})])
+    recorder = Recorder()
+
+    def lapsed() -> None:
+        raise LeaseLapsed("replica-a no longer leads hostaffinity-descheduler")
+
+    plan = Plan(actions=[action(state, "default/web-0")])
+    planner = await run(kube, state, plan, recorder, until=0, ensure_leading=lapsed)
+    assert recorder.intended == ["default/web-0"]
+    assert recorder.results == []
+    stored = kube_double.read("v1", "pods", "web-0", "default")
+    assert stored is not None
+    assert "deletionTimestamp" not in stored["metadata"]
+    assert planner.in_progress == {}
+    assert not planner.cooling("default/ReplicaSet/web-rs")
 
 
 async def test_evicted_blocked_and_gone_then_the_blocked_one_decided_again(

@@ -13,6 +13,7 @@ from pyVmomi import vim
 from hostaffinity.drs_translator.core.diff import Change
 from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules, ReconfigureRefused
+from hostaffinity.runtime.kube.leader import LeaseLapsed
 from hostaffinity.runtime.vcenter.session import VCenterSession
 from tests.platform.vcsim import Vcsim, VcsimFactory
 
@@ -95,3 +96,27 @@ async def test_a_refused_batch_raises_with_vcenters_reason(vcsim: VcsimFactory) 
         await config.reconfigure(moid, [Change("add", rule)])
         with pytest.raises(ReconfigureRefused, match="InvalidArgument"):
             await config.reconfigure(moid, [Change("add", rule)])
+
+
+async def test_no_reconfigure_leaves_a_replica_that_stopped_leading(vcsim: VcsimFactory) -> None:
+    """The fence is asked in the session's thread right before the call: a replica that lost
+    its Lease after deciding (held off the CPU, as the hour's soak saw) sends nothing."""
+    vc = vcsim(hosts=2, vms=2)
+    moid = cluster_moid(vc)
+    rule = DrsObject("hostaffinity-anti-x", "vm-anti-affinity", moid, vms=("vm-1", "vm-2"))
+    leading = [True]
+
+    def ensure_leading() -> None:
+        if not leading[0]:
+            raise LeaseLapsed("replica-b no longer leads hostaffinity-drs-translator")
+
+    async with VCenterSession(vc.settings()) as session:
+        config = ClusterRules(session, ensure_leading=ensure_leading)
+        leading[0] = False
+        with pytest.raises(LeaseLapsed, match="no longer leads"):
+            await config.reconfigure(moid, [Change("add", rule)])
+        assert config.calls["ReconfigureComputeResource_Task"] == 0
+        assert await config.read(moid) == {}
+        leading[0] = True
+        await config.reconfigure(moid, [Change("add", rule)])
+        assert set(await config.read(moid)) == {rule.name}

@@ -13,7 +13,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from hostaffinity.runtime.kube.client import KubeClient
-from hostaffinity.runtime.kube.leader import LeaderElector
+from hostaffinity.runtime.kube.leader import LeaderElector, LeaseLapsed
 from hostaffinity.schema import utc_timestamp
 from tests.platform.kube_double import KubeDouble
 
@@ -81,6 +81,24 @@ async def test_exactly_one_leader_and_takeover(
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_a_leader_held_off_the_cpu_past_its_renew_deadline_writes_nothing(
+    client: KubeClient,
+) -> None:
+    """A process held off the CPU comes back to a write it decided while leading: before the
+    renewal task gets a turn (which would step it down), `ensure_leading` already refuses."""
+    elector = _candidate(client, "candidate-a")
+    elector.start()
+    try:
+        await asyncio.wait_for(elector.wait_until_leader(), 5)
+        elector.ensure_leading()
+        # Blocks the loop past the 1.5 s renew deadline, as a stall would: on purpose.
+        time.sleep(1.6)  # noqa: ASYNC251
+        with pytest.raises(LeaseLapsed, match="candidate-a no longer leads"):
+            elector.ensure_leading()
+    finally:
+        await elector.stop()
 
 
 async def test_leader_that_loses_the_lease_is_told(

@@ -84,7 +84,7 @@ from hostaffinity.runtime.kube.cluster_identity import (
     ClusterIdentityUnknown,
     read_cluster_identity,
 )
-from hostaffinity.runtime.kube.leader import LeaderElector
+from hostaffinity.runtime.kube.leader import LeaderElector, no_fence
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.config import (
     ConfigError,
@@ -181,6 +181,7 @@ class ServiceContext(Generic[C]):
         group: asyncio.TaskGroup,
         cluster: ClusterIdentity,
         declared: Sequence[str] = (),
+        ensure_leading: Callable[[], None] = no_fence,
     ) -> None:
         self.config = config
         # Which Kubernetes cluster this install serves (shared.cluster.name, or read from the API).
@@ -194,6 +195,9 @@ class ServiceContext(Generic[C]):
         self._health = health
         self._group = group
         self._declared = frozenset(declared)
+        # Call right before a write only the leader may make: raises `LeaseLapsed` once this
+        # replica no longer leads (a no-op in a service that is not leader-elected).
+        self.ensure_leading = ensure_leading
 
     def add_readiness(
         self,
@@ -336,6 +340,7 @@ class ServiceRunner(Generic[C]):
                     group,
                     cluster,
                     declared,
+                    no_fence if self.elector is None else self.elector.ensure_leading,
                 )
                 group.create_task(self.spec.work(context), name=f"{self.spec.name}-work")
 

@@ -36,6 +36,7 @@ from hostaffinity.descheduler.core.eviction_planner import (
 )
 from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.runtime.kube.client import TRANSPORT_ERRORS, KubeClient, ResourceRef
+from hostaffinity.runtime.kube.leader import LeaseLapsed, no_fence
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.checkpoints import WritePath
 
@@ -84,8 +85,12 @@ class Executor:
         report: Report,
         report_stay: ReportStay,
         poke: Poke,
+        *,
+        ensure_leading: Callable[[], None] = no_fence,
     ) -> None:
         self._client = client
+        # Checked right before each Eviction or migration is sent (runner.py).
+        self._ensure_leading = ensure_leading
         self._state = state
         self._planner = planner
         self._settings = settings
@@ -162,10 +167,14 @@ class Executor:
     async def _attempt(self, action: Action, path: WritePath) -> None:
         """The call, then what came of it: retry, cooldown, report."""
         try:
+            self._ensure_leading()
             if action.outcome is Outcome.MIGRATE:
                 result, retry_after = await self._migrate(action), None
             else:
                 result, retry_after = await self._evict(action)
+        except LeaseLapsed as lapsed:  # the intent stays: the next leader withdraws it
+            _log.warning("%s not sent: %s", action.pod, lapsed)
+            return
         except TRANSPORT_ERRORS as error:
             _log.warning(
                 "API server unreachable for %s (%r); deciding again later", action.pod, error

@@ -194,6 +194,7 @@ class DeschedulerWork:
             reporter.action,
             reporter.stay,
             trigger.poke,
+            ensure_leading=ctx.ensure_leading,
         )
         summary = self.summary = PlacementSummary(state, ctx.cluster.name)
         awaiting_restart = PlacementsAwaitingRestart(

@@ -135,7 +135,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             await records.load()
             reports = all_reports[name] = ClusterReports(drs_bucket, name, ctx.cluster.name)
             await reports.load()
-            rules[name] = ClusterRules(session)
+            rules[name] = ClusterRules(session, ensure_leading=ctx.ensure_leading)
             applier = DrsApplier(
                 rules[name],
                 records,

@@ -24,6 +24,7 @@ from pyVmomi import vim, vmodl
 
 from hostaffinity.drs_translator.core.diff import Change
 from hostaffinity.drs_translator.core.rules import DrsObject
+from hostaffinity.runtime.kube.leader import no_fence
 from hostaffinity.runtime.vcenter.session import VCenterSession
 from hostaffinity.schema import DrsObjectKind
 
@@ -49,8 +50,12 @@ class ReconfigureRefused(Exception):
 class ClusterRules:
     """DRS rules and groups of the clusters of one vCenter, through one session."""
 
-    def __init__(self, session: VCenterSession) -> None:
+    def __init__(
+        self, session: VCenterSession, *, ensure_leading: Callable[[], None] = no_fence
+    ) -> None:
         self._session = session
+        # Checked in the session's thread just before each reconfigure leaves (runner.py).
+        self._ensure_leading = ensure_leading
         # vCenter calls made, by kind: what the e2e tests and the benchmark report.
         self.calls: Counter[str] = Counter()
         self._connection_failed = False
@@ -108,9 +113,14 @@ class ClusterRules:
             groupSpec=[_group_spec(c) for c in changes if not c.obj.is_rule],
         )
         cluster = await self._cluster(cluster_moid)
-        self.calls["ReconfigureComputeResource_Task"] += 1
+
+        def send() -> Any:
+            self._ensure_leading()  # raises LeaseLapsed: nothing is sent
+            self.calls["ReconfigureComputeResource_Task"] += 1
+            return cluster.ReconfigureComputeResource_Task(spec=spec, modify=True)
+
         try:
-            task = await self._call(cluster.ReconfigureComputeResource_Task, spec=spec, modify=True)
+            task = await self._call(send)
         except vmodl.MethodFault as fault:  # a SOAP fault: vCenter said no to this spec
             raise ReconfigureRefused(_fault_text(fault)) from fault
         await self._wait(task)

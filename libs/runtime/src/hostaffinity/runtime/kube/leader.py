@@ -12,6 +12,11 @@ Lease over. client-go renews under a RenewDeadline context for the same reason
 when the last successful renewal was *sent*, never from when its answer came back: the server
 may have written it any time in between, and a rival counts from that write.
 
+A write that must come from the leader alone (a DRS reconfigure, an eviction) asks
+`ensure_leading()` right before it goes out: the work is cancelled when the Lease is lost, but a
+process held off the CPU can come back to a write it decided while leading, after a rival took
+over (the hour's soak saw a reconfigure 6.5 s after a 2 s Lease's last renewal).
+
 The holder may also keep annotations of its own on the Lease (`annotations`, read at each write
 and dropped on release): the runner's is the replica's readiness, which `hostaffinity status`
 reads.
@@ -41,6 +46,14 @@ from hostaffinity.schema import utc_timestamp
 log = logging.getLogger(__name__)
 OnLost = Callable[[], Awaitable[None] | None]
 Annotations = Callable[[], Mapping[str, str]]
+
+
+class LeaseLapsed(Exception):
+    """A leader-only write was about to go out after this replica stopped leading."""
+
+
+def no_fence() -> None:
+    """The fence of a service that is not leader-elected: every replica may write."""
 
 
 # The shortest pause between two failed renewals, however near the deadline.
@@ -98,6 +111,16 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """True only while the last successful renewal is younger than the renew deadline."""
         return self._leading.is_set() and time.monotonic() < self.renewed_at + self._renew_deadline
+
+    def ensure_leading(self) -> None:
+        """Raise `LeaseLapsed` unless this replica leads now (`is_leader`). Cheap and safe to
+        call from a worker thread, just before the call it guards."""
+        if not self.is_leader:
+            age = time.monotonic() - self.renewed_at
+            raise LeaseLapsed(
+                f"{self.identity} no longer leads {self._name} (last renewal {age:.1f} s ago, "
+                f"renew deadline {self._renew_deadline:g} s): the write was not sent"
+            )
 
     async def wait_until_leader(self) -> None:
         await self._leading.wait()
