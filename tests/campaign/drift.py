@@ -10,7 +10,8 @@ off is not unbounded), and the last exceeds the first by more than GROWTH of the
 more than the measure's floor (FLOORS: an allocator's or a reconnect's step is not a leak). A
 series that ever fell, levelled off or rose less is bounded as far as the run can tell; one with
 fewer samples is not judged. A bucket's entries are shown, not judged: they are at most its keys
-times the revisions a key holds, both judged, and rise while the keys' histories fill.
+times the revisions a key holds, both judged, and rise while the keys' histories fill. So are a
+stream's stored KiB: a stream keeps what it took until its max age.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ FLOORS: Final = {
     "kv-revisions/key": 2.0,
     "kv-keys": 16.0,
 }
-SHOWN: Final = ("kv-entries",)  # measures in the table that the rule does not judge
+# Measures in the table that the rule does not judge: a stream's stored bytes grow by design
+# until its max age (the events stream keeps 7 days), and show what the servers' memory holds.
+SHOWN: Final = ("kv-entries", "stream-KiB")
 
 
 @dataclass(frozen=True)

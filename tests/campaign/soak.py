@@ -39,7 +39,8 @@ def process_measures(pid: int) -> dict[str, float]:
 
 
 async def bus_measures(bus: Bus) -> dict[str, float]:
-    """Consumers per stream, and per KV bucket its keys, most revisions of one key and entries;
+    """Consumers and stored KiB per stream, and per KV bucket its keys, most revisions of one key
+    and entries;
     a stream this install has not provisioned (the fleet's, without a fleet) is left out."""
     measures: dict[str, float] = {}
     for stream in OUR_STREAMS:
@@ -51,6 +52,7 @@ async def bus_measures(bus: Bus) -> dict[str, float]:
                 continue
             raise
         measures[f"consumers {stream}"] = float(info.state.consumer_count)
+        measures[f"stream-KiB {stream}"] = round(info.state.bytes / 1024, 1)
         if kv:
             bucket = stream.removeprefix(KV_STREAM_PREFIX)
             per_key = (info.state.subjects or {}).values()

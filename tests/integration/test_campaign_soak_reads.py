@@ -1,5 +1,6 @@
-"""The soak's bus figures read from a real nats-server: consumers per stream, and per bucket
-its keys (a deleted key's marker counted), the most revisions of one key and its entries."""
+"""The soak's bus figures read from a real nats-server: consumers and stored KiB per stream, and
+per bucket its keys (a deleted key's marker counted), the most revisions of one key and its
+entries."""
 
 from __future__ import annotations
 
@@ -30,3 +31,7 @@ async def test_the_soak_reads_each_bucket_s_keys_revisions_entries_and_consumers
     assert measures[f"kv-keys {DRS_BUCKET}"] == 1
     assert measures[f"kv-entries {DRS_BUCKET}"] == 1
     assert measures["consumers HOSTAFFINITY_EVENTS"] == 0
+    # Stored bytes: four topology entries hold more than one DRS delete marker; nothing sent
+    # on the events stream yet.
+    assert measures[f"stream-KiB KV_{TOPOLOGY_BUCKET}"] > measures[f"stream-KiB KV_{DRS_BUCKET}"]
+    assert measures["stream-KiB HOSTAFFINITY_EVENTS"] == 0
