@@ -22,9 +22,11 @@ demo:
 	  --nats-seed $${DEV_STATE:-.cache/dev}/nats/cli.nk \
 	  --vcenter http://user:pass@$${VCSIM_LISTEN:-127.0.0.1:8989}/sdk
 
-# Regenerates docs/configuration.md and docs/events.md from the code, then builds docs/ strictly.
+# Regenerates docs/configuration.md, docs/events.md and docs/cores.md from the code, then builds
+# docs/ strictly.
 docs:
 	uv run --frozen python scripts/docs_reference.py
+	uv run --frozen python scripts/draw_cores.py
 	uv run --frozen mkdocs build --strict
 
 proto:

@@ -13,6 +13,7 @@ echo "== import-linter"
 uv run --frozen lint-imports
 echo "== docs (generated pages current, mkdocs --strict)"
 uv run --frozen python scripts/docs_reference.py --check
+uv run --frozen python scripts/draw_cores.py --check
 uv run --frozen mkdocs build --strict
 echo "== container images (podman)"
 bash scripts/images.sh

@@ -45,6 +45,7 @@ KINDS: dict[str, str] = {
     "tests/test_bus_setup.py": "unit",
     "tests/test_campaign.py": "e2e",  # four short campaigns and a short soak (~12 min)
     "tests/test_campaign_measures.py": "unit",  # convergence and drift on forged figures
+    "tests/test_core_drawing.py": "unit",
     "tests/test_deploy_manifests.py": "integration",  # kustomize over every variant (~40 s)
     "tests/test_docs.py": "unit",
     "tests/test_docs_install.py": "integration",  # kubectl, the double, a TLS vcsim

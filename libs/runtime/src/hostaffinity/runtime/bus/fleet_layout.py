@@ -32,7 +32,7 @@ bucket, so that provisioning again can change its max age in place.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -96,21 +96,31 @@ def install_sources(install: str) -> list[StreamSource]:
     ]
 
 
-def hub_fleet_stream(installs: Iterable[str], *, replicas: int, history: int) -> StreamConfig:
-    """The hub's fleet view: every member install's sources, in a stable order."""
-    sources = [source for install in sorted(set(installs)) for source in install_sources(install)]
+def _kv_stream(name: str, *, replicas: int, **shape: Any) -> StreamConfig:
+    """A stream read as a KV bucket (direct gets), whose entries nobody may delete, purge or
+    roll up; `shape` adds what the one stream needs."""
     return StreamConfig(
-        name=FLEET_STREAM,
-        subjects=[_kv_subjects(FLEET_BUCKET)],
+        name=name,
         retention=RetentionPolicy.LIMITS,
         discard=DiscardPolicy.NEW,
         storage=StorageType.FILE,
-        max_msgs_per_subject=history,
         num_replicas=replicas,
         allow_direct=True,
         allow_rollup_hdrs=False,
         deny_delete=True,
         deny_purge=True,
+        **shape,
+    )
+
+
+def hub_fleet_stream(installs: Iterable[str], *, replicas: int, history: int) -> StreamConfig:
+    """The hub's fleet view: every member install's sources, in a stable order."""
+    sources = [source for install in sorted(set(installs)) for source in install_sources(install)]
+    return _kv_stream(
+        FLEET_STREAM,
+        replicas=replicas,
+        subjects=[_kv_subjects(FLEET_BUCKET)],
+        max_msgs_per_subject=history,
         max_consumers=HUB_MAX_CONSUMERS,
         sources=sources or None,
     )
@@ -124,39 +134,25 @@ def hub_leases_stream(*, replicas: int, max_age_seconds: float) -> StreamConfig:
             f"the lease max age must be above 0 s (got {max_age_seconds:g}): without one a "
             "crashed holder would keep its fleet rules for ever"
         )
-    return StreamConfig(
-        name=LEASES_STREAM,
+    return _kv_stream(
+        LEASES_STREAM,
+        replicas=replicas,
         subjects=[_kv_subjects(FLEET_LEASES_BUCKET)],
-        retention=RetentionPolicy.LIMITS,
-        discard=DiscardPolicy.NEW,
-        storage=StorageType.FILE,
         max_msgs_per_subject=1,
         max_age=max_age_seconds,
         # JetStream refuses a duplicate window longer than the max age; lease writes carry no
         # message id anyway.
         duplicate_window=max_age_seconds,
-        num_replicas=replicas,
-        allow_direct=True,
-        allow_rollup_hdrs=False,
-        deny_delete=True,
-        deny_purge=True,
     )
 
 
 def install_fleet_mirror(install: str, *, replicas: int) -> StreamConfig:
     """An install's read-only copy of the hub's fleet view."""
-    return StreamConfig(
-        name=FLEET_STREAM,
-        retention=RetentionPolicy.LIMITS,
-        discard=DiscardPolicy.NEW,
-        storage=StorageType.FILE,
+    return _kv_stream(
+        FLEET_STREAM,
+        replicas=replicas,
         max_msgs_per_subject=1,
-        num_replicas=replicas,
-        allow_direct=True,
         mirror_direct=True,
-        allow_rollup_hdrs=False,
-        deny_delete=True,
-        deny_purge=True,
         max_consumers=256,
         mirror=StreamSource(
             name=FLEET_STREAM,
