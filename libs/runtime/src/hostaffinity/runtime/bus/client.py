@@ -31,6 +31,7 @@ from hostaffinity.runtime.bus.layout import (
     provision_layout,
 )
 from hostaffinity.runtime.bus.publishing import publish
+from hostaffinity.runtime.bus.stranded import StrandedRequests
 from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested
 from hostaffinity.runtime.process.config import NatsSettings
 from hostaffinity.schema import (
@@ -234,13 +235,19 @@ async def _connect_once(
     the caller's sight; limited here, it raises `NoServersError`, so the caller's backoff and
     log lines decide, and reconnecting without limit is switched on once connected."""
     nc = Client()
+    stranded = StrandedRequests(nc)
 
     async def disconnected() -> None:
+        stranded.note()
         if not nc.is_closed:  # close() also reports a disconnect
             _log.log(trouble, "disconnected from NATS; reconnecting")
 
     async def reconnected() -> None:
-        _log.info("reconnected to NATS")
+        failed = stranded.fail()
+        if failed:
+            _log.info("reconnected to NATS; %d request(s) sent before it failed at once", failed)
+        else:
+            _log.info("reconnected to NATS")
 
     async def closed() -> None:
         _log.info("NATS connection closed")
