@@ -18,7 +18,7 @@ from hostaffinity.runtime.process.config import (
     generic_env_name,
     load_config,
 )
-from hostaffinity.runtime.vcenter.session import (
+from hostaffinity.runtime.vcenter.settings import (
     ONE_VCENTER_KEYS,
     VCenterServiceSettings,
     VCenterSettings,

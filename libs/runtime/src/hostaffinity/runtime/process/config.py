@@ -244,6 +244,15 @@ class LeaderElectedSettings(ServiceSettings, frozen=True):
     lease: LeaseSettings = LeaseSettings()
 
 
+def moved_into(section: str, record: type[Settings]) -> dict[str, str]:
+    """MOVED_KEYS entries for top-level fields that now live in `section:`."""
+    return {
+        field.name: f"now `{section}.{field.name}` (HOSTAFFINITY_{section.upper()}__"
+        f"{field.name.upper()})"
+        for field in msgspec.structs.fields(record)
+    }
+
+
 S = TypeVar("S", bound=Settings)
 
 
