@@ -177,7 +177,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             if own.dry_run
             else EventRecorder(ctx.kube, f"hostaffinity-{SOURCE}", ctx.identity),
             metrics,
-            physical_cluster_wide=config.shared.reads_hostname_as_host,
+            physical_anti_affinity=config.shared.physical_anti_affinity,
             pacing=own,
         )
         pods: Informer[Pod] = Informer(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from hostaffinity.affinity.fleet_groups import own_members
 from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, Pod
 from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.config import DrsSettings
@@ -96,11 +97,11 @@ class DrsTranslator:
         recorder: EventRecorder | None,
         metrics: DrsMetrics,
         *,
-        physical_cluster_wide: bool = False,
+        physical_anti_affinity: PhysicalAntiAffinity = "opt-in",
         pacing: DrsSettings | None = None,
     ) -> None:
         self.targets = list(targets)
-        self.index = ClusterIndex(physical_anti_affinity=physical_cluster_wide)
+        self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
         self.pods: dict[str, Pod] = {}
         # The pods whose spec the planner reads (`asks_for_placement`): a plan visits these only.
         self.constrained: dict[str, Pod] = {}

@@ -25,6 +25,7 @@ import msgspec
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex, PlannedMoves
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace
 from hostaffinity.affinity.sharing import Interner
 from hostaffinity.descheduler.core.kubevirt import (
@@ -83,7 +84,7 @@ class ClusterState:
     def __init__(
         self,
         *,
-        physical_anti_affinity: bool = False,
+        physical_anti_affinity: PhysicalAntiAffinity = "opt-in",
         fail_unplaced: bool = True,
         fleet: FleetMembers | None = None,
     ) -> None:
