@@ -85,7 +85,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from hostaffinity.admission_webhook.config import WebhookSettings
 from hostaffinity.affinity.interpod import PhysicalAntiAffinity, reads_physically
+from hostaffinity.runtime.process.config import SharedSettings
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     LABEL_KUBEVIRT_MIGRATION_JOB,
@@ -119,6 +121,9 @@ MAX_SKEW_LIMIT: Final = 2**31 - 1
 
 Operation = dict[str, Any]
 WhenUnsatisfiable = Literal["ScheduleAnyway", "DoNotSchedule"]
+# Where a caller names none (tests), the config's own defaults.
+_SHARED = SharedSettings()
+_WEBHOOK = WebhookSettings()
 
 
 class Outcome(enum.Enum):
@@ -135,10 +140,10 @@ class MutationSettings:
     """What the shared config and the webhook section decide about the mutation."""
 
     # The shared `physical_anti_affinity`, by its name and values.
-    physical_anti_affinity: PhysicalAntiAffinity = "opt-in"
+    physical_anti_affinity: PhysicalAntiAffinity = _SHARED.physical_anti_affinity
     # The shared `unknown_placement: fail`, by the engine's name for it.
-    fail_unplaced: bool = True
-    spread_when_unsatisfiable: WhenUnsatisfiable = "ScheduleAnyway"
+    fail_unplaced: bool = _SHARED.fails_unplaced
+    spread_when_unsatisfiable: WhenUnsatisfiable = _WEBHOOK.spread_when_unsatisfiable
 
 
 @dataclass(frozen=True)
