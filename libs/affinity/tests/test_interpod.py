@@ -415,7 +415,9 @@ def test_physical_anti_affinity_opt_in(
 ) -> None:
     nodes = [vm(n) for n in HOSTS]
     existing = replica("web-0", "n1", "kubernetes.io/hostname")
-    cluster = engine(nodes, [existing], placement=HOSTS, physical=physical_anti_affinity)
+    cluster = engine(
+        nodes, [existing], placement=HOSTS, physical_anti_affinity=physical_anti_affinity
+    )
     incoming = replica("web-1", "", "kubernetes.io/hostname", annotations)
     result = cluster.filter(incoming)
     assert result.feasible == feasible
