@@ -53,6 +53,7 @@ KINDS: dict[str, str] = {
     "tests/test_helm_chart.py": "unit",
     "tests/test_helm_trust.py": "integration",  # a TLS vcsim
     "tests/test_helm_vcenters.py": "unit",
+    "tests/test_import_contracts.py": "unit",
     "tests/test_release.py": "integration",  # builds the release and pip-installs its wheel
     "tests/test_repository_hygiene.py": "unit",
     "tests/test_shipped_descheduler_policies.py": "unit",

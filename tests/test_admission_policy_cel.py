@@ -102,7 +102,7 @@ def _cluster_wide(spec: dict[str, Any]) -> None:
 def test_cluster_wide_policy_matches_the_cluster_wide_webhook() -> None:
     pod, _ = CASES["not-opted-in"]()
     stored = _stored(Policy.load(_cluster_wide), pod)
-    assert stored == admitted(pod, MutationSettings(cluster_wide=True))
+    assert stored == admitted(pod, MutationSettings(physical_anti_affinity="cluster-wide"))
     assert stored != pod
 
 

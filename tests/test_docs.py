@@ -12,7 +12,7 @@ import yaml
 
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.runtime.process.config import ConfigError, load_config
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.runtime.vcenter.trust import check_ca_file
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import yaml
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.runtime.process.config import Settings
-from hostaffinity.runtime.vcenter.session import VCenterServiceSettings
+from hostaffinity.runtime.vcenter.settings import VCenterServiceSettings
 from tests.platform.helm_chart import CHART, NAMESPACE, render_chart, render_notes
 from tests.platform.pod_config import (
     deployment_config,

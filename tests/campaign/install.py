@@ -31,7 +31,7 @@ from hostaffinity.runtime.process.config import (
     LeaseSettings,
     NatsSettings,
 )
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.schema import install_token
 from tests.campaign.history import AdmissionCall, Clock, History
 from tests.campaign.processes import THIS_RELEASE, Release, Replica, settings_env

@@ -19,7 +19,7 @@ from hostaffinity.node_labeller.service import NodeLabellerWork
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.runner import ServiceRunner, running_service
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.schema import EVENTS_STREAM, LABEL_ESXI_HOST, TopologyEvent, decode_event
 from tests.e2e.harness import BusPlatform, eventually, finished, inventory, runner_sections
 from tests.platform.kube_double import KubeDouble

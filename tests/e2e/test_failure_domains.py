@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pyVmomi import vim
 
-from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.config import FailureDomainSettings
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,

@@ -39,7 +39,7 @@ from hostaffinity.runtime.kube.client import KubeClient
 from hostaffinity.runtime.kube.informer import InformerEvent, KeyedDispatcher
 from hostaffinity.runtime.process.config import KubernetesSettings
 from hostaffinity.runtime.process.workqueue import WorkQueue
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.runtime.vcenter.tags import TagReadError, read_tags
 from tests.platform.coinciding_cancel import Outcome, sweep
 from tests.platform.unusable_access import silent_listener

@@ -14,10 +14,10 @@ from pyVmomi import vim
 from hostaffinity.runtime.vcenter.session import (
     VCenterLoginError,
     VCenterSession,
-    VCenterSettings,
     VCenterUnreachable,
     connect,
 )
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from tests.platform.tcp_proxy import SlowRequests, TcpProxy
 from tests.platform.unusable_access import silent_listener
 from tests.platform.vcsim import Vcsim, VcsimFactory

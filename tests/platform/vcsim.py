@@ -39,7 +39,7 @@ from pyVim.connect import SmartConnect
 from pyVmomi import vim, vmodl
 
 from hostaffinity.runtime.http.certificates import ServingIdentity
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from tests.kinds import refuse_in_fast_tests
 
 REPO = Path(__file__).resolve().parents[2]

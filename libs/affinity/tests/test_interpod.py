@@ -17,6 +17,7 @@ from hostaffinity.affinity.explain import (
     REASON_EXISTING_ANTI_AFFINITY,
     REASON_UNPLACED,
 )
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Pod
 from hostaffinity.schema.names import LABEL_ESXI_HOST, POD_PHYSICAL_ANTI_AFFINITY
 from tests.platform.builders.affinity import engine, expr, node, pod, preferred, required, term
@@ -388,24 +389,35 @@ def test_placement_update_moves_the_domain() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cluster_wide", "annotations", "feasible"),
+    ("physical_anti_affinity", "annotations", "feasible"),
     [
-        pytest.param(False, None, ["n2", "n3"], id=PHYSICAL + "hostname term reads as hostname"),
+        pytest.param("opt-in", None, ["n2", "n3"], id=PHYSICAL + "hostname term reads as hostname"),
         pytest.param(
-            False,
+            "opt-in",
             {POD_PHYSICAL_ANTI_AFFINITY: "true"},
             ["n3"],
             id=PHYSICAL + "annotation opts one pod in",
         ),
-        pytest.param(True, None, ["n3"], id=PHYSICAL + "cluster-wide opt-in"),
+        pytest.param("cluster-wide", None, ["n3"], id=PHYSICAL + "cluster-wide opt-in"),
+        # "disabled" is never: the annotation is ignored, as the webhook ignores it.
+        pytest.param(
+            "disabled",
+            {POD_PHYSICAL_ANTI_AFFINITY: "true"},
+            ["n2", "n3"],
+            id=PHYSICAL + "disabled ignores the annotation",
+        ),
     ],
 )
 def test_physical_anti_affinity_opt_in(
-    cluster_wide: bool, annotations: dict[str, str] | None, feasible: list[str]
+    physical_anti_affinity: PhysicalAntiAffinity,
+    annotations: dict[str, str] | None,
+    feasible: list[str],
 ) -> None:
     nodes = [vm(n) for n in HOSTS]
     existing = replica("web-0", "n1", "kubernetes.io/hostname")
-    cluster = engine(nodes, [existing], placement=HOSTS, physical=cluster_wide)
+    cluster = engine(
+        nodes, [existing], placement=HOSTS, physical_anti_affinity=physical_anti_affinity
+    )
     incoming = replica("web-1", "", "kubernetes.io/hostname", annotations)
     result = cluster.filter(incoming)
     assert result.feasible == feasible

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,7 +22,12 @@ from hypothesis import strategies as st
 from hostaffinity.affinity import explain
 from hostaffinity.affinity.engine import FilterResult
 from hostaffinity.affinity.index import ClusterIndex
-from hostaffinity.affinity.interpod import HOST_KEYS, compile_pod_terms, incoming_scope
+from hostaffinity.affinity.interpod import (
+    HOST_KEYS,
+    PhysicalAntiAffinity,
+    compile_pod_terms,
+    incoming_scope,
+)
 from hostaffinity.affinity.model import Node, Pod
 from hostaffinity.affinity.nodeaffinity import required_node_affinity
 from hostaffinity.affinity.taints import UNSCHEDULABLE_TAINT, first_untolerated, tolerated
@@ -118,11 +123,15 @@ def clusters(draw: st.DrawFn) -> tuple[list[Node], list[Pod], dict[str, str], bo
     placement = draw(
         st.dictionaries(st.sampled_from(NODE_NAMES), st.sampled_from(["h1", "h2", "h9"]))
     )
-    return node_list, pod_list, placement, draw(st.booleans())
+    return node_list, pod_list, placement, draw(st.sampled_from(get_args(PhysicalAntiAffinity)))
 
 
 def reference_filter(
-    node_list: list[Node], existing: list[Pod], placement: dict[str, str], physical: bool, pod: Pod
+    node_list: list[Node],
+    existing: list[Pod],
+    placement: dict[str, str],
+    physical: PhysicalAntiAffinity,
+    pod: Pod,
 ) -> dict[str, str | None]:
     """Per-node first rejecting reason, evaluated directly, kube-scheduler style."""
     by_name = {n.metadata.name: n for n in node_list}

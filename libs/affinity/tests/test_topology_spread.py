@@ -63,7 +63,7 @@ def test_an_opted_in_hostname_spread_is_read_on_the_host_key() -> None:
     spreads = (_spread("kubernetes.io/hostname"), _spread("zone"))
     plain = compile_spread_constraints(_pod(*spreads, labels={}))
     opted = compile_spread_constraints(_pod(*spreads, labels={}, opted_in=True))
-    cluster_wide = compile_spread_constraints(_pod(*spreads, labels={}), True)
+    cluster_wide = compile_spread_constraints(_pod(*spreads, labels={}), "cluster-wide")
     assert [c.topology_key for c in plain] == ["kubernetes.io/hostname", "zone"]
     assert [c.topology_key for c in opted] == [LABEL_ESXI_HOST, "zone"]
     assert opted == cluster_wide

@@ -102,12 +102,12 @@ def _opted_in_pod(**annotations: str) -> dict[str, Any]:
 def test_cluster_wide_mode_needs_no_annotation() -> None:
     pod = _opted_in_pod()
     assert plan_pod(pod, DEFAULT).operations == []
-    assert plan_pod(pod, MutationSettings(cluster_wide=True)).twins == 2
+    assert plan_pod(pod, MutationSettings(physical_anti_affinity="cluster-wide")).twins == 2
 
 
 def test_disabled_mode_adds_no_twin_even_when_annotated() -> None:
     pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
-    assert plan_pod(pod, MutationSettings(disabled=True)).operations == []
+    assert plan_pod(pod, MutationSettings(physical_anti_affinity="disabled")).operations == []
 
 
 def test_annotation_must_say_true() -> None:
@@ -117,7 +117,7 @@ def test_annotation_must_say_true() -> None:
 
 def test_unknown_placement_pass_adds_no_host_label_requirement() -> None:
     pod = _opted_in_pod(**{POD_PHYSICAL_ANTI_AFFINITY: "true"})
-    stored = admitted(pod, MutationSettings(require_host_label=False))
+    stored = admitted(pod, MutationSettings(fail_unplaced=False))
     assert "nodeAffinity" not in stored["spec"]["affinity"]
 
 
@@ -265,7 +265,7 @@ def test_hostname_spread_read_on_the_host_key(case: str) -> None:
 def test_cluster_wide_mode_moves_hostname_spreads_without_the_annotation() -> None:
     pod = with_spreads([spread_on(HOSTNAME, "DoNotSchedule")])
     assert plan_pod(pod, DEFAULT).operations == []
-    stored = admitted(pod, MutationSettings(cluster_wide=True))
+    stored = admitted(pod, MutationSettings(physical_anti_affinity="cluster-wide"))
     assert _kinds(stored["spec"]["topologySpreadConstraints"]) == [
         (LABEL_ESXI_HOST, "DoNotSchedule")
     ]

@@ -128,7 +128,10 @@ def test_anti_affinity_becomes_cliques(pods: list[Any], expected: list[tuple[str
 
 def test_cluster_wide_physical_reading() -> None:
     result = run_plan(
-        replicas("node1", "node3", key=HOSTNAME_KEY), PLACEMENTS, HOSTS, cluster_wide=True
+        replicas("node1", "node3", key=HOSTNAME_KEY),
+        PLACEMENTS,
+        HOSTS,
+        physical_anti_affinity="cluster-wide",
     )
     assert rules(result) == [("vm1", "vm3")]
 

@@ -6,14 +6,14 @@ affinity on hosts, topology spreads, hosts entering maintenance, pods finished, 
 not yet assigned; and the pods the translator keeps for the plan, through pods created, updated
 and deleted; and a plan made in steps with the inputs changing between them."""
 
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostaffinity.affinity.index import ClusterIndex
-from hostaffinity.affinity.interpod import HOSTNAME_KEY
+from hostaffinity.affinity.interpod import HOSTNAME_KEY, PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, ObjectMeta, Pod
 from hostaffinity.drs_translator.core.planner import (
     Plan,
@@ -134,7 +134,7 @@ def comparable(result: Plan) -> tuple[object, ...]:
     st.lists(pod_specs, max_size=14),
     st.randoms(use_true_random=False),
     st.sets(st.sampled_from(["h0", "h1", "h3"])),
-    st.booleans(),
+    st.sampled_from(get_args(PhysicalAntiAffinity)),
     st.booleans(),
     st.booleans(),
 )
@@ -142,7 +142,7 @@ def test_the_planner_plans_what_visiting_every_pod_planned(
     specs: list[dict[str, Any]],
     rng: Any,
     entering: set[str],
-    cluster_wide: bool,
+    physical_anti_affinity: PhysicalAntiAffinity,
     translate_preferred: bool,
     vm_host_mandatory: bool,
 ) -> None:
@@ -151,7 +151,7 @@ def test_the_planner_plans_what_visiting_every_pod_planned(
         f"h{i}": host(f"h{i}", "domain-c1" if i < 3 else "domain-c2", entering=f"h{i}" in entering)
         for i in range(5)
     }
-    index = ClusterIndex(physical_anti_affinity=cluster_wide)
+    index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
     for name, labels in NAMESPACES.items():
         index.set_namespace(name, labels)
     for item in rng.sample(pods, len(pods)):

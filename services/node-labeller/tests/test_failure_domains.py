@@ -3,7 +3,7 @@
 import msgspec
 import pytest
 
-from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.config import FailureDomainSettings
 from hostaffinity.node_labeller.core.failure_domains import (
     Conflict,
     FailureDomains,

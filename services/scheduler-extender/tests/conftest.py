@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, Node, ObjectMeta, Pod
 from hostaffinity.scheduler_extender.core.cache import SOURCES, ExtenderCache
 
@@ -16,7 +17,7 @@ def _build(
     pods: Sequence[Pod] = (),
     *,
     synced: bool = True,
-    physical_anti_affinity: bool = False,
+    physical_anti_affinity: PhysicalAntiAffinity = "opt-in",
     **options: Any,
 ) -> ExtenderCache:
     """Nodes named by `hosts` (value: the placement's host label, None when unknown), the
@@ -36,5 +37,5 @@ def _build(
 
 @pytest.fixture
 def make_cache() -> Callable[..., ExtenderCache]:
-    """`make_cache(hosts, pods=(), synced=True, physical_anti_affinity=False)`."""
+    """`make_cache(hosts, pods=(), synced=True, physical_anti_affinity="opt-in")`."""
     return _build

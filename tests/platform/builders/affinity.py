@@ -9,6 +9,7 @@ import msgspec
 
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Node, Pod
 
 
@@ -111,10 +112,10 @@ def engine(
     pods: Iterable[Pod] = (),
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
     placement: Mapping[str, str] | None = None,
-    physical: bool = False,
+    physical_anti_affinity: PhysicalAntiAffinity = "opt-in",
     fail_unplaced: bool = False,
 ) -> AffinityEngine:
-    index = ClusterIndex(physical_anti_affinity=physical)
+    index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
     for name, labels in (namespaces or {}).items():
         index.set_namespace(name, labels)
     for item in nodes:

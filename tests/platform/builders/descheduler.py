@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.descheduler.core.cycle import decide
 from hostaffinity.descheduler.core.eviction_planner import (
@@ -298,7 +299,7 @@ def cluster(
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
     vmis: Iterable[VirtualMachineInstance] = (),
     vms: Iterable[VirtualMachine] = (),
-    physical_anti_affinity: bool = False,
+    physical_anti_affinity: PhysicalAntiAffinity = "opt-in",
 ) -> ClusterState:
     state = ClusterState(physical_anti_affinity=physical_anti_affinity)
     for name, labels in (namespaces or {"default": {}}).items():

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Pod
 from hostaffinity.drs_translator.core.planner import Plan, PlannerSettings, asks_for_placement, plan
 from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
@@ -125,13 +126,13 @@ def run_plan(
     hosts: Mapping[str, EsxiHost],
     *,
     namespaces: Mapping[str, Mapping[str, str]] | None = None,
-    cluster_wide: bool = False,
+    physical_anti_affinity: PhysicalAntiAffinity = "opt-in",
     existing: Mapping[str, Collection[str]] | None = None,
     **settings: Any,
 ) -> Plan:
     """The plan of these pods; `existing` names our rules vCenter holds, by cluster."""
     pods = list(pods)
-    index = ClusterIndex(physical_anti_affinity=cluster_wide)
+    index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
     for name, labels in (namespaces or {"default": {}}).items():
         index.set_namespace(name, labels)
     for item in pods:

@@ -147,7 +147,7 @@ def defaults(config: Mapping[str, Any]) -> SpreadDefaults:
 
 def cluster(case: Case) -> tuple[AffinityEngine, Pod]:
     """The case's cluster (its pods, with `added` and without `removed`) and incoming pod."""
-    index = ClusterIndex(physical_anti_affinity=case.get("physical_anti_affinity", False))
+    index = ClusterIndex(physical_anti_affinity=case.get("physical_anti_affinity", "opt-in"))
     for entry in [*case.get("nodes", ()), *case.get("failed_nodes", ())]:
         index.upsert_node(node(entry))
     for name, host in (case.get("placement") or {}).items():

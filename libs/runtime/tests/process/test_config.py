@@ -7,6 +7,7 @@ from typing import ClassVar
 import msgspec
 import pytest
 
+from hostaffinity.affinity.interpod import reads_physically
 from hostaffinity.runtime.process.config import (
     ConfigError,
     HealthSettings,
@@ -18,11 +19,12 @@ from hostaffinity.runtime.process.config import (
     generic_env_name,
     load_config,
 )
-from hostaffinity.runtime.vcenter.session import (
+from hostaffinity.runtime.vcenter.settings import (
     ONE_VCENTER_KEYS,
     VCenterServiceSettings,
     VCenterSettings,
 )
+from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
 
 
 class ExampleConfig(Settings, frozen=True):
@@ -207,21 +209,22 @@ def _sample_value(name: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("physical", "unknown", "as_host", "disabled", "fails"),
+    ("physical", "unknown", "plain", "annotated", "fails"),
     [
-        ("opt-in", "fail", False, False, True),
-        ("cluster-wide", "pass", True, False, False),
-        ("disabled", "fail", False, True, True),
+        ("opt-in", "fail", False, True, True),
+        ("cluster-wide", "pass", True, True, False),
+        ("disabled", "fail", False, False, True),
     ],
 )
 def test_shared_settings_answer_by_name(
-    physical: str, unknown: str, as_host: bool, disabled: bool, fails: bool
+    physical: str, unknown: str, plain: bool, annotated: bool, fails: bool
 ) -> None:
     shared = msgspec.convert(
         {"physical_anti_affinity": physical, "unknown_placement": unknown}, SharedSettings
     )
-    assert shared.reads_hostname_as_host is as_host
-    assert shared.physical_anti_affinity_disabled is disabled
+    assert reads_physically(shared.physical_anti_affinity, {}) is plain
+    opted_in = {POD_PHYSICAL_ANTI_AFFINITY: "true"}
+    assert reads_physically(shared.physical_anti_affinity, opted_in) is annotated
     assert shared.fails_unplaced is fails
 
 

@@ -38,6 +38,7 @@ from hostaffinity.affinity.interpod import (
     HOST_KEYS,
     AffinityTerm,
     NamespaceScope,
+    PhysicalAntiAffinity,
     PodTerms,
     compile_pod_terms,
 )
@@ -147,7 +148,7 @@ def freeze_gc_after_initial_load() -> None:
 class ClusterIndex:
     """Pods, nodes, namespaces and placements, indexed for affinity decisions."""
 
-    def __init__(self, *, physical_anti_affinity: bool = False) -> None:
+    def __init__(self, *, physical_anti_affinity: PhysicalAntiAffinity = "opt-in") -> None:
         self.physical_anti_affinity = physical_anti_affinity
         self._pods: dict[str, PodRecord] = {}
         self._nodes: dict[str, NodeRecord] = {}

@@ -19,7 +19,7 @@ twin, so the VM's own pods are still kept off each other's node.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -123,9 +123,28 @@ class NamespaceScope(msgspec.Struct, frozen=True, gc=False):
         return self.everywhere or namespace in self.names
 
 
-def physical_opt_in(pod: Pod, cluster_wide: bool) -> bool:
+# The shared setting `physical_anti_affinity`, by the values of its config key: "opt-in", a pod's
+# annotation turns its kubernetes.io/hostname anti-affinity into ESXi-host anti-affinity;
+# "cluster-wide", every pod's; "disabled", no pod's.
+PhysicalAntiAffinity = Literal["opt-in", "cluster-wide", "disabled"]
+
+
+def reads_physically(
+    physical_anti_affinity: PhysicalAntiAffinity, annotations: Mapping[str, Any]
+) -> bool:
+    """Whether a pod with these annotations has its hostname terms read as ESXi-host terms: the
+    one rule the engine and the admission webhook both follow."""
+    if physical_anti_affinity == "disabled":
+        return False
+    return (
+        physical_anti_affinity == "cluster-wide"
+        or annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
+    )
+
+
+def physical_opt_in(pod: Pod, physical_anti_affinity: PhysicalAntiAffinity) -> bool:
     """Whether the pod's hostname anti-affinity terms are read as ESXi-host terms."""
-    return cluster_wide or pod.metadata.annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
+    return reads_physically(physical_anti_affinity, pod.metadata.annotations)
 
 
 def runs_a_vm(pod: Pod) -> bool:
@@ -194,10 +213,13 @@ def _required(group: PodAffinity | None) -> list[PodAffinityTerm]:
     return group.required_during_scheduling_ignored_during_execution or []
 
 
-def compile_pod_terms(pod: Pod, physical_anti_affinity: bool = False) -> PodTerms:
+def compile_pod_terms(
+    pod: Pod, physical_anti_affinity: PhysicalAntiAffinity = "opt-in"
+) -> PodTerms:
     """Compile a pod's affinity and anti-affinity, required and preferred.
 
-    `physical_anti_affinity` is the cluster-wide opt-in; the pod annotation opts in one pod.
+    `physical_anti_affinity` is the shared setting: whether the pod annotation opts one pod in,
+    every pod is read physically, or none.
     Equal terms (a workload's replicas) come back as one shared, immutable object.
     """
     affinity = pod.spec.affinity

@@ -26,6 +26,7 @@ from hostaffinity.affinity.interpod import (
     HOST_KEYS,
     HOSTNAME_KEY,
     NamespaceScope,
+    PhysicalAntiAffinity,
     migration_target,
     physical_opt_in,
     without_own_vm,
@@ -152,11 +153,11 @@ def compile_constraint(
 
 
 def compile_spread_constraints(
-    pod: Pod, physical_anti_affinity: bool = False
+    pod: Pod, physical_anti_affinity: PhysicalAntiAffinity = "opt-in"
 ) -> tuple[SpreadConstraint, ...]:
     """Compile a pod's `topologySpreadConstraints`, in the order written.
 
-    `physical_anti_affinity` is the cluster-wide opt-in; the pod annotation
+    `physical_anti_affinity` is the shared setting: with "opt-in" the pod annotation
     (`hostaffinity.io/physical-anti-affinity: "true"`) opts in one pod. Opted in, a
     `kubernetes.io/hostname` constraint is compiled on `hostaffinity.io/esxi-host`. Equal
     constraints (a workload's replicas) come back as one shared, immutable tuple.

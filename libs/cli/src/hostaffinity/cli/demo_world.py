@@ -26,7 +26,7 @@ from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.kube.client import NODES, KubeClient, ResourceRef
 from hostaffinity.runtime.process.cancellation import wait_set
 from hostaffinity.runtime.process.config import NatsSettings
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.schema import (
     EVENTS_STREAM,
     EVENTS_SUBJECT_PREFIX,

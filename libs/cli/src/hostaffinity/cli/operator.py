@@ -18,12 +18,13 @@ import argparse
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 import msgspec
 
 from hostaffinity.affinity.headroom import tight_workloads
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.cli.connections import CommandFailed, kubernetes_settings, open_bus
 from hostaffinity.cli.event_log import events_of, last_of_each_type
 from hostaffinity.cli.explain import explain_node, explain_pod, render_node, render_pod
@@ -57,7 +58,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_nats_options(parser)
     parser.add_argument(
         "--physical-anti-affinity",
-        choices=("opt-in", "cluster-wide"),
+        choices=get_args(PhysicalAntiAffinity),
         default="opt-in",
         help="as the services' shared.physical_anti_affinity",
     )

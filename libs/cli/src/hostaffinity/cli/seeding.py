@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pyVmomi import vim
 
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 
 log = logging.getLogger(__name__)
 TASK_POLL_SECONDS = 0.05

@@ -13,6 +13,7 @@ from functools import cached_property
 
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, Node, Pod
 from hostaffinity.affinity.resources import Resources
 from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
@@ -92,13 +93,13 @@ def other_installs_on(
 class EngineOptions:
     """The shared settings that change the engine's answers (SharedSettings in the services)."""
 
-    physical_anti_affinity: str = "opt-in"  # opt-in | cluster-wide
+    physical_anti_affinity: PhysicalAntiAffinity = "opt-in"
     unknown_placement: str = "fail"  # fail | pass
 
 
 def build_engine(snapshot: ClusterSnapshot, options: EngineOptions) -> AffinityEngine:
     """The engine over an index fed from the snapshot, as the extender's feeds fill its cache."""
-    index = ClusterIndex(physical_anti_affinity=options.physical_anti_affinity == "cluster-wide")
+    index = ClusterIndex(physical_anti_affinity=options.physical_anti_affinity)
     for namespace in snapshot.namespaces.values():
         index.upsert_namespace(namespace)
     for node in snapshot.nodes.values():

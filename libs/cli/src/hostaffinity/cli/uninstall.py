@@ -51,7 +51,7 @@ from hostaffinity.cli.vcenter_access import open_vcenter
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.kube.client import NODES
 from hostaffinity.runtime.process.config import KubernetesSettings, NatsSettings
-from hostaffinity.runtime.vcenter.session import VCenterSettings
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,
     LABEL_LEGACY_HOST,

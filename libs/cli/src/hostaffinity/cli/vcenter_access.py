@@ -18,13 +18,8 @@ from pyVim.connect import Disconnect
 from pyVmomi import vim
 
 from hostaffinity.cli.connections import CommandFailed
-from hostaffinity.runtime.vcenter.session import (
-    VCenterError,
-    VCenterLoginError,
-    VCenterSettings,
-    connect,
-    where,
-)
+from hostaffinity.runtime.vcenter.session import VCenterError, VCenterLoginError, connect, where
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 
 VCENTER_ANSWER_SECONDS: Final = 5.0
 FIX_LOGIN: Final = "check the user and password given with --vcenter"

@@ -60,9 +60,8 @@ def readiness_parts(_config: AdmissionWebhookConfig) -> list[str]:
 def mutation_settings(shared: SharedSettings, webhook: WebhookSettings) -> MutationSettings:
     """The planner's settings from the shared section (same reading as the engine's)."""
     return MutationSettings(
-        cluster_wide=shared.reads_hostname_as_host,
-        disabled=shared.physical_anti_affinity_disabled,
-        require_host_label=shared.fails_unplaced,
+        physical_anti_affinity=shared.physical_anti_affinity,
+        fail_unplaced=shared.fails_unplaced,
         spread_when_unsatisfiable=webhook.spread_when_unsatisfiable,
     )
 

@@ -156,7 +156,7 @@ class DeschedulerWork:
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM, PLACEMENTS_STREAM])
         topology = await ctx.bus.topology(parked_as=SOURCE)
         state = self.state = ClusterState(
-            physical_anti_affinity=shared.reads_hostname_as_host,
+            physical_anti_affinity=shared.physical_anti_affinity,
             fail_unplaced=shared.fails_unplaced,
             fleet=FleetMembers(ctx.cluster.name),
         )

@@ -37,6 +37,7 @@ import msgspec
 from hostaffinity.affinity.shared_hosts import shared_hosts_warnings
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
+from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.drs_translator.core.attention import other_install_rules
 from hostaffinity.drs_translator.core.diff import Change, ClusterDiff, diff_cluster
 from hostaffinity.drs_translator.core.planner import ClusterPlan
@@ -62,6 +63,8 @@ from hostaffinity.schema import (
 SOURCE: Final = "drs-translator"
 
 _log = logging.getLogger(__name__)
+# Where a caller names none (tests), the config's own defaults.
+_DEFAULTS = DrsSettings()
 # Hands a bus event to the runtime's outbox, which keeps it until NATS takes it.
 Send = Callable[[Event], None]
 GROUP_KINDS: Final = frozenset({"vm-group", "host-group"})
@@ -94,9 +97,9 @@ class DrsApplier:
         vcenter: str,
         install: str,
         dry_run: bool = False,
-        retry_base_seconds: float = 1.0,
-        retry_max_seconds: float = 300.0,
-        refresh_seconds: float = 30.0,
+        retry_base_seconds: float = _DEFAULTS.retry_base_seconds,
+        retry_max_seconds: float = _DEFAULTS.retry_max_seconds,
+        refresh_seconds: float = _DEFAULTS.shared_rules_refresh_seconds,
     ) -> None:
         self._config = config
         self._records = records

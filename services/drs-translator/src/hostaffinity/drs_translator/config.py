@@ -3,12 +3,8 @@
 from collections.abc import Mapping
 from typing import ClassVar
 
-from hostaffinity.runtime.process.config import Delay, Seconds, Settings
-from hostaffinity.runtime.vcenter.session import (
-    ONE_VCENTER_KEYS,
-    VCenterServiceSettings,
-    moved_into,
-)
+from hostaffinity.runtime.process.config import Delay, Seconds, Settings, moved_into
+from hostaffinity.runtime.vcenter.settings import ONE_VCENTER_KEYS, VCenterServiceSettings
 
 
 class HaAuditSettings(Settings, frozen=True):

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.service import DrsTranslatorWork, readiness_parts
 from hostaffinity.runtime.runner import ServiceSpec, run_service
-from hostaffinity.runtime.vcenter.session import for_each_vcenter
+from hostaffinity.runtime.vcenter.settings import for_each_vcenter
 from hostaffinity.runtime.vcenter.trust import check_ca_file, check_trust
 
 

@@ -29,7 +29,7 @@ from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.reports import ClusterReports
-from hostaffinity.drs_translator.translator import DrsTranslator, Pacing, VCenterTarget
+from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.hub_leases import HubLeases
@@ -177,8 +177,8 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
             if own.dry_run
             else EventRecorder(ctx.kube, f"hostaffinity-{SOURCE}", ctx.identity),
             metrics,
-            physical_cluster_wide=config.shared.reads_hostname_as_host,
-            pacing=Pacing(own.debounce_seconds, own.resync_seconds, own.error_retry_seconds),
+            physical_anti_affinity=config.shared.physical_anti_affinity,
+            pacing=own,
         )
         pods: Informer[Pod] = Informer(
             ctx.kube,

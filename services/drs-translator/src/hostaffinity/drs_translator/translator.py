@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 from hostaffinity.affinity.fleet_groups import own_members
 from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, Pod
 from hostaffinity.drs_translator.applier import DrsApplier
+from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.drs_translator.core.attention import other_install_rules, unprotected_groups
 from hostaffinity.drs_translator.core.planner import (
     ClusterPlan,
@@ -41,13 +43,6 @@ from hostaffinity.runtime.process.cancellation import raise_if_cancel_requested,
 from hostaffinity.schema import EsxiHost, NodePlacement, utc_timestamp
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Pacing:
-    debounce_seconds: float = 0.2
-    resync_seconds: float = 300.0
-    error_retry_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +97,11 @@ class DrsTranslator:
         recorder: EventRecorder | None,
         metrics: DrsMetrics,
         *,
-        physical_cluster_wide: bool = False,
-        pacing: Pacing | None = None,
+        physical_anti_affinity: PhysicalAntiAffinity = "opt-in",
+        pacing: DrsSettings | None = None,
     ) -> None:
         self.targets = list(targets)
-        self.index = ClusterIndex(physical_anti_affinity=physical_cluster_wide)
+        self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
         self.pods: dict[str, Pod] = {}
         # The pods whose spec the planner reads (`asks_for_placement`): a plan visits these only.
         self.constrained: dict[str, Pod] = {}
@@ -121,7 +116,7 @@ class DrsTranslator:
         self.last_plan_seconds = 0.0
         self._recorder = recorder
         self._metrics = metrics
-        self._pacing = pacing or Pacing()
+        self._pacing = pacing if pacing is not None else DrsSettings()
         self._lanes = {target.name: _Lane() for target in self.targets}
         self._reported: dict[str, set[tuple[str, ...]]] = {}
 

@@ -10,7 +10,8 @@ from typing import Any
 from pyVim.connect import Disconnect
 from pyVmomi import vim, vmodl
 
-from hostaffinity.runtime.vcenter.session import VCenterError, VCenterSettings, connect, where
+from hostaffinity.runtime.vcenter.session import VCenterError, connect, where
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 
 # host moid -> the racks its host groups name
 HostGroupRacks = dict[str, tuple[str, ...]]

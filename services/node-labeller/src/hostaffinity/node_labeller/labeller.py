@@ -30,6 +30,7 @@ import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 from opentelemetry.metrics import Observation
 
+from hostaffinity.node_labeller.config import LabellerSettings
 from hostaffinity.node_labeller.core.inventory import HOST, VM, Inventory
 from hostaffinity.node_labeller.core.matching import MatchKey, vm_match_keys
 from hostaffinity.node_labeller.core.node_index import NodeIndex
@@ -70,6 +71,8 @@ from hostaffinity.schema import (
 from hostaffinity.schema.names import HOST_KEY_PREFIX, NODE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
+# Where a caller names none (tests), the config's own defaults.
+_DEFAULTS = LabellerSettings()
 Publish = Callable[[Event], Awaitable[object]]
 # A node's writes, between their awaits (test-only kill points: runtime checkpoints.py).
 LABEL_PATH: Final = WritePath(
@@ -102,8 +105,8 @@ class NodeSource(Protocol):
 class Retry:
     """Backoff of a key whose writes failed: base * 2**failures, capped."""
 
-    base_seconds: float = 0.05
-    max_seconds: float = 10.0
+    base_seconds: float = _DEFAULTS.retry_base_seconds
+    max_seconds: float = _DEFAULTS.retry_max_seconds
 
 
 DEFAULT_RETRY = Retry()
@@ -166,7 +169,7 @@ class Labeller:
         nodes: NodeSource,
         *,
         vcenters: Sequence[str],
-        workers: int = 32,
+        workers: int = _DEFAULTS.patch_concurrency,
         retry: Retry = DEFAULT_RETRY,
     ) -> None:
         self.settings = settings

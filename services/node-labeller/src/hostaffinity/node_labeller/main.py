@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from hostaffinity.node_labeller.config import NodeLabellerConfig
 from hostaffinity.node_labeller.service import NodeLabellerWork, readiness_parts
 from hostaffinity.runtime.runner import ServiceSpec, run_service
-from hostaffinity.runtime.vcenter.session import for_each_vcenter
+from hostaffinity.runtime.vcenter.settings import for_each_vcenter
 from hostaffinity.runtime.vcenter.trust import check_ca_file, check_trust
 
 

@@ -15,12 +15,13 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.config import FailureDomainSettings
 from hostaffinity.node_labeller.core.reconcile import Tags
 from hostaffinity.node_labeller.host_groups import read_host_group_racks
 from hostaffinity.node_labeller.labeller import Labeller
 from hostaffinity.node_labeller.metrics import TagReadMetrics
-from hostaffinity.runtime.vcenter.session import VCenterError, VCenterSettings
+from hostaffinity.runtime.vcenter.session import VCenterError
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.runtime.vcenter.tags import TagRead, read_tags
 
 log = logging.getLogger(__name__)

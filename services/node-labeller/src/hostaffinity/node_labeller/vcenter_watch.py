@@ -48,7 +48,8 @@ from pyVmomi import VmomiSupport, vim, vmodl
 
 from hostaffinity.node_labeller.core.inventory import TASK, VM, ObjectUpdate, PropertyValue
 from hostaffinity.node_labeller.metrics import WatchMetrics
-from hostaffinity.runtime.vcenter.session import VCenterSession, VCenterSettings
+from hostaffinity.runtime.vcenter.session import VCenterSession
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.schema import utc_timestamp
 
 log = logging.getLogger(__name__)

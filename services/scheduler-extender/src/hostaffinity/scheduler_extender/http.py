@@ -24,6 +24,7 @@ from aiohttp import web
 
 from hostaffinity.runtime.bus.sampled import SampledPublisher
 from hostaffinity.scheduler_extender.binder import Binder, BindError
+from hostaffinity.scheduler_extender.config import ExtenderSettings
 from hostaffinity.scheduler_extender.core import answers, extender_v1
 from hostaffinity.scheduler_extender.core.answers import Verdict
 from hostaffinity.scheduler_extender.core.cache import ExtenderCache
@@ -35,6 +36,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 VERB_PATHS = frozenset({"/filter", "/prioritize", "/bind"})
 
 _log = logging.getLogger(__name__)
+# Where a caller names none (tests), the config's own defaults.
+_DEFAULTS = ExtenderSettings()
 
 
 def server_tls(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
@@ -70,8 +73,8 @@ class ExtenderServer:
         metrics: ExtenderMetrics,
         decisions: SampledPublisher,
         *,
-        max_body_bytes: int = 256 * 2**20,
-        inflight_wait_seconds: float = 0.5,
+        max_body_bytes: int = _DEFAULTS.max_body_bytes,
+        inflight_wait_seconds: float = _DEFAULTS.inflight_wait_seconds,
         rng: random.Random | None = None,
     ) -> None:
         self._cache = cache

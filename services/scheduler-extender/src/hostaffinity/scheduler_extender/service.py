@@ -48,7 +48,7 @@ def build_cache(settings: SchedulerExtenderConfig, cluster: str = "") -> Extende
     members are told from its own by it)."""
     shared = settings.shared
     return ExtenderCache(
-        physical_anti_affinity=shared.reads_hostname_as_host,
+        physical_anti_affinity=shared.physical_anti_affinity,
         fail_unplaced=shared.fails_unplaced,
         inflight_capacity=settings.extender.inflight_capacity,
         inflight_max_age_seconds=settings.extender.inflight_max_age_seconds,

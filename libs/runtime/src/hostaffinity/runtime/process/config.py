@@ -15,6 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_ori
 import msgspec
 import yaml
 
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
+
 ENV_PREFIX = "HOSTAFFINITY_"
 ENV_NESTING = "__"
 
@@ -63,22 +65,14 @@ class SharedSettings(Settings, frozen=True):
     legacy_host_label: bool = True
     # "opt-in": a pod annotation turns kubernetes.io/hostname anti-affinity into ESXi-host
     # anti-affinity; "cluster-wide": every pod is read that way; "disabled": never. (Not "off":
-    # YAML reads a bare off as a boolean.)
-    physical_anti_affinity: Literal["opt-in", "cluster-wide", "disabled"] = "opt-in"
+    # YAML reads a bare off as a boolean.) Every service reads a pod by the same rule: with
+    # "disabled" the annotation is ignored by the scheduler extender, the descheduler and the
+    # drs-translator too, not only the webhook.
+    physical_anti_affinity: PhysicalAntiAffinity = "opt-in"
     # A node whose placement is unknown fails host-level required terms ("fail") or passes them.
     unknown_placement: Literal["fail", "pass"] = "fail"
 
-    # Named answers, so that no service compares the setting strings itself.
-    @property
-    def reads_hostname_as_host(self) -> bool:
-        """Every pod's hostname anti-affinity counts as ESXi-host anti-affinity (cluster-wide)."""
-        return self.physical_anti_affinity == "cluster-wide"
-
-    @property
-    def physical_anti_affinity_disabled(self) -> bool:
-        """No pod's hostname anti-affinity is read as ESXi-host anti-affinity, annotated or not."""
-        return self.physical_anti_affinity == "disabled"
-
+    # A named answer, so that no service compares the setting strings itself.
     @property
     def fails_unplaced(self) -> bool:
         """A node with no known ESXi host fails host-level required terms."""
@@ -242,6 +236,15 @@ class LeaderElectedSettings(ServiceSettings, frozen=True):
     """A service of which only the Lease holder works."""
 
     lease: LeaseSettings = LeaseSettings()
+
+
+def moved_into(section: str, record: type[Settings]) -> dict[str, str]:
+    """MOVED_KEYS entries for top-level fields that now live in `section:`."""
+    return {
+        field.name: f"now `{section}.{field.name}` (HOSTAFFINITY_{section.upper()}__"
+        f"{field.name.upper()})"
+        for field in msgspec.structs.fields(record)
+    }
 
 
 S = TypeVar("S", bound=Settings)

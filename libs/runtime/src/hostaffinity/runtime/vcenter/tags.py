@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 import aiohttp
 import msgspec
 
-from hostaffinity.runtime.vcenter.session import VCenterError, VCenterSettings, where
+from hostaffinity.runtime.vcenter.session import VCenterError, where
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 from hostaffinity.runtime.vcenter.trust import pinned_hex, ssl_context
 
 log = logging.getLogger(__name__)

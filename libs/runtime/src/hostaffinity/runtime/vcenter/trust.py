@@ -24,15 +24,11 @@ import re
 import socket
 import ssl
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from hostaffinity.runtime.process.config import ConfigError
+from hostaffinity.runtime.vcenter.settings import VCenterSettings
 
-if TYPE_CHECKING:
-    from hostaffinity.runtime.vcenter.session import VCenterSettings
-
-# 32 bytes as hex, with or without colons between bytes, optionally after `SHA256:`.
-THUMBPRINT_PATTERN: Final = r"^(?:[Ss][Hh][Aa]256:)?(?:[0-9A-Fa-f]{2}:?){31}[0-9A-Fa-f]{2}$"
 _PREFIX: Final = re.compile(r"^sha256:", re.IGNORECASE)
 # Where a handshake made only to check or read the certificate gives up.
 PROBE_TIMEOUT_SECONDS: Final = 10.0

@@ -39,7 +39,7 @@ class HostHeadroomAdvisor:
 
     def __init__(self, settings: MutationSettings) -> None:
         self._settings = settings
-        index = ClusterIndex(physical_anti_affinity=settings.cluster_wide)
+        index = ClusterIndex(physical_anti_affinity=settings.physical_anti_affinity)
         self._engine = AffinityEngine(index)
 
     @property

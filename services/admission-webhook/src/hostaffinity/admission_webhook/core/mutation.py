@@ -13,7 +13,7 @@ us once admitted. For a pod that opts in (the annotation, or the cluster-wide se
   and a weight (an integer in 1..100) cannot always be split in two. The replacement scores
   exactly as the engine's physical reading of the term (interpod.py): a host shared by two
   replicas is what the user meant to avoid, whether they share a VM or not;
-- with `require_host_label` (shared `unknown_placement: fail`), a pod that ends up with a
+- with `fail_unplaced` (shared `unknown_placement: fail`), a pod that ends up with a
   required host-key term also requires the host label to exist, appended to every
   nodeSelectorTerm (they are ORed), so an unlabelled node cannot take it: kube-scheduler lets a
   node without the topology key pass anti-affinity;
@@ -85,11 +85,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from hostaffinity.admission_webhook.config import WebhookSettings
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity, reads_physically
+from hostaffinity.runtime.process.config import SharedSettings
 from hostaffinity.schema.names import (
     LABEL_ESXI_HOST,
     LABEL_KUBEVIRT_MIGRATION_JOB,
     LABEL_KUBEVIRT_VMI_UID,
-    POD_PHYSICAL_ANTI_AFFINITY,
     POD_SPREAD_ACROSS_HOSTS,
 )
 
@@ -119,6 +121,9 @@ MAX_SKEW_LIMIT: Final = 2**31 - 1
 
 Operation = dict[str, Any]
 WhenUnsatisfiable = Literal["ScheduleAnyway", "DoNotSchedule"]
+# Where a caller names none (tests), the config's own defaults.
+_SHARED = SharedSettings()
+_WEBHOOK = WebhookSettings()
 
 
 class Outcome(enum.Enum):
@@ -134,10 +139,11 @@ class Outcome(enum.Enum):
 class MutationSettings:
     """What the shared config and the webhook section decide about the mutation."""
 
-    cluster_wide: bool = False
-    disabled: bool = False
-    require_host_label: bool = True
-    spread_when_unsatisfiable: WhenUnsatisfiable = "ScheduleAnyway"
+    # The shared `physical_anti_affinity`, by its name and values.
+    physical_anti_affinity: PhysicalAntiAffinity = _SHARED.physical_anti_affinity
+    # The shared `unknown_placement: fail`, by the engine's name for it.
+    fail_unplaced: bool = _SHARED.fails_unplaced
+    spread_when_unsatisfiable: WhenUnsatisfiable = _WEBHOOK.spread_when_unsatisfiable
 
 
 @dataclass(frozen=True)
@@ -179,10 +185,8 @@ def _sequence(value: object, where: str) -> Sequence[Any]:
 
 
 def opted_in(annotations: Mapping[str, Any], settings: MutationSettings) -> bool:
-    """Whether the pod's hostname anti-affinity is read physically (same rule as the engine)."""
-    if settings.disabled:
-        return False
-    return settings.cluster_wide or annotations.get(POD_PHYSICAL_ANTI_AFFINITY) == "true"
+    """Whether the pod's hostname anti-affinity is read physically (the engine's own rule)."""
+    return reads_physically(settings.physical_anti_affinity, annotations)
 
 
 def own_vm_requirement(labels: Mapping[str, Any]) -> dict[str, Any]:
@@ -443,7 +447,7 @@ def _plan(pod: Mapping[str, Any], settings: MutationSettings) -> Mutation:
         anti = _mapping(affinity.get("podAntiAffinity"), "podAntiAffinity")
         twins = _twin_operations(anti, labels)
         required_twin = any(op["path"] == f"{ANTI_AFFINITY_PATH}/{REQUIRED}/-" for op in twins)
-        if settings.require_host_label and _has_required_host_term(affinity, required_twin):
+        if settings.fail_unplaced and _has_required_host_term(affinity, required_twin):
             host_label = _host_label_operations(affinity)
         moved = _moved_spread_operations(constraints, labels)
     if POD_SPREAD_ACROSS_HOSTS in annotations:

@@ -28,7 +28,7 @@ from typing import Final
 
 import msgspec
 
-from hostaffinity.descheduler.config import MigrationLimits
+from hostaffinity.descheduler.config import DeschedulerSettings, MigrationLimits
 from hostaffinity.descheduler.core.kubevirt import (
     MoveKind,
     how_to_move,
@@ -57,6 +57,9 @@ NODE_FIT_TRIGGERS: Final = (
 
 # How every node-fit refusal starts: the pod would have nowhere to go (reported with an Event).
 NO_PLACE: Final = "no other node"
+# The planner's settings are the descheduler section's; where a caller names none (tests), its
+# defaults.
+_DEFAULTS = DeschedulerSettings()
 
 
 class EvictionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -71,10 +74,10 @@ class PlannerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """What the planner enforces beyond the policy."""
 
     # A workload that lost a pod to the descheduler is left alone this long (loop guard).
-    cooldown_seconds: float = 300.0
-    dry_run: bool = False
+    cooldown_seconds: float = _DEFAULTS.cooldown_seconds
+    dry_run: bool = _DEFAULTS.dry_run
     # The VMI evictionStrategy assumed when a VMI names none (KubeVirt's cluster-wide setting).
-    kubevirt_default_eviction_strategy: str = "None"
+    kubevirt_default_eviction_strategy: str = _DEFAULTS.kubevirt_default_eviction_strategy
     # Overrides the KubeVirt CR's migration limits when set.
     migrations: MigrationLimits | None = None
 

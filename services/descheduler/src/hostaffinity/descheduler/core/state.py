@@ -25,6 +25,7 @@ import msgspec
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex, PlannedMoves
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace
 from hostaffinity.affinity.sharing import Interner
 from hostaffinity.descheduler.core.kubevirt import (
@@ -44,7 +45,11 @@ from hostaffinity.descheduler.core.model import (
     node_allocatable,
     pod_requests,
 )
+from hostaffinity.runtime.process.config import SharedSettings
 from hostaffinity.schema.names import LABEL_ESXI_HOST
+
+# The shared section's defaults, for a caller that names none (tests).
+_SHARED = SharedSettings()
 
 _log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -83,8 +88,8 @@ class ClusterState:
     def __init__(
         self,
         *,
-        physical_anti_affinity: bool = False,
-        fail_unplaced: bool = True,
+        physical_anti_affinity: PhysicalAntiAffinity = _SHARED.physical_anti_affinity,
+        fail_unplaced: bool = _SHARED.fails_unplaced,
         fleet: FleetMembers | None = None,
     ) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)

@@ -18,7 +18,7 @@ a conflict, reported and left alone. An equal value is adopted: kept true from t
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.config import FailureDomainSettings
 from hostaffinity.node_labeller.core.inventory import Inventory
 from hostaffinity.schema import (
     ANNOTATION_FAILURE_DOMAIN_LABELS,

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 import msgspec
 
-from hostaffinity.node_labeller.core.failure_domain_settings import FailureDomainSettings
+from hostaffinity.node_labeller.config import FailureDomainSettings
 from hostaffinity.node_labeller.core.failure_domains import (
     FailureDomains,
     TagIndex,

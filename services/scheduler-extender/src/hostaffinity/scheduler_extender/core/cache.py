@@ -24,9 +24,16 @@ import msgspec
 from hostaffinity.affinity.engine import AffinityEngine
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import ClusterIndex
+from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, Node, Pod
+from hostaffinity.runtime.process.config import SharedSettings
+from hostaffinity.scheduler_extender.config import ExtenderSettings
 from hostaffinity.scheduler_extender.core.inflight import InFlight, InFlightPod
 from hostaffinity.schema.names import LABEL_ESXI_HOST
+
+# Where a caller names none (tests), the config's own defaults.
+_SHARED = SharedSettings()
+_DEFAULTS = ExtenderSettings()
 
 SOURCES: Final = ("pods", "nodes", "namespaces", "placements")
 SyncCheck = Callable[[], bool]
@@ -55,11 +62,11 @@ class ExtenderCache:
     def __init__(
         self,
         *,
-        physical_anti_affinity: bool = False,
-        fail_unplaced: bool = True,
+        physical_anti_affinity: PhysicalAntiAffinity = _SHARED.physical_anti_affinity,
+        fail_unplaced: bool = _SHARED.fails_unplaced,
         clock: Callable[[], float] = time.monotonic,
-        inflight_capacity: int = 10_000,
-        inflight_max_age_seconds: float = 30.0,
+        inflight_capacity: int = _DEFAULTS.inflight_capacity,
+        inflight_max_age_seconds: float = _DEFAULTS.inflight_max_age_seconds,
         fleet: FleetMembers | None = None,
     ) -> None:
         self.index = ClusterIndex(physical_anti_affinity=physical_anti_affinity)
