@@ -4,7 +4,8 @@ only trusted to the import contracts (.importlinter) that enforce it.
 
 Per service, the boxes are: its `core` package (one box, its modules listed), each module of its
 shell, its `config` leaf, the shared libraries it uses (pure ones: schema, affinity,
-runtime.process; I/O ones: runtime.bus, .kube, .vcenter, .http) and the I/O clients (nats,
+runtime.process, runtime.vcenter.settings; I/O ones: runtime.bus, .kube, .vcenter, .http, the
+runner) and the I/O clients (nats,
 kubernetes_asyncio, pyVmomi, aiohttp). An arrow is a direct import. Pure boxes are drawn green,
 I/O boxes red: a core box has no arrow to a red one.
 
@@ -33,7 +34,12 @@ SERVICES: Final = (
     "descheduler",
 )
 # What a box is drawn as, by the module it stands for (the longest prefix wins).
-PURE_LIBS: Final = ("hostaffinity.schema", "hostaffinity.affinity", "hostaffinity.runtime.process")
+PURE_LIBS: Final = (
+    "hostaffinity.schema",
+    "hostaffinity.affinity",
+    "hostaffinity.runtime.process",
+    "hostaffinity.runtime.vcenter.settings",  # records only: the vCenter settings' home
+)
 IO_LIBS: Final = (
     "hostaffinity.runtime.bus",
     "hostaffinity.runtime.kube",
