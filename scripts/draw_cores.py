@@ -5,9 +5,8 @@ only trusted to the import contracts (.importlinter) that enforce it.
 Per service, the boxes are: its `core` package (one box, its modules listed), each module of its
 shell, its `config` leaf, the shared libraries it uses (pure ones: schema, affinity,
 runtime.process, runtime.vcenter.settings; I/O ones: runtime.bus, .kube, .vcenter, .http, the
-runner) and the I/O clients (nats,
-kubernetes_asyncio, pyVmomi, aiohttp). An arrow is a direct import. Pure boxes are drawn green,
-I/O boxes red: a core box has no arrow to a red one.
+runner) and the I/O clients (nats, kubernetes_asyncio, pyVmomi, aiohttp). An arrow is a direct
+import. Pure boxes are drawn green, I/O boxes red: a core box has no arrow to a red one.
 
 `python scripts/draw_cores.py` writes the page; `--check` exits 1 when the page differs from
 what the imports say (tests/test_core_drawing.py runs it, as `make docs` does for the others).
