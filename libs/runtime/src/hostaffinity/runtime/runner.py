@@ -95,6 +95,7 @@ from hostaffinity.runtime.process.config import (
     load_config,
 )
 from hostaffinity.runtime.process.telemetry import setup_telemetry
+from hostaffinity.schema.event_factory import EventFactory
 from hostaffinity.schema.names import ANNOTATION_READINESS
 from hostaffinity.schema.readiness import encode_readiness
 from hostaffinity.schema.version import release_version
@@ -181,8 +182,14 @@ class ServiceContext(Generic[C]):
         group: asyncio.TaskGroup,
         cluster: ClusterIdentity,
         declared: Sequence[str] = (),
+        *,
+        service: str,
     ) -> None:
         self.config = config
+        # The spec's name (`node-labeller`): the `source` of every event the work builds with
+        # `event_factory`.
+        self.service = service
+        self.event_factory = EventFactory(service)
         # Which Kubernetes cluster this install serves (shared.cluster.name, or read from the API).
         self.cluster = cluster
         # `hostaffinity-<service>`: the Event reporting component, the Lease's default name.
@@ -336,6 +343,7 @@ class ServiceRunner(Generic[C]):
                     group,
                     cluster,
                     declared,
+                    service=self.spec.name,
                 )
                 group.create_task(self.spec.work(context), name=f"{self.spec.name}-work")
 

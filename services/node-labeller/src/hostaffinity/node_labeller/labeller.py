@@ -56,6 +56,7 @@ from hostaffinity.runtime.process.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
     Event,
+    EventFactory,
     NodeLabelled,
     NodePlaced,
     NodePlacement,
@@ -166,10 +167,12 @@ class Labeller:
         nodes: NodeSource,
         *,
         vcenters: Sequence[str],
+        event_factory: EventFactory,
         workers: int = 32,
         retry: Retry = DEFAULT_RETRY,
     ) -> None:
         self.settings = settings
+        self._event_factory = event_factory
         self.state = LabellerState()
         self.host_ids = HostIds(tuple(vcenters))
         self._kube = kube
@@ -448,6 +451,7 @@ class Labeller:
                 self.settings,
                 now=utc_timestamp(),
                 version=self.state.version + 1,
+                events=self._event_factory,
                 kv_stale=kv_stale,
                 tags=self.state.tags,
             )

@@ -105,6 +105,7 @@ class NodeLabellerWork:
             EventRecorder(ctx.kube, ctx.program, ctx.identity),
             informer,
             vcenters=[watcher.vcenter for watcher in self.watchers],
+            event_factory=ctx.event_factory,
             workers=own.patch_concurrency,
             retry=Retry(own.retry_base_seconds, own.retry_max_seconds),
         )
