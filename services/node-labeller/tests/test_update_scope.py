@@ -15,6 +15,7 @@ from hostaffinity.node_labeller.core.nodes import (
 )
 from hostaffinity.node_labeller.core.reconcile import PlannerSettings, reconcile_node
 from hostaffinity.node_labeller.labeller import Labeller
+from hostaffinity.node_labeller.metrics import LabellerMetrics
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
 from hostaffinity.runtime.process.workqueue import SWEEP_WINDOW
 from hostaffinity.schema import EventFactory, TopologySnapshot
@@ -56,7 +57,15 @@ async def working_labeller(nodes: StaticNodes) -> Labeller:
     called, which queue keys and write nothing."""
     unused: Any = None
     labeller = Labeller(
-        SETTINGS, unused, unused, unused, unused, nodes, vcenters=[VCENTER], event_factory=EVENTS
+        SETTINGS,
+        unused,
+        unused,
+        unused,
+        unused,
+        nodes,
+        vcenters=[VCENTER],
+        event_factory=EVENTS,
+        metrics=LabellerMetrics(),
     )
     updates = inventory_updates(("vm-1", "worker-1", UUID, "host-1"))
     labeller.on_inventory(UpdateBatch(VCENTER, updates, resync=True, received_at=0.0))

@@ -168,6 +168,7 @@ class Labeller:
         *,
         vcenters: Sequence[str],
         event_factory: EventFactory,
+        metrics: LabellerMetrics,
         workers: int = 32,
         retry: Retry = DEFAULT_RETRY,
     ) -> None:
@@ -211,7 +212,8 @@ class Labeller:
         self.resyncs = 0
         # Complete vCenter inventories applied: the first, one per re-login and per resync.
         self.inventory_reads = 0
-        self._metrics = LabellerMetrics(self.node_states)
+        self._metrics = metrics
+        metrics.count_nodes(self.node_states)
 
     def node_states(self) -> list[Observation]:
         """How many known Nodes are placed, unmatched or pending, for the nodes gauge."""
