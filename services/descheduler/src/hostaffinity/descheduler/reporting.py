@@ -137,30 +137,21 @@ def announcement(
     every other answer names its intent."""
     made = result in (EVICTED, MIGRATED, DRY_RUN)
     id_parts = (action.uid, result, *(() if made else (answers,)))
+    # What both announcements say of the action.
+    said = {
+        "pod": action.pod,
+        "pod_uid": action.uid,
+        "node": action.node,
+        "strategy": action.strategy,
+        "rule": action.rule,
+        "result": result,
+        "owner": action.workload,
+    }
     if action.outcome is Outcome.EVICT:
-        return event_factory.new(
-            PodEvicted,
-            *id_parts,
-            pod=action.pod,
-            pod_uid=action.uid,
-            node=action.node,
-            strategy=action.strategy,
-            rule=action.rule,
-            result=result,
-            owner=action.workload,
-        )
+        return event_factory.new(PodEvicted, *id_parts, **said)
+    migration = migration_name(action.vmi.split("/", 1)[1], action.uid)
     return event_factory.new(
-        VmiMigrationRequested,
-        *id_parts,
-        vmi=action.vmi,
-        migration=migration_name(action.vmi.split("/", 1)[1], action.uid),
-        node=action.node,
-        strategy=action.strategy,
-        rule=action.rule,
-        pod=action.pod,
-        result=result,
-        owner=action.workload,
-        pod_uid=action.uid,
+        VmiMigrationRequested, *id_parts, vmi=action.vmi, migration=migration, **said
     )
 
 

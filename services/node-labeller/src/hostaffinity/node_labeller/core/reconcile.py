@@ -442,43 +442,40 @@ def _placement_events(
     match: Matched,
     now: str,
 ) -> list[Event]:
-    if previous is None or previous.vm_moid != placement.vm_moid:
+    node, vm, version = placement.node, placement.vm_moid, placement.version
+    # What both events say of the placement.
+    said = {"node": node, "vm_moid": vm, "version": version, "vcenter": placement.vcenter}
+    if previous is None or previous.vm_moid != vm:
         return [
             events.new(
                 NodePlaced,
-                placement.node,
-                placement.vm_moid,
-                placement.version,
+                node,
+                vm,
+                version,
                 occurred_at=now,
-                node=placement.node,
-                vm_moid=placement.vm_moid,
                 host_moid=placement.host_moid,
                 host_name=placement.host_name,
                 cluster_name=placement.cluster_name,
                 datacenter=placement.datacenter,
                 matched_by=match.matched_by,
-                version=placement.version,
-                vcenter=placement.vcenter,
+                **said,
             )
         ]
     if previous.host_moid != placement.host_moid:
         return [
             events.new(
                 VmMoved,
-                placement.node,
-                placement.vm_moid,
+                node,
+                vm,
                 previous.host_moid,
                 placement.host_moid,
-                placement.version,
+                version,
                 occurred_at=now,
-                node=placement.node,
-                vm_moid=placement.vm_moid,
                 from_host_moid=previous.host_moid,
                 from_host_name=previous.host_name,
                 to_host_moid=placement.host_moid,
                 to_host_name=placement.host_name,
-                version=placement.version,
-                vcenter=placement.vcenter,
+                **said,
             )
         ]
     return []
