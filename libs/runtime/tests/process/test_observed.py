@@ -1,6 +1,8 @@
 """Observable instruments served from the reader given last (a service's parts built again in
 one process report, not the first ones)."""
 
+import functools
+
 from opentelemetry.metrics import Observation
 from prometheus_client import REGISTRY
 
@@ -17,6 +19,10 @@ def served(name: str) -> dict[str, float]:
         for sample in metric.samples
         if sample.name == name
     }
+
+
+def one_observation(value: int) -> list[Observation]:
+    return [Observation(value)]
 
 
 def test_a_gauge_reports_the_reader_given_last() -> None:
@@ -37,7 +43,7 @@ def test_an_observed_counter_reports_the_reader_given_last() -> None:
     setup_telemetry("hostaffinity-tests")
     for count in (5, 7):
         observe_latest(
-            METER, "hostaffinity_test_dropped", lambda n=count: [Observation(n)],
+            METER, "hostaffinity_test_dropped", functools.partial(one_observation, count),
             description="drops of a test", kind="counter",
         )  # fmt: skip
     assert served("hostaffinity_test_dropped_total") == {"": 7.0}
