@@ -42,7 +42,7 @@ from hostaffinity.node_labeller.core.reconcile import NodeActions, PlannerSettin
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.bus.kv import NodeChange, TopologyStore
 from hostaffinity.runtime.process.config import NatsSettings
-from hostaffinity.schema import VmMoved, utc_timestamp
+from hostaffinity.schema import EventFactory, VmMoved, utc_timestamp
 from tests.platform.builders.node_labeller import inventory_with
 from tests.platform.nats import nats_server_binary
 from tests.platform.nats_cluster import (
@@ -54,6 +54,8 @@ from tests.platform.nats_cluster import (
     shipped,
 )
 from tests.platform.vcsim import build_vcsim, start_vcsim
+
+EVENTS = EventFactory("node-labeller")
 
 WAIT_SECONDS: Final = 10.0
 TARGET_P99_MS: Final = 5.0
@@ -138,7 +140,13 @@ def vmotions() -> Iterator[NodeActions]:
     for version, host in enumerate(itertools.cycle(("host-1", "host-2")), start=1):
         inventory.apply(ObjectUpdate("modify", "VirtualMachine", "vm-1", {"runtime.host": host}))
         actions = reconcile_node(
-            node, {"vc-1": inventory}, previous, settings, now=utc_timestamp(), version=version
+            node,
+            {"vc-1": inventory},
+            previous,
+            settings,
+            now=utc_timestamp(),
+            version=version,
+            events=EVENTS,
         )
         previous = actions.placement or previous
         if version > 1:  # the first one places the node; every later one is a move

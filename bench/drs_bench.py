@@ -43,6 +43,7 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     EsxiHost,
     Event,
+    EventFactory,
     NodePlacement,
 )
 from tests.platform.nats import NatsServer
@@ -174,7 +175,14 @@ async def main(groups: int, replicas: int, vms: int, runs: int) -> None:
         async with VCenterSession(vc.settings()) as session:
             config = ClusterRules(session)
             applier = DrsApplier(
-                config, records, kept, events.append, DrsMetrics(), vcenter="bench", install="bench"
+                config,
+                records,
+                kept,
+                events.append,
+                DrsMetrics(),
+                vcenter="bench",
+                install="bench",
+                event_factory=EventFactory("drs-translator"),
             )
             started = time.perf_counter()
             for cluster_plan in desired.clusters.values():

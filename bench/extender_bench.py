@@ -59,7 +59,7 @@ from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.core.cache import SOURCES, ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
-from hostaffinity.schema import LABEL_ESXI_HOST
+from hostaffinity.schema import LABEL_ESXI_HOST, EventFactory
 from tests.platform.kube_scheduler import (
     ExtenderConfig,
     KubeScheduler,
@@ -113,7 +113,9 @@ def serve_extender(cluster: Cluster, conn: Connection) -> None:
         decisions = SampledPublisher("scheduler-extender", publish, ratio=0.0, capacity=1)
         async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
             binder = Binder(KubeClient(api), 1.0)  # bindVerb is not shipped: never called
-            server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)
+            server = ExtenderServer(
+                cache, binder, ExtenderMetrics(cache), decisions, EventFactory("scheduler-extender")
+            )
             await server.start("127.0.0.1", 0)
             done = asyncio.Event()
 

@@ -40,7 +40,7 @@ from hostaffinity.admission_webhook.core.mutation import MutationSettings, Outco
 from hostaffinity.admission_webhook.http import AdmissionWebhook
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.runtime.http.certificates import issue, server_context
-from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY
+from hostaffinity.schema import POD_PHYSICAL_ANTI_AFFINITY, EventFactory
 
 FIXTURE = (
     Path(__file__).resolve().parents[1]
@@ -111,7 +111,11 @@ async def run(reviews: int, https: int) -> None:
         in_process(kind, body, reviews)
     identity = issue(["127.0.0.1"], datetime.datetime.now(datetime.UTC))
     webhook = AdmissionWebhook(
-        SETTINGS, AdmissionMetrics(), lambda _key, _build: None, max_body_bytes=4 << 20
+        SETTINGS,
+        AdmissionMetrics(),
+        lambda _key, _build: None,
+        EventFactory("admission-webhook"),
+        max_body_bytes=4 << 20,
     )
     await webhook.start("127.0.0.1", 0, server_context(identity))
     try:

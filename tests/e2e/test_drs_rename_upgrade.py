@@ -23,7 +23,7 @@ from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.runtime.vcenter.session import VCenterSession
-from hostaffinity.schema import DRS_BUCKET, DrsName, DrsRulesApplied, parse_drs_name
+from hostaffinity.schema import DRS_BUCKET, DrsName, DrsRulesApplied, EventFactory, parse_drs_name
 from tests.campaign.snapshot import desired_drs
 from tests.e2e.drs_harness import (
     cluster_of,
@@ -222,6 +222,7 @@ async def rename_in_a_new_process(session: VCenterSession, kv: KeyValue, cluster
         DrsMetrics(),
         vcenter="vcsim",
         install=AFTER_UPGRADE,
+        event_factory=EventFactory("drs-translator"),
     )
     await applier.rename_legacy(cluster)
 

@@ -22,6 +22,7 @@ from hostaffinity.schema import (
     DrsRuleConflict,
     DrsRulesApplied,
     Event,
+    EventFactory,
 )
 from tests.e2e.drs_harness import add_anti_affinity_rule, cluster_of, drs_state
 from tests.platform.vcsim import Vcsim, VcsimFactory
@@ -72,6 +73,7 @@ async def test_a_refused_change_is_isolated_reported_and_backed_off(
             DrsMetrics(),
             vcenter="vcsim",
             install=INSTALL,
+            event_factory=EventFactory("drs-translator"),
             retry_base_seconds=0.2,
         )
         await applier.apply(plan_of(cluster, first))
@@ -122,6 +124,7 @@ async def test_dry_run_plans_and_publishes_but_writes_nothing(
             DrsMetrics(),
             vcenter="vcsim",
             install=INSTALL,
+            event_factory=EventFactory("drs-translator"),
             dry_run=True,
         )
         name = ours("vm-anti-affinity", "c")

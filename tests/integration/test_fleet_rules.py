@@ -37,6 +37,7 @@ from hostaffinity.schema import (
     DrsRuleConflict,
     EsxiHost,
     Event,
+    EventFactory,
     NodePlacement,
     ReplicaPlacement,
     WorkloadPlacement,
@@ -192,6 +193,7 @@ async def world(vcsim: VcsimFactory, tmp_path: Path) -> AsyncIterator[World]:
             DrsMetrics(),
             vcenter="vcsim",
             install=ME,
+            event_factory=EventFactory("drs-translator"),
         )
         leases = FleetLeases(HubLeases(bus.nc, HUB_DOMAIN, FLEET_LEASES_BUCKET), ME, ME, wake=_no)
         theirs = FleetLeases(

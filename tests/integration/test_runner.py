@@ -27,7 +27,7 @@ from hostaffinity.runtime.runner import (
     ServiceRunner,
     ServiceSpec,
 )
-from hostaffinity.schema import utc_timestamp
+from hostaffinity.schema import EventFactory, PodMutated, utc_timestamp
 from hostaffinity.schema.names import ANNOTATION_READINESS
 from hostaffinity.schema.readiness import ReadinessPart, decode_readiness
 from tests.platform.kube_double import KubeDouble
@@ -65,6 +65,7 @@ class Toy:
         self.started = asyncio.Event()
         self.part_ready = False
         self.unwound = False
+        self.event_factory: EventFactory | None = None
         self.vcenters_up = dict.fromkeys(vcenters, True)
         self._unwind_s = unwind_s
         self._fail = fail
@@ -76,6 +77,7 @@ class Toy:
     async def __call__(self, ctx: ServiceContext[ToyConfig]) -> None:
         assert ctx.config.greeting == "hello"
         assert ctx.bus.nc.is_connected
+        self.event_factory = ctx.event_factory
         self.started.set()
         if self._register is not None:
             await self._register.wait()
@@ -166,6 +168,17 @@ async def test_readiness_is_assembled_from_parts_and_stop_drains_the_work(
         assert work.unwound, "the work's finally ran before the runner returned"
         assert runner.bus is not None
         assert runner.bus.nc.is_closed
+
+
+async def test_the_work_builds_its_events_in_the_name_of_its_spec(
+    nats_server: NatsServer, kubeconfig: Path
+) -> None:
+    work = Toy()
+    async with running(work, _config(nats_server, kubeconfig), "a", leader_elected=False):
+        await asyncio.wait_for(work.started.wait(), 10)
+        assert work.event_factory is not None
+        event = work.event_factory.new(PodMutated, "req-1", pod="default/web-", request_uid="r")
+        assert event.source == "toy"
 
 
 async def test_a_failing_task_ends_the_service_with_its_error(

@@ -16,7 +16,7 @@ from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
-from hostaffinity.schema import Event
+from hostaffinity.schema import Event, EventFactory
 from tests.platform.builders.drs import INSTALL, VCENTER, GatedKeyValue, pod, topology
 
 WEB = {"app": "web"}
@@ -43,7 +43,14 @@ async def test_a_stop_swallowed_by_a_records_write_ends_the_loop() -> None:
     records = OwnershipRecords(kv, VCENTER, INSTALL)  # type: ignore[arg-type]
     kept = KeptAnnouncements(kv, VCENTER)  # type: ignore[arg-type]
     applier = DrsApplier(
-        vcenter, records, kept, sent.append, metrics, vcenter=VCENTER, install=INSTALL
+        vcenter,
+        records,
+        kept,
+        sent.append,
+        metrics,
+        vcenter=VCENTER,
+        install=INSTALL,
+        event_factory=EventFactory("drs-translator"),
     )  # type: ignore[arg-type]
     reports = ClusterReports(kv, VCENTER, INSTALL)  # type: ignore[arg-type]
     target = VCenterTarget(

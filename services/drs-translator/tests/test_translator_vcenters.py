@@ -17,7 +17,7 @@ from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.reports import ClusterReports
 from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
 from hostaffinity.runtime.bus.kv import Bootstrapped, HostChange, NodeChange
-from hostaffinity.schema import host_id
+from hostaffinity.schema import EventFactory, host_id
 from tests.platform.builders.drs import INSTALL, VCENTER, pod, topology
 
 OTHER = "vc-2"
@@ -59,7 +59,14 @@ def target(vcenter: str, cluster: ClusterDouble, kv: MemoryKeyValue) -> VCenterT
     records = OwnershipRecords(kv, vcenter, INSTALL)  # type: ignore[arg-type]
     kept = KeptAnnouncements(kv, vcenter)  # type: ignore[arg-type]
     applier = DrsApplier(
-        cluster, records, kept, lambda _: None, DrsMetrics(), vcenter=vcenter, install=INSTALL
+        cluster,
+        records,
+        kept,
+        lambda _: None,
+        DrsMetrics(),
+        vcenter=vcenter,
+        install=INSTALL,
+        event_factory=EventFactory("drs-translator"),
     )  # type: ignore[arg-type]
     reports = ClusterReports(kv, vcenter, INSTALL)  # type: ignore[arg-type]
     return VCenterTarget(

@@ -18,9 +18,12 @@ from hostaffinity.schema import (
     LABEL_RACK,
     LABEL_REGION,
     LABEL_ZONE,
+    EventFactory,
     label_value,
 )
 from tests.platform.builders.node_labeller import inventory_with
+
+EVENTS = EventFactory("node-labeller")
 
 DOMAINS = FailureDomainSettings(
     zone_category="k8s-zone", region_category="k8s-region", rack_category="rack"
@@ -163,12 +166,21 @@ def test_unread_tags_leave_the_failure_domain_labels_alone() -> None:
             annotations={ANNOTATION_FAILURE_DOMAIN_LABELS: LABEL_ZONE},
         )
     )
-    unread = reconcile_node(labelled, {VCENTER: INVENTORY}, None, settings, now="t", version=1)
+    unread = reconcile_node(
+        labelled, {VCENTER: INVENTORY}, None, settings, now="t", version=1, events=EVENTS
+    )
     assert unread.label_patch is not None
     assert LABEL_ZONE not in unread.label_patch["labels"]
     assert LABEL_RACK not in unread.label_patch["labels"]
     untagged = reconcile_node(
-        labelled, {VCENTER: INVENTORY}, None, settings, now="t", version=1, tags={VCENTER: Tags({})}
+        labelled,
+        {VCENTER: INVENTORY},
+        None,
+        settings,
+        now="t",
+        version=1,
+        events=EVENTS,
+        tags={VCENTER: Tags({})},
     )
     assert untagged.label_patch is not None
     assert untagged.label_patch["labels"][LABEL_ZONE] is None
@@ -189,16 +201,18 @@ def test_unread_tags_keep_the_stored_domains_of_the_same_host() -> None:
     settings = PlannerSettings(failure_domains=DOMAINS)
     subject = Node(metadata=NodeMeta(name="node-1"))
     known = reconcile_node(
-        subject, {VCENTER: INVENTORY}, None, settings, now="t", version=1,
+        subject, {VCENTER: INVENTORY}, None, settings, now="t", version=1, events=EVENTS,
         tags={VCENTER: Tags({"host-1": {"k8s-zone": ["a"]}})},
     )  # fmt: skip
     assert known.placement is not None
     assert known.placement.zone == "a"
     unread = reconcile_node(
-        subject, {VCENTER: INVENTORY}, known.placement, settings, now="t", version=2
+        subject, {VCENTER: INVENTORY}, known.placement, settings, now="t", version=2, events=EVENTS
     )
     assert unread.placement is None  # nothing to rewrite: same host, same domains
     moved = msgspec.structs.replace(known.placement, host_moid="host-2")
-    elsewhere = reconcile_node(subject, {VCENTER: INVENTORY}, moved, settings, now="t", version=2)
+    elsewhere = reconcile_node(
+        subject, {VCENTER: INVENTORY}, moved, settings, now="t", version=2, events=EVENTS
+    )
     assert elsewhere.placement is not None
     assert elsewhere.placement.zone == ""

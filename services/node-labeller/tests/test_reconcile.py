@@ -7,6 +7,7 @@ from hostaffinity.schema import (
     ANNOTATION_ESXI_HOST_NAME,
     LABEL_ESXI_HOST,
     LABEL_LEGACY_HOST,
+    EventFactory,
     NodeLabelled,
     NodePlaced,
     NodePlacement,
@@ -14,6 +15,8 @@ from hostaffinity.schema import (
     VmMoved,
 )
 from tests.platform.builders.node_labeller import enter, inventory_with
+
+EVENTS = EventFactory("node-labeller")
 
 SETTINGS = PlannerSettings(fallback="vm-name")
 VCENTER = "vc-1"
@@ -28,7 +31,7 @@ def run(
     subject: Node, inventory: Inventory, previous: NodePlacement | None = None, version: int = 1
 ) -> NodeActions:
     return reconcile_node(
-        subject, {VCENTER: inventory}, previous, SETTINGS, now=NOW, version=version
+        subject, {VCENTER: inventory}, previous, SETTINGS, now=NOW, version=version, events=EVENTS
     )
 
 

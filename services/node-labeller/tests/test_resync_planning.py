@@ -14,8 +14,10 @@ from hostaffinity.node_labeller.core.reconcile import (
     stale_keys,
 )
 from hostaffinity.node_labeller.labeller import HostIds
-from hostaffinity.schema import NodePlacement, TopologySnapshot, Undecodable
+from hostaffinity.schema import EventFactory, NodePlacement, TopologySnapshot, Undecodable
 from tests.platform.builders.node_labeller import inventory_with
+
+EVENTS = EventFactory("node-labeller")
 
 SETTINGS = PlannerSettings(fallback="vm-name")
 VCENTER = "vc-1"
@@ -26,7 +28,13 @@ UUID = "42370000-0000-0000-0000-000000000001"
 def placed(inventory: Inventory, name: str = "worker-1") -> tuple[Node, NodePlacement]:
     """A node as the labeller left it: placed, labelled and annotated."""
     first = reconcile_node(
-        Node(metadata=NodeMeta(name=name)), {VCENTER: inventory}, None, SETTINGS, now=NOW, version=1
+        Node(metadata=NodeMeta(name=name)),
+        {VCENTER: inventory},
+        None,
+        SETTINGS,
+        now=NOW,
+        version=1,
+        events=EVENTS,
     )
     assert first.placement is not None
     assert first.label_patch is not None
@@ -40,7 +48,14 @@ def test_a_true_placement_under_a_stale_key_is_rewritten_silently_with_a_new_ver
     node, placement = placed(inventory)
 
     actions = reconcile_node(
-        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7, kv_stale=True
+        node,
+        {VCENTER: inventory},
+        placement,
+        SETTINGS,
+        now="later",
+        version=7,
+        events=EVENTS,
+        kv_stale=True,
     )
 
     assert actions.placement == msgspec.structs.replace(placement, observed_at="later", version=7)
@@ -52,7 +67,7 @@ def test_without_the_mark_nothing_is_written() -> None:
     node, placement = placed(inventory)
 
     actions = reconcile_node(
-        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7
+        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7, events=EVENTS
     )
 
     assert actions.placement is None
@@ -63,7 +78,14 @@ def test_a_stale_key_of_an_unmatched_node_is_deleted() -> None:
     ghost = Node(metadata=NodeMeta(name="ghost"))
 
     actions = reconcile_node(
-        ghost, {VCENTER: inventory}, None, SETTINGS, now=NOW, version=2, kv_stale=True
+        ghost,
+        {VCENTER: inventory},
+        None,
+        SETTINGS,
+        now=NOW,
+        version=2,
+        events=EVENTS,
+        kv_stale=True,
     )
 
     assert actions.delete_placement
@@ -155,7 +177,7 @@ def test_a_placement_recorded_without_the_vcenter_uuid_gets_it_silently() -> Non
     inventory.vcenter_uuid = "5c2d1b8e-0a4f-4e39-9b7d-6f1e2a3b4c5d"
 
     actions = reconcile_node(
-        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7
+        node, {VCENTER: inventory}, placement, SETTINGS, now="later", version=7, events=EVENTS
     )
 
     assert actions.placement is not None

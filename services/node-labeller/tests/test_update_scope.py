@@ -15,10 +15,13 @@ from hostaffinity.node_labeller.core.nodes import (
 )
 from hostaffinity.node_labeller.core.reconcile import PlannerSettings, reconcile_node
 from hostaffinity.node_labeller.labeller import Labeller
+from hostaffinity.node_labeller.metrics import LabellerMetrics
 from hostaffinity.node_labeller.vcenter_watch import UpdateBatch
 from hostaffinity.runtime.process.workqueue import SWEEP_WINDOW
-from hostaffinity.schema import TopologySnapshot
+from hostaffinity.schema import EventFactory, TopologySnapshot
 from tests.platform.builders.node_labeller import inventory_updates, vm_enter
+
+EVENTS = EventFactory("node-labeller")
 
 VCENTER = "vc-1"
 UUID = "42370000-0000-0000-0000-000000000001"
@@ -53,11 +56,27 @@ async def working_labeller(nodes: StaticNodes) -> Labeller:
     with worker-1 placed as the KV says; nothing queued. Only `on_inventory` and `on_node` are
     called, which queue keys and write nothing."""
     unused: Any = None
-    labeller = Labeller(SETTINGS, unused, unused, unused, unused, nodes, vcenters=[VCENTER])
+    labeller = Labeller(
+        SETTINGS,
+        unused,
+        unused,
+        unused,
+        unused,
+        nodes,
+        vcenters=[VCENTER],
+        event_factory=EVENTS,
+        metrics=LabellerMetrics(),
+    )
     updates = inventory_updates(("vm-1", "worker-1", UUID, "host-1"))
     labeller.on_inventory(UpdateBatch(VCENTER, updates, resync=True, received_at=0.0))
     placed = reconcile_node(
-        nodes.cache["worker-1"], labeller.state.inventories, None, SETTINGS, now="t0", version=1
+        nodes.cache["worker-1"],
+        labeller.state.inventories,
+        None,
+        SETTINGS,
+        now="t0",
+        version=1,
+        events=EVENTS,
     ).placement
     assert placed is not None
     labeller.load_topology(TopologySnapshot(nodes={"worker-1": placed}, hosts={}))

@@ -19,7 +19,7 @@ from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
-from hostaffinity.schema import LABEL_ESXI_HOST
+from hostaffinity.schema import LABEL_ESXI_HOST, EventFactory
 from tests.platform.kubelet_nodes import kubelet_node
 
 NODES = 5_000
@@ -57,7 +57,9 @@ async def base_url(make_cache: Callable[..., ExtenderCache]) -> AsyncIterator[st
     decisions = SampledPublisher("scheduler-extender", publish, ratio=0.0, capacity=1)
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
         binder = Binder(KubeClient(api), 1.0)
-        server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)
+        server = ExtenderServer(
+            cache, binder, ExtenderMetrics(cache), decisions, EventFactory("scheduler-extender")
+        )
         await server.start("127.0.0.1", 0)
         try:
             yield f"http://127.0.0.1:{server.port}"

@@ -27,7 +27,7 @@ from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
-from hostaffinity.schema import LABEL_ESXI_HOST, ExtenderDecision
+from hostaffinity.schema import LABEL_ESXI_HOST, EventFactory, ExtenderDecision
 from tests.recorded_fixtures import fixture_dir
 
 FIXTURES = fixture_dir("kube-scheduler-extender")
@@ -110,7 +110,9 @@ async def _running(
     # No bind goes out in these tests; the client points at a closed port.
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as api:
         binder = Binder(KubeClient(api), 1.0)
-        server = ExtenderServer(cache, binder, ExtenderMetrics(cache), decisions)
+        server = ExtenderServer(
+            cache, binder, ExtenderMetrics(cache), decisions, EventFactory("scheduler-extender")
+        )
         await server.start("127.0.0.1", 0, tls)
         publisher = asyncio.create_task(decisions.run())
         try:

@@ -28,6 +28,7 @@ from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.scheduler_extender.http import ExtenderServer
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
+from hostaffinity.schema import EventFactory
 
 HOSTS = {"n1": "h1", "n2": "h1", "n3": "h2"}
 MAX_BODY = 64 * 1024
@@ -58,7 +59,12 @@ class ServerThread:
         self._api = ApiClient(Configuration(host="http://127.0.0.1:9"))
         binder = Binder(KubeClient(self._api), 0.5)
         self.server = ExtenderServer(
-            self.cache, binder, self.metrics, decisions, max_body_bytes=MAX_BODY
+            self.cache,
+            binder,
+            self.metrics,
+            decisions,
+            EventFactory("scheduler-extender"),
+            max_body_bytes=MAX_BODY,
         )
         await self.server.start("127.0.0.1", 0)
 

@@ -95,6 +95,7 @@ from hostaffinity.runtime.process.config import (
     load_config,
 )
 from hostaffinity.runtime.process.telemetry import setup_telemetry
+from hostaffinity.schema.event_factory import EventFactory
 from hostaffinity.schema.names import ANNOTATION_READINESS
 from hostaffinity.schema.readiness import encode_readiness
 from hostaffinity.schema.version import release_version
@@ -181,9 +182,15 @@ class ServiceContext(Generic[C]):
         group: asyncio.TaskGroup,
         cluster: ClusterIdentity,
         declared: Sequence[str] = (),
+        *,
+        service: str,
         ensure_leading: Callable[[], None] = no_fence,
     ) -> None:
         self.config = config
+        # The spec's name (`node-labeller`): the `source` of every event the work builds with
+        # `event_factory`.
+        self.service = service
+        self.event_factory = EventFactory(service)
         # Which Kubernetes cluster this install serves (shared.cluster.name, or read from the API).
         self.cluster = cluster
         # `hostaffinity-<service>`: the Event reporting component, the Lease's default name.
@@ -340,7 +347,8 @@ class ServiceRunner(Generic[C]):
                     group,
                     cluster,
                     declared,
-                    no_fence if self.elector is None else self.elector.ensure_leading,
+                    service=self.spec.name,
+                    ensure_leading=no_fence if self.elector is None else self.elector.ensure_leading,
                 )
                 group.create_task(self.spec.work(context), name=f"{self.spec.name}-work")
 

@@ -23,6 +23,7 @@ from hostaffinity.schema.drs_names import (
     install_token,
     parse_drs_name,
 )
+from hostaffinity.schema.event_factory import EventFactory, id_of
 from hostaffinity.schema.events import (
     EVENT_MESSAGES,
     EVENT_TYPES,
@@ -150,6 +151,7 @@ __all__ = [
     "DrsRulesApplied",
     "EsxiHost",
     "Event",
+    "EventFactory",
     "ExtenderDecision",
     "FleetRuleLease",
     "NodeLabelled",
@@ -186,6 +188,7 @@ __all__ = [
     "host_id",
     "host_key",
     "hub_deliver_prefix",
+    "id_of",
     "install_domain",
     "install_token",
     "jetstream_api",

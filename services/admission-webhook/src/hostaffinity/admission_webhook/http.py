@@ -28,10 +28,9 @@ from hostaffinity.admission_webhook.core.fleet_affinity import with_fleet_terms
 from hostaffinity.admission_webhook.core.mutation import Mutation, MutationSettings, Outcome
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.affinity.fleet_groups import FleetMembers
-from hostaffinity.schema import UNDECODABLE, Event, PodMutated, event_id, utc_timestamp
+from hostaffinity.schema import UNDECODABLE, Event, EventFactory, PodMutated
 
 _log = logging.getLogger(__name__)
-SOURCE = "admission-webhook"
 MUTATE_PATH = "/mutate"
 OfferEvent = Callable[[str, Callable[[], Event]], None]
 # Warnings about the pod under review beyond the patch's own (headroom.HostHeadroomAdvisor).
@@ -64,14 +63,15 @@ def _field(obj: object, key: str, kind: type) -> Any:
     return value if isinstance(value, kind) else None
 
 
-def mutated_event(review: AdmissionReview, mutation: Mutation) -> PodMutated:
+def mutated_event(
+    event_factory: EventFactory, review: AdmissionReview, mutation: Mutation
+) -> PodMutated:
     """The `pod.mutated` event for one admitted pod."""
     request = review.request
     pod, owner = _pod_reference(request.object, request.namespace)
-    return PodMutated(
-        id=event_id("pod.mutated", request.uid),
-        occurred_at=utc_timestamp(),
-        source=SOURCE,
+    return event_factory.new(
+        PodMutated,
+        request.uid,
         pod=pod,
         request_uid=request.uid,
         owner=owner,
@@ -91,6 +91,7 @@ class AdmissionWebhook:
         settings: MutationSettings,
         metrics: AdmissionMetrics,
         offer_event: OfferEvent,
+        event_factory: EventFactory,
         *,
         max_body_bytes: int,
         advise: Advise | None = None,
@@ -102,6 +103,7 @@ class AdmissionWebhook:
         self._fleet = fleet or FleetMembers("")
         self._metrics = metrics
         self._offer_event = offer_event
+        self._event_factory = event_factory
         self._max_body_bytes = max_body_bytes
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -148,7 +150,9 @@ class AdmissionWebhook:
         if mutation.warnings:
             _log.warning("review %s: %s", review.request.uid, "; ".join(mutation.warnings))
         if mutation.operations and not review.request.dry_run:
-            self._offer_event(review.request.uid, lambda: mutated_event(review, mutation))
+            self._offer_event(
+                review.request.uid, lambda: mutated_event(self._event_factory, review, mutation)
+            )
         return web.Response(body=body, content_type="application/json")
 
     def _advice(self, review: AdmissionReview) -> list[str]:

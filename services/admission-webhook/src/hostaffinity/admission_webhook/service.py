@@ -25,7 +25,7 @@ from typing import TypeVar
 from hostaffinity.admission_webhook.config import AdmissionWebhookConfig, WebhookSettings
 from hostaffinity.admission_webhook.core.headroom import HostHeadroomAdvisor
 from hostaffinity.admission_webhook.core.mutation import MutationSettings
-from hostaffinity.admission_webhook.http import SOURCE, AdmissionWebhook
+from hostaffinity.admission_webhook.http import AdmissionWebhook
 from hostaffinity.admission_webhook.metrics import AdmissionMetrics
 from hostaffinity.admission_webhook.registration import RegistrationError, WebhookRegistration
 from hostaffinity.admission_webhook.twinless import (
@@ -157,7 +157,7 @@ class AdmissionWebhookWork:
         reporter = TwinlessPods(EventRecorder(client, ctx.program, ctx.identity))
         metrics = AdmissionMetrics(reporter.count)
         publisher = SampledPublisher(
-            SOURCE,
+            ctx.service,
             ctx.bus.publish_event,
             ratio=settings.event_sample_ratio,
             capacity=settings.event_queue_size,
@@ -168,6 +168,7 @@ class AdmissionWebhookWork:
             mutation,
             metrics,
             publisher.offer,
+            ctx.event_factory,
             max_body_bytes=settings.max_body_bytes,
             advise=advisor.warnings,
             fleet=fleet,

@@ -25,7 +25,8 @@ from hostaffinity.affinity.exposure import exposed_per_namespace
 from hostaffinity.affinity.workloads import WorkloadRef
 from hostaffinity.descheduler.core.kubevirt import vm_owner
 from hostaffinity.descheduler.core.state import ClusterState
-from hostaffinity.descheduler.metrics import newest_gauge
+from hostaffinity.descheduler.metrics import METER
+from hostaffinity.runtime.process.observed import observe_latest
 
 REFRESH_SECONDS: Final = 30.0
 NAME: Final = "hostaffinity_workloads_exposed"
@@ -49,10 +50,11 @@ class ExposureGauge:
         self._clock = clock
         self._counted_at: float | None = None
         self._counts: dict[str, int] = {}
-        newest_gauge(
+        observe_latest(
+            METER,
             NAME,
-            "Workloads with two or more replicas on one ESXi host, per namespace",
             lambda: [Observation(n, {"namespace": ns}) for ns, n in self.counts().items()],
+            description="Workloads with two or more replicas on one ESXi host, per namespace",
         )
 
     def counts(self) -> Mapping[str, int]:

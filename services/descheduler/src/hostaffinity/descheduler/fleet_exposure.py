@@ -24,11 +24,12 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
-from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import Observation
 
 from hostaffinity.affinity.fleet import exposed_replicas, exposure, read_view
+from hostaffinity.descheduler.metrics import METER
 from hostaffinity.runtime.bus.fleet_layout import FLEET_STREAM
+from hostaffinity.runtime.process.observed import observe_latest
 from hostaffinity.schema import FLEET_BUCKET
 
 _log = logging.getLogger(__name__)
@@ -39,18 +40,36 @@ _NANOSECONDS: Final = 1e9
 
 
 class FleetExposure:
-    """The gauges' values, from the mirror; the newest instance is the one reported."""
+    """The gauges' values, from the mirror; the instance built last is the one reported."""
 
     def __init__(self, install: str, refresh_seconds: float = DEFAULT_REFRESH_SECONDS) -> None:
-        global _current
         self.install = install
         self.refresh_seconds = refresh_seconds
         self.entries: dict[str, bytes] = {}
         self.exposed: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.since_contact: float | None = None
         self._changed = asyncio.Event()
-        _register()
-        _current = self
+        observe_latest(
+            METER,
+            "hostaffinity_fleet_exposed_replicas",
+            self._observe_exposed,
+            description="This cluster's replicas sharing an ESXi host with another replica of "
+            "their workload or fleet group, in any cluster of the fleet",
+        )
+        observe_latest(
+            METER,
+            "hostaffinity_fleet_view_since_contact",  # served with its unit: _seconds
+            self._observe_contact,
+            unit="s",
+            description="Seconds since this install's mirror of the fleet view last heard from "
+            "the hub",
+        )
+
+    def _observe_exposed(self) -> Iterable[Observation]:
+        return [Observation(count, {"kind": kind}) for kind, count in self.exposed.items()]
+
+    def _observe_contact(self) -> Iterable[Observation]:
+        return [] if self.since_contact is None else [Observation(self.since_contact)]
 
     def recompute(self) -> None:
         counts = exposed_replicas(exposure(read_view(self.entries)))
@@ -108,40 +127,3 @@ class FleetExposure:
             self.recompute()
             _log.debug("fleet exposure worked out in %.2f s", time.perf_counter() - started)
             await asyncio.sleep(self.refresh_seconds)
-
-
-_current: FleetExposure | None = None
-_registered = False
-
-
-def _observe_exposed(_options: CallbackOptions) -> Iterable[Observation]:
-    if _current is None:
-        return []
-    return [Observation(count, {"kind": kind}) for kind, count in _current.exposed.items()]
-
-
-def _observe_contact(_options: CallbackOptions) -> Iterable[Observation]:
-    if _current is None or _current.since_contact is None:
-        return []
-    return [Observation(_current.since_contact)]
-
-
-def _register() -> None:
-    """Once per process: OpenTelemetry keeps the first callback registered under a name."""
-    global _registered
-    if _registered:
-        return
-    meter = metrics.get_meter("hostaffinity.descheduler")
-    meter.create_observable_gauge(
-        "hostaffinity_fleet_exposed_replicas",
-        callbacks=[_observe_exposed],
-        description="This cluster's replicas sharing an ESXi host with another replica of "
-        "their workload or fleet group, in any cluster of the fleet",
-    )
-    meter.create_observable_gauge(
-        "hostaffinity_fleet_view_since_contact",  # served with its unit: _seconds
-        callbacks=[_observe_contact],
-        unit="s",
-        description="Seconds since this install's mirror of the fleet view last heard from the hub",
-    )
-    _registered = True

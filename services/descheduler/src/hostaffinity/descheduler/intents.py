@@ -28,7 +28,7 @@ from hostaffinity.descheduler.core.eviction_planner import EvictionPlanner
 from hostaffinity.descheduler.core.state import ClusterState
 from hostaffinity.descheduler.executor import EVICTED, MIGRATED
 from hostaffinity.runtime.bus.outbox import Outbox
-from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
+from hostaffinity.schema import PodEvicted, VmiMigrationRequested, id_of
 
 _log = logging.getLogger(__name__)
 REQUESTED: Final = "requested"
@@ -66,14 +66,9 @@ class Intents:
 def outcome_of(intent: Announcement) -> Announcement:
     """The outcome event the intent's action gets once carried out, with its deterministic id
     (the executor's report and a successor's finishing give the same)."""
-    if isinstance(intent, PodEvicted):
-        return msgspec.structs.replace(
-            intent, id=event_id("pod.evicted", intent.pod_uid, EVICTED), result=EVICTED
-        )
+    made = EVICTED if isinstance(intent, PodEvicted) else MIGRATED
     return msgspec.structs.replace(
-        intent,
-        id=event_id("vmi.migration.requested", intent.pod_uid, MIGRATED),
-        result=MIGRATED,
+        intent, id=id_of(type(intent), intent.pod_uid, made), result=made
     )
 
 
@@ -93,9 +88,8 @@ def carried_out(intent: Announcement, state: ClusterState) -> bool:
 
 def withdrawal_of(intent: Announcement) -> Announcement:
     """The answer to an intent nothing came of."""
-    kind = "pod.evicted" if isinstance(intent, PodEvicted) else "vmi.migration.requested"
     return msgspec.structs.replace(
-        intent, id=event_id(kind, intent.pod_uid, WITHDRAWN, intent.id), result=WITHDRAWN
+        intent, id=id_of(type(intent), intent.pod_uid, WITHDRAWN, intent.id), result=WITHDRAWN
     )
 
 

@@ -17,15 +17,17 @@ Kubernetes Events (a namespace label could not be served at 0 ahead of time).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Final
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
 
 from hostaffinity.descheduler.executor import ATTEMPT_RESULTS
 from hostaffinity.runtime.process.telemetry import seconds_histogram
 
+# The meter of every descheduler instrument, the gauges of exposure_gauge.py and
+# restart_required.py included.
+METER: Final = "hostaffinity.descheduler"
 CYCLE_BUCKETS_SECONDS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -33,7 +35,7 @@ class DeschedulerMetrics:
     """Instruments created once per process, from the global meter provider."""
 
     def __init__(self, strategies: Iterable[str] = ()) -> None:
-        meter = metrics.get_meter("hostaffinity.descheduler")
+        meter = metrics.get_meter(METER)
         self._evicted = meter.create_counter(
             "hostaffinity_descheduler_pods_evicted",
             description="Eviction and migration attempts, per strategy and result",
@@ -60,23 +62,3 @@ class DeschedulerMetrics:
 
     def migration_finished(self, result: str) -> None:
         self._migrations.add(1, {"result": result})
-
-
-Observe = Callable[[], Iterable[Observation]]
-# The newest observer of each gauge newest_gauge() registered, by the gauge's name.
-_newest: dict[str, Observe] = {}
-
-
-def newest_gauge(name: str, description: str, observe: Observe) -> None:
-    """Serve the observable gauge `name` from `observe`, the newest one given winning.
-    OpenTelemetry keeps only the first callback registered under a name, and a descheduler that
-    leads again (in tests, the same process) builds its parts anew: the one callback reads
-    whichever observer came last."""
-    _newest[name] = observe
-
-    def current(_options: CallbackOptions) -> Iterable[Observation]:
-        return _newest[name]()
-
-    metrics.get_meter("hostaffinity.descheduler").create_observable_gauge(
-        name, callbacks=[current], description=description
-    )

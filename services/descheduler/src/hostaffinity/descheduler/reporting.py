@@ -9,8 +9,6 @@ then finished by the next leader.
 
 from __future__ import annotations
 
-from typing import Final
-
 from hostaffinity.descheduler.core.eviction_planner import Action, Outcome, Skip, VmiStays
 from hostaffinity.descheduler.core.kubevirt import VirtualMachineInstanceMigration
 from hostaffinity.descheduler.core.state import ClusterState
@@ -27,10 +25,8 @@ from hostaffinity.descheduler.intents import REQUESTED, Announcement, Intents
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
-from hostaffinity.schema import PodEvicted, VmiMigrationRequested, event_id
+from hostaffinity.schema import EventFactory, PodEvicted, VmiMigrationRequested
 from hostaffinity.schema.timestamps import utc_timestamp
-
-SOURCE: Final = "descheduler"
 
 
 class Reporter:
@@ -42,8 +38,10 @@ class Reporter:
         outbox: Outbox,
         intents: Intents,
         metrics: DeschedulerMetrics,
+        event_factory: EventFactory,
     ) -> None:
         self._events = events
+        self._event_factory = event_factory
         self._outbox = outbox
         self._intents = intents
         self._metrics = metrics
@@ -51,7 +49,9 @@ class Reporter:
 
     async def intend(self, action: Action) -> bool:
         """Store the attempt's intent on the bus before it is carried out (intents.py)."""
-        return await self._intents.store(announcement(action, REQUESTED, utc_timestamp()))
+        return await self._intents.store(
+            announcement(self._event_factory, action, REQUESTED, utc_timestamp())
+        )
 
     async def action(self, action: Action, result: str) -> None:
         """The outcome on the bus first (the outbox keeps it), then the Kubernetes Event."""
@@ -59,7 +59,7 @@ class Reporter:
         path = write_path(action)
         intent = self._intents.answered(action.uid)
         if intent is not None or result in (EVICTED, MIGRATED, DRY_RUN):
-            self._outbox.put(announcement(action, result, intent or ""))
+            self._outbox.put(announcement(self._event_factory, action, result, intent or ""))
         path.checkpoint("event-queued")
         namespace, name = action.pod.split("/", 1)
         about_pod = ObjectRef("Pod", name, action.uid, namespace)
@@ -128,40 +128,30 @@ class Reporter:
             )
 
 
-def announcement(action: Action, result: str, answers: str) -> Announcement:
+def announcement(
+    event_factory: EventFactory, action: Action, result: str, answers: str
+) -> Announcement:
     """The bus event of an attempt's intent (`requested`, `answers` its time), or of what came
     of it (`answers` the intent's id; empty in a dry run). An eviction or a migration made has
     the id deterministic in the pod's uid, which a successor finishing the intent gives it too;
     every other answer names its intent."""
-    kind = "pod.evicted" if action.outcome is Outcome.EVICT else "vmi.migration.requested"
     made = result in (EVICTED, MIGRATED, DRY_RUN)
-    id_ = event_id(kind, action.uid, result, *(() if made else (answers,)))
+    id_parts = (action.uid, result, *(() if made else (answers,)))
+    # What both announcements say of the action.
+    said = {
+        "pod": action.pod,
+        "pod_uid": action.uid,
+        "node": action.node,
+        "strategy": action.strategy,
+        "rule": action.rule,
+        "result": result,
+        "owner": action.workload,
+    }
     if action.outcome is Outcome.EVICT:
-        return PodEvicted(
-            id=id_,
-            occurred_at=utc_timestamp(),
-            source=SOURCE,
-            pod=action.pod,
-            pod_uid=action.uid,
-            node=action.node,
-            strategy=action.strategy,
-            rule=action.rule,
-            result=result,
-            owner=action.workload,
-        )
-    return VmiMigrationRequested(
-        id=id_,
-        occurred_at=utc_timestamp(),
-        source=SOURCE,
-        vmi=action.vmi,
-        migration=migration_name(action.vmi.split("/", 1)[1], action.uid),
-        node=action.node,
-        strategy=action.strategy,
-        rule=action.rule,
-        pod=action.pod,
-        result=result,
-        owner=action.workload,
-        pod_uid=action.uid,
+        return event_factory.new(PodEvicted, *id_parts, **said)
+    migration = migration_name(action.vmi.split("/", 1)[1], action.uid)
+    return event_factory.new(
+        VmiMigrationRequested, *id_parts, vmi=action.vmi, migration=migration, **said
     )
 
 

@@ -18,8 +18,9 @@ from hostaffinity.descheduler.core.kubevirt import (
     placement_awaiting_restart,
 )
 from hostaffinity.descheduler.core.state import ClusterState
-from hostaffinity.descheduler.metrics import newest_gauge
+from hostaffinity.descheduler.metrics import METER
 from hostaffinity.runtime.kube.events import EventRecorder, ObjectRef
+from hostaffinity.runtime.process.observed import observe_latest
 
 REASON = "PlacementAwaitsRestart"
 
@@ -31,10 +32,11 @@ class PlacementsAwaitingRestart:
         self._state = state
         self._events = events
         self._reported: dict[str, str] = {}
-        newest_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_descheduler_vms_awaiting_restart",
-            "VirtualMachines whose new placement waits for a restart (RestartRequired)",
             lambda: [Observation(len(self.waiting()))],
+            description="VirtualMachines whose new placement waits for a restart (RestartRequired)",
         )
 
     def waiting(self) -> dict[str, str]:

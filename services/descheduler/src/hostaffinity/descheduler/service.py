@@ -40,7 +40,7 @@ from hostaffinity.descheduler.fleet_exposure import FleetExposure
 from hostaffinity.descheduler.intents import Intents, finish
 from hostaffinity.descheduler.metrics import DeschedulerMetrics
 from hostaffinity.descheduler.placement_summary import PlacementSummary
-from hostaffinity.descheduler.reporting import SOURCE, Reporter
+from hostaffinity.descheduler.reporting import Reporter
 from hostaffinity.descheduler.restart_required import PlacementsAwaitingRestart
 from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.layout import PLACEMENTS_STREAM, TOPOLOGY_STREAM
@@ -154,7 +154,7 @@ class DeschedulerWork:
         policy = read_policy(config)
         ctx.add_readiness(STATE_SYNCED, self.synced)
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM, PLACEMENTS_STREAM])
-        topology = await ctx.bus.topology(parked_as=SOURCE)
+        topology = await ctx.bus.topology(parked_as=ctx.service)
         state = self.state = ClusterState(
             physical_anti_affinity=shared.physical_anti_affinity,
             fail_unplaced=shared.fails_unplaced,
@@ -175,10 +175,14 @@ class DeschedulerWork:
         )
         read = await _inherit_cooldowns(ctx, planner, settings.cooldown_seconds)
         # Half the runner's drain for the outbox; the other half for attempts in flight.
-        outbox = Outbox(SOURCE, ctx.bus.publish_event, drain_seconds=config.drain_seconds / 2)
+        outbox = Outbox(ctx.service, ctx.bus.publish_event, drain_seconds=config.drain_seconds / 2)
         intents = Intents(ctx.bus.publish_event)
         reporter = Reporter(
-            EventRecorder(ctx.kube, ctx.program, ctx.identity), outbox, intents, metrics
+            EventRecorder(ctx.kube, ctx.program, ctx.identity),
+            outbox,
+            intents,
+            metrics,
+            ctx.event_factory,
         )
         eviction = settings.eviction
         if eviction.grace_period_seconds is None and policy.grace_period_seconds is not None:

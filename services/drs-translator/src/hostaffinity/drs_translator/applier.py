@@ -54,13 +54,11 @@ from hostaffinity.schema import (
     DrsRulesApplied,
     EsxiHost,
     Event,
+    EventFactory,
     SharedHostsWarning,
-    event_id,
     parse_drs_name,
     utc_timestamp,
 )
-
-SOURCE: Final = "drs-translator"
 
 _log = logging.getLogger(__name__)
 # Where a caller names none (tests), the config's own defaults.
@@ -96,6 +94,7 @@ class DrsApplier:
         *,
         vcenter: str,
         install: str,
+        event_factory: EventFactory,
         dry_run: bool = False,
         retry_base_seconds: float = _DEFAULTS.retry_base_seconds,
         retry_max_seconds: float = _DEFAULTS.retry_max_seconds,
@@ -108,6 +107,7 @@ class DrsApplier:
         self._metrics = metrics
         self._vcenter = vcenter
         self._install = install
+        self._event_factory = event_factory
         self._dry_run = dry_run
         self._retry_base = retry_base_seconds
         self._retry_max = retry_max_seconds
@@ -452,10 +452,14 @@ class DrsApplier:
         self._metrics.holds.add(1, {"change": "restored" if restored else "held"})
         when = utc_timestamp()
         self._send(
-            DrsRuleHeld(
-                id=event_id("drs.rule.held", self._vcenter, cluster, rule.name, restored, when),
+            self._event_factory.new(
+                DrsRuleHeld,
+                self._vcenter,
+                cluster,
+                rule.name,
+                restored,
+                when,
                 occurred_at=when,
-                source=SOURCE,
                 vcenter=self._vcenter,
                 cluster_moid=cluster,
                 name=rule.name,
@@ -518,14 +522,15 @@ class DrsApplier:
             _log.warning(
                 "%s in %s was %s outside hostaffinity; repairing", drift.name, cluster, drift.change
             )
-            found = drift.found
+            found, when = drift.found, utc_timestamp()
             self._send(
-                DrsRuleDrift(
-                    id=event_id(
-                        "drs.rule.drift", self._vcenter, cluster, drift.name, utc_timestamp()
-                    ),
-                    occurred_at=utc_timestamp(),
-                    source=SOURCE,
+                self._event_factory.new(
+                    DrsRuleDrift,
+                    self._vcenter,
+                    cluster,
+                    drift.name,
+                    when,
+                    occurred_at=when,
                     vcenter=self._vcenter,
                     cluster_moid=cluster,
                     name=drift.name,
@@ -556,12 +561,15 @@ class DrsApplier:
         """`drs.rule.conflict` on the bus and the conflicts metric."""
         self._metrics.conflicts.add(1, {"reason": reason})
         self._send(
-            DrsRuleConflict(
-                id=event_id(
-                    "drs.rule.conflict", self._vcenter, cluster, name, reason, *vms, *pods, attempt
-                ),
-                occurred_at=utc_timestamp(),
-                source=SOURCE,
+            self._event_factory.new(
+                DrsRuleConflict,
+                self._vcenter,
+                cluster,
+                name,
+                reason,
+                *vms,
+                *pods,
+                attempt,
                 vcenter=self._vcenter,
                 cluster_moid=cluster,
                 name=name,
@@ -587,10 +595,13 @@ class DrsApplier:
             names["edit"],
             names["remove"],
         )
-        return DrsRulesApplied(
-            id=event_id("drs.rules.applied", self._vcenter, cluster, when, names),
+        return self._event_factory.new(
+            DrsRulesApplied,
+            self._vcenter,
+            cluster,
+            when,
+            names,
             occurred_at=when,
-            source=SOURCE,
             vcenter=self._vcenter,
             cluster_moid=cluster,
             added=names["add"],

@@ -15,14 +15,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final, get_args
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import Observation
 
 from hostaffinity.drs_translator.core.diff import DriftChange
 from hostaffinity.drs_translator.core.rules import ConflictReason
+from hostaffinity.runtime.process.observed import observe_latest
 from hostaffinity.runtime.process.telemetry import seconds_histogram
 from hostaffinity.schema import DrsClusterReport
 from hostaffinity.schema.drs import SharedHostsRisk
 
+METER: Final = "hostaffinity.drs_translator"
 # Planning every cluster is a pure computation over the caches: milliseconds, seconds at worst.
 RECONFIGURE_OUTCOMES: Final = ("applied", "refused")
 HOLD_CHANGES: Final = ("held", "restored")
@@ -36,73 +38,34 @@ UNPROTECTED_REASONS: Final = (*get_args(ConflictReason), "not-yet")
 Reports = Callable[[], Iterable[DrsClusterReport]]
 
 
-def _observe_held(_options: CallbackOptions) -> Iterable[Observation]:
-    """Reads the newest DrsMetrics: OpenTelemetry keeps only the first callback registered under
-    a name, and a replica that leads again (in tests, the same process) builds new metrics."""
-    if _reporting is None:
-        return []
-    return [Observation(count, {"vcenter": name}) for name, count in _reporting.held().items()]
-
-
-def _observe_unprotected(_options: CallbackOptions) -> Iterable[Observation]:
-    """Every (vCenter, reason) served, at 0 when none: an alert's series exists from the start."""
-    return _per_vcenter(
-        "reason",
-        UNPROTECTED_REASONS,
-        lambda report: (group.reason for group in report.unprotected),
-    )
-
-
-def _observe_shared_hosts(_options: CallbackOptions) -> Iterable[Observation]:
-    return _per_vcenter(
-        "risk",
-        get_args(SharedHostsRisk),
-        lambda report: (warning.risk for warning in report.shared_hosts),
-    )
-
-
-def _per_vcenter(
-    label: str, values: Iterable[str], of: Callable[[DrsClusterReport], Iterable[str]]
-) -> list[Observation]:
-    """How many of each value the newest DrsMetrics' reports name, per vCenter (0 included)."""
-    if _reporting is None:
-        return []
-    counts = Counter(
-        (report.vcenter, value) for report in _reporting.reports() for value in of(report)
-    )
-    return [
-        Observation(counts[(vc, value)], {"vcenter": vc, label: value})
-        for vc in _reporting.vcenters
-        for value in values
-    ]
-
-
 class DrsMetrics:
-    """Instruments created once per process, from the global meter provider; the newest instance
-    is the one the held-rules gauge reports, once `count_held` says where to read."""
+    """The translator's instruments, built by its wiring and handed to the parts that record
+    (the counters are the process's, from the global meter provider); the gauges report the
+    instance built last (runtime process/observed.py), once `count_held` and `count_reports`
+    say where to read."""
 
     def __init__(self) -> None:
-        global _reporting
-        meter = metrics.get_meter("hostaffinity.drs_translator")
+        meter = metrics.get_meter(METER)
         self.held: HeldRules = dict
         self.reports: Reports = list
         self.vcenters: list[str] = []
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_drs_unprotected_groups",
-            callbacks=[_observe_unprotected],
+            self._observe_unprotected,
             description="DRS rules and groups this install wants that vCenter does not hold now",
         )
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_drs_shared_hosts_warnings",
-            callbacks=[_observe_shared_hosts],
-            description=(
-                "Other installs' rules on the same hosts that keep a host from maintenance or "
-                "leave no failover room now"
-            ),
+            self._observe_shared_hosts,
+            description="Other installs' rules on the same hosts that keep a host from "
+            "maintenance or leave no failover room now",
         )
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_drs_rules_held",
-            callbacks=[_observe_held],
+            self._observe_held,
             description="Rules of ours disabled now so that hosts can enter maintenance mode",
         )
         self.conflicts = meter.create_counter(
@@ -135,7 +98,6 @@ class DrsMetrics:
             self.reconfigures.add(0, {"outcome": outcome})
         for change in HOLD_CHANGES:
             self.holds.add(0, {"change": change})
-        _reporting = self
 
     def count_held(self, held: HeldRules) -> None:
         """Where the held-rules gauge reads (the ownership records, once loaded)."""
@@ -147,5 +109,34 @@ class DrsMetrics:
         self.reports = reports
         self.vcenters = list(vcenters)
 
+    def _observe_held(self) -> Iterable[Observation]:
+        return [Observation(count, {"vcenter": name}) for name, count in self.held().items()]
 
-_reporting: DrsMetrics | None = None
+    def _observe_unprotected(self) -> Iterable[Observation]:
+        """Every (vCenter, reason) served, at 0 when none: an alert's series exists from the
+        start."""
+        return self._per_vcenter(
+            "reason",
+            UNPROTECTED_REASONS,
+            lambda report: (group.reason for group in report.unprotected),
+        )
+
+    def _observe_shared_hosts(self) -> Iterable[Observation]:
+        return self._per_vcenter(
+            "risk",
+            get_args(SharedHostsRisk),
+            lambda report: (warning.risk for warning in report.shared_hosts),
+        )
+
+    def _per_vcenter(
+        self, label: str, values: Iterable[str], of: Callable[[DrsClusterReport], Iterable[str]]
+    ) -> list[Observation]:
+        """How many of each value the reports name, per vCenter (0 included)."""
+        counts = Counter(
+            (report.vcenter, value) for report in self.reports() for value in of(report)
+        )
+        return [
+            Observation(counts[(vc, value)], {"vcenter": vc, label: value})
+            for vc in self.vcenters
+            for value in values
+        ]

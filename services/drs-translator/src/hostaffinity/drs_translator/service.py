@@ -20,7 +20,7 @@ from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
-from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
+from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
 from hostaffinity.drs_translator.core.planner import PlannerSettings
 from hostaffinity.drs_translator.fleet_leases import FleetLeases
@@ -89,11 +89,14 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
         for announcements in kept.values():
             await announcements.forget(event)
 
-    topology = await ctx.bus.topology(parked_as=SOURCE)
+    topology = await ctx.bus.topology(parked_as=ctx.service)
     metrics = DrsMetrics()
     # Half the runner's drain: the work's own unwinding (a vCenter call in flight) has the rest.
     outbox = Outbox(
-        SOURCE, ctx.bus.publish_event, on_published=forget, drain_seconds=config.drain_seconds / 2
+        ctx.service,
+        ctx.bus.publish_event,
+        on_published=forget,
+        drain_seconds=config.drain_seconds / 2,
     )
     ctx.start(outbox.run(), name="bus-outbox")
     sessions = [VCenterSession(vc) for vc in config.vcenters]
@@ -144,6 +147,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
                 metrics,
                 vcenter=name,
                 install=install,
+                event_factory=ctx.event_factory,
                 dry_run=own.dry_run,
                 retry_base_seconds=own.retry_base_seconds,
                 retry_max_seconds=own.retry_max_seconds,
@@ -173,9 +177,7 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
                 )
         translator = work.translator = DrsTranslator(
             targets,
-            None
-            if own.dry_run
-            else EventRecorder(ctx.kube, f"hostaffinity-{SOURCE}", ctx.identity),
+            None if own.dry_run else EventRecorder(ctx.kube, ctx.program, ctx.identity),
             metrics,
             physical_anti_affinity=config.shared.physical_anti_affinity,
             pacing=own,

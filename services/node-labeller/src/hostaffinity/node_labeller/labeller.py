@@ -57,6 +57,7 @@ from hostaffinity.runtime.process.workqueue import WorkQueue
 from hostaffinity.schema import (
     EsxiHost,
     Event,
+    EventFactory,
     NodeLabelled,
     NodePlaced,
     NodePlacement,
@@ -169,10 +170,13 @@ class Labeller:
         nodes: NodeSource,
         *,
         vcenters: Sequence[str],
+        event_factory: EventFactory,
+        metrics: LabellerMetrics,
         workers: int = _DEFAULTS.patch_concurrency,
         retry: Retry = DEFAULT_RETRY,
     ) -> None:
         self.settings = settings
+        self._event_factory = event_factory
         self.state = LabellerState()
         self.host_ids = HostIds(tuple(vcenters))
         self._kube = kube
@@ -211,7 +215,8 @@ class Labeller:
         self.resyncs = 0
         # Complete vCenter inventories applied: the first, one per re-login and per resync.
         self.inventory_reads = 0
-        self._metrics = LabellerMetrics(self.node_states)
+        self._metrics = metrics
+        metrics.count_nodes(self.node_states)
 
     def node_states(self) -> list[Observation]:
         """How many known Nodes are placed, unmatched or pending, for the nodes gauge."""
@@ -451,6 +456,7 @@ class Labeller:
                 self.settings,
                 now=utc_timestamp(),
                 version=self.state.version + 1,
+                events=self._event_factory,
                 kv_stale=kv_stale,
                 tags=self.state.tags,
             )

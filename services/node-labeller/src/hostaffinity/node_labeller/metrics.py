@@ -14,9 +14,12 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import Observation
 
+from hostaffinity.runtime.process.observed import observe_latest
 from hostaffinity.runtime.process.telemetry import seconds_histogram
+
+METER: Final = "hostaffinity.node_labeller"
 
 # A vMotion is labelled in ~0.1 s on vcsim (bench/node_labeller_bench.py); a minute is an outage.
 UPDATE_TO_PATCH_BUCKETS_SECONDS: Final = (
@@ -26,21 +29,15 @@ UPDATE_TO_PATCH_BUCKETS_SECONDS: Final = (
 NodeStates = Callable[[], Iterable[Observation]]
 
 
-def _observe_nodes(_options: CallbackOptions) -> Iterable[Observation]:
-    """Reads the newest LabellerMetrics: OpenTelemetry keeps only the first callback registered
-    under a name, and a replica that leads again (in tests, the same process) builds a new
-    labeller."""
-    return _reporting.node_states() if _reporting is not None else []
-
-
 class LabellerMetrics:
-    """Instruments created once per process, from the global meter provider; the newest
-    instance is the one the nodes gauge reports."""
+    """The labeller's instruments, built by the service's wiring and handed to the labeller
+    (the counters are the process's, from the global meter provider); the nodes gauge reports
+    the instance built last (runtime process/observed.py), once `count_nodes` says where to
+    read."""
 
-    def __init__(self, node_states: NodeStates) -> None:
-        global _reporting
-        meter = metrics.get_meter("hostaffinity.node_labeller")
-        self.node_states = node_states
+    def __init__(self) -> None:
+        meter = metrics.get_meter(METER)
+        self.node_states: NodeStates = list
         self._patches = meter.create_counter(
             "hostaffinity_labeller_label_patches", description="Label patches sent"
         )
@@ -58,13 +55,17 @@ class LabellerMetrics:
             "From a vCenter update arriving to its label patch being answered",
             UPDATE_TO_PATCH_BUCKETS_SECONDS,
         )
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_labeller_nodes",
-            callbacks=[_observe_nodes],
+            lambda: self.node_states(),
             description="Nodes by state: placed (labelled with their host), unmatched (no VM "
             "matches), pending (not placed yet, or on a host the inventory does not know)",
         )
-        _reporting = self
+
+    def count_nodes(self, node_states: NodeStates) -> None:
+        """Where the nodes gauge reads (the labeller's nodes)."""
+        self.node_states = node_states
 
     def patched(self, update_to_patch_seconds: float | None) -> None:
         """A label patch answered; with the time since its vCenter update when that is known."""
@@ -83,7 +84,7 @@ class WatchMetrics:
     """The vCenter watch's instrument (the watch starts before the labeller exists)."""
 
     def __init__(self) -> None:
-        self._reconnects = metrics.get_meter("hostaffinity.node_labeller").create_counter(
+        self._reconnects = metrics.get_meter(METER).create_counter(
             "hostaffinity_labeller_vcenter_reconnects",
             description="vCenter watch sessions lost and logged in again (each is followed by "
             "a resync), by vCenter",
@@ -97,7 +98,7 @@ class TagReadMetrics:
     """The tag reads' instrument (failure domains; apart from the inventory watch)."""
 
     def __init__(self) -> None:
-        meter = metrics.get_meter("hostaffinity.node_labeller")
+        meter = metrics.get_meter(METER)
         self._reads = meter.create_counter(
             "hostaffinity_labeller_tag_reads",
             description="Reads of vCenter's tags for failure domains, by vCenter and outcome "
@@ -114,6 +115,3 @@ class TagReadMetrics:
 
     def skipped(self, vcenter: str, count: int) -> None:
         self._skipped.add(count, {"vcenter": vcenter})
-
-
-_reporting: LabellerMetrics | None = None

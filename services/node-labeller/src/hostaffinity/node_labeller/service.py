@@ -24,6 +24,7 @@ from hostaffinity.node_labeller.core.inventory import watched_properties
 from hostaffinity.node_labeller.core.nodes import Node
 from hostaffinity.node_labeller.core.reconcile import PlannerSettings
 from hostaffinity.node_labeller.labeller import Labeller, Retry
+from hostaffinity.node_labeller.metrics import LabellerMetrics
 from hostaffinity.node_labeller.tag_refresh import refresh_tags_forever
 from hostaffinity.node_labeller.vcenter_watch import InventoryWatcher
 from hostaffinity.runtime.bus.layout import TOPOLOGY_STREAM
@@ -105,6 +106,8 @@ class NodeLabellerWork:
             EventRecorder(ctx.kube, ctx.program, ctx.identity),
             informer,
             vcenters=[watcher.vcenter for watcher in self.watchers],
+            event_factory=ctx.event_factory,
+            metrics=LabellerMetrics(),
             workers=own.patch_concurrency,
             retry=Retry(own.retry_base_seconds, own.retry_max_seconds),
         )

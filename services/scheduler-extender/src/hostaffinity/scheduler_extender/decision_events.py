@@ -8,18 +8,21 @@ together or not at all.
 from __future__ import annotations
 
 from hostaffinity.scheduler_extender.core.answers import Verdict
-from hostaffinity.schema import ExtenderDecision, event_id, utc_timestamp
-
-SOURCE = "scheduler-extender"
-_TYPE = "extender.decision"
+from hostaffinity.schema import EventFactory, ExtenderDecision, utc_timestamp
 
 
-def decision_event(verb: str, pod: str, pod_uid: str, verdict: Verdict) -> ExtenderDecision:
+def decision_event(
+    event_factory: EventFactory, verb: str, pod: str, pod_uid: str, verdict: Verdict
+) -> ExtenderDecision:
     occurred_at = utc_timestamp()
-    return ExtenderDecision(
-        id=event_id(_TYPE, verb, pod_uid or pod, verdict.outcome, verdict.node, occurred_at),
+    return event_factory.new(
+        ExtenderDecision,
+        verb,
+        pod_uid or pod,
+        verdict.outcome,
+        verdict.node,
+        occurred_at,
         occurred_at=occurred_at,
-        source=SOURCE,
         verb=verb,
         pod=pod,
         pod_uid=pod_uid,

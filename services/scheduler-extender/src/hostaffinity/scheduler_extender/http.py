@@ -31,6 +31,7 @@ from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 from hostaffinity.scheduler_extender.core.extender_v1 import MalformedRequest
 from hostaffinity.scheduler_extender.decision_events import decision_event
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
+from hostaffinity.schema import EventFactory
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 VERB_PATHS = frozenset({"/filter", "/prioritize", "/bind"})
@@ -72,6 +73,7 @@ class ExtenderServer:
         binder: Binder,
         metrics: ExtenderMetrics,
         decisions: SampledPublisher,
+        event_factory: EventFactory,
         *,
         max_body_bytes: int = _DEFAULTS.max_body_bytes,
         inflight_wait_seconds: float = _DEFAULTS.inflight_wait_seconds,
@@ -81,6 +83,7 @@ class ExtenderServer:
         self._binder = binder
         self._metrics = metrics
         self._decisions = decisions
+        self._event_factory = event_factory
         self._max_body = max_body_bytes
         self._inflight_wait = inflight_wait_seconds
         self._rng = rng or random.Random()
@@ -122,7 +125,9 @@ class ExtenderServer:
 
     def _answered(self, verb: str, pod: str, uid: str, verdict: Verdict, started: float) -> None:
         self._metrics.answered(verb, verdict.outcome, time.perf_counter() - started)
-        self._decisions.offer(uid or pod, lambda: decision_event(verb, pod, uid, verdict))
+        self._decisions.offer(
+            uid or pod, lambda: decision_event(self._event_factory, verb, pod, uid, verdict)
+        )
 
     async def _filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()

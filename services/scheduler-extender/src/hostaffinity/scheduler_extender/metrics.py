@@ -21,35 +21,24 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import Observation
 
+from hostaffinity.runtime.process.observed import observe_latest
 from hostaffinity.runtime.process.telemetry import seconds_histogram
 from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 
+METER: Final = "hostaffinity.scheduler_extender"
 # kube-scheduler waits httpTimeout (5 s by default); answers should take well under 10 ms.
 LATENCY_BUCKETS_SECONDS: Final = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
 
 
-Observe = Callable[["ExtenderMetrics"], Iterable[Observation]]
-
-
-def _from_reporting(read: Observe) -> Callable[[CallbackOptions], Iterable[Observation]]:
-    """A gauge callback reading whichever ExtenderMetrics reports now. OpenTelemetry keeps the
-    first callback registered under an instrument's name and ignores later registrations, so a
-    callback bound to one instance would go on reporting that instance's cache after a newer
-    extender (a restart in the same process, as in tests) replaced it."""
-
-    def observe(_options: CallbackOptions) -> Iterable[Observation]:
-        return read(_reporting) if _reporting is not None else []
-
-    return observe
-
-
 class ExtenderMetrics:
-    """Instruments created once per process, from the global meter provider; the newest
-    instance is the one its gauges report."""
+    """The extender's instruments, built by its wiring and handed to the server (the counters
+    are the process's, from the global meter provider); the gauges report the instance built
+    last (runtime process/observed.py): a restart in the same process, as in tests, reports
+    the new extender's cache."""
 
     def __init__(
         self,
@@ -58,8 +47,7 @@ class ExtenderMetrics:
         stale: Callable[[], Mapping[str, float]] = dict,
         lag: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
-        global _reporting
-        meter = metrics.get_meter("hostaffinity.scheduler_extender")
+        meter = metrics.get_meter(METER)
         self._cache = cache
         self._stale = stale
         self._lag = lag
@@ -73,25 +61,30 @@ class ExtenderMetrics:
             "Time a filter waited for in-flight pods' placements",
             LATENCY_BUCKETS_SECONDS,
         )
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_extender_inflight_pods",
-            callbacks=[_from_reporting(lambda m: [Observation(len(m._cache.in_flight))])],
+            lambda: [Observation(len(self._cache.in_flight))],
             description="Pods filtered and not yet reported bound",
         )
-        meter.create_observable_counter(
+        observe_latest(
+            METER,
             "hostaffinity_extender_inflight_dropped",
-            callbacks=[_from_reporting(ExtenderMetrics._inflight_dropped)],
+            self._inflight_dropped,
             description="In-flight pods dropped: evicted for room, or expired without placement",
+            kind="counter",
         )
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_extender_source_stale",
-            callbacks=[_from_reporting(lambda m: m._per_source(m._stale()))],
+            lambda: self._per_source(self._stale()),
             unit="s",
             description="Seconds since a source stopped being live (0 while live)",
         )
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_extender_informer_lag",
-            callbacks=[_from_reporting(lambda m: m._per_source(m._lag()))],
+            lambda: self._per_source(self._lag()),
             unit="{event}",
             description="Informer events received and not yet applied to the cache",
         )
@@ -105,13 +98,13 @@ class ExtenderMetrics:
             "hostaffinity_extender_decisions",
             description="Answers given, per verb and outcome",
         )
-        meter.create_observable_gauge(
+        observe_latest(
+            METER,
             "hostaffinity_extender_cache_age",
-            callbacks=[_from_reporting(ExtenderMetrics._ages)],
+            self._ages,
             unit="s",
             description="Seconds since each cache source last changed",
         )
-        _reporting = self
 
     def answered(self, verb: str, outcome: str, seconds: float) -> None:
         """One request answered."""
@@ -139,6 +132,3 @@ class ExtenderMetrics:
 
     def _ages(self) -> Iterable[Observation]:
         return [Observation(age, {"source": s}) for s, age in self._cache.ages().items()]
-
-
-_reporting: ExtenderMetrics | None = None

@@ -23,7 +23,6 @@ from hostaffinity.runtime.runner import ServiceContext
 from hostaffinity.scheduler_extender.binder import Binder
 from hostaffinity.scheduler_extender.config import SchedulerExtenderConfig
 from hostaffinity.scheduler_extender.core.cache import SOURCES, ExtenderCache
-from hostaffinity.scheduler_extender.decision_events import SOURCE
 from hostaffinity.scheduler_extender.feeds import CacheFeeds
 from hostaffinity.scheduler_extender.http import ExtenderServer, server_tls
 from hostaffinity.scheduler_extender.metrics import ExtenderMetrics
@@ -71,11 +70,11 @@ class SchedulerExtenderWork:
             ctx.add_readiness(_synced(source), functools.partial(cache.is_synced, source))
         ctx.add_readiness(LISTENING, lambda: self.server is not None and self.server.port != 0)
         await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, EVENTS_STREAM])
-        topology = await ctx.bus.topology(parked_as=SOURCE)
+        topology = await ctx.bus.topology(parked_as=ctx.service)
         feeds = self.feeds = CacheFeeds(ctx.kube, topology, cache, link=ctx.bus.link_epoch)
         metrics = ExtenderMetrics(cache, stale=feeds.stale, lag=feeds.lag)
         decisions = SampledPublisher(
-            SOURCE,
+            ctx.service,
             ctx.bus.publish_event,
             ratio=settings.decision_sample_ratio,
             capacity=settings.decision_queue_size,
@@ -92,6 +91,7 @@ class SchedulerExtenderWork:
             binder,
             metrics,
             decisions,
+            ctx.event_factory,
             max_body_bytes=settings.max_body_bytes,
             inflight_wait_seconds=settings.inflight_wait_seconds,
         )

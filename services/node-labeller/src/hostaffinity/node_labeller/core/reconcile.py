@@ -36,19 +36,17 @@ from hostaffinity.schema import (
     LABEL_ZONE,
     EsxiHost,
     Event,
+    EventFactory,
     NodeLabelled,
     NodePlaced,
     NodePlacement,
     NodeUnmatched,
     TopologySnapshot,
     VmMoved,
-    event_id,
     host_key,
     label_value,
     node_key,
 )
-
-SOURCE = "node-labeller"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +139,7 @@ def reconcile_node(
     *,
     now: str,
     version: int,
+    events: EventFactory,
     kv_stale: bool = False,
     tags: Mapping[str, Tags] = EMPTY_TAGS,
 ) -> NodeActions:
@@ -151,14 +150,15 @@ def reconcile_node(
     says the KV holds something other than `previous` (garbage, a false placement, nothing): the
     key is then rewritten, or deleted, even where `previous` is still true; that repair is no
     change of placement, so it announces nothing. `tags` (by vCenter) gives the host's failure
-    domains.
+    domains; `events` builds the events announced.
     """
     actions = NodeActions(node=node.name)
     match = match_node(node, inventories, settings.fallback)
     inventory = inventories[match.vcenter] if isinstance(match, Matched) else None
     host = _host_of(match, inventory, actions)
     if not isinstance(match, Matched) or inventory is None or host is None:
-        _unplace(node, match, actions, settings, now=now, removes=previous is not None or kv_stale)
+        removes = previous is not None or kv_stale
+        _unplace(node, match, actions, settings, events, now=now, removes=removes)
         return actions
     vm = inventory.vm(match.vm_moid)
     assert vm is not None  # match_node only returns VMs the inventory holds
@@ -173,13 +173,14 @@ def reconcile_node(
     )
     kept = domains if domains is not None else _stored_domains(previous if same_host else None)
     observed = _placement(node, vm, host, match.vcenter, kept, now=now, version=version)
-    placement = _settle(previous, observed, match, actions, now=now, kv_stale=kv_stale)
+    placement = _settle(previous, observed, match, actions, events, now=now, kv_stale=kv_stale)
     actions.warnings.extend(_placement_warnings(host, vm, placement))
     actions.warnings.extend(
         NodeWarning("FailureDomainAmbiguous", f"{why}; label left unset")
         for why in (domains.ambiguities if domains else ())
     )
-    _relabel(node, placement, actions, settings, now=now, domains_known=domains is not None)
+    known = domains is not None
+    _relabel(node, placement, actions, settings, events, now=now, domains_known=known)
     return actions
 
 
@@ -188,6 +189,7 @@ def _unplace(
     match: Matched | Unmatched,
     actions: NodeActions,
     settings: PlannerSettings,
+    events: EventFactory,
     *,
     now: str,
     removes: bool,
@@ -195,7 +197,7 @@ def _unplace(
     """No host for the node: say why when unmatched, drop its KV key and our labels."""
     if isinstance(match, Unmatched):
         actions.warnings.append(NodeWarning("NodeUnmatched", match.reason))
-        actions.events.append(_unmatched_event(node.name, match, now))
+        actions.events.append(_unmatched_event(events, node.name, match, now))
     actions.delete_placement = removes
     actions.label_patch = _patch(node, {}, settings, actions, domains_known=True)
 
@@ -237,6 +239,7 @@ def _settle(
     observed: NodePlacement,
     match: Matched,
     actions: NodeActions,
+    events: EventFactory,
     *,
     now: str,
     kv_stale: bool,
@@ -245,7 +248,7 @@ def _settle(
     to repair a stale KV, silently), else the observed one, written and announced."""
     if previous is None or not _same_place(previous, observed):
         actions.placement = observed
-        actions.events.extend(_placement_events(previous, observed, match, now))
+        actions.events.extend(_placement_events(events, previous, observed, match, now))
         return observed
     # A placement recorded before the vCenter's instance UUID was read gets it, silently too.
     if kv_stale or previous.vcenter_uuid != observed.vcenter_uuid:
@@ -286,6 +289,7 @@ def _relabel(
     placement: NodePlacement,
     actions: NodeActions,
     settings: PlannerSettings,
+    events: EventFactory,
     *,
     now: str,
     domains_known: bool,
@@ -303,10 +307,12 @@ def _relabel(
         or (k in _shared_keys(settings) and patched.get(k, node.metadata.labels.get(k)) == v)
     }
     actions.events.append(
-        NodeLabelled(
-            id=event_id("node.labelled", node.name, placement.version, sorted(labels.items())),
+        events.new(
+            NodeLabelled,
+            node.name,
+            placement.version,
+            sorted(labels.items()),
             occurred_at=now,
-            source=SOURCE,
             node=node.name,
             labels=labels,
             version=placement.version,
@@ -430,56 +436,57 @@ def _same_place(a: NodePlacement, b: NodePlacement) -> bool:
 
 
 def _placement_events(
-    previous: NodePlacement | None, placement: NodePlacement, match: Matched, now: str
+    events: EventFactory,
+    previous: NodePlacement | None,
+    placement: NodePlacement,
+    match: Matched,
+    now: str,
 ) -> list[Event]:
-    if previous is None or previous.vm_moid != placement.vm_moid:
+    node, vm, version = placement.node, placement.vm_moid, placement.version
+    # What both events say of the placement.
+    said = {"node": node, "vm_moid": vm, "version": version, "vcenter": placement.vcenter}
+    if previous is None or previous.vm_moid != vm:
         return [
-            NodePlaced(
-                id=event_id("node.placed", placement.node, placement.vm_moid, placement.version),
+            events.new(
+                NodePlaced,
+                node,
+                vm,
+                version,
                 occurred_at=now,
-                source=SOURCE,
-                node=placement.node,
-                vm_moid=placement.vm_moid,
                 host_moid=placement.host_moid,
                 host_name=placement.host_name,
                 cluster_name=placement.cluster_name,
                 datacenter=placement.datacenter,
                 matched_by=match.matched_by,
-                version=placement.version,
-                vcenter=placement.vcenter,
+                **said,
             )
         ]
     if previous.host_moid != placement.host_moid:
         return [
-            VmMoved(
-                id=event_id(
-                    "vm.moved",
-                    placement.node,
-                    placement.vm_moid,
-                    previous.host_moid,
-                    placement.host_moid,
-                    placement.version,
-                ),
+            events.new(
+                VmMoved,
+                node,
+                vm,
+                previous.host_moid,
+                placement.host_moid,
+                version,
                 occurred_at=now,
-                source=SOURCE,
-                node=placement.node,
-                vm_moid=placement.vm_moid,
                 from_host_moid=previous.host_moid,
                 from_host_name=previous.host_name,
                 to_host_moid=placement.host_moid,
                 to_host_name=placement.host_name,
-                version=placement.version,
-                vcenter=placement.vcenter,
+                **said,
             )
         ]
     return []
 
 
-def _unmatched_event(node: str, match: Unmatched, now: str) -> NodeUnmatched:
-    return NodeUnmatched(
-        id=event_id("node.unmatched", node, match.reason),
+def _unmatched_event(events: EventFactory, node: str, match: Unmatched, now: str) -> NodeUnmatched:
+    return events.new(
+        NodeUnmatched,
+        node,
+        match.reason,
         occurred_at=now,
-        source=SOURCE,
         node=node,
         reason=match.reason,
         candidates=[moid for _, moid in match.candidates],
