@@ -322,6 +322,10 @@ class ServiceRunner(Generic[C]):
             if not self.stopping:
                 await self._work(kube, bus, cluster)
 
+    def _fence(self) -> Callable[[], None]:
+        """What a leader-only write asks before it is sent (nothing, if not Lease-gated)."""
+        return no_fence if self.elector is None else self.elector.ensure_leading
+
     def _declare_work_parts(self) -> list[str]:
         parts = list(self.spec.readiness(self.config))
         for name in parts:
@@ -348,7 +352,7 @@ class ServiceRunner(Generic[C]):
                     cluster,
                     declared,
                     service=self.spec.name,
-                    ensure_leading=no_fence if self.elector is None else self.elector.ensure_leading,
+                    ensure_leading=self._fence(),
                 )
                 group.create_task(self.spec.work(context), name=f"{self.spec.name}-work")
 
