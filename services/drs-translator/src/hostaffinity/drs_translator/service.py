@@ -22,7 +22,7 @@ from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import SOURCE, DrsApplier
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
-from hostaffinity.drs_translator.core.planner import PlannerSettings
+from hostaffinity.drs_translator.core.plan import PlannerSettings
 from hostaffinity.drs_translator.fleet_leases import FleetLeases
 from hostaffinity.drs_translator.fleet_rules import FleetRules
 from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder

@@ -22,15 +22,14 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Namespace, Pod
 from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.core.attention import other_install_rules, unprotected_groups
-from hostaffinity.drs_translator.core.planner import (
+from hostaffinity.drs_translator.core.plan import (
     ClusterPlan,
     Conflict,
     Plan,
     PlannerSettings,
-    Planning,
     Untranslatable,
-    asks_for_placement,
 )
+from hostaffinity.drs_translator.core.planner import Planning, asks_for_placement
 from hostaffinity.drs_translator.fleet_rules import FleetRules
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords
