@@ -31,7 +31,8 @@ from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import Pod
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
-from hostaffinity.drs_translator.core.planner import Plan, PlannerSettings, plan
+from hostaffinity.drs_translator.core.plan import Plan, PlannerSettings
+from hostaffinity.drs_translator.core.planner import plan
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules

@@ -27,12 +27,8 @@ from figures import peak_rss_mib, percentile
 
 from hostaffinity.affinity.index import ClusterIndex, freeze_gc_after_initial_load
 from hostaffinity.affinity.model import Pod
-from hostaffinity.drs_translator.core.planner import (
-    Plan,
-    PlannerSettings,
-    Planning,
-    asks_for_placement,
-)
+from hostaffinity.drs_translator.core.plan import Plan, PlannerSettings
+from hostaffinity.drs_translator.core.planner import Planning, asks_for_placement
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 SETTINGS = PlannerSettings(vcenter="bench", install="bench")

@@ -14,7 +14,8 @@ from pyVmomi import vim
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.model import decode_namespace, decode_pod
 from hostaffinity.cli.reading import drs_records
-from hostaffinity.drs_translator.core.planner import Plan, PlannerSettings, plan
+from hostaffinity.drs_translator.core.plan import Plan, PlannerSettings
+from hostaffinity.drs_translator.core.planner import plan
 from hostaffinity.runtime.bus.client import Bus
 from hostaffinity.schema import DrsOwnership, EsxiHost, NodePlacement, TopologySnapshot, label_value
 from tests.campaign.history import FinalState

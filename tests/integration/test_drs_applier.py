@@ -8,7 +8,7 @@ from pyVmomi import vim
 
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
-from hostaffinity.drs_translator.core.planner import ClusterPlan
+from hostaffinity.drs_translator.core.plan import ClusterPlan
 from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords

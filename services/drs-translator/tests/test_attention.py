@@ -4,7 +4,7 @@ and the rules of other installs on the same hosts."""
 import pytest
 
 from hostaffinity.drs_translator.core.attention import other_install_rules, unprotected_groups
-from hostaffinity.drs_translator.core.planner import ClusterPlan, Conflict
+from hostaffinity.drs_translator.core.plan import ClusterPlan, Conflict
 from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.schema import DrsName, DrsObjectKind
 from tests.platform.builders.drs import INSTALL

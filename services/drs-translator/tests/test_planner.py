@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from hostaffinity.affinity.interpod import HOSTNAME_KEY, apply_label_keys
-from hostaffinity.drs_translator.core.rules import object_name
+from hostaffinity.drs_translator.core.naming import object_name
 from hostaffinity.schema import LABEL_LEGACY_HOST, POD_PHYSICAL_ANTI_AFFINITY
 from tests.platform.builders.drs import (
     INSTALL,

@@ -15,13 +15,8 @@ from hypothesis import strategies as st
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import HOSTNAME_KEY, PhysicalAntiAffinity
 from hostaffinity.affinity.model import Namespace, ObjectMeta, Pod
-from hostaffinity.drs_translator.core.planner import (
-    Plan,
-    PlannerSettings,
-    Planning,
-    asks_for_placement,
-    plan,
-)
+from hostaffinity.drs_translator.core.plan import Plan, PlannerSettings
+from hostaffinity.drs_translator.core.planner import Planning, asks_for_placement, plan
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.translator import DrsTranslator
 from hostaffinity.runtime.bus.kv import HostChange, NodeChange

@@ -9,7 +9,7 @@ from hostaffinity.affinity.model import Namespace, ObjectMeta
 from hostaffinity.drs_translator.announcements import KeptAnnouncements
 from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.core.diff import Change
-from hostaffinity.drs_translator.core.planner import PlannerSettings
+from hostaffinity.drs_translator.core.plan import PlannerSettings
 from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords

@@ -9,7 +9,8 @@ import msgspec
 from hostaffinity.affinity.index import ClusterIndex
 from hostaffinity.affinity.interpod import PhysicalAntiAffinity
 from hostaffinity.affinity.model import Pod
-from hostaffinity.drs_translator.core.planner import Plan, PlannerSettings, asks_for_placement, plan
+from hostaffinity.drs_translator.core.plan import Plan, PlannerSettings
+from hostaffinity.drs_translator.core.planner import asks_for_placement, plan
 from hostaffinity.schema import LABEL_ESXI_HOST, EsxiHost, NodePlacement
 from tests.platform.bus_values import node_placement
 

@@ -12,19 +12,10 @@ from collections.abc import Iterable, Mapping
 from hostaffinity.affinity.index import ClusterIndex, PodRecord, TermKind
 from hostaffinity.affinity.model import Pod
 from hostaffinity.drs_translator.core.cliques import edge
-from hostaffinity.drs_translator.core.planner import (
-    ClusterHosts,
-    Plan,
-    PlannerSettings,
-    _add_spreads,
-    _add_together,
-    _Graph,
-    _host_domains,
-    _Placements,
-    _plan_host_rules,
-    _plan_vm_rules,
-    _Vm,
-)
+from hostaffinity.drs_translator.core.plan import ClusterHosts, NodeVms, Plan, PlannerSettings, Vm
+from hostaffinity.drs_translator.core.vm_graph import Graph, add_spreads, add_together, host_domains
+from hostaffinity.drs_translator.core.vm_host_rules import plan_host_rules
+from hostaffinity.drs_translator.core.vm_vm_rules import plan_vm_rules
 from hostaffinity.schema import EsxiHost, NodePlacement
 
 
@@ -37,10 +28,10 @@ def reference_plan(
 ) -> Plan:
     """The plan as every pod of the cluster visited in turn made it."""
     pods = list(pods)
-    vm_of = _Placements(placements, settings.vcenter)
+    vm_of = NodeVms(placements, settings.vcenter)
     hosts = {h.moid: h for h in hosts.values() if h.vcenter == settings.vcenter}
     result = Plan()
-    graphs: dict[str, _Graph] = {}
+    graphs: dict[str, Graph] = {}
     kinds: tuple[TermKind, ...] = ("required_anti",)
     if settings.translate_preferred:
         kinds = ("required_anti", "preferred_anti")
@@ -48,22 +39,22 @@ def reference_plan(
         vm = vm_of(record.node)
         if vm is None:
             continue
-        graph = graphs.setdefault(vm.cluster, _Graph())
+        graph = graphs.setdefault(vm.cluster, Graph())
         _add_apart_per_selected_pod(index, record, vm, vm_of, graph, kinds)
-        _add_together(index, record, vm, vm_of, graph, result)
-    _add_spreads(index, pods, vm_of, _host_domains(placements, hosts, settings.vcenter), graphs)
+        add_together(index, record, vm, vm_of, graph, result)
+    add_spreads(index, pods, vm_of, host_domains(placements, hosts, settings.vcenter), graphs)
     for cluster, graph in sorted(graphs.items()):
-        _plan_vm_rules(cluster, graph, ClusterHosts.of(hosts, cluster), result, settings.install)
-    _plan_host_rules(pods, vm_of, hosts, settings, result)
+        plan_vm_rules(cluster, graph, ClusterHosts.of(hosts, cluster), result, settings.install)
+    plan_host_rules(pods, vm_of, hosts, settings, result)
     return result
 
 
 def _add_apart_per_selected_pod(
     index: ClusterIndex,
     record: PodRecord,
-    vm: _Vm,
-    vm_of: _Placements,
-    graph: _Graph,
+    vm: Vm,
+    vm_of: NodeVms,
+    graph: Graph,
     kinds: tuple[TermKind, ...],
 ) -> None:
     """Edges from every host-domain anti-affinity term that selects this pod, and the seeds of

@@ -47,6 +47,7 @@ from hostaffinity.descheduler.core.triggers import (
 from hostaffinity.runtime.bus.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
 from hostaffinity.runtime.bus.topology_feed import Link, follow_topology
 from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient, ResourceRef
+from hostaffinity.runtime.kube.feeds import Feed, informers
 from hostaffinity.runtime.kube.informer import Informer, InformerEvent, InformerSettings
 from hostaffinity.schema import LABEL_ESXI_HOST, NodePlacement
 
@@ -84,74 +85,56 @@ class Feeds:
         self._state = state
         self._trigger = trigger
         self.placements_synced = False
+        self.required = informers(client, self._required_feeds(), settings)
+        self.optional: list[Informer[Any]] = []
+        if kubevirt:
+            kubevirt_feeds = self._kubevirt_feeds(on_vmi, on_migration, on_vm)
+            self.optional = informers(client, kubevirt_feeds, settings)
 
-        def informer(ref: ResourceRef, handler: Handler[Any], decode: Any) -> Informer[Any]:
-            return Informer(client, ref, handler, decode, settings=settings)
-
-        handle = self._handler
-        self.required: list[Informer[Any]] = [
-            informer(
-                PODS,
-                handle(state.pods.get, state.upsert_pod, state.remove_pod, pod_trigger, pod_scope),
-                decode_pod,
-            ),
-            informer(
-                NODES,
-                handle(
-                    state.nodes.get,
-                    state.upsert_node,
-                    state.remove_node,
-                    node_trigger,
-                    node_scope,
-                ),
-                decode_node,
-            ),
-            informer(
+    def _required_feeds(self) -> list[Feed[Any]]:
+        """Pods, Nodes, Namespaces and PodDisruptionBudgets, which every cycle reads."""
+        state, handle = self._state, self._handler
+        pods = handle(state.pods.get, state.upsert_pod, state.remove_pod, pod_trigger, pod_scope)
+        nodes = handle(
+            state.nodes.get, state.upsert_node, state.remove_node, node_trigger, node_scope
+        )
+        return [
+            Feed(PODS, pods, decode_pod),
+            Feed(NODES, nodes, decode_node),
+            Feed(
                 NAMESPACES,
                 handle(_unknown, state.upsert_namespace, state.remove_namespace),
                 decode_namespace,
             ),
-            informer(PDBS, handle(state.pdbs.get, state.upsert_pdb, state.remove_pdb), decode_pdb),
+            Feed(PDBS, handle(state.pdbs.get, state.upsert_pdb, state.remove_pdb), decode_pdb),
         ]
-        self.optional: list[Informer[Any]] = []
-        if kubevirt:
-            self.optional = [
-                informer(
-                    VMIS,
-                    handle(
-                        state.vmis.get,
-                        state.upsert_vmi,
-                        state.remove_vmi,
-                        vmi_trigger,
-                        then=on_vmi,
-                    ),
-                    decode_vmi,
-                ),
-                informer(
-                    MIGRATIONS,
-                    handle(
-                        state.migrations.get,
-                        state.upsert_migration,
-                        state.remove_migration,
-                        migration_trigger,
-                        then=on_migration,
-                    ),
-                    decode_migration,
-                ),
-                informer(
-                    VMS, handle(_unknown, state.upsert_vm, state.remove_vm, then=on_vm), decode_vm
-                ),
-                informer(
-                    KUBEVIRTS,
-                    handle(
-                        state.kubevirts.get,
-                        state.upsert_kubevirt,
-                        state.remove_kubevirt,
-                        kubevirt_trigger,
-                    ),
-                    decode_kubevirt,
-                ),
-            ]
+
+    def _kubevirt_feeds(
+        self,
+        on_vmi: Callable[[VirtualMachineInstance], Awaitable[None]],
+        on_migration: Callable[[VirtualMachineInstanceMigration], Awaitable[None]],
+        on_vm: Callable[[VirtualMachine], Awaitable[None]],
+    ) -> list[Feed[Any]]:
+        """KubeVirt's VMIs, migrations, VMs and its own configuration (`synced` says why none
+        of them is required)."""
+        state, handle = self._state, self._handler
+        vmis = handle(state.vmis.get, state.upsert_vmi, state.remove_vmi, vmi_trigger, then=on_vmi)
+        migrations = handle(
+            state.migrations.get,
+            state.upsert_migration,
+            state.remove_migration,
+            migration_trigger,
+            then=on_migration,
+        )
+        kubevirts = handle(
+            state.kubevirts.get, state.upsert_kubevirt, state.remove_kubevirt, kubevirt_trigger
+        )
+        return [
+            Feed(VMIS, vmis, decode_vmi),
+            Feed(MIGRATIONS, migrations, decode_migration),
+            Feed(VMS, handle(_unknown, state.upsert_vm, state.remove_vm, then=on_vm), decode_vm),
+            Feed(KUBEVIRTS, kubevirts, decode_kubevirt),
+        ]
 
     def synced(self) -> bool:
         """Every required informer has handed over its list, and the KV replay is done.

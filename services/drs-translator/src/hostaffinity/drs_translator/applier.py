@@ -40,7 +40,7 @@ from hostaffinity.drs_translator.apply_steps import DRS_APPLY_PATH
 from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.drs_translator.core.attention import other_install_rules
 from hostaffinity.drs_translator.core.diff import Change, ClusterDiff, diff_cluster
-from hostaffinity.drs_translator.core.planner import ClusterPlan
+from hostaffinity.drs_translator.core.plan import ClusterPlan
 from hostaffinity.drs_translator.core.rules import ConflictReason, DrsObject, from_record
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords

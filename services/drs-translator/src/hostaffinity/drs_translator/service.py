@@ -14,30 +14,31 @@ served, not "not ready" for all.
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 from hostaffinity.affinity.fleet_groups import FleetMembers
 from hostaffinity.affinity.index import freeze_gc_after_initial_load
-from hostaffinity.affinity.model import Namespace, Pod, decode_namespace, decode_pod
-from hostaffinity.drs_translator.announcements import KeptAnnouncements
-from hostaffinity.drs_translator.applier import DrsApplier
+from hostaffinity.affinity.model import decode_namespace, decode_pod
 from hostaffinity.drs_translator.config import DrsTranslatorConfig
-from hostaffinity.drs_translator.core.planner import PlannerSettings
 from hostaffinity.drs_translator.fleet_leases import FleetLeases
-from hostaffinity.drs_translator.fleet_rules import FleetRules
-from hostaffinity.drs_translator.ha_settings import HaSettingsRecorder
 from hostaffinity.drs_translator.metrics import DrsMetrics
-from hostaffinity.drs_translator.records import OwnershipRecords
-from hostaffinity.drs_translator.reports import ClusterReports
-from hostaffinity.drs_translator.translator import DrsTranslator, VCenterTarget
+from hostaffinity.drs_translator.translator import DrsTranslator
 from hostaffinity.drs_translator.vcenter_cluster import ClusterRules
+from hostaffinity.drs_translator.vcenter_work import (
+    Shared,
+    VCenterWork,
+    announce_unsent,
+    vcenter_work,
+)
 from hostaffinity.runtime.bus.fleet_view import follow_fleet_view
 from hostaffinity.runtime.bus.hub_leases import HubLeases
+from hostaffinity.runtime.bus.kv import TopologyStore
 from hostaffinity.runtime.bus.layout import DRS_STREAM, TOPOLOGY_STREAM
 from hostaffinity.runtime.bus.outbox import Outbox
 from hostaffinity.runtime.bus.topology_feed import follow_topology
 from hostaffinity.runtime.kube.client import NAMESPACES, PODS
 from hostaffinity.runtime.kube.events import EventRecorder
+from hostaffinity.runtime.kube.feeds import Feed, informers
 from hostaffinity.runtime.kube.informer import Informer, upsert_or_remove
 from hostaffinity.runtime.runner import VCENTER_CONNECTED, ServiceContext, vcenter_part
 from hostaffinity.runtime.vcenter.session import VCenterSession
@@ -80,17 +81,15 @@ class DrsTranslatorWork:
 
 async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslatorWork) -> None:
     """The work's body (a function of its own, so that the steps read at one indentation)."""
-    config, own = ctx.config, ctx.config.drs
+    config = ctx.config
     await ctx.bus.wait_for_layout([TOPOLOGY_STREAM, DRS_STREAM, EVENTS_STREAM])
-    drs_bucket = await ctx.bus.js.key_value(DRS_BUCKET)
-    kept = {vc.known_as: KeptAnnouncements(drs_bucket, vc.known_as) for vc in config.vcenters}
+    vcenters: list[VCenterWork] = []
 
     async def forget(event: Event) -> None:  # an acknowledged event is kept by one vCenter
-        for announcements in kept.values():
-            await announcements.forget(event)
+        for vcenter in vcenters:
+            await vcenter.kept.forget(event)
 
     topology = await ctx.bus.topology(parked_as=ctx.service)
-    metrics = DrsMetrics()
     # Half the runner's drain: the work's own unwinding (a vCenter call in flight) has the rest.
     outbox = Outbox(
         ctx.service,
@@ -100,130 +99,27 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
     )
     ctx.start(outbox.run(), name="bus-outbox")
     sessions = [VCenterSession(vc) for vc in config.vcenters]
-    install = install_token(ctx.cluster.name)
-    fleet = FleetMembers(ctx.cluster.name)
     woken: list[DrsTranslator] = []  # the translator, once built: changes of the hub wake it
 
     def wake() -> None:
         for translator in woken:
             translator.wake()
 
-    leases = None
-    # Only an install of a fleet reaches the hub; a dry run takes no lease: it would keep the
-    # install that writes from writing.
-    if config.nats.fleet_install and not own.dry_run:
-        hub = HubLeases(
-            ctx.bus.nc,
-            HUB_DOMAIN,
-            FLEET_LEASES_BUCKET,
-            timeout=config.fleet.request_timeout_seconds,
-        )
-        leases = work.fleet_leases = FleetLeases(hub, ctx.cluster.name, install, wake=wake)
+    shared = await _shared(ctx, work, outbox, wake)
     try:
-        targets: list[VCenterTarget] = []
-        logged_in: dict[str, asyncio.Event] = {}
-        rules: dict[str, ClusterRules] = {}
-        work.cluster_rules = rules
-        ha_recorders: dict[str, HaSettingsRecorder] = {}
-        all_records: dict[str, OwnershipRecords] = {}
-        all_reports: dict[str, ClusterReports] = {}
-        metrics.count_held(lambda: {name: own.held() for name, own in all_records.items()})
-        metrics.count_reports(
-            lambda: [r for reports in all_reports.values() for r in reports.by_cluster.values()],
-            [vc.known_as for vc in config.vcenters],
-        )
         for vc, session in zip(config.vcenters, sessions, strict=True):
-            name = vc.known_as
-            records = all_records[name] = OwnershipRecords(drs_bucket, name, ctx.cluster.name)
-            await records.load()
-            reports = all_reports[name] = ClusterReports(drs_bucket, name, ctx.cluster.name)
-            await reports.load()
-            rules[name] = ClusterRules(session, ensure_leading=ctx.ensure_leading)
-            applier = DrsApplier(
-                rules[name],
-                records,
-                kept[name],
-                outbox.put,
-                metrics,
-                vcenter=name,
-                install=install,
-                event_factory=ctx.event_factory,
-                dry_run=own.dry_run,
-                retry_base_seconds=own.retry_base_seconds,
-                retry_max_seconds=own.retry_max_seconds,
-                refresh_seconds=own.shared_rules_refresh_seconds,
-            )
-            for announcement in await kept[name].load():  # a batch an earlier run did not announce
-                await applier.settle(announcement)
-                outbox.put(announcement)
-            settings = PlannerSettings(
-                vcenter=name,
-                install=install,
-                vm_host_mandatory=own.vm_host_mandatory,
-                translate_preferred=own.translate_preferred,
-            )
-            logged_in[name] = asyncio.Event()
-            fleet_rules = None
-            if leases is not None:
-                fleet_rules = FleetRules(name, leases, fleet, applier, records, rules[name])
-            targets.append(
-                VCenterTarget(
-                    settings, applier, records, reports, logged_in[name].is_set, fleet_rules
-                )
-            )
-            if config.ha_audit.enabled and not own.dry_run:
-                ha_recorders[name] = HaSettingsRecorder(
-                    drs_bucket, rules[name], records, name, config.ha_audit.refresh_seconds
-                )
-        translator = work.translator = DrsTranslator(
-            targets,
-            None if own.dry_run else EventRecorder(ctx.kube, ctx.program, ctx.identity),
-            metrics,
-            physical_anti_affinity=config.shared.physical_anti_affinity,
-            pacing=own,
-        )
-        pods: Informer[Pod] = Informer(
-            ctx.kube,
-            PODS,
-            upsert_or_remove(translator.upsert_pod, translator.remove_pod),
-            decode_pod,
-        )
-        namespaces: Informer[Namespace] = Informer(
-            ctx.kube,
-            NAMESPACES,
-            upsert_or_remove(translator.upsert_namespace, translator.remove_namespace),
-            decode_namespace,
-        )
+            vcenters.append(await vcenter_work(vc.known_as, session, shared))
+            await announce_unsent(vcenters[-1], outbox)
+        work.cluster_rules = {vcenter.name: vcenter.rules for vcenter in vcenters}
+        _count(shared.metrics, vcenters)
+        translator = work.translator = _translator(ctx, vcenters, shared.metrics)
         woken.append(translator)
-        pods_synced, namespaces_synced, topology_synced = _SYNCED
-        ctx.add_readiness(pods_synced, pods.synced.is_set)
-        ctx.add_readiness(namespaces_synced, namespaces.synced.is_set)
-        for session, name in zip(sessions, rules, strict=True):
-            done = logged_in[name]
-            ctx.start(_log_in(session, done, translator.wake), name=f"vcenter {name} login")
-            served = _VCenterServed(session, translator, name)
-            connected = vcenter_part(VCENTER_CONNECTED, name)
-            ctx.add_readiness(connected, served.now, vcenter=name, detail=served.why_not)
-            first_cycle = vcenter_part(FIRST_CYCLE, name)
-            ctx.add_readiness(first_cycle, _cycled(translator, name), vcenter=name)
-        ctx.add_readiness(topology_synced, lambda: translator.topology_synced)
-        if leases is not None:
-            ctx.start(
-                follow_fleet_view(ctx.bus.js, fleet, link=ctx.bus.link_epoch, on_change=wake),
-                name="fleet-view",
-            )
-            ctx.start(leases.run(), name="fleet-leases")
-        ctx.start(pods.run(), name="pods")
-        ctx.start(namespaces.run(), name="namespaces")
-        ctx.start(
-            follow_topology(topology, translator.on_topology, link=ctx.bus.link_epoch),
-            name="topology",
-        )
-        for name, recorder in ha_recorders.items():
-            ctx.start(_after(logged_in[name], recorder.run), name=f"ha-settings {name}")
+        feeds = informers(ctx.kube, _feeds(translator))
+        _add_readiness(ctx, translator, vcenters, feeds)
+        _start(ctx, shared, translator, vcenters, feeds, topology, wake)
         # Informers hand their first list to workers: wait until those have run too.
         while True:
-            if pods.caught_up() and namespaces.caught_up() and translator.topology_synced:
+            if all(feed.caught_up() for feed in feeds) and translator.topology_synced:
                 break
             await asyncio.sleep(_SYNC_POLL_SECONDS)
         # A full collection over 150,000 pods' objects paused the loop ~0.5 s in the middle of
@@ -233,6 +129,125 @@ async def _translate(ctx: ServiceContext[DrsTranslatorConfig], work: DrsTranslat
     finally:
         for session in sessions:
             await session.close()
+
+
+async def _shared(
+    ctx: ServiceContext[DrsTranslatorConfig],
+    work: DrsTranslatorWork,
+    outbox: Outbox,
+    wake: Callable[[], None],
+) -> Shared:
+    """What every vCenter's work is built with. Only an install of a fleet reaches the hub; a
+    dry run takes no lease: it would keep the install that writes from writing."""
+    config = ctx.config
+    install = install_token(ctx.cluster.name)
+    leases = None
+    if config.nats.fleet_install and not config.drs.dry_run:
+        hub = HubLeases(
+            ctx.bus.nc,
+            HUB_DOMAIN,
+            FLEET_LEASES_BUCKET,
+            timeout=config.fleet.request_timeout_seconds,
+        )
+        leases = work.fleet_leases = FleetLeases(hub, ctx.cluster.name, install, wake=wake)
+    return Shared(
+        config,
+        ctx.cluster.name,
+        install,
+        await ctx.bus.js.key_value(DRS_BUCKET),
+        outbox,
+        DrsMetrics(),
+        FleetMembers(ctx.cluster.name),
+        leases,
+        ctx.event_factory,
+        ctx.ensure_leading,
+    )
+
+
+def _count(metrics: DrsMetrics, vcenters: list[VCenterWork]) -> None:
+    """Where the gauges of held rules and of the cluster reports read."""
+    metrics.count_held(lambda: {vcenter.name: vcenter.records.held() for vcenter in vcenters})
+    metrics.count_reports(
+        lambda: [r for vcenter in vcenters for r in vcenter.reports.by_cluster.values()],
+        [vcenter.name for vcenter in vcenters],
+    )
+
+
+def _translator(
+    ctx: ServiceContext[DrsTranslatorConfig], vcenters: list[VCenterWork], metrics: DrsMetrics
+) -> DrsTranslator:
+    own = ctx.config.drs
+    recorder = None
+    if not own.dry_run:
+        recorder = EventRecorder(ctx.kube, ctx.program, ctx.identity)
+    return DrsTranslator(
+        [vcenter.target for vcenter in vcenters],
+        recorder,
+        metrics,
+        physical_anti_affinity=ctx.config.shared.physical_anti_affinity,
+        pacing=own,
+    )
+
+
+def _feeds(translator: DrsTranslator) -> list[Feed[Any]]:
+    """The informers' table, in the order of `_SYNCED` (the topology is the KV watch's)."""
+    return [
+        Feed(PODS, upsert_or_remove(translator.upsert_pod, translator.remove_pod), decode_pod),
+        Feed(
+            NAMESPACES,
+            upsert_or_remove(translator.upsert_namespace, translator.remove_namespace),
+            decode_namespace,
+        ),
+    ]
+
+
+def _add_readiness(
+    ctx: ServiceContext[DrsTranslatorConfig],
+    translator: DrsTranslator,
+    vcenters: list[VCenterWork],
+    feeds: list[Informer[Any]],
+) -> None:
+    """The parts `readiness_parts` declared: each feed synced, each vCenter served and cycled."""
+    *informers_synced, topology_synced = _SYNCED
+    for part, feed in zip(informers_synced, feeds, strict=True):
+        ctx.add_readiness(part, feed.synced.is_set)
+    for vcenter in vcenters:
+        served = _VCenterServed(vcenter.session, translator, vcenter.name)
+        connected = vcenter_part(VCENTER_CONNECTED, vcenter.name)
+        ctx.add_readiness(connected, served.now, vcenter=vcenter.name, detail=served.why_not)
+        first_cycle = vcenter_part(FIRST_CYCLE, vcenter.name)
+        ctx.add_readiness(first_cycle, _cycled(translator, vcenter.name), vcenter=vcenter.name)
+    ctx.add_readiness(topology_synced, lambda: translator.topology_synced)
+
+
+def _start(
+    ctx: ServiceContext[DrsTranslatorConfig],
+    shared: Shared,
+    translator: DrsTranslator,
+    vcenters: list[VCenterWork],
+    feeds: list[Informer[Any]],
+    topology: TopologyStore,
+    wake: Callable[[], None],
+) -> None:
+    """Every task beside the loop: the logins, the fleet's view and leases, the feeds, the HA
+    audits (each after its vCenter's first login)."""
+    for vcenter in vcenters:
+        login = _log_in(vcenter.session, vcenter.logged_in, translator.wake)
+        ctx.start(login, name=f"vcenter {vcenter.name} login")
+    if shared.leases is not None:
+        view = follow_fleet_view(ctx.bus.js, shared.fleet, link=ctx.bus.link_epoch, on_change=wake)
+        ctx.start(view, name="fleet-view")
+        ctx.start(shared.leases.run(), name="fleet-leases")
+    for feed, name in zip(feeds, ("pods", "namespaces"), strict=True):
+        ctx.start(feed.run(), name=name)
+    ctx.start(
+        follow_topology(topology, translator.on_topology, link=ctx.bus.link_epoch),
+        name="topology",
+    )
+    for vcenter in vcenters:
+        if vcenter.ha_settings is not None:
+            audit = _after(vcenter.logged_in, vcenter.ha_settings.run)
+            ctx.start(audit, name=f"ha-settings {vcenter.name}")
 
 
 async def _log_in(session: VCenterSession, done: asyncio.Event, wake: Callable[[], None]) -> None:

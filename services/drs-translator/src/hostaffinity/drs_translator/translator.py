@@ -24,15 +24,14 @@ from hostaffinity.affinity.model import Namespace, Pod
 from hostaffinity.drs_translator.applier import DrsApplier
 from hostaffinity.drs_translator.config import DrsSettings
 from hostaffinity.drs_translator.core.attention import other_install_rules, unprotected_groups
-from hostaffinity.drs_translator.core.planner import (
+from hostaffinity.drs_translator.core.plan import (
     ClusterPlan,
     Conflict,
     Plan,
     PlannerSettings,
-    Planning,
     Untranslatable,
-    asks_for_placement,
 )
+from hostaffinity.drs_translator.core.planner import Planning, asks_for_placement
 from hostaffinity.drs_translator.fleet_rules import FleetRules
 from hostaffinity.drs_translator.metrics import DrsMetrics
 from hostaffinity.drs_translator.records import OwnershipRecords
@@ -80,11 +79,16 @@ class VCenterTarget:
 
 @dataclass(slots=True)
 class _Lane:
-    """One vCenter's loop state: changes waiting, a full read asked for, a cycle running."""
+    """One vCenter's loop state, in one record: changes waiting, a full read asked for, a cycle
+    running; its cycles that succeeded, its failure now (None: its last cycle did not fail) and
+    the problems already reported on its pods (each is reported once while it lasts)."""
 
     dirty: asyncio.Event = field(default_factory=asyncio.Event)
     resync_now: bool = False
     cycling: bool = False
+    completed: int = 0
+    failure: CycleFailure | None = None
+    reported: set[tuple[str, ...]] = field(default_factory=set)
 
 
 class DrsTranslator:
@@ -108,17 +112,23 @@ class DrsTranslator:
         self.placements: dict[str, NodePlacement] = {}
         self.hosts: dict[str, EsxiHost] = {}
         self.topology_synced = False
-        # Cycles that succeeded, of all vCenters together and of each.
+        # Cycles that succeeded, of all vCenters together (`completed`: of each).
         self.cycles = 0
-        self.completed: dict[str, int] = {target.name: 0 for target in self.targets}
-        # The vCenters whose cycles fail now: since the first failure, and the last error.
-        self.failing: dict[str, CycleFailure] = {}
         self.last_plan_seconds = 0.0
         self._recorder = recorder
         self._metrics = metrics
         self._pacing = pacing if pacing is not None else DrsSettings()
         self._lanes = {target.name: _Lane() for target in self.targets}
-        self._reported: dict[str, set[tuple[str, ...]]] = {}
+
+    @property
+    def completed(self) -> dict[str, int]:
+        """Cycles that succeeded, by vCenter."""
+        return {name: lane.completed for name, lane in self._lanes.items()}
+
+    @property
+    def failing(self) -> dict[str, CycleFailure]:
+        """The vCenters whose cycles fail now: since the first failure, and the last error."""
+        return {name: lane.failure for name, lane in self._lanes.items() if lane.failure}
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -203,13 +213,13 @@ class DrsTranslator:
             lane.cycling = True
             try:
                 await self.cycle(target, reread=full)
-                self.failing.pop(target.name, None)
+                lane.failure = None
             except Exception as err:  # this vCenter or NATS away: log, wait, try again
                 raise_if_cancel_requested()
                 why = str(err) or repr(err)
-                first = self.failing.get(target.name)
+                first = lane.failure
                 since = first.since if first is not None else utc_timestamp()
-                self.failing[target.name] = CycleFailure(since, why)
+                lane.failure = CycleFailure(since, why)
                 _log.warning(
                     "DRS cycle of vCenter %s failed (%s); retrying in %.1fs",
                     target.name,
@@ -258,7 +268,7 @@ class DrsTranslator:
             await target.fleet.cycle(own_members(self.index), self.placements, self.hosts)
         await target.reports.keep_only(clusters)
         target.applier.visit_only(clusters)
-        self.completed[target.name] += 1
+        self._lanes[target.name].completed += 1
         self.cycles += 1
         return desired
 
@@ -309,7 +319,8 @@ class DrsTranslator:
         a Kubernetes Event on each pod of a rule held for maintenance (its bus event and metric
         come from the applier, once vCenter took the hold)."""
         current: set[tuple[str, ...]] = set()
-        reported = self._reported.get(target.name, set())
+        lane = self._lanes[target.name]
+        reported = lane.reported
         for cluster_plan in clusters:
             for name, hosts in sorted(cluster_plan.maintenance_holds.items()):
                 rule = cluster_plan.objects[name]
@@ -357,7 +368,7 @@ class DrsTranslator:
                 pods=(problem.pod,),
             )
             await self._pod_events((problem.pod,), "DrsNotTranslatable", problem.message)
-        self._reported[target.name] = current
+        lane.reported = current
 
     async def _pod_events(self, pods: Iterable[str], reason: str, message: str) -> None:
         if self._recorder is None:

@@ -23,6 +23,7 @@ from hostaffinity.affinity.model import Pod, decode_namespace, decode_node, deco
 from hostaffinity.runtime.bus.kv import Bootstrapped, NodeChange, TopologyChange, TopologyStore
 from hostaffinity.runtime.bus.topology_feed import Link, follow_topology
 from hostaffinity.runtime.kube.client import NAMESPACES, NODES, PODS, KubeClient
+from hostaffinity.runtime.kube.feeds import Feed, informers
 from hostaffinity.runtime.kube.informer import Informer, InformerSettings, upsert_or_remove
 from hostaffinity.scheduler_extender.core.cache import ExtenderCache
 
@@ -85,29 +86,23 @@ class CacheFeeds:
         self._clock = clock
         self._placements_synced = False
         self._stale_since = clock()
-        self.informers: list[Informer[Any]] = [
-            Informer(
-                client,
-                PODS,
-                upsert_or_remove(_upsert_observed(cache), cache.remove_pod),
-                decode_observed_pod,
-                settings=settings,
-            ),
-            Informer(
-                client,
-                NODES,
-                upsert_or_remove(cache.upsert_node, cache.remove_node),
-                decode_node,
-                settings=settings,
-            ),
-            Informer(
-                client,
-                NAMESPACES,
-                upsert_or_remove(cache.upsert_namespace, cache.remove_namespace),
-                decode_namespace,
-                settings=settings,
-            ),
-        ]
+        self.informers = informers(
+            client,
+            [
+                Feed(
+                    PODS,
+                    upsert_or_remove(_upsert_observed(cache), cache.remove_pod),
+                    decode_observed_pod,
+                ),
+                Feed(NODES, upsert_or_remove(cache.upsert_node, cache.remove_node), decode_node),
+                Feed(
+                    NAMESPACES,
+                    upsert_or_remove(cache.upsert_namespace, cache.remove_namespace),
+                    decode_namespace,
+                ),
+            ],
+            settings,
+        )
         self._sources = dict(zip(("pods", "nodes", "namespaces"), self.informers, strict=True))
         for source, informer in self._sources.items():
             cache.add_sync_check(source, self._informer_synced(informer))

@@ -11,7 +11,7 @@ what vCenter holds after it, and the hosts.
 
 from collections.abc import Iterable, Mapping
 
-from hostaffinity.drs_translator.core.planner import ClusterPlan, Conflict
+from hostaffinity.drs_translator.core.plan import ClusterPlan, Conflict
 from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.schema import (
     DrsObjectKind,

@@ -1,6 +1,6 @@
 """Desired (the plan), recorded (our KV records) and actual (vCenter) → the changes for a cluster.
 
-Pure. The ownership rule lives here: a name of this install (rules.name_owner) is ours only when
+Pure. The ownership rule lives here: a name of this install (naming.name_owner) is ours only when
 a record says so. Ours and desired: added or edited until vCenter matches. Ours and no longer
 desired: removed. Named for this install without a record: reported, never touched. Another
 install's (its name says so, a legacy name without our record included): listed, never touched,
@@ -14,7 +14,8 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from hostaffinity.drs_translator.core.rules import DrsObject, from_record, name_owner
+from hostaffinity.drs_translator.core.naming import name_owner
+from hostaffinity.drs_translator.core.rules import DrsObject, from_record
 from hostaffinity.schema import DrsOwnership
 
 Operation = Literal["add", "edit", "remove"]

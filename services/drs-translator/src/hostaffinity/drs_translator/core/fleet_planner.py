@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from hostaffinity.affinity.fleet_groups import FleetMember, FleetMembers, fleet_group
 from hostaffinity.affinity.index import PodRecord
-from hostaffinity.drs_translator.core.planner import ClusterHosts, Conflict
+from hostaffinity.drs_translator.core.plan import ClusterHosts, Conflict
 from hostaffinity.drs_translator.core.rules import DrsObject
 from hostaffinity.schema import EsxiHost, NodePlacement, fleet_rule_name
 

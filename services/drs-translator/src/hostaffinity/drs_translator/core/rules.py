@@ -1,22 +1,13 @@
 """DRS rules and groups as plain values: what the planner wants and what vCenter holds.
 
-One shape for both sides, so the diff compares like with like. Names are
-`hostaffinity-<install>-<kind>-<digest of the group key>` (the schema's drs_names.py): the same
-group of pods keeps its name while its members change, so a new replica edits the rule instead of
-replacing it, and two installs on one vCenter never name an object alike.
+One shape for both sides, so the diff compares like with like. How they are named is
+`naming.py`'s.
 """
 
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from hostaffinity.schema import (
-    DrsName,
-    DrsObjectKind,
-    DrsOwnership,
-    DrsRecordState,
-    drs_name_digest,
-    parse_drs_name,
-)
+from hostaffinity.schema import DrsObjectKind, DrsOwnership, DrsRecordState
 
 # Why a rule was not sent, or is not ours to touch (drs.rule.conflict's `reason`).
 ConflictReason = Literal[
@@ -30,27 +21,6 @@ ConflictReason = Literal[
 RULE_KINDS: Final[frozenset[DrsObjectKind]] = frozenset(
     {"vm-anti-affinity", "vm-affinity", "vm-host"}
 )
-# Whose a name in vCenter is, from the name alone: this install's, one of a release before
-# install identities (`legacy`: ours to rename only with a record), another install's, a fleet
-# group's (written by whichever install holds its lease on the hub: fleet_rules.py), or none.
-NameOwner = Literal["ours", "legacy", "other-install", "fleet", "not-hostaffinity"]
-
-
-def object_name(kind: DrsObjectKind, cluster_moid: str, group_key: str, install: str) -> str:
-    """The stable name of the rule or group that `group_key` stands for in one cluster."""
-    return str(DrsName(kind, install, drs_name_digest(cluster_moid, group_key)))
-
-
-def name_owner(name: str, install: str) -> NameOwner:
-    """Whose a rule or group is by its name; being ours still needs an ownership record."""
-    parsed = parse_drs_name(name)
-    if parsed is None:
-        return "not-hostaffinity"
-    if parsed.install is None:
-        return "legacy"
-    if parsed.fleet:
-        return "fleet"
-    return "ours" if parsed.install == install else "other-install"
 
 
 @dataclass(frozen=True, slots=True)
