@@ -1,6 +1,7 @@
 """Which cluster an install serves, read as the runner reads it: the configured name, else the
 `id.k8s.io` ClusterProperty, else the `kube-system` Namespace's UID; against the API double."""
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -62,3 +63,22 @@ async def test_a_refused_kube_system_read_says_what_to_set(kube_double: KubeDoub
     async with ApiClient(config) as api:
         with pytest.raises(ClusterIdentityUnknown, match=r"set shared\.cluster\.name"):
             await read_cluster_identity(KubeClient(api, KubernetesSettings()), "")
+
+
+async def test_read_soon_after_an_api_outage_ends(
+    kube: KubeClient, kube_double: KubeDouble
+) -> None:
+    """A replica that starts while the API answers 500 learns the identity within one retry
+    pace (2 s) of the API's return, however long the outage lasted: it is the next leader."""
+    outage_s = 8.0
+    fault = kube_double.fault("namespaces", "kube-system")
+    fault.failing = True
+    loop = asyncio.get_running_loop()
+    reading = asyncio.create_task(read_cluster_identity(kube, ""))
+    await asyncio.sleep(outage_s)
+    assert not reading.done()
+    fault.clear()
+    back = loop.time()
+    identity = await reading
+    assert identity == ClusterIdentity(kube_system_uid(kube_double), "kube-system-uid")
+    assert loop.time() - back < 3.0  # doubling to 10 s, the next try came 7.5 s after
