@@ -184,8 +184,12 @@ def test_the_soak_report_is_a_markdown_table_and_fails_naming_what_drifted(
 def test_a_process_s_memory_and_descriptors_are_read_from_proc() -> None:
     child = subprocess.Popen(["sleep", "30"])
     try:
-        comm = Path(f"/proc/{child.pid}/comm")
-        while comm.read_text(encoding="utf-8").strip() != "sleep":  # until it has exec'd
+        # Until it has exec'd and gone to sleep: right after the exec its pages are not yet
+        # touched, and its RSS can read 0.0 MiB (seen once under load).
+        stat = Path(f"/proc/{child.pid}/stat")
+        while stat.read_text(encoding="utf-8").split(") ")[1][0] != "S" or (
+            Path(f"/proc/{child.pid}/comm").read_text(encoding="utf-8").strip() != "sleep"
+        ):
             time.sleep(0.01)
         measures = process_measures(child.pid)
         assert measures["fds"] >= 3  # stdin, stdout, stderr
